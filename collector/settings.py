@@ -1,0 +1,138 @@
+"""Process-wide settings: one frozen object from an optional YAML file plus ``VIGIL_*`` variables.
+
+Precedence: explicit overrides > ``VIGIL_*`` environment variables > ``vigil.yaml`` > defaults.
+Every setting has a ``VIGIL_<KEY upper-cased>`` variable and a ``<key>`` in the YAML file.
+:meth:`Settings.load` is the only code that reads the environment; tests pass a plain dict.
+A bad value raises :class:`SettingsError` naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from collector.errors import SettingsError
+
+ENV_PREFIX = "VIGIL_"
+DEFAULT_CONFIG_FILE = "vigil.yaml"
+VIGIL_CONFIG = "VIGIL_CONFIG"
+"""Path of the YAML configuration file (default ``./vigil.yaml``, optional)."""
+
+
+class Settings(BaseModel):
+    """Every knob of every role. Field docs are the reference (rendered in the README)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    otlp_http_host: str = Field("0.0.0.0", description="Bind address of the OTLP/HTTP receiver.")
+    otlp_http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP receiver port.")
+    otlp_grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC receiver port (Kafka issue).")
+    http_host: str = Field("0.0.0.0", description="Bind address of the API and UI.")
+    http_port: int = Field(8080, ge=0, le=65535, description="REST API and reviewer UI port.")
+    metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")
+    database_url: str = Field("sqlite:///vigil.db", description="SQLAlchemy URL of the run index and queue.")
+    quiet_period_s: float = Field(2.0, gt=0, description="A run closes this long after its last span once its root ended.")
+    max_idle_s: float = Field(300.0, gt=0, description="A trace idle this long is scored as incomplete.")
+    sample_rate: float = Field(0.05, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id).")
+    admin_token: SecretStr | None = Field(None, description="Bearer token required by the API when set.")
+    max_body_bytes: int = Field(20 * 1024 * 1024, gt=0, description="OTLP request body limit after decompression.")
+    queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
+    retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
+    max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
+    max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
+    max_agent_labels: int = Field(50, gt=0, description="Distinct agent label values before 'other'.")
+    max_tool_labels: int = Field(100, gt=0, description="Distinct tool label values before 'other'.")
+    scorers: tuple[str, ...] = Field(
+        (
+            "step_efficiency",
+            "tool_error_rate",
+            "repeated_tool_calls",
+            "max_iterations_hit",
+            "safety_block",
+            "latency",
+            "tokens",
+        ),
+        description="Scorer chain, by name (comma-separated in the environment).",
+    )
+    rules: Mapping[str, Any] | None = Field(
+        None, description="Flag rules {name: {expr, priority}}; YAML only. Default rules when unset."
+    )
+    optimal_steps: Mapping[str, int] = Field(
+        default_factory=dict, description="Per-agent optimal step counts for step_efficiency (YAML only)."
+    )
+    repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
+    log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return v.lower()
+
+    @field_validator("scorers", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str):
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+    @classmethod
+    def load(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        config_file: str | Path | None = None,
+    ) -> Settings:
+        """Build settings from the YAML file, the environment and explicit overrides.
+
+        Args:
+            environ: the environment (default ``os.environ``).
+            overrides: explicit values that win over everything.
+            config_file: YAML path; default ``$VIGIL_CONFIG`` or ``./vigil.yaml`` if it exists.
+
+        Raises:
+            SettingsError: naming the key (and variable) of the first bad value.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = dict(_read_yaml(config_file, env))
+        values.update(_from_env(env))
+        values.update(overrides or {})
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            raise SettingsError(key, f"{ENV_PREFIX}{key.upper()}", err["msg"], values.get(key)) from exc
+
+
+def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mapping[str, Any]:
+    explicit = config_file is not None or VIGIL_CONFIG in env
+    path = Path(config_file or env.get(VIGIL_CONFIG) or DEFAULT_CONFIG_FILE)
+    if not path.exists():
+        if explicit:
+            raise SettingsError("config", VIGIL_CONFIG, "file not found", str(path))
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SettingsError("config", VIGIL_CONFIG, f"invalid YAML: {exc}", str(path)) from exc
+    if not isinstance(data, dict):
+        raise SettingsError("config", VIGIL_CONFIG, "top level must be a mapping", str(path))
+    return data
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, str]:
+    fields = Settings.model_fields
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX) and name != VIGIL_CONFIG:
+            key = name[len(ENV_PREFIX) :].lower()
+            if key in fields:
+                out[key] = value
+    return out

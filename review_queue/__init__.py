@@ -1,0 +1,1 @@
+"""review_queue package."""

@@ -1,0 +1,233 @@
+"""The normalised agent run, scores and flag decisions.
+
+Every trace dialect (OTel GenAI, OpenInference, Traceloop, Vercel AI SDK) is
+normalised into one :class:`Run`. Scorers are plain callables ``Run -> Score | None``.
+This module imports only the standard library and :mod:`collector.model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TypeAlias
+
+
+class StepKind(str, Enum):
+    """The role a span plays in an agent run (conventions.md §8)."""
+
+    AGENT = "agent"
+    LLM = "llm"
+    TOOL = "tool"
+    RETRIEVAL = "retrieval"
+    EMBEDDING = "embedding"
+    GUARDRAIL = "guardrail"
+    CHAIN = "chain"
+    HANDOFF = "handoff"
+    OTHER = "other"
+
+
+class RunStatus(str, Enum):
+    """Outcome of a run."""
+
+    OK = "ok"
+    ERROR = "error"
+    LIMIT_HIT = "limit_hit"
+    BLOCKED = "blocked"
+
+
+class Priority(str, Enum):
+    """Review priority. Compare with :attr:`rank` (higher is more urgent)."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        """0 for low, 1 for normal, 2 for high."""
+        return _RANK[self]
+
+
+_RANK = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One classified span of a run, in start-time order.
+
+    Attributes:
+        span_id / parent_id: span ids (hex).
+        name: span name.
+        kind: the role (:class:`StepKind`).
+        start_ns / end_ns: Unix epoch nanoseconds.
+        error: whether the span ended in error (status ERROR, ``error.type`` or an exception event).
+        error_type: ``error.type`` / ``exception.type`` when known.
+        status_message: the span status description (free text).
+        model: the model name of an LLM step.
+        input_tokens / output_tokens: usage of an LLM step (0 otherwise).
+        finish_reasons: normalised lower-case finish reasons of an LLM step.
+    """
+
+    span_id: str
+    parent_id: str | None
+    name: str
+    kind: StepKind
+    start_ns: int = 0
+    end_ns: int = 0
+    error: bool = False
+    error_type: str | None = None
+    status_message: str = ""
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finish_reasons: tuple[str, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        """Span duration in seconds (0 when the end is unknown)."""
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One executed tool call.
+
+    Attributes:
+        span_id: the tool span.
+        name: tool name.
+        call_id: the model's tool-call id when known.
+        arguments: arguments as canonical JSON text when captured.
+        result: the result text when captured.
+        error: the error text (type and message) when the call failed, else ``None``.
+    """
+
+    span_id: str
+    name: str
+    call_id: str | None = None
+    arguments: str | None = None
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One conversation message, when content was captured."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One finished (or timed-out) agent run: the unit Vigil scores.
+
+    A *step* is one LLM call (an LLM-role span after de-duplication); runs without
+    LLM spans fall back to agent turns. ``llm_calls`` is therefore the step count.
+
+    Attributes:
+        trace_id: lowercase hex trace id.
+        agent: the name the application gave the agent (``"unknown"`` if none).
+        service: ``service.name`` of the root span's resource.
+        dialect: the dominant dialect seen (``genai``, ``openinference``, ``traceloop``, ``vercel``, ``unknown``).
+        status: the outcome.
+        complete: False when the run was closed by the idle timeout or has no root span.
+        start_ns / end_ns: root span bounds (or min/max of all spans without a root).
+        llm_calls / tool_calls / tool_errors: counts.
+        input_tokens / output_tokens: summed over LLM-role spans only.
+        hit_max_iterations: an iteration/turn/recursion cap was reached (raised or graceful).
+        safety_blocked: a content filter, refusal or guardrail blocked the run.
+        errored: an exception reached the agent's caller (root span in error).
+        error_type: the root's error type when errored.
+        optimal_steps: the optimal step count declared on the root span, if any.
+        final_output: the agent's final answer text when captured.
+        steps: classified spans in start order.
+        tools: executed tool calls in start order.
+        messages: the conversation when captured.
+        span_count: number of distinct spans in the trace.
+        attributes: selected root-span attributes useful to rules (string/number/bool only).
+    """
+
+    trace_id: str
+    agent: str = "unknown"
+    service: str = ""
+    dialect: str = "unknown"
+    status: RunStatus = RunStatus.OK
+    complete: bool = True
+    start_ns: int = 0
+    end_ns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    hit_max_iterations: bool = False
+    safety_blocked: bool = False
+    errored: bool = False
+    error_type: str | None = None
+    optimal_steps: int | None = None
+    final_output: str | None = None
+    steps: tuple[Step, ...] = ()
+    tools: tuple[ToolCall, ...] = ()
+    messages: tuple[Message, ...] = ()
+    span_count: int = 0
+    attributes: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        """Root-span duration in seconds (0 when unknown)."""
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One scorer's judgement of a run.
+
+    Attributes:
+        name: the scorer name.
+        value: the value; its range is documented by the scorer.
+        detail: a short human-readable explanation.
+        span_ids: spans that justify the value.
+    """
+
+    name: str
+    value: float
+    detail: str | None = None
+    span_ids: tuple[str, ...] = ()
+
+
+Scorer: TypeAlias = Callable[[Run], "Score | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """The one flag decision of a flagged run.
+
+    Attributes:
+        reasons: every matching reason (rule names, ``random_sample``), highest priority first.
+        priority: the highest priority among the reasons.
+        sample_rate: the random sample rate in force when the decision was made.
+    """
+
+    reasons: tuple[str, ...]
+    priority: Priority
+    sample_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredRun:
+    """A run with its scores and flag decision, ready to store.
+
+    Attributes:
+        run: the normalised run.
+        scores: scorer name to value.
+        flag: the flag decision, or ``None`` when not flagged.
+        scorer_errors: names of scorers that crashed on this run.
+        rescored: True when this is a re-score after late spans.
+    """
+
+    run: Run
+    scores: Mapping[str, float]
+    flag: Flag | None
+    scorer_errors: tuple[str, ...] = ()
+    rescored: bool = False
