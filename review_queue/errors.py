@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collector.errors import BackpressureError
+
 
 class ReviewQueueError(Exception):
     """Root of every error raised by :mod:`review_queue`."""
 
 
-class StoreUnavailableError(ReviewQueueError):
-    """The database cannot be reached; retry after ``retry_after`` seconds. Nothing was written."""
+class StoreUnavailableError(ReviewQueueError, BackpressureError):
+    """The database cannot be reached; retry after ``retry_after`` seconds. Nothing was written.
+
+    It is a :class:`collector.errors.BackpressureError`, so the stream worker pauses on it.
+    """
 
     def __init__(self, retry_after: float, message: str = "database unavailable") -> None:
-        self.retry_after = retry_after
-        super().__init__(message)
+        BackpressureError.__init__(self, retry_after)
+        self.args = (message,)
 
 
 class NotFoundError(ReviewQueueError, LookupError):

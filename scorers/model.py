@@ -7,10 +7,10 @@ This module imports only the standard library and :mod:`collector.model`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 
 class StepKind(str, Enum):
@@ -231,3 +231,36 @@ class ScoredRun:
     flag: Flag | None
     scorer_errors: tuple[str, ...] = ()
     rescored: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """What one idempotent run write changed.
+
+    Attributes:
+        trace_id: the run.
+        new_run: the run was not in the index before (count it in run counters).
+        new_flag: the run had no review item before and has one now (count it in flag counters).
+    """
+
+    trace_id: str
+    new_run: bool
+    new_flag: bool
+
+
+class RunSink(Protocol):
+    """Where scored runs go: the run index and the review queue.
+
+    ``write`` is idempotent on trace id: writing the same run again updates the stored
+    row and never creates a second run row or review item. All runs of one call are
+    committed in one transaction; when it returns they are durable.
+    """
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        """Upsert ``runs`` and return one outcome per run, in order.
+
+        Raises:
+            collector.errors.BackpressureError: (``review_queue.errors.StoreUnavailableError``)
+                the database cannot be reached; nothing was written; retry later.
+        """
+        ...

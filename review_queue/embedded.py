@@ -1,0 +1,158 @@
+"""Composition of ``vigil run``: every role in one process on the embedded stream.
+
+Receivers (OTLP/HTTP) → bounded in-process stream → stream worker (assemble, normalise,
+score, decide) → store (SQLite by default) → REST API, and Prometheus ``/metrics`` on
+its own port. SIGTERM/SIGINT stop the receivers first, then the worker drains every
+record and in-flight run into the store, then the API stops.
+
+In-flight runs are not persisted across restarts: a run whose spans were accepted but
+which had not closed when the process was killed with SIGKILL is lost; a SIGTERM drains
+it (scored, possibly as incomplete). The Kafka deployment re-delivers instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import structlog
+import uvicorn
+from prometheus_client import CollectorRegistry, make_asgi_app
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from collector.metrics import CollectorMetrics
+from collector.receiver import create_otlp_app
+from collector.settings import Settings
+from collector.stream import InProcessStream
+from review_queue.api import create_api_app
+from review_queue.store import SqlStore, upgrade_database
+from scorers.assemble import Assembler
+from scorers.metrics import RunMetrics
+from scorers.pipeline import Pipeline
+from scorers.registry import build_chain
+from scorers.rules import compile_rules
+from scorers.worker import StreamWorker
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Embedded:
+    """Every component of ``vigil run``, wired but not started."""
+
+    settings: Settings
+    registry: CollectorRegistry
+    stream: InProcessStream
+    collector_metrics: CollectorMetrics
+    store: SqlStore
+    worker: StreamWorker
+    run_metrics: RunMetrics
+
+
+def build(settings: Settings, registry: CollectorRegistry | None = None) -> Embedded:
+    """Wire the embedded pipeline. Raises the packages' errors on bad configuration."""
+    registry = registry or CollectorRegistry()
+    chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
+    rules = compile_rules(settings.rules, [name for name, _ in chain])
+    collector_metrics = CollectorMetrics(registry)
+    stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
+    upgrade_database(settings.database_url)
+    store = SqlStore(settings.database_url)
+    run_metrics = RunMetrics(registry, max_agents=settings.max_agent_labels, max_tools=settings.max_tool_labels)
+    assembler = Assembler(
+        quiet_period_s=settings.quiet_period_s,
+        max_idle_s=settings.max_idle_s,
+        max_inflight=settings.max_inflight_runs,
+        max_spans_per_run=settings.max_spans_per_run,
+        observer=run_metrics,
+    )
+    pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
+    worker = StreamWorker(stream, assembler, pipeline, store, run_metrics)
+    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
+
+
+def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
+    """``/metrics`` (Prometheus and OpenMetrics with exemplars), ``/healthz``, ``/readyz``."""
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> JSONResponse:
+        ok = ready.worker.healthy
+        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Mount("/metrics", app=make_asgi_app(registry)),
+        ]
+    )
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to :func:`serve`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _server(app: object, host: str, port: int) -> _Server:
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")  # type: ignore[arg-type]
+    return _Server(config)
+
+
+async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
+    """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed."""
+    s = emb.settings
+    token = s.admin_token.get_secret_value() if s.admin_token else None
+    receivers = _server(
+        create_otlp_app(
+            emb.stream,
+            emb.collector_metrics,
+            max_body_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+        ),
+        s.otlp_http_host,
+        s.otlp_http_port,
+    )
+    api = _server(create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port)
+    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    emb.worker.start()
+    tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
+    log.info(
+        "vigil_started",
+        otlp_http=s.otlp_http_port,
+        api=s.http_port,
+        metrics=s.metrics_port,
+        database=_redact(s.database_url),
+    )
+    done, _ = await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
+    log.info("vigil_stopping")
+    receivers.should_exit = True
+    await asyncio.gather(tasks[0], return_exceptions=True)
+    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
+    for srv in (api, metrics):
+        srv.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+    emb.store.close()
+    log.info("vigil_stopped", drained=drained)
+    return drained
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

@@ -1,0 +1,133 @@
+"""Prometheus metrics of runs, scores, flags and the stream worker.
+
+Every metric takes the registry. Label sets are bounded: agent and tool names are capped
+(:class:`LabelCap`) with an ``other`` overflow; trace ids only ever appear in exemplars.
+Run-level counters are incremented only for runs new to the index (a re-delivered or
+re-scored run is not counted twice).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from scorers.model import ScoredRun
+
+OVERFLOW = "other"
+
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+STEP_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100)
+RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.25, 2.5, 3, 4, 5, 7.5, 10, 30, 60, 300)
+
+
+class LabelCap:
+    """Admits up to ``limit`` distinct label values; later ones map to ``other``. Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        """Return ``value`` if admitted, else ``other``."""
+        if value in self._seen:
+            return value
+        with self._lock:
+            if len(self._seen) < self._limit:
+                self._seen.add(value)
+                return value
+        return OVERFLOW
+
+
+class RunMetrics:
+    """Metrics the stream worker updates.
+
+    Args:
+        registry: where to register.
+        max_agents: distinct ``agent`` label values before ``other``.
+        max_tools: distinct ``tool`` label values before ``other``.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, max_agents: int = 50, max_tools: int = 100) -> None:
+        self.agent = LabelCap(max_agents)
+        self.tool = LabelCap(max_tools)
+        r = registry
+        self.runs = Counter("vigil_runs", "Runs scored, by agent and outcome.", ["agent", "outcome", "complete"], registry=r)
+        self.duration = Histogram("vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r)
+        self.steps = Histogram("vigil_run_steps", "LLM calls (steps) per run.", ["agent"], buckets=STEP_BUCKETS, registry=r)
+        self.efficiency = Histogram(
+            "vigil_run_step_efficiency", "Step efficiency per run (0-1).", ["agent"], buckets=RATIO_BUCKETS, registry=r
+        )
+        self.run_tokens = Histogram("vigil_run_tokens", "Tokens per run.", ["agent"], buckets=TOKEN_BUCKETS, registry=r)
+        self.tokens = Counter("vigil_tokens", "Tokens used by LLM calls.", ["agent", "direction"], registry=r)
+        self.tool_calls = Counter("vigil_tool_calls", "Tool calls executed.", ["agent", "tool"], registry=r)
+        self.tool_errors = Counter("vigil_tool_errors", "Tool calls that failed.", ["agent", "tool"], registry=r)
+        self.safety_blocks = Counter("vigil_safety_blocks", "Runs blocked by a safety filter.", ["agent"], registry=r)
+        self.max_iter = Counter("vigil_max_iterations_hits", "Runs that hit an iteration cap.", ["agent"], registry=r)
+        self.flagged = Counter("vigil_flagged_runs", "Runs flagged for review.", ["agent", "priority"], registry=r)
+        self.flags = Counter("vigil_flags", "Flag reasons recorded (one run may have several).", ["reason", "priority"], registry=r)
+        self.rescored = Counter("vigil_runs_rescored", "Runs re-scored after late spans.", registry=r)
+        self.errors = Counter("vigil_scorer_errors", "Scorer, rule and normaliser failures.", ["stage", "name"], registry=r)
+        self.assembler = Counter(
+            "vigil_assembler_events", "Assembler events: late/duplicate/dropped spans, evictions.", ["event"], registry=r
+        )
+        self.flag_latency = Histogram(
+            "vigil_flag_latency_seconds",
+            "Root span end to review item committed.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.store_errors = Counter("vigil_store_write_errors", "Failed store writes (retried).", registry=r)
+        self.store_seconds = Histogram("vigil_store_write_seconds", "Store write time per batch.", registry=r)
+        self.inflight = Gauge("vigil_runs_in_flight", "Runs being assembled.", registry=r)
+
+    def bind_inflight(self, fn: Callable[[], float]) -> None:
+        """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
+        self.inflight.set_function(fn)
+
+    def assembler_event(self, event: str, count: int = 1) -> None:
+        """Count an assembler event (see :class:`scorers.assemble.Assembler`)."""
+        self.assembler.labels(event).inc(count)
+
+    def error(self, stage: str, name: str, _exc: Exception) -> None:
+        """Count a scorer/rule/normaliser failure (``Pipeline.on_error``)."""
+        self.errors.labels(stage, name).inc()
+
+    def observe_run(self, scored: ScoredRun) -> None:
+        """Record a run new to the index."""
+        run = scored.run
+        agent = self.agent(run.agent)
+        exemplar = {"trace_id": run.trace_id}
+        self.runs.labels(agent, run.status.value, "true" if run.complete else "false").inc()
+        self.duration.labels(agent).observe(run.duration_s, exemplar)
+        self.steps.labels(agent).observe(run.llm_calls, exemplar)
+        self.run_tokens.labels(agent).observe(run.input_tokens + run.output_tokens, exemplar)
+        eff = scored.scores.get("step_efficiency")
+        if eff is not None:
+            self.efficiency.labels(agent).observe(eff, exemplar)
+        if run.input_tokens:
+            self.tokens.labels(agent, "input").inc(run.input_tokens)
+        if run.output_tokens:
+            self.tokens.labels(agent, "output").inc(run.output_tokens)
+        for tool in run.tools:
+            name = self.tool(tool.name)
+            self.tool_calls.labels(agent, name).inc()
+            if tool.error is not None:
+                self.tool_errors.labels(agent, name).inc()
+        if run.safety_blocked:
+            self.safety_blocks.labels(agent).inc()
+        if run.hit_max_iterations:
+            self.max_iter.labels(agent).inc()
+
+    def observe_flag(self, scored: ScoredRun) -> None:
+        """Record a flag decision new to the queue."""
+        flag = scored.flag
+        if flag is None:
+            return
+        self.flagged.labels(self.agent(scored.run.agent), flag.priority.value).inc()
+        for reason in flag.reasons:
+            self.flags.labels(reason, flag.priority.value).inc()

@@ -1,0 +1,93 @@
+"""Turn a closed trace into a scored, decided run — isolating every plugin boundary.
+
+A crashing scorer is logged with the trace id, counted, and skipped: the run still
+completes with the other scores. A crashing normaliser yields a minimal incomplete run
+rather than losing the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from scorers.assemble import ClosedTrace
+from scorers.model import Run, ScoredRun, Scorer
+from scorers.normalise import normalise
+from scorers.rules import Rule, decide
+
+log = structlog.get_logger(__name__)
+
+OnError = Callable[[str, str, Exception], None]
+"""``on_error(stage, name, exc)``: stage is ``scorer``, ``rule`` or ``normalise``."""
+
+
+def score_run(
+    run: Run, chain: tuple[tuple[str, Scorer], ...], on_error: OnError | None = None
+) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Apply every scorer of ``chain`` to ``run``.
+
+    Returns:
+        ``(scores, failed)``: scorer name to value for scorers with an opinion, and the
+        names of scorers that raised.
+    """
+    scores: dict[str, float] = {}
+    failed: list[str] = []
+    for name, scorer in chain:
+        try:
+            score = scorer(run)
+        except Exception as exc:  # noqa: BLE001 - plugin boundary: one scorer must not stop the stream
+            failed.append(name)
+            log.warning("scorer_failed", trace_id=run.trace_id, scorer=name, error=repr(exc))
+            if on_error is not None:
+                on_error("scorer", name, exc)
+            continue
+        if score is not None:
+            scores[name] = float(score.value)
+    return scores, tuple(failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Normalise → score → decide, built once at start-up.
+
+    Attributes:
+        chain: the scorer chain.
+        rules: the compiled flag rules.
+        sample_rate: the random sample rate.
+        on_error: error callback (metrics).
+    """
+
+    chain: tuple[tuple[str, Scorer], ...]
+    rules: tuple[Rule, ...]
+    sample_rate: float
+    on_error: OnError | None = None
+
+    def process(self, closed: ClosedTrace, feedback: Mapping[str, object] | None = None) -> ScoredRun:
+        """Produce the :class:`ScoredRun` of one closed trace. Never raises for bad data."""
+        run = self._normalise(closed)
+        scores, failed = score_run(run, self.chain, self.on_error)
+        flag = decide(
+            run,
+            scores,
+            self.rules,
+            self.sample_rate,
+            feedback=feedback,
+            on_error=self._rule_error,
+        )
+        return ScoredRun(run, scores, flag, scorer_errors=failed, rescored=closed.rescore)
+
+    def _normalise(self, closed: ClosedTrace) -> Run:
+        try:
+            return normalise(closed.spans, complete=closed.complete)
+        except Exception as exc:  # noqa: BLE001 - a normaliser bug must not lose the trace
+            log.error("normalise_failed", trace_id=closed.trace_id, error=repr(exc))
+            if self.on_error is not None:
+                self.on_error("normalise", "normalise", exc)
+            return Run(trace_id=closed.trace_id, complete=False, span_count=len(closed.spans))
+
+    def _rule_error(self, rule: str, exc: Exception) -> None:
+        log.warning("rule_failed", rule=rule, error=repr(exc))
+        if self.on_error is not None:
+            self.on_error("rule", rule, exc)

@@ -1,0 +1,179 @@
+"""Flag rules: declarative CEL expressions over a run and its scores.
+
+A rule is ``name: {expr: <CEL>, priority: high|normal|low}``. Expressions see every scalar
+field of the run as a top-level variable (``agent``, ``status``, ``complete``,
+``duration_s``, ``llm_calls``, ``tool_calls``, ``tool_errors``, ``input_tokens``,
+``output_tokens``, ``hit_max_iterations``, ``safety_blocked``, ``errored``, ``service``,
+``span_count``…), ``scores`` (a map of scorer name to value; use
+``has(scores.x)`` since a scorer may have no opinion), ``attributes`` (selected root-span
+attributes), ``feedback`` (a map, filled by the review issue) and ``random_sample``
+(the deterministic sample decision). Rules are compiled and dry-run at start-up; a bad
+rule refuses to start naming the rule. At run time a rule that fails to evaluate does
+not match and is counted.
+
+The random sample is ``blake2b(trace_id)`` mapped to [0, 1) below the sample rate, so
+every replica and every replay agrees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+from scorers.errors import RuleError
+from scorers.model import Flag, Priority, Run
+
+DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
+    "hit_max_iterations": {"expr": "hit_max_iterations", "priority": "high"},
+    "safety_blocked": {"expr": "safety_blocked", "priority": "high"},
+    "low_step_efficiency": {
+        "expr": "has(scores.step_efficiency) && scores.step_efficiency < 0.3",
+        "priority": "normal",
+    },
+    "errored": {"expr": "errored", "priority": "normal"},
+    "tool_loop": {
+        "expr": "has(scores.repeated_tool_calls) && scores.repeated_tool_calls >= 3.0",
+        "priority": "normal",
+    },
+    "random_sample": {"expr": "random_sample", "priority": "low"},
+}
+"""Rules in force when none are configured. A configured rule with the same name
+replaces the default; ``enabled: false`` switches one off."""
+
+RUN_FIELDS: tuple[str, ...] = (
+    "trace_id", "agent", "service", "dialect", "complete", "duration_s", "llm_calls",
+    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
+    "safety_blocked", "errored", "span_count",
+)  # fmt: skip
+VARIABLES = frozenset((*RUN_FIELDS, "status", "error_type", "scores", "attributes", "feedback", "random_sample"))
+
+OnRuleError = Callable[[str, Exception], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A compiled rule."""
+
+    name: str
+    expr: str
+    priority: Priority
+    program: cel.Program
+    variables: tuple[str, ...]
+
+
+def sample_point(trace_id: str) -> float:
+    """Map a trace id deterministically to [0, 1)."""
+    digest = hashlib.blake2b(trace_id.lower().encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def compile_rules(config: Mapping[str, Any] | None, score_names: Sequence[str] = ()) -> tuple[Rule, ...]:
+    """Merge ``config`` over :data:`DEFAULT_RULES`, compile and validate every rule.
+
+    Args:
+        config: configured rules ``{name: {expr, priority, enabled}}``.
+        score_names: the scorer chain, so rules may read ``scores.<name>`` in the dry run.
+
+    Raises:
+        RuleError: naming the first bad rule (syntax, unknown variable, bad priority,
+            or an expression that does not yield a boolean on a sample run).
+    """
+    merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_RULES.items()}
+    for name, spec in (config or {}).items():
+        if spec is None or (isinstance(spec, Mapping) and spec.get("enabled") is False):
+            merged.pop(name, None)
+        elif isinstance(spec, Mapping):
+            merged[name] = dict(spec)
+        else:
+            raise RuleError(name, "a rule must be a mapping {expr, priority}")
+    rules = tuple(_compile(name, spec) for name, spec in merged.items())
+    for rule in rules:
+        _dry_run(rule, score_names)
+    return rules
+
+
+def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
+    expr = spec.get("expr")
+    if not isinstance(expr, str) or not expr.strip():
+        raise RuleError(name, "missing 'expr' (a CEL expression)")
+    try:
+        priority = Priority(str(spec.get("priority", "normal")).lower())
+    except ValueError:
+        raise RuleError(name, f"priority must be high, normal or low, got {spec.get('priority')!r}") from None
+    unknown = set(spec) - {"expr", "priority", "enabled", "description"}
+    if unknown:
+        raise RuleError(name, f"unknown keys {sorted(unknown)}")
+    try:
+        program = cel.compile(expr)
+        variables = tuple(program.variables())
+    except (ValueError, RuntimeError) as exc:
+        raise RuleError(name, f"CEL syntax error: {exc}") from exc
+    return Rule(name, expr, priority, program, variables)
+
+
+def _dry_run(rule: Rule, score_names: Sequence[str]) -> None:
+    sample = Run(trace_id="0" * 32, agent="sample")
+    scores = dict.fromkeys(score_names, 0.0)
+    full = activation(sample, scores, random_sample=False)
+    outside = [v for v in rule.variables if v not in VARIABLES]
+    # Comprehension variables (the x in list.exists(x, ...)) are legitimate; a genuinely
+    # unknown identifier fails evaluation below.
+    try:
+        result = rule.program.execute({k: full[k] for k in rule.variables if k in full})
+    except (RuntimeError, ValueError, TypeError) as exc:
+        hint = f" (unknown names: {', '.join(outside)})" if outside else ""
+        raise RuleError(rule.name, f"evaluation failed on a sample run: {exc}{hint}") from exc
+    if not isinstance(result, bool):
+        raise RuleError(rule.name, f"must evaluate to a boolean, got {type(result).__name__}")
+
+
+def activation(
+    run: Run,
+    scores: Mapping[str, float],
+    *,
+    random_sample: bool,
+    feedback: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The variables a rule sees for ``run``."""
+    act: dict[str, Any] = {name: getattr(run, name) for name in RUN_FIELDS}
+    act["status"] = run.status.value
+    act["error_type"] = run.error_type or ""
+    act["scores"] = dict(scores)
+    act["attributes"] = dict(run.attributes)
+    act["feedback"] = dict(feedback or {})
+    act["random_sample"] = random_sample
+    return act
+
+
+def decide(
+    run: Run,
+    scores: Mapping[str, float],
+    rules: tuple[Rule, ...],
+    sample_rate: float,
+    *,
+    feedback: Mapping[str, Any] | None = None,
+    on_error: OnRuleError | None = None,
+) -> Flag | None:
+    """Make the one flag decision for ``run``.
+
+    Returns:
+        A :class:`Flag` listing every matching reason (highest priority first, then rule
+        order) with the highest priority, or None when nothing matched.
+    """
+    act = activation(run, scores, random_sample=sample_point(run.trace_id) < sample_rate, feedback=feedback)
+    matched: list[Rule] = []
+    for rule in rules:
+        try:
+            if rule.program.execute({k: act[k] for k in rule.variables if k in act}) is True:
+                matched.append(rule)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            if on_error is not None:
+                on_error(rule.name, exc)
+    if not matched:
+        return None
+    matched.sort(key=lambda r: -r.priority.rank)
+    return Flag(tuple(r.name for r in matched), matched[0].priority, sample_rate)

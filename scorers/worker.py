@@ -1,0 +1,181 @@
+"""The stream worker: source → assemble → normalise → score → decide → sink → metrics.
+
+One worker thread owns one :class:`~scorers.assemble.Assembler`. Each tick it pulls
+records from the source (the in-process stream, or a Kafka partition set later), releases
+finished runs, scores them and writes them to the sink in one batch. When the sink
+raises :class:`~collector.errors.BackpressureError` (database down) the worker stops
+pulling, retries the same batch with exponential backoff and loses nothing; upstream the
+bounded stream fills and the receivers answer 503.
+
+Lifecycle: :meth:`start`, :meth:`shutdown` (drains the source and every in-flight run,
+scores and writes them within the deadline), :meth:`run_once` for tests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import structlog
+
+from collector.errors import BackpressureError
+from collector.model import TraceBatch
+from scorers.assemble import Assembler, ClosedTrace
+from scorers.metrics import RunMetrics
+from scorers.model import RunSink, ScoredRun, WriteOutcome
+from scorers.pipeline import Pipeline
+
+log = structlog.get_logger(__name__)
+
+
+class Source(Protocol):
+    """Where records come from."""
+
+    def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
+        """Up to ``max_items`` records, waiting at most ``timeout_s`` for the first."""
+        ...
+
+
+class StreamWorker:
+    """Runs the pipeline over a source.
+
+    Args:
+        source: the record source.
+        assembler: the run assembler (owned by this worker).
+        pipeline: normalise/score/decide.
+        sink: the store.
+        metrics: run metrics.
+        tick_s: longest wait for records before checking run deadlines.
+        max_records: records pulled per tick.
+        wall_clock_ns: wall clock for flag latency (injected in tests).
+        on_written: called with each written batch (tests, benchmarks).
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        assembler: Assembler,
+        pipeline: Pipeline,
+        sink: RunSink,
+        metrics: RunMetrics,
+        *,
+        tick_s: float = 0.05,
+        max_records: int = 512,
+        wall_clock_ns: Callable[[], int] = time.time_ns,
+        on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._assembler = assembler
+        self._pipeline = pipeline
+        self._sink = sink
+        self._metrics = metrics
+        self._tick = tick_s
+        self._max_records = max_records
+        self._wall = wall_clock_ns
+        self._on_written = on_written
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._healthy = True
+        self._pending_forced: list[ClosedTrace] = []
+        metrics.bind_inflight(lambda: float(assembler.inflight))
+
+    @property
+    def healthy(self) -> bool:
+        """False while the sink is failing (readiness)."""
+        return self._healthy
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._loop, name="vigil-stream-worker", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 30.0) -> bool:
+        """Stop pulling, then score and write every record and in-flight run within ``timeout_s``.
+
+        Returns:
+            True when everything was written before the deadline.
+        """
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+            if self._thread.is_alive():
+                return False
+        while True:
+            records = self._source.get_many(self._max_records, 0.0)
+            if not records:
+                break
+            self._ingest(records)
+        closed = self._assembler.drain()
+        return self._write_all(closed, deadline)
+
+    def run_once(self, timeout_s: float = 0.0) -> int:
+        """One tick: pull, release due runs, score and write them. Returns runs written."""
+        records = self._source.get_many(self._max_records, timeout_s)
+        self._ingest(records)
+        closed = self._assembler.due()
+        if self._pending_forced:
+            closed = self._pending_forced + closed
+            self._pending_forced = []
+        if not closed:
+            return 0
+        self._write_all(closed, None)
+        return len(closed)
+
+    def _ingest(self, records: list[TraceBatch]) -> None:
+        for record in records:
+            forced = self._assembler.add(record)
+            self._pending_forced.extend(forced)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once(self._wait())
+            except Exception:  # noqa: BLE001 - last-resort guard: log and keep the stream alive
+                log.exception("worker_tick_failed")
+                time.sleep(self._tick)
+
+    def _wait(self) -> float:
+        nxt = self._assembler.next_deadline()
+        if nxt is None:
+            return self._tick
+        return max(0.0, min(self._tick, nxt - time.monotonic()))
+
+    def _write_all(self, closed: list[ClosedTrace], deadline: float | None) -> bool:
+        scored = [self._pipeline.process(c) for c in closed]
+        backoff = 0.1
+        while True:
+            try:
+                started = time.perf_counter()
+                outcomes = self._sink.write(scored)
+                self._metrics.store_seconds.observe(time.perf_counter() - started)
+                break
+            except BackpressureError as exc:
+                self._healthy = False
+                self._metrics.store_errors.inc()
+                log.warning("store_unavailable", runs=len(scored), retry_in=backoff, error=str(exc))
+                if deadline is not None and time.monotonic() + backoff > deadline:
+                    return False
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+        self._healthy = True
+        self._account(scored, outcomes)
+        if self._on_written is not None:
+            self._on_written(scored)
+        return True
+
+    def _account(self, scored: list[ScoredRun], outcomes: Sequence[WriteOutcome]) -> None:
+        now_ns = self._wall()
+        m = self._metrics
+        for run, outcome in zip(scored, outcomes, strict=True):
+            if outcome.new_run:
+                m.observe_run(run)
+            elif run.rescored:
+                m.rescored.inc()
+            if outcome.new_flag:
+                m.observe_flag(run)
+                if run.run.end_ns:
+                    m.flag_latency.observe(max(0.0, (now_ns - run.run.end_ns) / 1e9))
+            log.debug("run_scored", trace_id=run.run.trace_id, flagged=run.flag is not None)
