@@ -53,6 +53,9 @@ VARIABLES = frozenset((*RUN_FIELDS, "status", "error_type", "scores", "attribute
 
 OnRuleError = Callable[[str, Exception], None]
 
+EVAL_ERRORS = (RuntimeError, ValueError, TypeError, LookupError, ArithmeticError)
+"""What evaluating a CEL program raises on bad data (missing key, division by zero, overflow)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -124,6 +127,8 @@ def _dry_run(rule: Rule, score_names: Sequence[str]) -> None:
     # unknown identifier fails evaluation below.
     try:
         result = rule.program.execute({k: full[k] for k in rule.variables if k in full})
+    except (LookupError, ArithmeticError):
+        return  # data-dependent (a missing map key, 0/0 on the empty sample run): not a config error
     except (RuntimeError, ValueError, TypeError) as exc:
         hint = f" (unknown names: {', '.join(outside)})" if outside else ""
         raise RuleError(rule.name, f"evaluation failed on a sample run: {exc}{hint}") from exc
@@ -170,7 +175,7 @@ def decide(
         try:
             if rule.program.execute({k: act[k] for k in rule.variables if k in act}) is True:
                 matched.append(rule)
-        except (RuntimeError, ValueError, TypeError) as exc:
+        except EVAL_ERRORS as exc:
             if on_error is not None:
                 on_error(rule.name, exc)
     if not matched:

@@ -1,0 +1,92 @@
+"""Tests for collector.settings: precedence, YAML, and refusal of bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.errors import SettingsError
+from collector.settings import Settings
+
+
+class TestLoad:
+    """Settings come from an injected mapping and an optional YAML file."""
+
+    def test_defaults(self, tmp_path: Path) -> None:
+        """Without configuration the documented defaults apply."""
+        s = Settings.load({}, config_file=_empty(tmp_path))
+        assert (4318, 8080, 9464, 2.0, 0.05) == (
+            s.otlp_http_port, s.http_port, s.metrics_port, s.quiet_period_s, s.sample_rate,
+        )  # fmt: skip
+        assert "sqlite:///vigil.db" == s.database_url
+
+    def test_precedence_override_env_yaml(self, tmp_path: Path) -> None:
+        """Overrides beat VIGIL_* variables, which beat vigil.yaml."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("http_port: 1111\nmetrics_port: 2222\nsample_rate: 0.5\n")
+        s = Settings.load({"VIGIL_HTTP_PORT": "3333", "VIGIL_SAMPLE_RATE": "0.1"}, {"sample_rate": 0.2}, cfg)
+        assert (3333, 2222, 0.2) == (s.http_port, s.metrics_port, s.sample_rate)
+
+    def test_scorers_from_comma_list(self, tmp_path: Path) -> None:
+        """VIGIL_SCORERS is a comma-separated list."""
+        s = Settings.load({"VIGIL_SCORERS": "latency, tokens"}, config_file=_empty(tmp_path))
+        assert ("latency", "tokens") == s.scorers
+
+    def test_admin_token_is_masked(self) -> None:
+        """The admin token never shows in repr."""
+        s = Settings(admin_token="s3cret")  # type: ignore[arg-type]
+        assert "s3cret" not in repr(s)
+        assert s.admin_token is not None
+        assert "s3cret" == s.admin_token.get_secret_value()
+
+    def test_frozen(self) -> None:
+        """Settings cannot change after start-up."""
+        s = Settings()
+        with pytest.raises(ValueError, match="frozen"):
+            s.http_port = 1  # type: ignore[misc]
+
+
+class TestRefusal:
+    """A bad value refuses to start with a message naming the key."""
+
+    @pytest.mark.parametrize(
+        ("env", "key"),
+        [
+            ({"VIGIL_SAMPLE_RATE": "1.5"}, "sample_rate"),
+            ({"VIGIL_QUIET_PERIOD_S": "soon"}, "quiet_period_s"),
+            ({"VIGIL_HTTP_PORT": "70000"}, "http_port"),
+            ({"VIGIL_LOG_LEVEL": "loud"}, "log_level"),
+        ],
+    )
+    def test_names_key_and_variable(self, env: dict[str, str], key: str, tmp_path: Path) -> None:
+        """The error carries the key and the VIGIL_ variable."""
+        with pytest.raises(SettingsError) as info:
+            Settings.load(env, config_file=_empty(tmp_path))
+        assert key == info.value.key
+        assert f"VIGIL_{key.upper()}" in str(info.value)
+
+    def test_unknown_yaml_key(self, tmp_path: Path) -> None:
+        """A misspelt YAML key is refused, not ignored."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("sampel_rate: 0.1\n")
+        with pytest.raises(SettingsError, match="sampel_rate"):
+            Settings.load({}, config_file=cfg)
+
+    def test_missing_explicit_file(self, tmp_path: Path) -> None:
+        """An explicitly named config file must exist."""
+        with pytest.raises(SettingsError, match="not found"):
+            Settings.load({"VIGIL_CONFIG": str(tmp_path / "nope.yaml")})
+
+    def test_invalid_yaml(self, tmp_path: Path) -> None:
+        """Broken YAML is refused."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("a: [\n")
+        with pytest.raises(SettingsError, match="invalid YAML"):
+            Settings.load({}, config_file=cfg)
+
+
+def _empty(tmp_path: Path) -> Path:
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("{}\n")
+    return cfg
