@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Vigil's test command (README): installs everything from scratch into .venv, then runs
+# the linters, the type checker, the import-layer contract and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[test,instrumentors]'
+
+# PostgreSQL for the store/API tests (a local server with trust auth; start it if stopped).
+if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+fi
+
+echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
+echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
+echo "== import-linter"; .venv/bin/lint-imports
+echo "== pytest"
+mkdir -p test-artifacts
+.venv/bin/pytest -q -p no:cacheprovider "$@"
