@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -34,6 +34,7 @@ from review_queue.api import create_api_app
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
+from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
@@ -55,8 +56,19 @@ class Embedded:
     run_metrics: RunMetrics
 
 
-def build(settings: Settings, registry: CollectorRegistry | None = None) -> Embedded:
-    """Wire the embedded pipeline. Raises the packages' errors on bad configuration."""
+def build(
+    settings: Settings,
+    registry: CollectorRegistry | None = None,
+    *,
+    on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
+) -> Embedded:
+    """Wire the embedded pipeline. Raises the packages' errors on bad configuration.
+
+    Args:
+        settings: the process settings.
+        registry: the Prometheus registry (a fresh one by default).
+        on_written: called with each batch of runs once durably written (benchmarks, demo).
+    """
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
     rules = compile_rules(settings.rules, [name for name, _ in chain])
@@ -73,7 +85,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> Embe
         observer=run_metrics,
     )
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
-    worker = StreamWorker(stream, assembler, pipeline, store, run_metrics)
+    worker = StreamWorker(stream, assembler, pipeline, store, run_metrics, on_written=on_written)
     return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
 
 

@@ -1,0 +1,212 @@
+"""``vigil bench``: throughput and latency figures for BENCHMARKS.md.
+
+Three measurements, each repeated and reported as the median:
+
+* **pipeline** — the embedded pipeline on one thread: OTLP protobuf decode → in-process
+  stream → assemble → normalise → score → decide → SQLite store → Prometheus metrics.
+  Spans per CPU-second of this process (= spans/s per core). The assembler clock is
+  advanced artificially so runs close without waiting out the quiet period.
+* **ingest** — the OTLP/HTTP receiver under uvicorn in a child process, loaded over
+  loopback by client threads in this process; spans per CPU-second of the server process.
+* **latency** — the real ``vigil run`` wiring (worker thread, real clock, default quiet
+  period) fed at a steady rate with every run sampled; time from a run's root-span end to
+  its review item being committed, p50 and p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from collector.otlp import decode_protobuf
+from collector.settings import Settings
+from review_queue.embedded import build
+from review_queue.synth import bodies
+from scorers.model import ScoredRun
+
+console = Console(stderr=True)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _settings(db: Path, **extra: object) -> Settings:
+    return Settings.load({}, {"database_url": f"sqlite:///{db}", **extra}, config_file=_empty_yaml(db.parent))
+
+
+def _empty_yaml(folder: Path) -> Path:
+    path = folder / "bench.yaml"
+    path.write_text("{}\n")
+    return path
+
+
+def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
+    """One pipeline measurement. Returns ``(spans per CPU second, spans, runs written)``."""
+    payload = list(bodies(n_runs))
+    with tempfile.TemporaryDirectory() as tmp:
+        emb = build(_settings(Path(tmp) / "bench.db"), CollectorRegistry())
+        clock = _Clock()
+        emb.worker._assembler._clock = clock  # advance time by hand: no waiting out the quiet period
+        written = 0
+        spans = 0
+        cpu0 = time.process_time()
+        for body, n, _ in payload:
+            result = decode_protobuf(body)
+            emb.stream.publish(result.batches)
+            spans += n
+            clock.t += emb.settings.quiet_period_s + 0.1
+            written += emb.worker.run_once(0.0)
+        clock.t += 10
+        written += emb.worker.run_once(0.0)
+        cpu = time.process_time() - cpu0
+        emb.store.close()
+    return spans / cpu, spans, written
+
+
+def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
+    import uvicorn
+
+    from collector.metrics import CollectorMetrics
+    from collector.receiver import create_otlp_app
+    from collector.stream import InProcessStream
+
+    metrics = CollectorMetrics(CollectorRegistry())
+    stream = InProcessStream(100_000, 1, metrics)
+
+    def drain() -> None:
+        while True:
+            stream.get_many(10_000, 0.1)
+
+    threading.Thread(target=drain, daemon=True).start()
+    app = create_otlp_app(stream, metrics, max_body_bytes=20 * 2**20, retry_after_s=1)
+    ready.set()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_ingest(n_runs: int, clients: int = 4, port: int = 43181) -> tuple[float, float]:
+    """One ingest measurement. Returns ``(spans per server CPU second, spans per wall second)``."""
+    payload = list(bodies(n_runs))
+    ready = multiprocessing.get_context("spawn").Event()
+    proc = multiprocessing.get_context("spawn").Process(target=_serve_ingest, args=(port, ready), daemon=True)
+    proc.start()
+    ready.wait(30)
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    _wait_up(url)
+    assert proc.pid is not None
+    sent = [0]
+    lock = threading.Lock()
+
+    def client(part: Sequence[tuple[bytes, int, int]]) -> None:
+        with httpx.Client(headers={"Content-Type": "application/x-protobuf"}) as http:
+            for body, n, _ in part:
+                if http.post(url, content=body).status_code == 200:
+                    with lock:
+                        sent[0] += n
+
+    cpu0, wall0 = _cpu_seconds(proc.pid), time.perf_counter()
+    threads = [threading.Thread(target=client, args=(payload[i::clients],)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu, wall = _cpu_seconds(proc.pid) - cpu0, time.perf_counter() - wall0
+    proc.terminate()
+    proc.join(10)
+    return sent[0] / cpu, sent[0] / wall
+
+
+def _wait_up(url: str) -> None:
+    for _ in range(100):
+        try:
+            httpx.get(url.replace("/v1/traces", "/healthz"), timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
+def bench_latency(runs_per_s: int, seconds: float) -> list[float]:
+    """Feed the live pipeline at a steady rate; return flag latencies in seconds."""
+    from review_queue.synth import body, make_run
+
+    import random
+
+    latencies: list[float] = []
+
+    def on_written(batch: Sequence[ScoredRun]) -> None:
+        now = time.time_ns()
+        latencies.extend((now - s.run.end_ns) / 1e9 for s in batch if s.flag is not None and s.run.end_ns)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        emb = build(_settings(Path(tmp) / "lat.db", sample_rate=1.0), CollectorRegistry(), on_written=on_written)
+        emb.worker.start()
+        rng = random.Random(11)
+        interval = 1.0 / runs_per_s
+        start = time.perf_counter()
+        sent = 0
+        while time.perf_counter() - start < seconds:
+            run = make_run(rng)
+            emb.stream.publish(decode_protobuf(body(list(run.spans))).batches)
+            sent += 1
+            time.sleep(max(0.0, start + sent * interval - time.perf_counter()))
+        emb.worker.shutdown(30)
+        emb.store.close()
+    return latencies
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _median_of(label: str, repeat: int, fn: Callable[[], float]) -> float:
+    values: list[float] = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(label, total=repeat)
+        for _ in range(repeat):
+            values.append(fn())
+            progress.advance(task)
+    return statistics.median(values)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run every measurement and print a table (the figures for BENCHMARKS.md)."""
+    n_runs = 2_000 if args.quick else args.runs
+    repeat = 1 if args.quick else args.repeat
+    table = Table(title=f"vigil bench ({os.cpu_count()} cores, {n_runs} runs × {repeat}, medians)")
+    table.add_column("measurement")
+    table.add_column("result", justify="right")
+    pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
+    table.add_row("embedded pipeline, spans/s per core", f"{pipe:,.0f}")
+    ingest = [bench_ingest(n_runs) for _ in range(repeat)]
+    table.add_row("OTLP/HTTP ingest, spans/s per core (server CPU)", f"{statistics.median(i[0] for i in ingest):,.0f}")
+    table.add_row("OTLP/HTTP ingest, spans/s wall (4 clients)", f"{statistics.median(i[1] for i in ingest):,.0f}")
+    seconds = 5.0 if args.quick else 20.0
+    lat = bench_latency(200, seconds)
+    table.add_row("flag latency p50 (200 runs/s, quiet 2 s)", f"{_pct(lat, 0.5):.3f} s")
+    table.add_row("flag latency p99", f"{_pct(lat, 0.99):.3f} s")
+    table.add_row("runs measured for latency", f"{len(lat)}")
+    Console().print(table)
+    return 0

@@ -1,0 +1,173 @@
+"""Tests for scorers.worker and scorers.pipeline with fakes: flow, backpressure, isolation, drain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from collector.errors import BackpressureError
+from collector.model import Span, StatusCode, TraceBatch
+from scorers.assemble import Assembler
+from scorers.metrics import RunMetrics
+from scorers.model import Run, ScoredRun, Score, WriteOutcome
+from scorers.pipeline import Pipeline
+from scorers.registry import build_chain
+from scorers.rules import compile_rules
+
+ROOT = "0" * 15 + "1"
+
+
+class ListSource:
+    """A source fed by the test."""
+
+    def __init__(self) -> None:
+        self.items: list[TraceBatch] = []
+
+    def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
+        out, self.items = self.items[:max_items], self.items[max_items:]
+        return out
+
+
+class FlakySink:
+    """An idempotent in-memory sink that fails the first ``failures`` writes."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.rows: dict[str, ScoredRun] = {}
+        self.flagged: set[str] = set()
+        self.calls = 0
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise BackpressureError(0.01)
+        out = []
+        for s in runs:
+            tid = s.run.trace_id
+            new_flag = s.flag is not None and tid not in self.flagged
+            out.append(WriteOutcome(tid, tid not in self.rows, new_flag))
+            self.rows[tid] = s
+            if s.flag is not None:
+                self.flagged.add(tid)
+        return out
+
+
+class Clock:
+    """Manual clock."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_spans(trace: str, *, capped: bool = False) -> TraceBatch:
+    attrs: dict[str, object] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
+    if capped:
+        attrs["vigil.max_iterations_hit"] = True
+    root = Span(trace, ROOT, None, "invoke_agent support", start_ns=1, end_ns=10**9, attributes=attrs)  # type: ignore[arg-type]
+    llm = Span(
+        trace, "0" * 15 + "2", ROOT, "chat gpt", start_ns=2, end_ns=3,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 5},
+    )  # fmt: skip
+    tool = Span(
+        trace, "0" * 15 + "3", ROOT, "execute_tool search", start_ns=4, end_ns=5, status_code=StatusCode.ERROR,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search", "error.type": "Timeout"},
+    )  # fmt: skip
+    return TraceBatch(trace, (tool, llm, root))
+
+
+def boom(run: Run) -> Score | None:
+    """A scorer that always crashes."""
+    raise ZeroDivisionError("boom")
+
+
+def make(sink: FlakySink, chain_names: Sequence[str] = ("tool_error_rate", "max_iterations_hit")) -> tuple:  # type: ignore[type-arg]
+    from scorers.worker import StreamWorker
+
+    registry = CollectorRegistry()
+    metrics = RunMetrics(registry)
+    clock = Clock()
+    chain = (*build_chain(chain_names), ("boom", boom))
+    pipeline = Pipeline(chain, compile_rules(None, chain_names), 0.0, on_error=metrics.error)
+    source = ListSource()
+    asm = Assembler(quiet_period_s=2.0, clock=clock, observer=metrics)
+    worker = StreamWorker(source, asm, pipeline, sink, metrics, wall_clock_ns=lambda: 2 * 10**9)
+    return worker, source, clock, registry
+
+
+class TestFlow:
+    """Records become scored, stored, counted runs."""
+
+    def test_run_scored_stored_and_counted_once(self) -> None:
+        """A capped run is written flagged high; counters move once even when re-delivered."""
+        sink = FlakySink()
+        worker, source, clock, registry = make(sink)
+        trace = "a" * 32
+        source.items.append(run_spans(trace, capped=True))
+        assert 0 == worker.run_once()
+        clock.t += 2.5
+        assert 1 == worker.run_once()
+        stored = sink.rows[trace]
+        assert stored.flag is not None
+        assert "high" == stored.flag.priority.value
+        assert {"tool_error_rate": 1.0, "max_iterations_hit": 1.0} == dict(stored.scores)
+        labels = {"agent": "support", "outcome": "limit_hit", "complete": "true"}
+        assert 1.0 == registry.get_sample_value("vigil_runs_total", labels)
+        assert 1.0 == registry.get_sample_value("vigil_flag_latency_seconds_count")
+        # a redelivered copy of the same run after the closed cache forgot it: not counted again
+        worker._assembler._closed.clear()
+        source.items.append(run_spans(trace, capped=True))
+        worker.run_once()
+        clock.t += 2.5
+        worker.run_once()
+        assert 1.0 == registry.get_sample_value("vigil_runs_total", labels)
+        assert 1.0 == registry.get_sample_value(
+            "vigil_flagged_runs_total", {"agent": "support", "priority": "high"}
+        )
+
+    def test_crashing_scorer_is_isolated_and_counted(self) -> None:
+        """A scorer that raises is skipped, counted, and the run is still written."""
+        sink = FlakySink()
+        worker, source, clock, registry = make(sink)
+        source.items.append(run_spans("b" * 32))
+        worker.run_once()
+        clock.t += 3
+        worker.run_once()
+        assert ("boom",) == sink.rows["b" * 32].scorer_errors
+        assert 1.0 == registry.get_sample_value("vigil_scorer_errors_total", {"stage": "scorer", "name": "boom"})
+
+
+class TestBackpressure:
+    """An unavailable store pauses the worker; nothing is lost."""
+
+    def test_retries_until_written(self) -> None:
+        """Two failed writes are retried; the run lands once and errors are counted."""
+        sink = FlakySink(failures=2)
+        worker, source, clock, registry = make(sink)
+        source.items.append(run_spans("c" * 32))
+        worker.run_once()
+        clock.t += 3
+        assert 1 == worker.run_once()
+        assert 3 == sink.calls
+        assert ["c" * 32] == list(sink.rows)
+        assert 2.0 == registry.get_sample_value("vigil_store_write_errors_total")
+        assert worker.healthy
+
+
+class TestShutdown:
+    """SIGTERM drains."""
+
+    def test_shutdown_writes_inflight_and_queued(self) -> None:
+        """In-flight runs and records still in the source are scored and written."""
+        sink = FlakySink()
+        worker, source, _clock, _ = make(sink)
+        source.items.append(run_spans("d" * 32))
+        worker.run_once()
+        source.items.append(run_spans("e" * 32))
+        assert worker.shutdown(5.0)
+        assert {"d" * 32, "e" * 32} == set(sink.rows)
+        assert all(s.run.complete for s in sink.rows.values())
