@@ -36,9 +36,13 @@ class Settings(BaseModel):
     http_port: int = Field(8080, ge=0, le=65535, description="REST API and reviewer UI port.")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")
     database_url: str = Field("sqlite:///vigil.db", description="SQLAlchemy URL of the run index and queue.")
-    quiet_period_s: float = Field(2.0, gt=0, description="A run closes this long after its last span once its root ended.")
+    quiet_period_s: float = Field(
+        2.0, gt=0, description="A run closes this long after its last span once its root ended."
+    )
     max_idle_s: float = Field(300.0, gt=0, description="A trace idle this long is scored as incomplete.")
-    sample_rate: float = Field(0.05, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id).")
+    sample_rate: float = Field(
+        0.05, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id)."
+    )
     admin_token: SecretStr | None = Field(None, description="Bearer token required by the API when set.")
     max_body_bytes: int = Field(20 * 1024 * 1024, gt=0, description="OTLP request body limit after decompression.")
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")

@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
+from collector.otlp import decode_protobuf
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from collector.otlp import decode_protobuf
 from collector.settings import Settings
 from review_queue.embedded import build
 from review_queue.synth import bodies
@@ -83,7 +83,6 @@ def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
 
 def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     import uvicorn
-
     from collector.metrics import CollectorMetrics
     from collector.receiver import create_otlp_app
     from collector.stream import InProcessStream
@@ -149,9 +148,9 @@ def _wait_up(url: str) -> None:
 
 def bench_latency(runs_per_s: int, seconds: float) -> list[float]:
     """Feed the live pipeline at a steady rate; return flag latencies in seconds."""
-    from review_queue.synth import body, make_run
-
     import random
+
+    from review_queue.synth import body, make_run
 
     latencies: list[float] = []
 

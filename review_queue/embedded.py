@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import structlog
 import uvicorn
+from collector.metrics import CollectorMetrics
+from collector.receiver import create_otlp_app
+from collector.stream import InProcessStream
 from prometheus_client import CollectorRegistry, make_asgi_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from collector.metrics import CollectorMetrics
-from collector.receiver import create_otlp_app
 from collector.settings import Settings
-from collector.stream import InProcessStream
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
@@ -135,7 +135,9 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
         s.otlp_http_host,
         s.otlp_http_port,
     )
-    api = _server(create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port)
+    api = _server(
+        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
+    )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -150,7 +152,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
         metrics=s.metrics_port,
         database=_redact(s.database_url),
     )
-    done, _ = await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
     receivers.should_exit = True
     await asyncio.gather(tasks[0], return_exceptions=True)

@@ -56,9 +56,15 @@ class RunMetrics:
         self.agent = LabelCap(max_agents)
         self.tool = LabelCap(max_tools)
         r = registry
-        self.runs = Counter("vigil_runs", "Runs scored, by agent and outcome.", ["agent", "outcome", "complete"], registry=r)
-        self.duration = Histogram("vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r)
-        self.steps = Histogram("vigil_run_steps", "LLM calls (steps) per run.", ["agent"], buckets=STEP_BUCKETS, registry=r)
+        self.runs = Counter(
+            "vigil_runs", "Runs scored, by agent and outcome.", ["agent", "outcome", "complete"], registry=r
+        )
+        self.duration = Histogram(
+            "vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r
+        )
+        self.steps = Histogram(
+            "vigil_run_steps", "LLM calls (steps) per run.", ["agent"], buckets=STEP_BUCKETS, registry=r
+        )
         self.efficiency = Histogram(
             "vigil_run_step_efficiency", "Step efficiency per run (0-1).", ["agent"], buckets=RATIO_BUCKETS, registry=r
         )
@@ -69,11 +75,18 @@ class RunMetrics:
         self.safety_blocks = Counter("vigil_safety_blocks", "Runs blocked by a safety filter.", ["agent"], registry=r)
         self.max_iter = Counter("vigil_max_iterations_hits", "Runs that hit an iteration cap.", ["agent"], registry=r)
         self.flagged = Counter("vigil_flagged_runs", "Runs flagged for review.", ["agent", "priority"], registry=r)
-        self.flags = Counter("vigil_flags", "Flag reasons recorded (one run may have several).", ["reason", "priority"], registry=r)
+        self.flags = Counter(
+            "vigil_flags", "Flag reasons recorded (one run may have several).", ["reason", "priority"], registry=r
+        )
         self.rescored = Counter("vigil_runs_rescored", "Runs re-scored after late spans.", registry=r)
-        self.errors = Counter("vigil_scorer_errors", "Scorer, rule and normaliser failures.", ["stage", "name"], registry=r)
+        self.errors = Counter(
+            "vigil_scorer_errors", "Scorer, rule and normaliser failures.", ["stage", "name"], registry=r
+        )
         self.assembler = Counter(
-            "vigil_assembler_events", "Assembler events: late/duplicate/dropped spans, evictions.", ["event"], registry=r
+            "vigil_assembler_events",
+            "Assembler events: late/duplicate/dropped spans, evictions.",
+            ["event"],
+            registry=r,
         )
         self.flag_latency = Histogram(
             "vigil_flag_latency_seconds",

@@ -133,7 +133,7 @@ class StreamWorker:
         while not self._stop.is_set():
             try:
                 self.run_once(self._wait())
-            except Exception:  # noqa: BLE001 - last-resort guard: log and keep the stream alive
+            except Exception:
                 log.exception("worker_tick_failed")
                 time.sleep(self._tick)
 

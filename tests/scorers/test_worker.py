@@ -10,7 +10,7 @@ from collector.errors import BackpressureError
 from collector.model import Span, StatusCode, TraceBatch
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
-from scorers.model import Run, ScoredRun, Score, WriteOutcome
+from scorers.model import Run, Score, ScoredRun, WriteOutcome
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
