@@ -97,6 +97,10 @@ class RunMetrics:
         self.store_errors = Counter("vigil_store_write_errors", "Failed store writes (retried).", registry=r)
         self.store_seconds = Histogram("vigil_store_write_seconds", "Store write time per batch.", registry=r)
         self.inflight = Gauge("vigil_runs_in_flight", "Runs being assembled.", registry=r)
+        # Bound label children cached per agent/tool: labels() costs more than inc().
+        # Both caches are bounded by the label caps (plus the overflow value).
+        self._by_agent: dict[str, _AgentChildren] = {}
+        self._by_tool: dict[tuple[str, str], tuple[Counter, Counter]] = {}
 
     def bind_inflight(self, fn: Callable[[], float]) -> None:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
@@ -110,31 +114,45 @@ class RunMetrics:
         """Count a scorer/rule/normaliser failure (``Pipeline.on_error``)."""
         self.errors.labels(stage, name).inc()
 
+    def _agent_children(self, agent: str) -> _AgentChildren:
+        children = self._by_agent.get(agent)
+        if children is None:
+            children = self._by_agent[agent] = _AgentChildren(self, agent)
+        return children
+
+    def _tool_children(self, agent: str, tool: str) -> tuple[Counter, Counter]:
+        key = (agent, tool)
+        pair = self._by_tool.get(key)
+        if pair is None:
+            pair = self._by_tool[key] = (self.tool_calls.labels(agent, tool), self.tool_errors.labels(agent, tool))
+        return pair
+
     def observe_run(self, scored: ScoredRun) -> None:
-        """Record a run new to the index."""
+        """Record a run new to the index (exemplars carry the trace id)."""
         run = scored.run
         agent = self.agent(run.agent)
+        c = self._agent_children(agent)
         exemplar = {"trace_id": run.trace_id}
         self.runs.labels(agent, run.status.value, "true" if run.complete else "false").inc()
-        self.duration.labels(agent).observe(run.duration_s, exemplar)
-        self.steps.labels(agent).observe(run.llm_calls, exemplar)
-        self.run_tokens.labels(agent).observe(run.input_tokens + run.output_tokens, exemplar)
+        c.duration.observe(run.duration_s, exemplar)
+        c.steps.observe(run.llm_calls, exemplar)
+        c.run_tokens.observe(run.input_tokens + run.output_tokens, exemplar)
         eff = scored.scores.get("step_efficiency")
         if eff is not None:
-            self.efficiency.labels(agent).observe(eff, exemplar)
+            c.efficiency.observe(eff, exemplar)
         if run.input_tokens:
-            self.tokens.labels(agent, "input").inc(run.input_tokens)
+            c.tokens_in.inc(run.input_tokens)
         if run.output_tokens:
-            self.tokens.labels(agent, "output").inc(run.output_tokens)
+            c.tokens_out.inc(run.output_tokens)
         for tool in run.tools:
-            name = self.tool(tool.name)
-            self.tool_calls.labels(agent, name).inc()
+            calls, errors = self._tool_children(agent, self.tool(tool.name))
+            calls.inc()
             if tool.error is not None:
-                self.tool_errors.labels(agent, name).inc()
+                errors.inc()
         if run.safety_blocked:
-            self.safety_blocks.labels(agent).inc()
+            c.safety_blocks.inc()
         if run.hit_max_iterations:
-            self.max_iter.labels(agent).inc()
+            c.max_iter.inc()
 
     def observe_flag(self, scored: ScoredRun) -> None:
         """Record a flag decision new to the queue."""
@@ -144,3 +162,28 @@ class RunMetrics:
         self.flagged.labels(self.agent(scored.run.agent), flag.priority.value).inc()
         for reason in flag.reasons:
             self.flags.labels(reason, flag.priority.value).inc()
+
+
+class _AgentChildren:
+    """The per-agent children of :class:`RunMetrics`' metrics."""
+
+    __slots__ = (
+        "duration",
+        "efficiency",
+        "max_iter",
+        "run_tokens",
+        "safety_blocks",
+        "steps",
+        "tokens_in",
+        "tokens_out",
+    )
+
+    def __init__(self, m: RunMetrics, agent: str) -> None:
+        self.duration = m.duration.labels(agent)
+        self.steps = m.steps.labels(agent)
+        self.efficiency = m.efficiency.labels(agent)
+        self.run_tokens = m.run_tokens.labels(agent)
+        self.tokens_in = m.tokens.labels(agent, "input")
+        self.tokens_out = m.tokens.labels(agent, "output")
+        self.safety_blocks = m.safety_blocks.labels(agent)
+        self.max_iter = m.max_iter.labels(agent)

@@ -49,6 +49,7 @@ RUN_FIELDS: tuple[str, ...] = (
     "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
     "safety_blocked", "errored", "span_count",
 )  # fmt: skip
+BOOLEAN_VARIABLES = frozenset(("complete", "hit_max_iterations", "safety_blocked", "errored", "random_sample"))
 VARIABLES = frozenset((*RUN_FIELDS, "status", "error_type", "scores", "attributes", "feedback", "random_sample"))
 
 OnRuleError = Callable[[str, Exception], None]
@@ -59,13 +60,34 @@ EVAL_ERRORS = (RuntimeError, ValueError, TypeError, LookupError, ArithmeticError
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A compiled rule."""
+    """A compiled rule.
+
+    Attributes:
+        name / expr / priority: as configured.
+        program: the compiled CEL program.
+        variables: the identifiers the expression references.
+        flag_name: set when the whole expression is one boolean run variable (``errored``):
+            it is then read directly, with the same result as CEL and a fraction of the cost.
+    """
 
     name: str
     expr: str
     priority: Priority
     program: cel.Program
     variables: tuple[str, ...]
+    flag_name: str | None = None
+
+    def matches(self, act: Mapping[str, Any], context: cel.Context | None = None) -> bool:
+        """Evaluate against an activation (or a prebuilt CEL context holding its variables).
+
+        Raises:
+            One of :data:`EVAL_ERRORS` on bad data (a missing key, division by zero).
+        """
+        if self.flag_name is not None:
+            return act[self.flag_name] is True
+        if context is not None:
+            return self.program.execute(context) is True
+        return self.program.execute({k: act[k] for k in self.variables if k in act}) is True
 
 
 def sample_point(trace_id: str) -> float:
@@ -115,7 +137,8 @@ def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
         variables = tuple(program.variables())
     except (ValueError, RuntimeError) as exc:
         raise RuleError(name, f"CEL syntax error: {exc}") from exc
-    return Rule(name, expr, priority, program, variables)
+    flag_name = expr.strip() if expr.strip() in BOOLEAN_VARIABLES else None
+    return Rule(name, expr, priority, program, variables, flag_name)
 
 
 def _dry_run(rule: Rule, score_names: Sequence[str]) -> None:
@@ -170,10 +193,14 @@ def decide(
         order) with the highest priority, or None when nothing matched.
     """
     act = activation(run, scores, random_sample=sample_point(run.trace_id) < sample_rate, feedback=feedback)
+    # One CEL context per run for every non-trivial rule: converting the variables once
+    # costs far less than converting them for each rule.
+    needed = {v for r in rules if r.flag_name is None for v in r.variables if v in act}
+    context = cel.Context({k: act[k] for k in needed}) if needed else None
     matched: list[Rule] = []
     for rule in rules:
         try:
-            if rule.program.execute({k: act[k] for k in rule.variables if k in act}) is True:
+            if rule.matches(act, context):
                 matched.append(rule)
         except EVAL_ERRORS as exc:
             if on_error is not None:

@@ -178,4 +178,3 @@ class StreamWorker:
                 m.observe_flag(run)
                 if run.run.end_ns:
                     m.flag_latency.observe(max(0.0, (now_ns - run.run.end_ns) / 1e9))
-            log.debug("run_scored", trace_id=run.run.trace_id, flagged=run.flag is not None)
