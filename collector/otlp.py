@@ -1,0 +1,284 @@
+"""OTLP trace bodies (protobuf and JSON) to :mod:`collector.model` spans, and back to protobuf.
+
+Pure functions, no I/O; safe to call from any thread. Decoders validate each span on
+its own: a span with a bad id is rejected (counted in :attr:`DecodeResult.rejected`,
+reason in :attr:`DecodeResult.errors`) and never takes its neighbours down. Only a body
+that cannot be parsed at all raises :class:`~collector.errors.DecodeError`.
+
+Attribute values become plain Python values; ``array``/``kvlist`` values nested deeper
+than :data:`MAX_DEPTH` become ``None``. All spans of one resource share one resource
+attribute dict. Accepted spans are split into one :class:`TraceBatch` per trace id, in
+first-seen order. :func:`encode_batch` is the inverse used for stream/Kafka records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError as _ProtobufError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.errors import DecodeError
+from collector.model import Attributes, AttrValue, DecodeResult, Span, SpanEvent, SpanKind, StatusCode, TraceBatch
+
+__all__ = ["MAX_DEPTH", "MAX_ERRORS", "decode_json", "decode_protobuf", "encode_batch"]
+
+MAX_DEPTH = 32
+"""Deepest ``array``/``kvlist`` nesting kept in attribute values; deeper values become ``None``."""
+MAX_ERRORS = 10
+"""Most distinct rejection reasons kept in :attr:`DecodeResult.errors`."""
+
+_KINDS: dict[object, SpanKind] = {int(k): k for k in SpanKind}
+_CODES: dict[object, StatusCode] = {int(c): c for c in StatusCode}
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+_INT64 = range(-(2**63), 2**63)
+
+
+class _Invalid(ValueError):
+    """One span (or one resource) is malformed; its message is the rejection reason."""
+
+
+class _Accumulator:
+    """Collects accepted spans per trace and rejection reasons while a body is decoded."""
+
+    __slots__ = ("errors", "rejected", "traces")
+
+    def __init__(self) -> None:
+        self.traces: dict[str, list[Span]] = {}
+        self.rejected = 0
+        self.errors: dict[str, None] = {}
+
+    def add(self, span: Span) -> None:
+        self.traces.setdefault(span.trace_id, []).append(span)
+
+    def reject(self, reason: str, count: int = 1) -> None:
+        self.rejected += count
+        if len(self.errors) < MAX_ERRORS:
+            self.errors[reason] = None
+
+    def result(self) -> DecodeResult:
+        now = time.time_ns()
+        batches = tuple(TraceBatch(tid, tuple(spans), now) for tid, spans in self.traces.items())
+        return DecodeResult(batches, self.rejected, tuple(self.errors))
+
+
+def _id_problem(trace_id: bytes, span_id: bytes, parent_id: bytes) -> str | None:
+    """Why the ids of a span are unacceptable, or ``None`` when they are fine."""
+    if len(trace_id) != 16:
+        return f"invalid trace_id: expected 16 bytes, got {len(trace_id)}"
+    if trace_id == _ZERO_TRACE:
+        return "invalid trace_id: all zero"
+    if len(span_id) != 8:
+        return f"invalid span_id: expected 8 bytes, got {len(span_id)}"
+    if span_id == _ZERO_SPAN:
+        return "invalid span_id: all zero"
+    if parent_id and len(parent_id) != 8:
+        return f"invalid parent_span_id: expected 0 or 8 bytes, got {len(parent_id)}"
+    return None
+
+
+# --- protobuf -------------------------------------------------------------------------
+
+
+def decode_protobuf(body: bytes) -> DecodeResult:
+    """Decode a binary ``ExportTraceServiceRequest`` (or ``TracesData``, same wire format).
+
+    Args:
+        body: the uncompressed request body.
+
+    Returns:
+        The accepted spans split by trace, plus the count and reasons of rejected spans.
+
+    Raises:
+        DecodeError: (``reason="protobuf"``) when the body is not a parseable message.
+    """
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except _ProtobufError as exc:
+        raise DecodeError("protobuf", f"invalid OTLP protobuf body: {exc}") from exc
+    acc = _Accumulator()
+    for rs in request.resource_spans:
+        resource = _pb_attrs(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            _pb_scope_spans(ss, resource, acc)
+    return acc.result()
+
+
+def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
+    scope = ss.scope.name
+    for sp in ss.spans:
+        trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
+        problem = _id_problem(trace_id, span_id, parent_id)
+        if problem is not None:
+            acc.reject(problem)
+            continue
+        status = sp.status
+        acc.add(
+            Span(
+                trace_id.hex(),
+                span_id.hex(),
+                parent_id.hex() if parent_id and parent_id != _ZERO_SPAN else None,
+                sp.name,
+                _KINDS.get(sp.kind, SpanKind.UNSPECIFIED),
+                sp.start_time_unix_nano,
+                sp.end_time_unix_nano,
+                _CODES.get(status.code, StatusCode.UNSET),
+                status.message,
+                {kv.key: _pb_value(kv.value, 0) for kv in sp.attributes},
+                tuple(_pb_event(e) for e in sp.events) if sp.events else (),
+                resource,
+                scope,
+            )
+        )
+
+
+def _pb_event(event: Any) -> SpanEvent:
+    return SpanEvent(event.name, event.time_unix_nano, _pb_attrs(event.attributes))
+
+
+def _pb_attrs(kvs: Iterable[Any]) -> dict[str, AttrValue]:
+    return {kv.key: _pb_value(kv.value, 0) for kv in kvs}
+
+
+def _pb_value(value: Any, depth: int) -> AttrValue:
+    """Convert one ``AnyValue``; the common non-empty string costs a single field read."""
+    text: str = value.string_value
+    if text:
+        return text
+    which = value.WhichOneof("value")
+    if which == "int_value":
+        number: int = value.int_value
+        return number
+    if which == "double_value":
+        real: float = value.double_value
+        return real
+    if which == "bool_value":
+        flag: bool = value.bool_value
+        return flag
+    if which == "string_value":
+        return ""
+    if which == "bytes_value":
+        data: bytes = value.bytes_value
+        return data
+    if depth >= MAX_DEPTH:
+        return None
+    if which == "array_value":
+        return [_pb_value(v, depth + 1) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _pb_value(kv.value, depth + 1) for kv in value.kvlist_value.values}
+    return None  # unset, or string_value_strindex (profiles only)
+
+
+def decode_json(body: bytes) -> DecodeResult:
+    """Decode an OTLP/JSON ``ExportTraceServiceRequest``.
+
+    Follows the OTLP deviations from proto3 JSON: ids are case-insensitive hex, enums are
+    integers, 64-bit integers may be strings or numbers, keys are lowerCamelCase, unknown
+    keys are ignored and absent keys mean defaults. ``bytesValue`` is base64.
+
+    Args:
+        body: the uncompressed request body (UTF-8 JSON).
+
+    Returns:
+        The accepted spans split by trace, plus the count and reasons of rejected spans.
+
+    Raises:
+        DecodeError: (``reason="json"``) when the body is not JSON, or its structure above
+            the spans is wrong (e.g. ``resourceSpans`` is not a list, bad resource attributes).
+    """
+    from collector._otlp_json import decode  # deferred: that module builds on this one
+
+    return decode(body)
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+def encode_batch(batch: TraceBatch) -> bytes:
+    """Serialize one batch as an ``ExportTraceServiceRequest`` (the stream/Kafka record value).
+
+    Spans are grouped into one ``ResourceSpans`` per distinct resource and one
+    ``ScopeSpans`` per scope name within it, keeping span order inside each group, so
+    ``decode_protobuf(encode_batch(b))`` yields the same spans for any batch produced by
+    a decoder (``received_ns`` is not part of the wire format).
+
+    Args:
+        batch: the batch to encode.
+
+    Returns:
+        The serialized request, wire-compatible with ``TracesData``.
+    """
+    request = ExportTraceServiceRequest()
+    seen: dict[int, tuple[Any, dict[str, Any]]] = {}
+    distinct: list[tuple[Attributes, tuple[Any, dict[str, Any]]]] = []
+    for span in batch.spans:
+        group = seen.get(id(span.resource))
+        if group is None:
+            group = next((g for res, g in distinct if res == span.resource), None)
+            if group is None:
+                rs = request.resource_spans.add()
+                _fill_attrs(rs.resource.attributes, span.resource)
+                group = (rs, {})
+                distinct.append((span.resource, group))
+            seen[id(span.resource)] = group
+        rs, scopes = group
+        ss = scopes.get(span.scope)
+        if ss is None:
+            ss = scopes[span.scope] = rs.scope_spans.add()
+            ss.scope.name = span.scope
+        _fill_span(ss.spans.add(), span)
+    return bytes(request.SerializeToString())
+
+
+def _fill_span(pb: Any, span: Span) -> None:
+    pb.trace_id = bytes.fromhex(span.trace_id)
+    pb.span_id = bytes.fromhex(span.span_id)
+    if span.parent_span_id is not None:
+        pb.parent_span_id = bytes.fromhex(span.parent_span_id)
+    pb.name = span.name
+    pb.kind = int(span.kind)
+    pb.start_time_unix_nano = span.start_ns
+    pb.end_time_unix_nano = span.end_ns
+    _fill_attrs(pb.attributes, span.attributes)
+    for event in span.events:
+        pe = pb.events.add(name=event.name, time_unix_nano=event.time_ns)
+        _fill_attrs(pe.attributes, event.attributes)
+    if span.status_code or span.status_message:
+        pb.status.code = int(span.status_code)
+        pb.status.message = span.status_message
+
+
+def _fill_attrs(target: Any, attrs: Mapping[str, AttrValue], depth: int = 0) -> None:
+    for key, value in attrs.items():
+        kv = target.add()
+        kv.key = key
+        _fill_value(kv.value, value, depth)
+
+
+def _fill_value(pb: Any, value: AttrValue, depth: int) -> None:
+    if isinstance(value, str):
+        pb.string_value = value
+    elif isinstance(value, bool):
+        pb.bool_value = value
+    elif isinstance(value, int):
+        if value in _INT64:
+            pb.int_value = value
+        else:
+            pb.string_value = str(value)  # no lossless int64 form
+    elif isinstance(value, float):
+        pb.double_value = value
+    elif isinstance(value, bytes):
+        pb.bytes_value = value
+    elif value is None or depth >= MAX_DEPTH:
+        return
+    elif isinstance(value, list):
+        array = pb.array_value
+        array.SetInParent()
+        for item in value:
+            _fill_value(array.values.add(), item, depth + 1)
+    else:
+        pb.kvlist_value.SetInParent()
+        _fill_attrs(pb.kvlist_value.values, value, depth + 1)

@@ -1,0 +1,123 @@
+"""The bounded in-process stream: the embedded stand-in for the Kafka topic.
+
+Receivers publish :class:`~collector.model.TraceBatch` records (one trace each); one
+worker thread drains them with :meth:`InProcessStream.get_many`. A publish takes all of
+its records or none, so an HTTP 503 means nothing of the request was kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from collector.errors import BackpressureError
+from collector.metrics import CollectorMetrics
+from collector.model import TraceBatch
+
+__all__ = ["InProcessStream", "Publisher"]
+
+
+class Publisher(Protocol):
+    """Where receivers hand decoded records: the in-process stream or a Kafka producer."""
+
+    def publish(self, batches: Sequence[TraceBatch]) -> None:
+        """Take all of ``batches`` or none of them.
+
+        Must not block for long: it is called on the receiver's event loop.
+
+        Raises:
+            BackpressureError: there is no room for all of them; nothing was taken.
+        """
+        ...
+
+
+class InProcessStream:
+    """A bounded, thread-safe FIFO of trace batches implementing :class:`Publisher`.
+
+    Producers (the receivers, on the event-loop thread) call :meth:`publish`; one or more
+    consumer threads call :meth:`get_many`. A single publish larger than the whole
+    capacity is accepted only into an empty stream, so that it cannot be refused forever.
+
+    Args:
+        max_batches: capacity in records (traces).
+        retry_after_s: the ``retry_after`` of :class:`BackpressureError` when full.
+        metrics: counts refused spans and exposes the depth at scrape time, when given.
+
+    Raises:
+        ValueError: ``max_batches`` is not positive.
+    """
+
+    def __init__(self, max_batches: int, retry_after_s: float, metrics: CollectorMetrics | None = None) -> None:
+        if max_batches <= 0:
+            raise ValueError(f"max_batches must be positive, got {max_batches}")
+        self._max = max_batches
+        self._retry_after = retry_after_s
+        self._metrics = metrics
+        self._items: deque[TraceBatch] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        if metrics is not None:
+            metrics.bind_stream(self.qsize, max_batches)
+
+    @property
+    def max_batches(self) -> int:
+        """The capacity in records."""
+        return self._max
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def publish(self, batches: Sequence[TraceBatch]) -> None:
+        """Append all of ``batches`` or none of them. Never blocks on a full stream.
+
+        Raises:
+            BackpressureError: the stream is full (or closed); nothing was appended and the
+                refused spans were counted as dropped.
+        """
+        if not batches:
+            return
+        with self._cond:
+            room = self._max - len(self._items)
+            if not self._closed and (len(batches) <= room or not self._items):
+                self._items.extend(batches)
+                self._cond.notify()
+                return
+        if self._metrics is not None:
+            self._metrics.stream_full(sum(len(b.spans) for b in batches))
+        raise BackpressureError(self._retry_after)
+
+    def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
+        """Remove and return up to ``max_items`` records, oldest first.
+
+        Blocks up to ``timeout_s`` for the first record, then takes what is there without
+        waiting. Returns an empty list on timeout, or at once when closed and empty;
+        records already in a closed stream are still handed out (drain on shutdown).
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._items and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self._cond.wait(remaining)
+            count = min(max_items, len(self._items))
+            return [self._items.popleft() for _ in range(count)]
+
+    def qsize(self) -> int:
+        """Number of records waiting."""
+        return len(self._items)
+
+    def ready(self) -> bool:
+        """Whether the stream accepts records (it is not closed)."""
+        return not self._closed
+
+    def close(self) -> None:
+        """Refuse further publishes and wake every waiting consumer. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -1,0 +1,300 @@
+"""Tests for collector.otlp: protobuf decoding, validation, splitting by trace, re-encoding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind as OtelSpanKind
+from opentelemetry.trace import Status as OtelStatus
+from opentelemetry.trace import StatusCode as OtelStatusCode
+from opentelemetry.util.types import AttributeValue
+
+from collector.errors import DecodeError
+from collector.model import Span, SpanKind, StatusCode, TraceBatch
+from collector.otlp import MAX_DEPTH, MAX_ERRORS, decode_protobuf, encode_batch
+
+TRACE = bytes(range(1, 17))
+SPAN = bytes(range(1, 9))
+PARENT = bytes(range(11, 19))
+SDK_ATTRIBUTES: dict[str, AttributeValue] = {
+    "s": "text",
+    "b": True,
+    "i": 42,
+    "f": 0.5,
+    "ss": ["a", "b"],
+    "bs": [True],
+    "is": [1, 2],
+    "fs": [1.5],
+}
+
+
+def _any(value: Any) -> AnyValue:
+    """An OTLP AnyValue for a Python value (independent of the code under test)."""
+    if value is None:
+        return AnyValue()
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, str):
+        return AnyValue(string_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, bytes):
+        return AnyValue(bytes_value=value)
+    if isinstance(value, Mapping):
+        out = AnyValue()
+        out.kvlist_value.values.extend(_kvs(value))
+        return out
+    out = AnyValue()
+    out.array_value.SetInParent()
+    out.array_value.values.extend(_any(v) for v in value)
+    return out
+
+
+def _kvs(attrs: Mapping[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=_any(v)) for k, v in attrs.items()]
+
+
+def _request(*spans: dict[str, Any], resource: Mapping[str, Any] | None = None) -> ExportTraceServiceRequest:
+    """A one-resource, one-scope request; each dict holds protobuf Span fields."""
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    rs.resource.attributes.extend(_kvs(resource or {"service.name": "agent"}))
+    ss = rs.scope_spans.add()
+    ss.scope.name = "test.scope"
+    for overrides in spans:
+        fields = {"trace_id": TRACE, "span_id": SPAN, "name": "op", **overrides}
+        attrs = fields.pop("attributes", {})
+        pb = ss.spans.add(**fields)
+        pb.attributes.extend(_kvs(attrs))
+    return request
+
+
+def _decode(*spans: dict[str, Any]) -> Sequence[Span]:
+    result = decode_protobuf(_request(*spans).SerializeToString())
+    return [s for b in result.batches for s in b.spans]
+
+
+@pytest.fixture
+def sdk_spans() -> Iterator[tuple[ReadableSpan, ...]]:
+    """Two finished SDK spans (a root and a child with an exception event)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "support-bot", "deployment.environment": "test"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("vigil.tests", "1.0")
+    with (
+        tracer.start_as_current_span("invoke_agent support", attributes=SDK_ATTRIBUTES),
+        tracer.start_as_current_span("execute_tool search", kind=OtelSpanKind.CLIENT) as child,
+    ):
+        child.add_event("exception", {"exception.type": "ValueError", "exception.message": "boom"})
+        child.set_status(OtelStatus(OtelStatusCode.ERROR, "tool failed"))
+    yield tuple(exporter.get_finished_spans())
+    provider.shutdown()
+
+
+class TestDecodeProtobuf:
+    def test_sdk_spans(self, sdk_spans: tuple[ReadableSpan, ...]) -> None:
+        """Spans encoded by the OTel SDK exporter decode with ids, kind, status, attributes and events."""
+        child_sdk, root_sdk = sdk_spans
+        result = decode_protobuf(encode_spans(sdk_spans).SerializeToString())
+        (batch,) = result.batches
+        child, root = batch.spans
+        assert format(root_sdk.context.trace_id, "032x") == batch.trace_id == root.trace_id
+        assert format(root_sdk.context.span_id, "016x") == root.span_id == child.parent_span_id
+        assert root.is_root
+        assert SDK_ATTRIBUTES == root.attributes
+        assert ("execute_tool search", SpanKind.CLIENT, StatusCode.ERROR, "tool failed") == (
+            child.name,
+            child.kind,
+            child.status_code,
+            child.status_message,
+        )
+        assert ("exception", {"exception.type": "ValueError", "exception.message": "boom"}) == (
+            child.events[0].name,
+            child.events[0].attributes,
+        )
+        assert child_sdk.events[0].timestamp == child.events[0].time_ns
+        assert (root_sdk.start_time, root_sdk.end_time) == (root.start_ns, root.end_ns)
+        assert "support-bot" == root.resource["service.name"]
+        assert root.resource is child.resource
+        assert "vigil.tests" == root.scope
+        assert (2, 0, ()) == (result.accepted, result.rejected, result.errors)
+
+    def test_every_attribute_type(self) -> None:
+        """Strings, bools, ints, doubles, bytes, arrays, kvlists and empty values become Python values."""
+        attrs = {
+            "str": "x",
+            "empty": "",
+            "bool": False,
+            "int": -(2**63),
+            "double": 1e-3,
+            "bytes": b"\x00\xff",
+            "array": ["a", 1, [2.5, None]],
+            "kvlist": {"k": {"nested": True}, "n": None},
+            "unset": None,
+        }
+        (span,) = _decode({"attributes": attrs})
+        assert attrs == span.attributes
+
+    def test_deep_values_are_capped(self) -> None:
+        """Arrays nested deeper than MAX_DEPTH are replaced by None instead of recursing."""
+        value: Any = "leaf"
+        for _ in range(MAX_DEPTH + 5):
+            value = [value]
+        (span,) = _decode({"attributes": {"deep": value}})
+        kept = span.attributes["deep"]
+        for _ in range(MAX_DEPTH):
+            assert isinstance(kept, list)
+            kept = kept[0]
+        assert kept is None
+
+    def test_traces_data_bytes(self) -> None:
+        """TracesData bytes (the Collector's Kafka payload) decode like a request."""
+        data = TracesData()
+        data.resource_spans.extend(_request({}).resource_spans)
+        assert 1 == decode_protobuf(data.SerializeToString()).accepted
+
+    def test_split_by_trace_in_first_seen_order(self) -> None:
+        """Spans are grouped into one batch per trace, in the order traces first appear."""
+        other = bytes(range(2, 18))
+        spans = [{"trace_id": t, "span_id": bytes([i + 1]) * 8} for i, t in enumerate([other, TRACE, other])]
+        result = decode_protobuf(_request(*spans).SerializeToString())
+        assert [other.hex(), TRACE.hex()] == [b.trace_id for b in result.batches]
+        assert [2, 1] == [len(b.spans) for b in result.batches]
+        assert all(b.received_ns > 0 and all(s.trace_id == b.trace_id for s in b.spans) for b in result.batches)
+
+    @pytest.mark.parametrize(
+        ("fields", "reason"),
+        [
+            ({"trace_id": b""}, "invalid trace_id: expected 16 bytes, got 0"),
+            ({"trace_id": TRACE[:15]}, "invalid trace_id: expected 16 bytes, got 15"),
+            ({"trace_id": bytes(16)}, "invalid trace_id: all zero"),
+            ({"span_id": b""}, "invalid span_id: expected 8 bytes, got 0"),
+            ({"span_id": SPAN * 2}, "invalid span_id: expected 8 bytes, got 16"),
+            ({"span_id": bytes(8)}, "invalid span_id: all zero"),
+            ({"parent_span_id": b"\x01" * 5}, "invalid parent_span_id: expected 0 or 8 bytes, got 5"),
+        ],
+    )
+    def test_bad_span_rejected_neighbours_kept(self, fields: dict[str, Any], reason: str) -> None:
+        """A span with a bad id is rejected with a reason; the spans around it are kept."""
+        good = {"span_id": PARENT}
+        result = decode_protobuf(_request(good, {"name": "bad", **fields}, good).SerializeToString())
+        assert (2, 1, (reason,)) == (result.accepted, result.rejected, result.errors)
+
+    def test_errors_are_bounded(self) -> None:
+        """Many distinct rejection reasons keep at most MAX_ERRORS messages but count every span."""
+        bad = [{"trace_id": b"\x01" * n} for n in range(1, 16)]
+        result = decode_protobuf(_request(*bad, *bad).SerializeToString())
+        assert (30, MAX_ERRORS) == (result.rejected, len(result.errors))
+
+    def test_zero_parent_is_root(self) -> None:
+        """An all-zero parent span id means the span is a root."""
+        (span,) = _decode({"parent_span_id": bytes(8)})
+        assert span.parent_span_id is None
+
+    def test_parent_and_times(self) -> None:
+        """Parent ids become lowercase hex and times are kept in nanoseconds."""
+        (span,) = _decode({"parent_span_id": PARENT, "start_time_unix_nano": 2**63, "end_time_unix_nano": 2**64 - 1})
+        assert (PARENT.hex(), 2**63, 2**64 - 1) == (span.parent_span_id, span.start_ns, span.end_ns)
+
+    def test_unknown_enums_map_to_unspecified(self) -> None:
+        """Kind and status values outside the known range become UNSPECIFIED and UNSET."""
+        request = _request({})
+        pb = request.resource_spans[0].scope_spans[0].spans[0]
+        pb.kind = 9
+        pb.status.code = 7
+        (batch,) = decode_protobuf(request.SerializeToString()).batches
+        assert (SpanKind.UNSPECIFIED, StatusCode.UNSET) == (batch.spans[0].kind, batch.spans[0].status_code)
+
+    @pytest.mark.parametrize("body", [b"\xff\xff\xff", b"not a protobuf at all", b"\x0a\x80\x01"])
+    def test_garbage_raises(self, body: bytes) -> None:
+        """A body that does not parse raises DecodeError with reason 'protobuf'."""
+        with pytest.raises(DecodeError) as info:
+            decode_protobuf(body)
+        assert "protobuf" == info.value.reason
+
+    def test_truncated_raises(self, sdk_spans: tuple[ReadableSpan, ...]) -> None:
+        """A truncated request raises DecodeError."""
+        body = encode_spans(sdk_spans).SerializeToString()
+        with pytest.raises(DecodeError):
+            decode_protobuf(body[: len(body) // 2])
+
+    def test_empty_body(self) -> None:
+        """An empty body is an empty request."""
+        assert () == decode_protobuf(b"").batches
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.binary(max_size=20),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+class TestEncodeBatch:
+    def test_round_trip_sdk_spans(self, sdk_spans: tuple[ReadableSpan, ...]) -> None:
+        """Decoding an encoded batch gives the same spans back."""
+        (batch,) = decode_protobuf(encode_spans(sdk_spans).SerializeToString()).batches
+        assert batch.spans == decode_protobuf(encode_batch(batch)).batches[0].spans
+
+    @settings(max_examples=60, deadline=None)
+    @given(attrs=st.dictionaries(st.text(max_size=10), _values, max_size=6))
+    def test_round_trip_any_attributes(self, attrs: dict[str, Any]) -> None:
+        """Any attribute value a decoder can produce survives encode then decode."""
+        span = Span(TRACE.hex(), SPAN.hex(), PARENT.hex(), "op", attributes=attrs, resource={"r": 1}, scope="s")
+        (batch,) = decode_protobuf(encode_batch(TraceBatch(span.trace_id, (span,)))).batches
+        assert (span,) == batch.spans
+
+    def test_groups_resources_and_scopes(self) -> None:
+        """One ResourceSpans per distinct resource and one ScopeSpans per scope name."""
+        res_a, res_b = {"service.name": "a"}, {"service.name": "b"}
+        spans = tuple(
+            Span(TRACE.hex(), f"{i + 1:016x}", None, f"s{i}", resource=res, scope=scope)
+            for i, (res, scope) in enumerate([(res_a, "x"), (dict(res_a), "y"), (res_b, "x"), (res_a, "x")])
+        )
+        request = ExportTraceServiceRequest.FromString(encode_batch(TraceBatch(TRACE.hex(), spans)))
+        shape = [[(ss.scope.name, len(ss.spans)) for ss in rs.scope_spans] for rs in request.resource_spans]
+        assert [[("x", 2), ("y", 1)], [("x", 1)]] == shape
+
+
+def _encodes_back(batches: Sequence[TraceBatch]) -> None:
+    for batch in batches:
+        assert batch.spans == decode_protobuf(encode_batch(batch)).batches[0].spans
+
+
+class TestRobustness:
+    @settings(max_examples=200, deadline=None)
+    @given(data=st.data())
+    def test_protobuf_mutations_raise_only_decode_error(self, data: st.DataObject) -> None:
+        """A valid body with random bytes overwritten either decodes or raises DecodeError."""
+        body = bytearray(
+            _request({"attributes": {"a": [1, "x"], "b": {"c": b"d"}}}, {"span_id": PARENT}).SerializeToString()
+        )
+        for _ in range(data.draw(st.integers(1, 4))):
+            body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+        try:
+            result = decode_protobuf(bytes(body))
+        except DecodeError:
+            return
+        _encodes_back(result.batches)

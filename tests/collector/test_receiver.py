@@ -1,0 +1,344 @@
+"""Tests for collector.receiver: OTLP/HTTP statuses, encodings, limits, auth and metrics."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from google.rpc.status_pb2 import Status  # type: ignore[import-untyped]  # no stubs shipped
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client import CollectorRegistry
+from starlette.testclient import TestClient
+
+from collector.metrics import CollectorMetrics
+from collector.receiver import THREADPOOL_DECODE_BYTES, create_otlp_app
+from collector.stream import InProcessStream
+
+LIMIT = 1024 * 1024
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+JSON = {"Content-Type": "application/json"}
+
+
+def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0) -> ExportTraceServiceRequest:
+    """``n_spans`` valid spans of one trace plus ``bad`` spans with a zero trace id."""
+    request = ExportTraceServiceRequest()
+    ss = request.resource_spans.add().scope_spans.add()
+    for i in range(n_spans + bad):
+        sp = ss.spans.add(trace_id=bytes(16) if i >= n_spans else b"\x01" * 16, span_id=(i + 1).to_bytes(8, "big"))
+        sp.name = "chat"
+        if padding:
+            sp.attributes.add(key="gen_ai.prompt").value.string_value = "x" * padding
+    return request
+
+
+def _json(n_spans: int = 2, *, bad: int = 0) -> bytes:
+    spans = [{"traceId": "01" * 16, "spanId": f"{i + 1:016x}", "name": "chat"} for i in range(n_spans)]
+    spans += [{"traceId": "00" * 16, "spanId": "01" * 8}] * bad
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+class Harness:
+    """A receiver app on a fresh registry and stream, with a test client."""
+
+    def __init__(self, *, max_batches: int = 100, token: str | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.metrics = CollectorMetrics(self.registry)
+        self.stream = InProcessStream(max_batches, 1.0, self.metrics)
+        app = create_otlp_app(self.stream, self.metrics, max_body_bytes=LIMIT, retry_after_s=3, ingest_token=token)
+        self.client = TestClient(app)
+        self.auth = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def post(self, body: Any, headers: dict[str, str]) -> Any:
+        return self.client.post("/v1/traces", content=body, headers={**self.auth, **headers})
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+    def requests(self, encoding: str, code: int) -> float | None:
+        return self.sample("vigil_otlp_requests_total", encoding=encoding, code=str(code))
+
+    def rejected(self, reason: str) -> float | None:
+        return self.sample("vigil_otlp_rejected_requests_total", reason=reason)
+
+    def assert_still_works(self) -> None:
+        """A good request after a bad one is accepted."""
+        before = self.stream.qsize()
+        assert 200 == self.post(_request().SerializeToString(), PROTOBUF).status_code
+        assert before + 1 == self.stream.qsize()
+
+
+@pytest.fixture
+def harness_factory() -> Iterator[Callable[..., Harness]]:
+    """Builds Harness objects and closes their clients."""
+    made: list[Harness] = []
+
+    def make(**kwargs: Any) -> Harness:
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.client.close()
+
+
+@pytest.fixture
+def h(harness_factory: Callable[..., Harness]) -> Harness:
+    """A default harness."""
+    return harness_factory()
+
+
+class TestSuccess:
+    def test_protobuf(self, h: Harness) -> None:
+        """A protobuf export is published and answered with an empty protobuf response."""
+        response = h.post(_request(3).SerializeToString(), PROTOBUF)
+        assert (200, "application/x-protobuf") == (response.status_code, response.headers["content-type"])
+        assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+        (batch,) = h.stream.get_many(10, 0)
+        assert 3 == len(batch.spans)
+        assert 3.0 == h.sample("vigil_spans_received_total", encoding="protobuf")
+        assert 1.0 == h.requests("protobuf", 200)
+
+    def test_json_with_charset(self, h: Harness) -> None:
+        """JSON with a charset parameter is accepted and answered in JSON."""
+        response = h.post(_json(2), {"Content-Type": "application/json; charset=utf-8"})
+        assert (200, {}) == (response.status_code, response.json())
+        assert 2.0 == h.sample("vigil_spans_received_total", encoding="json")
+
+    def test_partial_success_protobuf(self, h: Harness) -> None:
+        """Rejected spans are reported in partial_success and counted as invalid_id."""
+        response = h.post(_request(2, bad=3).SerializeToString(), PROTOBUF)
+        partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+        assert (200, 3, "invalid trace_id: all zero") == (
+            response.status_code,
+            partial.rejected_spans,
+            partial.error_message,
+        )
+        assert 3.0 == h.sample("vigil_spans_rejected_total", reason="invalid_id")
+        assert 2.0 == h.sample("vigil_spans_received_total", encoding="protobuf")
+
+    def test_partial_success_json(self, h: Harness) -> None:
+        """JSON partial success uses camelCase keys and a string int64."""
+        response = h.post(_json(1, bad=2), JSON)
+        expected = {"partialSuccess": {"rejectedSpans": "2", "errorMessage": "invalid trace_id: all zero"}}
+        assert (200, expected) == (response.status_code, response.json())
+
+    def test_empty_request(self, h: Harness) -> None:
+        """A request without spans succeeds and publishes nothing."""
+        assert 200 == h.post(b"", PROTOBUF).status_code
+        assert 200 == h.post(b"{}", JSON).status_code
+        assert 0 == h.stream.qsize()
+
+    @pytest.mark.parametrize(
+        ("encoding", "compress"),
+        [
+            ("gzip", gzip.compress),
+            ("deflate", zlib.compress),
+            ("deflate", lambda b: zlib.compress(b, wbits=-15)),
+            ("identity", lambda b: b),
+        ],
+    )
+    def test_compression(self, h: Harness, encoding: str, compress: Callable[[bytes], bytes]) -> None:
+        """gzip, zlib-wrapped and raw deflate, and identity bodies are accepted."""
+        body = compress(_request(2).SerializeToString())
+        assert 200 == h.post(body, {**PROTOBUF, "Content-Encoding": encoding}).status_code
+        assert 1 == h.stream.qsize()
+
+    def test_concatenated_gzip_members(self, h: Harness) -> None:
+        """A gzip body made of several members is read whole."""
+        raw = _request(2).SerializeToString()
+        body = gzip.compress(raw[:10]) + gzip.compress(raw[10:])
+        assert 200 == h.post(body, {**PROTOBUF, "Content-Encoding": "gzip"}).status_code
+        assert 2 == len(h.stream.get_many(10, 0)[0].spans)
+
+    def test_chunked_body(self, h: Harness) -> None:
+        """A body sent with chunked transfer encoding (no Content-Length) is read as a stream."""
+        body = gzip.compress(_request(5).SerializeToString())
+
+        def chunks() -> Iterator[bytes]:
+            for i in range(0, len(body), 7):
+                yield body[i : i + 7]
+
+        assert 200 == h.post(chunks(), {**PROTOBUF, "Content-Encoding": "gzip"}).status_code
+        assert 5 == len(h.stream.get_many(10, 0)[0].spans)
+
+    def test_large_body_decoded_in_thread(self, h: Harness) -> None:
+        """A body above the thread-pool threshold is decoded and accepted."""
+        body = _request(40, padding=THREADPOOL_DECODE_BYTES // 30).SerializeToString()
+        assert len(body) > THREADPOOL_DECODE_BYTES
+        assert 200 == h.post(body, PROTOBUF).status_code
+        assert 40.0 == h.sample("vigil_spans_received_total", encoding="protobuf")
+
+
+class TestRejections:
+    def test_unsupported_content_type(self, h: Harness) -> None:
+        """An unknown Content-Type is 415 with a protobuf Status and is counted."""
+        response = h.post(b"hello", {"Content-Type": "text/plain"})
+        assert 415 == response.status_code
+        assert "unsupported Content-Type 'text/plain'" in Status.FromString(response.content).message
+        assert (1.0, 1.0) == (h.requests("other", 415), h.rejected("unsupported_media_type"))
+        h.assert_still_works()
+
+    def test_unsupported_content_encoding(self, h: Harness) -> None:
+        """An unknown Content-Encoding is 415, in JSON for a JSON request."""
+        response = h.post(_json(), {**JSON, "Content-Encoding": "br"})
+        assert (415, 3) == (response.status_code, response.json()["code"])
+        assert "Content-Encoding" in response.json()["message"]
+        assert 1.0 == h.rejected("unsupported_media_type")
+        h.assert_still_works()
+
+    def test_raw_body_too_large(self, h: Harness) -> None:
+        """A body over the limit is 413, with or without a Content-Length header."""
+        body = _request(1, padding=LIMIT).SerializeToString()
+        assert 413 == h.post(body, PROTOBUF).status_code
+        assert 413 == h.post(iter([body[:LIMIT], body[LIMIT:]]), PROTOBUF).status_code
+        assert (2.0, 2.0) == (h.requests("protobuf", 413), h.rejected("too_large"))
+        h.assert_still_works()
+
+    def test_gzip_bomb(self, h: Harness) -> None:
+        """100 MiB of gzipped zeros is refused with 413 without being expanded in memory."""
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        block = bytes(1024 * 1024)
+        bomb = b"".join(packer.compress(block) for _ in range(100)) + packer.flush()
+        assert len(bomb) < LIMIT
+        tracemalloc.start()
+        try:
+            response = h.post(bomb, {**PROTOBUF, "Content-Encoding": "gzip"})
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert 413 == response.status_code
+        assert peak < 16 * LIMIT
+        assert "exceeds" in Status.FromString(response.content).message
+        assert 1.0 == h.rejected("too_large")
+        h.assert_still_works()
+
+    @pytest.mark.parametrize("body", [b"\xff\xff\xff\xff", b"\x0a\x80\x01garbage"])
+    def test_garbage_protobuf(self, h: Harness, body: bytes) -> None:
+        """An unparseable protobuf body is 400 with a message, counted as decode."""
+        response = h.post(body, PROTOBUF)
+        assert 400 == response.status_code
+        assert "invalid OTLP protobuf body" in Status.FromString(response.content).message
+        assert (1.0, 1.0) == (h.requests("protobuf", 400), h.rejected("decode"))
+        h.assert_still_works()
+
+    def test_truncated_protobuf(self, h: Harness) -> None:
+        """A truncated protobuf body is 400."""
+        body = _request(3).SerializeToString()
+        assert 400 == h.post(body[:-5], PROTOBUF).status_code
+        h.assert_still_works()
+
+    def test_invalid_json(self, h: Harness) -> None:
+        """Invalid JSON is 400 with a JSON error body."""
+        response = h.post(b'{"resourceSpans": [', JSON)
+        assert (400, 3) == (response.status_code, response.json()["code"])
+        assert "invalid JSON body" in response.json()["message"]
+        assert (1.0, 1.0) == (h.requests("json", 400), h.rejected("decode"))
+        h.assert_still_works()
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b"\x1f\x8b\x08\x00garbage-not-gzip",
+            gzip.compress(b"x" * 1000)[:-20],
+            b"plain, not compressed",
+        ],
+    )
+    def test_bad_gzip(self, h: Harness, body: bytes) -> None:
+        """Corrupt, truncated or uncompressed gzip bodies are 400."""
+        response = h.post(body, {**PROTOBUF, "Content-Encoding": "gzip"})
+        assert 400 == response.status_code
+        assert "gzip" in Status.FromString(response.content).message
+        assert 1.0 == h.rejected("decode")
+        h.assert_still_works()
+
+    def test_stream_full(self, harness_factory: Callable[..., Harness]) -> None:
+        """A full stream is 503 with Retry-After; nothing is taken and the spans are counted."""
+        h = harness_factory(max_batches=1)
+        assert 200 == h.post(_request(1).SerializeToString(), PROTOBUF).status_code
+        response = h.post(_request(4).SerializeToString(), PROTOBUF)
+        assert (503, "3") == (response.status_code, response.headers["retry-after"])
+        assert "retry later" in Status.FromString(response.content).message
+        assert 1 == h.stream.qsize()
+        assert 4.0 == h.sample("vigil_spans_rejected_total", reason="backpressure")
+        assert 4.0 == h.sample("vigil_dropped_total", stage="stream", reason="full")
+        assert (1.0, 1.0) == (h.requests("protobuf", 503), h.rejected("backpressure"))
+        h.stream.get_many(10, 0)
+        h.assert_still_works()
+
+    def test_ingest_token(self, harness_factory: Callable[..., Harness]) -> None:
+        """With an ingest token, a missing or wrong bearer token is 401; the right one is accepted."""
+        h = harness_factory(token="s3cret")
+        body = _request().SerializeToString()
+        missing = h.client.post("/v1/traces", content=body, headers=PROTOBUF)
+        wrong = h.client.post("/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "Bearer nope"})
+        assert (401, 401, "Bearer") == (missing.status_code, wrong.status_code, missing.headers["www-authenticate"])
+        assert 2.0 == h.rejected("unauthorized")
+        assert 0 == h.stream.qsize()
+        h.assert_still_works()
+
+    def test_wrong_method(self, h: Harness) -> None:
+        """GET on the export path is not allowed."""
+        assert 405 == h.client.get("/v1/traces").status_code
+
+
+class TestProbes:
+    def test_healthz(self, h: Harness) -> None:
+        """/healthz answers ok."""
+        response = h.client.get("/healthz")
+        assert (200, {"status": "ok"}) == (response.status_code, response.json())
+
+    def test_readyz_follows_stream(self, h: Harness) -> None:
+        """/readyz is 200 while the stream is open and 503 once it is closed."""
+        assert 200 == h.client.get("/readyz").status_code
+        h.stream.close()
+        assert 503 == h.client.get("/readyz").status_code
+
+
+@pytest.fixture
+def live_server(h: Harness) -> Iterator[str]:
+    """The harness app served by uvicorn on a free loopback port; yields the base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(h.client.app, log_config=None, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+class TestRealExporter:
+    @pytest.mark.parametrize("compression", [Compression.Gzip, Compression.Deflate, Compression.NoCompression])
+    def test_sdk_http_exporter(self, h: Harness, live_server: str, compression: Compression) -> None:
+        """The OTel SDK's OTLP/HTTP exporter delivers spans over a real socket with each compression."""
+        exporter = OTLPSpanExporter(endpoint=f"{live_server}/v1/traces", compression=compression, timeout=10)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("vigil.tests")
+        with tracer.start_as_current_span("invoke_agent a"), tracer.start_as_current_span("chat m"):
+            pass
+        provider.shutdown()
+        batches = h.stream.get_many(10, 1.0)
+        assert ["chat m", "invoke_agent a"] == [s.name for b in batches for s in b.spans]
+        assert 2.0 == h.requests("protobuf", 200)  # SimpleSpanProcessor: one request per span

@@ -1,0 +1,141 @@
+"""Tests for collector.stream: bounded, all-or-nothing, blocking reads, thread safety, metrics."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from collector.errors import BackpressureError
+from collector.metrics import CollectorMetrics
+from collector.model import Span, TraceBatch
+from collector.stream import InProcessStream, Publisher
+
+
+def _batch(i: int, spans: int = 1) -> TraceBatch:
+    trace_id = f"{i + 1:032x}"
+    return TraceBatch(trace_id, tuple(Span(trace_id, f"{j + 1:016x}", None, "op") for j in range(spans)))
+
+
+class TestInProcessStream:
+    def test_is_a_publisher(self) -> None:
+        """The stream satisfies the Publisher protocol."""
+        stream: Publisher = InProcessStream(1, 1.0)
+        stream.publish([])
+
+    def test_fifo(self) -> None:
+        """Records come out in the order they went in."""
+        stream = InProcessStream(10, 1.0)
+        stream.publish([_batch(0), _batch(1)])
+        stream.publish([_batch(2)])
+        assert [_batch(0), _batch(1), _batch(2)] == stream.get_many(10, 0)
+
+    def test_all_or_nothing(self) -> None:
+        """A publish that does not fit entirely takes nothing and raises BackpressureError."""
+        stream = InProcessStream(3, 2.5)
+        stream.publish([_batch(0), _batch(1)])
+        with pytest.raises(BackpressureError) as info:
+            stream.publish([_batch(2), _batch(3)])
+        assert (2.5, 2) == (info.value.retry_after, stream.qsize())
+        stream.publish([_batch(2)])
+        assert 3 == stream.qsize()
+
+    def test_oversized_publish_only_into_empty_stream(self) -> None:
+        """A publish larger than the capacity is accepted into an empty stream rather than refused forever."""
+        stream = InProcessStream(2, 1.0)
+        stream.publish([_batch(i) for i in range(3)])
+        assert 3 == stream.qsize()
+        with pytest.raises(BackpressureError):
+            stream.publish([_batch(9)])
+
+    def test_get_many_caps_and_times_out(self) -> None:
+        """get_many returns at most max_items, and an empty list after the timeout."""
+        stream = InProcessStream(10, 1.0)
+        stream.publish([_batch(i) for i in range(5)])
+        assert 3 == len(stream.get_many(3, 0))
+        assert 2 == len(stream.get_many(3, 0))
+        started = time.monotonic()
+        assert [] == stream.get_many(3, 0.05)
+        assert time.monotonic() - started >= 0.04
+
+    def test_get_many_wakes_on_publish(self) -> None:
+        """A waiting consumer is woken by a publish from another thread."""
+        stream = InProcessStream(10, 1.0)
+        timer = threading.Timer(0.05, stream.publish, [[_batch(0)]])
+        timer.start()
+        started = time.monotonic()
+        assert [_batch(0)] == stream.get_many(10, 5.0)
+        assert time.monotonic() - started < 2.0
+        timer.join()
+
+    def test_close_drains_then_stops(self) -> None:
+        """After close, remaining records are still handed out, publishes are refused and reads return at once."""
+        stream = InProcessStream(10, 1.0)
+        stream.publish([_batch(0)])
+        stream.close()
+        assert (False, True) == (stream.ready(), stream.closed)
+        with pytest.raises(BackpressureError):
+            stream.publish([_batch(1)])
+        assert [_batch(0)] == stream.get_many(10, 5.0)
+        started = time.monotonic()
+        assert [] == stream.get_many(10, 5.0)
+        assert time.monotonic() - started < 1.0
+
+    def test_close_wakes_waiting_consumer(self) -> None:
+        """close() wakes a consumer blocked in get_many."""
+        stream = InProcessStream(10, 1.0)
+        timer = threading.Timer(0.05, stream.close)
+        timer.start()
+        assert [] == stream.get_many(10, 5.0)
+        timer.join()
+
+    def test_rejects_bad_capacity(self) -> None:
+        """A non-positive capacity is a ValueError."""
+        with pytest.raises(ValueError, match="max_batches"):
+            InProcessStream(0, 1.0)
+
+    def test_metrics(self) -> None:
+        """Refused spans are counted as dropped and the depth is read at scrape time."""
+        registry = CollectorRegistry()
+        stream = InProcessStream(1, 1.0, CollectorMetrics(registry))
+        stream.publish([_batch(0)])
+        with pytest.raises(BackpressureError):
+            stream.publish([_batch(1, spans=3), _batch(2, spans=2)])
+        assert 5.0 == registry.get_sample_value("vigil_dropped_total", {"stage": "stream", "reason": "full"})
+        assert 1.0 == registry.get_sample_value("vigil_stream_depth_batches")
+        assert 1.0 == registry.get_sample_value("vigil_stream_capacity_batches")
+        stream.get_many(1, 0)
+        assert 0.0 == registry.get_sample_value("vigil_stream_depth_batches")
+
+    def test_thread_safety(self) -> None:
+        """Concurrent producers and consumers neither lose nor duplicate records."""
+        stream = InProcessStream(50, 0.0)
+        producers, per_producer = 4, 500
+        received: list[TraceBatch] = []
+        done = threading.Event()
+
+        def produce(base: int) -> None:
+            for i in range(per_producer):
+                while True:
+                    try:
+                        stream.publish([_batch(base + i)])
+                        break
+                    except BackpressureError:
+                        time.sleep(0.0005)
+
+        def consume() -> None:
+            while not (done.is_set() and stream.qsize() == 0):
+                received.extend(stream.get_many(7, 0.01))
+
+        consumers = [threading.Thread(target=consume) for _ in range(2)]
+        threads = [threading.Thread(target=produce, args=(p * per_producer,)) for p in range(producers)]
+        for t in consumers + threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        done.set()
+        for t in consumers:
+            t.join(30)
+        assert [f"{i + 1:032x}" for i in range(producers * per_producer)] == sorted(b.trace_id for b in received)
