@@ -1,0 +1,217 @@
+"""What every e2e driver shares: arguments, the OTel pipeline, the fake model, the ground truth.
+
+A driver is a small agent app instrumented by a third-party instrumentor. It runs a few
+scenarios, each in its own trace, and writes what it *observed* (ground truth) as JSON, so
+the e2e test can compare Vigil's derived fields against it. Usage::
+
+    h = Harness("langgraph", "lg-weather-agent")
+    h.register("lg_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny.")])
+    with h.scenario("lg_normal", agent="weather_agent") as run:
+        graph.invoke({"messages": [("user", run.marker + " weather?")]})
+    h.finish()
+
+Arguments (all optional): ``--endpoint http://127.0.0.1:4318`` (OTLP/HTTP base URL; no
+export without it), ``--openai-base-url`` (a running :class:`FakeOpenAI`; a private one is
+started without it), ``--out ground_truth.json``, ``--capture traces.json`` (the driver's own
+spans as OTLP/JSON, for reference fixtures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from collector.fakeopenai import FakeOpenAI, Turn, turn_to_json
+
+API_KEY = "sk-vigil-e2e-fake"
+"""The API key drivers hand to their clients; the fake server ignores it."""
+
+
+@dataclass
+class RunTruth:
+    """What a driver observed during one scenario (one trace); the e2e test's expectations.
+
+    ``llm_calls`` and the token sums come from the fake server's request log for this run,
+    ``tool_calls``/``tool_errors`` from the driver's own tool functions, and the three flags
+    from what reached the caller (exceptions) or what the model answered (finish reasons).
+    Tokens count only answers the app accepted: a driver lists in ``rejected_kinds`` the
+    answer kinds its framework raises on before recording their usage; ``served_*_tokens``
+    keep the fake server's full totals.
+    """
+
+    scenario: str
+    agent: str
+    key: str = ""
+    marker: str = ""
+    trace_id: str = ""
+    root_span: str = ""
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    hit_max_iterations: bool = False
+    safety_blocked: bool = False
+    errored: bool = False
+    exception: str | None = None
+    finish_kinds: list[str] = field(default_factory=list)
+    rejected_kinds: list[str] = field(default_factory=list)
+    served_input_tokens: int = 0
+    served_output_tokens: int = 0
+
+    def tool(self, failed: bool = False) -> None:
+        """Count one tool execution (and one error when ``failed``)."""
+        self.tool_calls += 1
+        self.tool_errors += int(failed)
+
+
+class _RootRecorder(SpanProcessor):
+    """Records the trace id and name of every root span, in start order."""
+
+    def __init__(self) -> None:
+        self.roots: list[tuple[str, str]] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Keep ``span`` if it has no parent."""
+        if span.parent is None:
+            self.roots.append((format(span.context.trace_id, "032x"), span.name))
+
+
+class Harness:
+    """Arguments, tracer provider, fake-server access and ground truth of one driver process."""
+
+    def __init__(self, driver: str, service_name: str, argv: Sequence[str] | None = None) -> None:
+        parser = argparse.ArgumentParser(description=f"Vigil e2e driver: {driver}")
+        parser.add_argument("--endpoint", help="OTLP/HTTP base URL, e.g. http://127.0.0.1:4318")
+        parser.add_argument("--openai-base-url", help="a running FakeOpenAI, e.g. http://127.0.0.1:PORT/v1")
+        parser.add_argument("--out", type=Path, help="where to write the ground truth JSON")
+        parser.add_argument("--capture", type=Path, help="where to write the spans as OTLP/JSON")
+        self.args = parser.parse_args(argv)
+        self.driver = driver
+        self.service_name = service_name
+        self.tag = uuid.uuid4().hex[:8]
+        self.runs: list[RunTruth] = []
+        self._fake: FakeOpenAI | None = None
+        if self.args.openai_base_url:
+            self.base_url: str = self.args.openai_base_url.rstrip("/")
+        else:
+            self._fake = FakeOpenAI().start()
+            self.base_url = self._fake.base_url
+        self.memory = InMemorySpanExporter()
+        self._roots = _RootRecorder()
+        self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self.provider.add_span_processor(self._roots)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        if self.args.endpoint:
+            exporter = OTLPSpanExporter(endpoint=self.args.endpoint.rstrip("/") + "/v1/traces")
+            self.provider.add_span_processor(BatchSpanProcessor(exporter))
+
+    @property
+    def admin_url(self) -> str:
+        """The fake server's root URL (its ``/_fake/...`` endpoints)."""
+        return self.base_url.removesuffix("/v1")
+
+    def register(self, name: str, turns: Sequence[Turn]) -> None:
+        """Register script ``name`` with the fake server (over HTTP, so any server works)."""
+        body = json.dumps({"turns": [turn_to_json(t) for t in turns]}).encode()
+        request = urllib.request.Request(f"{self.admin_url}/_fake/scripts/{name}", body, method="PUT")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def served(self, key: str) -> list[dict[str, Any]]:
+        """The fake server's log entries for run ``key`` (``NAME#TAG``)."""
+        url = f"{self.admin_url}/_fake/requests?scenario={urllib.parse.quote(key)}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            entries: list[dict[str, Any]] = json.load(response)["requests"]
+        return entries
+
+    @contextmanager
+    def scenario(self, name: str, agent: str, expected: tuple[type[BaseException], ...] = ()) -> Iterator[RunTruth]:
+        """Run one scenario: yields its :class:`RunTruth` (with ``.marker`` for the prompt).
+
+        An exception of a type in ``expected`` is swallowed and recorded as having reached the
+        caller (``errored``); any other exception propagates. Afterwards the run gets its trace
+        id (the one root span started inside) and its LLM calls and tokens from the fake server.
+
+        Raises:
+            RuntimeError: the scenario did not start exactly one root span.
+        """
+        run = RunTruth(scenario=name, agent=agent, key=f"{name}#{self.tag}")
+        run.marker = f"[[scenario:{run.key}]]"
+        before = len(self._roots.roots)
+        try:
+            yield run
+        except expected as exc:
+            run.errored = True
+            run.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        roots = self._roots.roots[before:]
+        if len(roots) != 1:
+            raise RuntimeError(f"scenario {name} started {len(roots)} root spans: {roots}")
+        run.trace_id, run.root_span = roots[0]
+        self._add_served(run)
+        self.runs.append(run)
+
+    def _add_served(self, run: RunTruth) -> None:
+        entries = self.served(run.key)
+        run.llm_calls = len(entries)
+        reported = [e for e in entries if e["usage_reported"]]
+        accepted = [e for e in reported if e["kind"] not in run.rejected_kinds]
+        run.served_input_tokens = sum(e["prompt_tokens"] for e in reported)
+        run.served_output_tokens = sum(e["completion_tokens"] for e in reported)
+        run.input_tokens = sum(e["prompt_tokens"] for e in accepted)
+        run.output_tokens = sum(e["completion_tokens"] for e in accepted)
+        run.finish_kinds = [e["kind"] for e in entries]
+        run.safety_blocked = run.safety_blocked or "content_filter" in run.finish_kinds
+
+    def finish(self) -> None:
+        """Flush and shut the tracer provider down, then write the ground truth and capture."""
+        self.provider.force_flush()
+        self.provider.shutdown()
+        if self.args.out:
+            truth = {"driver": self.driver, "service_name": self.service_name, "runs": [asdict(r) for r in self.runs]}
+            self.args.out.write_text(json.dumps(truth, indent=2) + "\n")
+        if self.args.capture:
+            self.args.capture.write_text(json.dumps(otlp_json(self.memory.get_finished_spans()), indent=1) + "\n")
+        if self._fake is not None:
+            self._fake.shutdown()
+        for run in self.runs:
+            print(json.dumps(asdict(run)), file=sys.stderr)
+
+
+def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """``spans`` as an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, integer enums)."""
+    ordered = sorted(spans, key=lambda s: (s.start_time or 0, s.context.span_id if s.context else 0))
+    data: dict[str, Any] = MessageToDict(encode_spans(ordered), use_integers_for_enums=True)
+    for resource in data.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                _hex_ids(span)
+                for link in span.get("links", []):
+                    _hex_ids(link)
+    return data
+
+
+def _hex_ids(obj: dict[str, Any]) -> None:
+    for key in ("traceId", "spanId", "parentSpanId"):
+        if obj.get(key):
+            obj[key] = base64.b64decode(obj[key]).hex()

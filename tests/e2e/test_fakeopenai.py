@@ -1,0 +1,164 @@
+"""The scripted OpenAI-compatible server, driven by the real ``openai`` client."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+import pytest
+
+from collector.fakeopenai import (
+    ContentFilterTurn,
+    ErrorTurn,
+    FakeOpenAI,
+    TextTurn,
+    ToolCall,
+    ToolCallTurn,
+    Turn,
+    Usage,
+    turn_from_json,
+    turn_to_json,
+)
+
+WEATHER: list[Turn] = [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    """A started server with a weather script, a filtered one and an error one."""
+    scripts: dict[str, list[Turn]] = {
+        "weather": WEATHER,
+        "filtered": [ContentFilterTurn("I can")],
+        "broken": [ErrorTurn(400)],
+    }
+    with FakeOpenAI(scripts) as server:
+        yield server
+
+
+@pytest.fixture
+def client(fake: FakeOpenAI) -> openai.OpenAI:
+    """An OpenAI client pointed at ``fake`` that never retries."""
+    return openai.OpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
+
+
+def _tool_reply(first: Any) -> list[dict[str, Any]]:
+    call = first.choices[0].message.tool_calls[0]
+    return [
+        {"role": "user", "content": "[[scenario:weather#t]] hi"},
+        first.choices[0].message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
+
+
+class TestChatCompletions:
+    """``POST /v1/chat/completions`` follows the script turn by turn."""
+
+    def test_turns_follow_the_conversation(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """The first request gets the tool call, the one after the tool result gets the answer."""
+        first = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "[[scenario:weather#t]] hi"}]
+        )
+        second = client.chat.completions.create(model="m", messages=_tool_reply(first))  # type: ignore[arg-type]
+        assert "tool_calls" == first.choices[0].finish_reason
+        calls: Any = first.choices[0].message.tool_calls
+        assert {"city": "Paris"} == json.loads(calls[0].function.arguments)
+        assert ("stop", "Sunny in Paris.") == (second.choices[0].finish_reason, second.choices[0].message.content)
+        assert (100, 20, 110, 25) == (
+            first.usage.prompt_tokens,  # type: ignore[union-attr]
+            first.usage.completion_tokens,  # type: ignore[union-attr]
+            second.usage.prompt_tokens,  # type: ignore[union-attr]
+            second.usage.completion_tokens,  # type: ignore[union-attr]
+        )
+        assert [0, 1] == [s.turn for s in fake.served("weather#t")]
+
+    def test_stream_reports_usage_only_on_request(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """A streamed answer assembles to the script and carries usage only with ``include_usage``."""
+        messages: Any = [{"role": "user", "content": "[[scenario:filtered]]"}]
+        with_usage = list(
+            client.chat.completions.create(
+                model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        without = list(client.chat.completions.create(model="m", messages=messages, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in with_usage if c.choices)
+        assert ("I can", "content_filter") == (text, [c for c in with_usage if c.choices][-1].choices[0].finish_reason)
+        assert 100 == with_usage[-1].usage.prompt_tokens  # type: ignore[union-attr]
+        assert all(c.usage is None for c in without)
+        assert [True, False] == [s.usage_reported for s in fake.served("filtered")]
+
+    def test_error_turn_is_an_http_error(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """An error turn answers with its status and OpenAI's error body."""
+        with pytest.raises(openai.BadRequestError, match="content management policy"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:broken]]"}])
+        assert ["error"] == [s.kind for s in fake.served("broken")]
+
+    def test_unknown_scenario_is_404(self, client: openai.OpenAI) -> None:
+        """A marker naming no script fails loudly."""
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:nope]]"}])
+
+    def test_concurrent_conversations_are_independent(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """Many parallel first turns of one script all get turn 0."""
+
+        def ask(i: int) -> str | None:
+            r = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"[[scenario:weather#c{i}]]"}]
+            )
+            return r.choices[0].finish_reason
+
+        with ThreadPoolExecutor(8) as pool:
+            assert ["tool_calls"] * 16 == list(pool.map(ask, range(16)))
+
+
+class TestResponses:
+    """``POST /v1/responses`` renders the same scripts in the Responses format."""
+
+    def test_function_call_then_text(self, client: openai.OpenAI) -> None:
+        """Tool call first, then the answer once the call's output is in the input."""
+        first = client.responses.create(model="m", input="[[scenario:weather]] go")
+        call = first.output[0]
+        follow: Any = [
+            {"role": "user", "content": "[[scenario:weather]] go"},
+            call.model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},  # type: ignore[union-attr]
+        ]
+        second = client.responses.create(model="m", input=follow)
+        assert ("function_call", "Sunny in Paris.") == (call.type, second.output_text)
+
+    def test_content_filter_is_incomplete(self, client: openai.OpenAI) -> None:
+        """A filtered turn is ``incomplete`` with reason ``content_filter``, streamed or not."""
+        plain = client.responses.create(model="m", input="[[scenario:filtered]]")
+        with client.responses.stream(model="m", input="[[scenario:filtered]]") as stream:
+            events = [e.type for e in stream]
+        assert ("incomplete", "content_filter") == (plain.status, plain.incomplete_details.reason)  # type: ignore[union-attr]
+        assert "response.incomplete" == events[-1]
+
+
+class TestScripts:
+    """Scripts round-trip through JSON and can be registered over HTTP."""
+
+    def test_turns_round_trip(self) -> None:
+        """``turn_from_json(turn_to_json(t)) == t`` for every kind of turn."""
+        turns: list[Turn] = [
+            ToolCallTurn((ToolCall("a", {"x": 1}), ToolCall("b")), Usage(1, 2)),
+            TextTurn("t"),
+            ContentFilterTurn(),
+            ErrorTurn(500, "boom", "server_error"),
+        ]
+        assert turns == [turn_from_json(json.loads(json.dumps(turn_to_json(t)))) for t in turns]
+
+    def test_register_over_http_and_read_the_log(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """``PUT /_fake/scripts/NAME`` adds a script; ``GET /_fake/requests`` lists what was served."""
+        body = json.dumps({"turns": [turn_to_json(TextTurn("remote"))]}).encode()
+        put = urllib.request.Request(f"http://127.0.0.1:{fake.port}/_fake/scripts/remote", body, method="PUT")
+        urllib.request.urlopen(put, timeout=5).close()
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "[[scenario:remote]]"}]
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{fake.port}/_fake/requests?scenario=remote", timeout=5) as r:
+            log = json.load(r)["requests"]
+        assert ("remote", ["text"]) == (answer.choices[0].message.content, [e["kind"] for e in log])
