@@ -1,0 +1,233 @@
+"""The REST API over the run index and the review queue (FastAPI, JSON under ``/api/v1``).
+
+Routes that read the store are plain ``def`` functions: the store blocks on database I/O,
+so FastAPI runs them in its thread pool. ``/healthz``, ``/readyz`` and ``/openapi.json``
+are always open; every ``/api/v1`` route needs ``Authorization: Bearer <admin_token>``
+when a token is configured.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+
+from review_queue.errors import StoreUnavailableError
+from review_queue.model import ItemState
+from review_queue.queries import InvalidCursorError
+from review_queue.store import SqlStore
+from scorers.model import Priority, RunStatus
+
+__all__ = ["create_api_app"]
+
+MAX_PAGE = 500
+"""Largest ``limit`` a listing accepts."""
+
+TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
+
+_BEARER = HTTPBearer(auto_error=False, description="The configured admin token.")
+
+
+class FlagOut(BaseModel):
+    """The flag decision of a flagged run."""
+
+    reasons: list[str] = Field(description="Every matching reason, highest priority first.")
+    priority: Priority
+    sample_rate: float = Field(description="Random sample rate in force when the run was flagged.")
+
+
+class RunOut(BaseModel):
+    """One run of the index, as listed."""
+
+    trace_id: str
+    agent: str
+    service: str
+    dialect: str
+    status: RunStatus
+    complete: bool = Field(description="False when closed by the idle timeout or without a root span.")
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    llm_calls: int
+    tool_calls: int
+    tool_errors: int
+    input_tokens: int
+    output_tokens: int
+    hit_max_iterations: bool
+    safety_blocked: bool
+    errored: bool
+    error_type: str | None
+    scores: dict[str, float]
+    scorer_errors: list[str]
+    flag: FlagOut | None
+    version: int = Field(description="1 on first write, +1 per re-score.")
+    created_at: datetime
+    updated_at: datetime
+
+
+class ReviewItemOut(BaseModel):
+    """The review item of a flagged run, with the snapshot a reviewer sees."""
+
+    id: int
+    state: ItemState
+    priority: Priority
+    reasons: list[str]
+    sample_rate: float
+    created_at: datetime
+    updated_at: datetime
+    snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
+
+
+class RunDetailOut(RunOut):
+    """One run with its review item (``null`` when it was never flagged)."""
+
+    review_item: ReviewItemOut | None
+
+
+class RunPage(BaseModel):
+    """A page of runs, newest first."""
+
+    items: list[RunOut]
+    next_cursor: str | None = Field(description="Pass as ``cursor`` for the next page; null at the end.")
+
+
+class QueueItemOut(BaseModel):
+    """A pending review item."""
+
+    id: int
+    trace_id: str
+    agent: str
+    state: ItemState
+    priority: Priority
+    reasons: list[str]
+    sample_rate: float
+    created_at: datetime
+    updated_at: datetime
+
+
+class QueuePage(BaseModel):
+    """A page of pending items, highest priority first, then oldest first."""
+
+    items: list[QueueItemOut]
+    next_cursor: str | None
+
+
+class StatusOut(BaseModel):
+    """A liveness or readiness answer."""
+
+    status: str
+    checks: dict[str, bool] = Field(default_factory=dict)
+
+
+class ErrorOut(BaseModel):
+    """An error answer."""
+
+    detail: str
+
+
+def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[[], bool] | None = None) -> FastAPI:
+    """Build the API application.
+
+    Args:
+        store: the run index and queue to read.
+        admin_token: when set, the bearer token every ``/api/v1`` route requires.
+        ready: an extra readiness check (e.g. "the stream consumer is running").
+
+    Returns:
+        A FastAPI app; mount it or serve it with uvicorn.
+    """
+    app = FastAPI(title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.")
+    app.add_exception_handler(StoreUnavailableError, _unavailable)
+    app.add_exception_handler(InvalidCursorError, _bad_cursor)
+    _add_probes(app, store, ready)
+    app.include_router(_api_router(store, admin_token))
+    return app
+
+
+def _api_router(store: SqlStore, admin_token: str | None) -> APIRouter:
+    dependencies = [] if admin_token is None else [Depends(_bearer_check(admin_token))]
+    router = APIRouter(
+        prefix="/api/v1",
+        dependencies=dependencies,
+        responses={401: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    )
+
+    @router.get("/runs", response_model=RunPage, responses={400: {"model": ErrorOut}})
+    def list_runs(
+        agent: Annotated[str | None, Query(max_length=256)] = None,
+        flagged: bool | None = None,
+        reason: Annotated[str | None, Query(max_length=256)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> dict[str, Any]:
+        """List runs newest first, optionally by agent, flagged state or flag reason."""
+        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor)
+        return {"items": items, "next_cursor": next_cursor}
+
+    @router.get("/runs/{trace_id}", response_model=RunDetailOut, responses={404: {"model": ErrorOut}})
+    def get_run(trace_id: Annotated[str, Path(pattern=TRACE_ID_PATTERN)]) -> dict[str, Any]:
+        """Return one run (trace id: 32 hex characters) with its review item."""
+        run = store.get_run(trace_id.lower())
+        if run is None:
+            raise HTTPException(404, f"run {trace_id.lower()} not found")
+        return run
+
+    @router.get("/queue", response_model=QueuePage, responses={400: {"model": ErrorOut}})
+    def list_queue(
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> dict[str, Any]:
+        """List pending review items, highest priority first, then oldest first."""
+        items, next_cursor = store.list_queue(limit, cursor)
+        return {"items": items, "next_cursor": next_cursor}
+
+    return router
+
+
+def _add_probes(app: FastAPI, store: SqlStore, ready: Callable[[], bool] | None) -> None:
+    @app.get("/healthz", response_model=StatusOut, tags=["probes"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness: 200 whenever the process serves requests."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=StatusOut, tags=["probes"], responses={503: {"model": StatusOut}})
+    def readyz() -> Any:
+        """Readiness: 200 when the database answers and the extra check passes, else 503."""
+        checks = {"database": store.ping()}
+        if ready is not None:
+            checks["ready"] = ready()
+        if all(checks.values()):
+            return {"status": "ready", "checks": checks}
+        return JSONResponse({"status": "not ready", "checks": checks}, status_code=503)
+
+
+def _bearer_check(token: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    expected = token.encode()
+
+    # _BEARER must be a module global: annotations are strings resolved in module scope.
+    async def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]) -> None:
+        given = b"" if credentials is None else credentials.credentials.encode()
+        if credentials is None or not hmac.compare_digest(given, expected):
+            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    retry_after = getattr(exc, "retry_after", 1.0)
+    return JSONResponse(
+        {"detail": "database unavailable"},
+        status_code=503,
+        headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
+
+
+async def _bad_cursor(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=400)

@@ -1,0 +1,177 @@
+"""How a :class:`scorers.model.ScoredRun` becomes stored rows: the run row and the item snapshot.
+
+Pure functions, no I/O. The snapshot is the JSON document a reviewer sees: the
+normalised run with its steps, tool calls (arguments, results, errors), messages,
+final output and scores, frozen at the time of the (latest) flag decision.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scorers.model import Flag, Run, ScoredRun, Step, ToolCall
+
+__all__ = ["SNAPSHOT_VERSION", "item_row", "run_row", "run_snapshot"]
+
+SNAPSHOT_VERSION = 1
+"""Schema version of the snapshot document, stored in its ``snapshot_version`` key."""
+
+
+def run_snapshot(scored: ScoredRun) -> dict[str, Any]:
+    """Return the JSON-ready snapshot of a scored run.
+
+    Args:
+        scored: the run with its scores and flag decision.
+
+    Returns:
+        A dict of plain JSON types: run summary fields, ``steps``, ``tools``,
+        ``messages``, ``final_output``, ``attributes``, ``scores`` and ``scorer_errors``.
+    """
+    run = scored.run
+    doc = _summary(run)
+    doc.update(
+        snapshot_version=SNAPSHOT_VERSION,
+        optimal_steps=run.optimal_steps,
+        span_count=run.span_count,
+        final_output=run.final_output,
+        steps=[_step(step) for step in run.steps],
+        tools=[_tool(tool) for tool in run.tools],
+        messages=[{"role": m.role, "content": m.content} for m in run.messages],
+        attributes={key: _finite(value) for key, value in run.attributes.items()},
+        scores=_scores(scored),
+        scorer_errors=list(scored.scorer_errors),
+    )
+    return doc
+
+
+def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
+    """Return the ``runs`` row of a scored run (``created_at``/``updated_at`` = ``now``).
+
+    Args:
+        scored: the run with its scores and flag decision.
+        now: the write time, Unix epoch seconds.
+
+    Returns:
+        A dict keyed by :data:`review_queue.tables.runs` column names, ``version`` = 1. Text
+        longer than its column is cut and NUL characters are replaced by U+FFFD (PostgreSQL
+        rejects both, and one bad agent name must not fail a whole batch).
+    """
+    row = _summary(scored.run)
+    for name, width in _WIDTHS.items():
+        if row[name] is not None:
+            row[name] = row[name][:width].replace("\x00", "\ufffd")
+    row.update(_flag_columns(scored.flag))
+    row.update(
+        scores=_scores(scored),
+        scorer_errors=list(scored.scorer_errors),
+        created_at=now,
+        updated_at=now,
+        version=1,
+    )
+    return row
+
+
+def item_row(scored: ScoredRun, flag: Flag, now: float) -> dict[str, Any]:
+    """Return the ``review_items`` row of a flagged run (state ``pending``).
+
+    Args:
+        scored: the flagged run.
+        flag: its flag decision (``scored.flag``, passed narrowed).
+        now: the write time, Unix epoch seconds.
+
+    Returns:
+        A dict keyed by :data:`review_queue.tables.review_items` column names, without ``id``.
+    """
+    return {
+        "trace_id": scored.run.trace_id,
+        "state": "pending",
+        "priority": flag.priority.value,
+        "priority_rank": flag.priority.rank,
+        "reasons": list(flag.reasons),
+        "sample_rate": flag.sample_rate,
+        "snapshot": run_snapshot(scored),
+        "created_at": now,
+        "updated_at": now,
+        "version": 1,
+    }
+
+
+_WIDTHS = {"agent": 256, "service": 256, "dialect": 32, "error_type": 256}
+"""Widths of the bounded text columns of ``runs`` (see :mod:`review_queue.tables`)."""
+
+
+def _scores(scored: ScoredRun) -> dict[str, float]:
+    # NaN/inf are not JSON (PostgreSQL rejects them); a scorer that produced one has no opinion.
+    return {name: value for name, value in scored.scores.items() if math.isfinite(value)}
+
+
+def _finite(value: str | int | float | bool) -> str | int | float | bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _summary(run: Run) -> dict[str, Any]:
+    return {
+        "trace_id": run.trace_id,
+        "agent": run.agent,
+        "service": run.service,
+        "dialect": run.dialect,
+        "status": run.status.value,
+        "complete": run.complete,
+        "start_ns": run.start_ns,
+        "end_ns": run.end_ns,
+        "duration_s": run.duration_s,
+        "llm_calls": run.llm_calls,
+        "tool_calls": run.tool_calls,
+        "tool_errors": run.tool_errors,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "hit_max_iterations": run.hit_max_iterations,
+        "safety_blocked": run.safety_blocked,
+        "errored": run.errored,
+        "error_type": run.error_type,
+    }
+
+
+def _flag_columns(flag: Flag | None) -> dict[str, Any]:
+    if flag is None:
+        return {"flagged": False, "flag_priority": None, "flag_reasons": None, "sample_rate": None}
+    return {
+        "flagged": True,
+        "flag_priority": flag.priority.value,
+        "flag_reasons": list(flag.reasons),
+        "sample_rate": flag.sample_rate,
+    }
+
+
+def _step(step: Step) -> dict[str, Any]:
+    # Spelled out rather than dataclasses.asdict: asdict deep-copies and is ~5x slower.
+    return {
+        "span_id": step.span_id,
+        "parent_id": step.parent_id,
+        "name": step.name,
+        "kind": step.kind.value,
+        "start_ns": step.start_ns,
+        "end_ns": step.end_ns,
+        "duration_s": step.duration_s,
+        "error": step.error,
+        "error_type": step.error_type,
+        "status_message": step.status_message,
+        "model": step.model,
+        "input_tokens": step.input_tokens,
+        "output_tokens": step.output_tokens,
+        "finish_reasons": list(step.finish_reasons),
+    }
+
+
+def _tool(tool: ToolCall) -> dict[str, Any]:
+    return {
+        "span_id": tool.span_id,
+        "name": tool.name,
+        "call_id": tool.call_id,
+        "arguments": tool.arguments,
+        "result": tool.result,
+        "error": tool.error,
+    }

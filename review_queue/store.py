@@ -1,0 +1,388 @@
+"""The SQL run index and review queue: :class:`SqlStore` on SQLite or PostgreSQL.
+
+The schema is created only by the Alembic migrations shipped in
+``review_queue/migrations``; call :func:`upgrade_database` (or :meth:`SqlStore.upgrade`)
+once at start-up. Writes are batched upserts keyed by trace id, one transaction per call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+from review_queue import queries
+from review_queue.errors import ReviewQueueError, StoreUnavailableError
+from review_queue.model import WriteOutcome
+from review_queue.queries import InvalidCursorError, QueueStat
+from review_queue.snapshot import item_row, run_row
+from review_queue.tables import review_items, runs
+from scorers.model import ScoredRun
+
+__all__ = ["InvalidCursorError", "QueueStat", "SqlStore", "create_store_engine", "upgrade_database"]
+
+log = structlog.get_logger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+"""The Alembic script location shipped as package data."""
+
+_SQLITE_BEGIN = "vigil_sqlite_begin"
+_IN_CHUNK = 900
+_ADVISORY_LOCK_ID = 0x56494749  # "VIGI": serialises concurrent upgrades of one PostgreSQL database.
+
+
+def create_store_engine(url: str, *, connect_timeout_s: float = 5.0) -> Engine:
+    """Create the engine for a store URL with Vigil's connection settings.
+
+    SQLite gets WAL, ``synchronous=NORMAL``, foreign keys, ``check_same_thread=False`` and
+    explicit ``BEGIN`` (``BEGIN IMMEDIATE`` for writes). ``postgresql://`` URLs use psycopg 3.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///vigil.db``, ``postgresql+psycopg://…``).
+        connect_timeout_s: connect timeout (PostgreSQL) / busy timeout (SQLite).
+
+    Raises:
+        ReviewQueueError: the URL names an unsupported backend or a missing driver.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    options: dict[str, Any] = {"json_serializer": _dumps}
+    if backend == "sqlite":
+        options["connect_args"] = {"check_same_thread": False, "timeout": connect_timeout_s}
+        if parsed.database in (None, "", ":memory:"):
+            options["poolclass"] = StaticPool
+        engine = sa.create_engine(parsed, **options)
+        sa.event.listen(engine, "connect", _sqlite_on_connect)
+        sa.event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    if backend != "postgresql":
+        raise ReviewQueueError(f"unsupported database backend {backend!r}: use sqlite or postgresql")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        import psycopg  # noqa: F401  # checked here for a helpful message
+    except ImportError as exc:
+        raise ReviewQueueError("PostgreSQL needs psycopg 3: pip install 'vigil[postgres]'") from exc
+    options.update(pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(connect_timeout_s))})
+    return sa.create_engine(parsed, **options)
+
+
+def upgrade_database(url: str) -> None:
+    """Migrate the database at ``url`` to the newest schema (Alembic ``upgrade head``).
+
+    Safe to call from several processes at once on PostgreSQL (an advisory lock
+    serialises them) and idempotent.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached.
+    """
+    engine = create_store_engine(url)
+    try:
+        _upgrade(engine, retry_after=2.0)
+    finally:
+        engine.dispose()
+
+
+class SqlStore:
+    """Run index and review queue in SQL; implements :class:`review_queue.model.RunSink`.
+
+    Thread-safe: every call checks a connection out of the engine's pool. All methods
+    block on database I/O; call them from worker threads in async code.
+
+    Args:
+        url: SQLAlchemy URL (see :func:`create_store_engine`).
+        clock: returns Unix epoch seconds; stamps ``created_at``/``updated_at``.
+        retry_after_s: the ``retry_after`` of :class:`StoreUnavailableError`.
+    """
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.time, retry_after_s: float = 2.0) -> None:
+        self._engine = create_store_engine(url)
+        self._clock = clock
+        self._retry_after = retry_after_s
+        dialect = self._engine.dialect.name
+        self._upsert_runs, self._upsert_items = _upserts(dialect)
+        self._versions = _versions_query(dialect)
+        self._reason_filter = queries.reason_filter_for(dialect)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for other review-queue modules sharing the database)."""
+        return self._engine
+
+    def upgrade(self) -> None:
+        """Migrate this store's database to the newest schema (see :func:`upgrade_database`)."""
+        _upgrade(self._engine, self._retry_after)
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        """Upsert ``runs`` and their review items in one transaction; one outcome per run, in order.
+
+        1. Upsert run rows (executemany, in trace-id order so concurrent writers lock rows in
+           one order): a known trace id updates every column, bumps ``version`` and keeps
+           ``created_at``. A flag is sticky: a re-score without a flag keeps the earlier one.
+        2. Upsert review items of flagged runs: an existing item takes the new priority,
+           reasons, sample rate and snapshot, bumps its ``version`` and keeps its state (a done
+           item stays done).
+        3. Read back both versions (one query per 900 runs): version 1 means this transaction
+           inserted the row, so ``new_run``/``new_flag`` are exact even with concurrent writers
+           (the rows stay locked until commit).
+        4. Commit. The same trace id twice in one call is applied in order, as two writes.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached or is locked; nothing was written.
+        """
+        if not runs:
+            return []
+        now = self._clock()
+        outcomes: list[WriteOutcome | None] = [None] * len(runs)
+        with self._guard("write"), self._engine.connect() as conn:
+            conn.execution_options(**{_SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+            with conn.begin():
+                for batch in _rounds(runs):
+                    for position, outcome in self._write_round(conn, batch, now):
+                        outcomes[position] = outcome
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def get_run(self, trace_id: str) -> dict[str, Any] | None:
+        """Return a run in the API shape plus ``review_item`` (with its snapshot), or ``None``.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        with self._guard("get_run"), self._engine.connect() as conn:
+            return queries.get_run(conn, trace_id)
+
+    def list_runs(
+        self,
+        agent: str | None = None,
+        flagged: bool | None = None,
+        reason: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Return runs newest first (by index time) and the next page's cursor, or ``None``.
+
+        Args:
+            agent: only this agent's runs.
+            flagged: only flagged (True) or unflagged (False) runs.
+            reason: only runs flagged for this reason.
+            limit: page size (≥ 1).
+            cursor: ``next_cursor`` of the previous page.
+
+        Raises:
+            InvalidCursorError: the cursor is malformed.
+            StoreUnavailableError: the database cannot be reached.
+        """
+        with self._guard("list_runs"), self._engine.connect() as conn:
+            return queries.list_runs(
+                conn,
+                self._reason_filter,
+                agent=agent,
+                flagged=flagged,
+                reason=reason,
+                limit=max(1, limit),
+                cursor=cursor,
+            )
+
+    def list_queue(self, limit: int = 50, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """Return pending items, highest priority first then oldest, and the next cursor.
+
+        Raises:
+            InvalidCursorError: the cursor is malformed.
+            StoreUnavailableError: the database cannot be reached.
+        """
+        with self._guard("list_queue"), self._engine.connect() as conn:
+            return queries.list_queue(conn, limit=max(1, limit), cursor=cursor)
+
+    def queue_stats(self) -> list[QueueStat]:
+        """Return count and oldest ``created_at`` per (state, priority); one ``GROUP BY``.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        with self._guard("queue_stats"), self._engine.connect() as conn:
+            return queries.queue_stats(conn)
+
+    def ping(self) -> bool:
+        """Return True when the database answers and the schema is migrated (for ``/readyz``)."""
+        try:
+            with self._engine.connect() as conn:
+                conn.execute(sa.select(runs.c.trace_id).limit(1))
+        except sa_exc.SQLAlchemyError as exc:
+            log.warning("store_ping_failed", error=_first_line(exc))
+            return False
+        return True
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._engine.dispose()
+
+    def _write_round(
+        self, conn: sa.Connection, batch: list[tuple[int, ScoredRun]], now: float
+    ) -> list[tuple[int, WriteOutcome]]:
+        run_rows = sorted((run_row(scored, now) for _, scored in batch), key=_by_trace_id)
+        conn.execute(self._upsert_runs, run_rows)
+        item_rows = [item_row(scored, scored.flag, now) for _, scored in batch if scored.flag is not None]
+        if item_rows:
+            item_rows.sort(key=_by_trace_id)
+            conn.execute(self._upsert_items, item_rows)
+        versions = _versions(conn, self._versions, [row["trace_id"] for row in run_rows])
+        outcomes = []
+        for position, scored in batch:
+            run_version, item_version = versions[scored.run.trace_id]
+            new_flag = scored.flag is not None and item_version == 1
+            outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
+        return outcomes
+
+    @contextmanager
+    def _guard(self, operation: str) -> Iterator[None]:
+        try:
+            yield
+        except sa_exc.DBAPIError as exc:
+            if not _is_unavailable(exc):
+                raise
+            reason = _first_line(exc.orig or exc)
+            log.warning("store_unavailable", operation=operation, error=reason)
+            raise StoreUnavailableError(self._retry_after, f"database unavailable: {reason}") from exc
+        except sa_exc.TimeoutError as exc:
+            log.warning("store_unavailable", operation=operation, error="connection pool timeout")
+            raise StoreUnavailableError(self._retry_after, "database connection pool exhausted") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0]
+
+
+def _is_unavailable(exc: sa_exc.DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return False
+    # SQLite reports a missing table as OperationalError; that is a deployment bug, not an outage.
+    return "no such table" not in str(exc.orig) and "no such column" not in str(exc.orig)
+
+
+def _by_trace_id(row: dict[str, Any]) -> str:
+    return str(row["trace_id"])
+
+
+def _versions_query(dialect: str) -> sa.Select[str, int, int | None]:
+    """Build "run version and item version (or NULL) of each of :ids" for a dialect."""
+    item_join = review_items.c.trace_id == runs.c.trace_id
+    columns = (runs.c.trace_id, runs.c.version, review_items.c.version)
+    if dialect != "postgresql":
+        return (
+            sa.select(*columns)
+            .select_from(runs.outerjoin(review_items, item_join))
+            .where(runs.c.trace_id.in_(sa.bindparam("ids", expanding=True)))
+        )
+    # Join an unnest()ed array rather than IN (...): psycopg prepares repeated statements, and
+    # PostgreSQL's generic plan for a long IN list of parameters is a quadratic sequential scan.
+    id_array = sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))
+    ids = sa.func.unnest(id_array).table_valued("trace_id").render_derived(name="ids")
+    return sa.select(*columns).select_from(
+        ids.join(runs, runs.c.trace_id == ids.c.trace_id).outerjoin(review_items, item_join)
+    )
+
+
+def _versions(
+    conn: sa.Connection, query: sa.Select[str, int, int | None], trace_ids: list[str]
+) -> dict[str, tuple[int, int | None]]:
+    """Map trace ids to (run version, item version or None), read inside the write transaction."""
+    found: dict[str, tuple[int, int | None]] = {}
+    for start in range(0, len(trace_ids), _IN_CHUNK):
+        for trace_id, run_version, item_version in conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]}):
+            found[trace_id] = (run_version, item_version)
+    return found
+
+
+def _rounds(batch: Sequence[ScoredRun]) -> list[list[tuple[int, ScoredRun]]]:
+    """Split a batch so that no round holds a trace id twice (an upsert touches a row once)."""
+    rounds: list[list[tuple[int, ScoredRun]]] = []
+    seen: dict[str, int] = {}
+    for position, scored in enumerate(batch):
+        index = seen.get(scored.run.trace_id, -1) + 1
+        seen[scored.run.trace_id] = index
+        if index == len(rounds):
+            rounds.append([])
+        rounds[index].append((position, scored))
+    return rounds
+
+
+def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
+    """Build the run and item upsert statements of a dialect once."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    run_insert = insert(runs)
+    new = run_insert.excluded
+    sticky = ("flag_priority", "flag_reasons", "sample_rate")
+    fixed = {"trace_id", "created_at", "version", "flagged", *sticky}
+    run_set: dict[str, Any] = {c.name: new[c.name] for c in runs.c if c.name not in fixed}
+    run_set["version"] = runs.c.version + 1
+    run_set["flagged"] = sa.or_(runs.c.flagged, new.flagged)
+    for name in sticky:
+        run_set[name] = sa.case((new.flagged, new[name]), else_=runs.c[name])
+    item_insert = insert(review_items)
+    item_cols = ("priority", "priority_rank", "reasons", "sample_rate", "snapshot", "updated_at")
+    item_set: dict[str, Any] = {name: item_insert.excluded[name] for name in item_cols}
+    item_set["version"] = review_items.c.version + 1
+    return (
+        run_insert.on_conflict_do_update(index_elements=[runs.c.trace_id], set_=run_set),
+        item_insert.on_conflict_do_update(index_elements=[review_items.c.trace_id], set_=item_set),
+    )
+
+
+def _upgrade(engine: Engine, retry_after: float) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    try:
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADVISORY_LOCK_ID)))
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        raise StoreUnavailableError(retry_after, f"cannot migrate: {_first_line(exc.orig or exc)}") from exc
+    log.info("database_upgraded", backend=engine.dialect.name)
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Let the "begin" event issue BEGIN itself: pysqlite's implicit BEGIN skips SELECTs, and a
+    # write must take the lock up front (BEGIN IMMEDIATE) so that busy_timeout applies.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_on_begin(conn: sa.Connection) -> None:
+    conn.exec_driver_sql(conn.get_execution_options().get(_SQLITE_BEGIN, "BEGIN"))
+
+
+def _dumps(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if "\\u0000" in text:  # PostgreSQL JSONB cannot hold NUL: replace it (rare, so checked after)
+        text = json.dumps(_without_nul(value), separators=(",", ":"), ensure_ascii=False)
+    return text
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value

@@ -1,0 +1,99 @@
+"""SQLAlchemy Core tables of the run index and the review queue.
+
+This metadata mirrors the Alembic migrations under :mod:`review_queue.migrations`, which
+are the only thing that creates or alters the schema; ``tests/review_queue/test_store.py``
+checks that the two agree. Timestamps (``created_at``, ``updated_at``) are Unix epoch
+seconds as doubles: portable, exact in keyset cursors, and directly usable for ages.
+JSON columns are ``JSONB`` on PostgreSQL and ``JSON`` (text) elsewhere.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = ["JSON_TYPE", "metadata", "review_items", "runs"]
+
+JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""JSON column type: ``JSONB`` on PostgreSQL (indexable containment), ``JSON`` elsewhere."""
+
+_ID_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+metadata = sa.MetaData(
+    naming_convention={
+        "pk": "pk_%(table_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s",
+    }
+)
+"""The metadata holding :data:`runs` and :data:`review_items`."""
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("agent", sa.String(256), nullable=False),
+    sa.Column("service", sa.String(256), nullable=False),
+    sa.Column("dialect", sa.String(32), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("complete", sa.Boolean(), nullable=False),
+    sa.Column("start_ns", sa.BigInteger(), nullable=False),
+    sa.Column("end_ns", sa.BigInteger(), nullable=False),
+    sa.Column("duration_s", sa.Double(), nullable=False),
+    sa.Column("llm_calls", sa.Integer(), nullable=False),
+    sa.Column("tool_calls", sa.Integer(), nullable=False),
+    sa.Column("tool_errors", sa.Integer(), nullable=False),
+    sa.Column("input_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("output_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("hit_max_iterations", sa.Boolean(), nullable=False),
+    sa.Column("safety_blocked", sa.Boolean(), nullable=False),
+    sa.Column("errored", sa.Boolean(), nullable=False),
+    sa.Column("error_type", sa.String(256), nullable=True),
+    sa.Column("scores", JSON_TYPE, nullable=False),
+    sa.Column("scorer_errors", JSON_TYPE, nullable=False),
+    sa.Column("flagged", sa.Boolean(), nullable=False),
+    sa.Column("flag_priority", sa.String(16), nullable=True),
+    sa.Column("flag_reasons", JSON_TYPE, nullable=True),
+    sa.Column("sample_rate", sa.Double(), nullable=True),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Index("ix_runs_created", "created_at", "trace_id"),
+    sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
+    sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
+)
+"""One row per run (trace id); ``version`` starts at 1 and grows by one per re-score."""
+
+review_items = sa.Table(
+    "review_items",
+    metadata,
+    sa.Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column(
+        "trace_id",
+        sa.String(32),
+        sa.ForeignKey("runs.trace_id", ondelete="CASCADE"),
+        nullable=False,
+        unique=True,
+    ),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("priority", sa.String(16), nullable=False),
+    sa.Column("priority_rank", sa.Integer(), nullable=False),
+    sa.Column("reasons", JSON_TYPE, nullable=False),
+    sa.Column("sample_rate", sa.Double(), nullable=False),
+    sa.Column("snapshot", JSON_TYPE, nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+)
+"""One review item per flagged run; ``snapshot`` is :func:`review_queue.snapshot.run_snapshot`.
+
+``version`` is 1 when the item is created and grows by one per flag decision written to it.
+"""
+
+sa.Index(
+    "ix_review_items_queue",
+    review_items.c.state,
+    review_items.c.priority_rank.desc(),
+    review_items.c.created_at,
+    review_items.c.id,
+)

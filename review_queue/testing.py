@@ -1,0 +1,150 @@
+"""Test doubles and builders for code that writes to or reads from the review queue.
+
+- :class:`InMemoryRunSink`: a :class:`review_queue.model.RunSink` fake with the same
+  outcome semantics as :class:`review_queue.store.SqlStore`, plus failure injection.
+- :func:`scored_run`: a terse :class:`scorers.model.ScoredRun` builder.
+- :func:`postgres_scratch_url`: an isolated PostgreSQL schema for one test (or session).
+- :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from review_queue.errors import StoreUnavailableError
+from review_queue.model import WriteOutcome
+from scorers.model import Flag, Priority, Run, ScoredRun
+
+__all__ = ["InMemoryRunSink", "postgres_scratch_url", "postgres_unreachable", "scored_run"]
+
+
+def scored_run(
+    trace_id: str | None = None,
+    *,
+    scores: Mapping[str, float] | None = None,
+    reasons: Sequence[str] = (),
+    priority: Priority = Priority.NORMAL,
+    sample_rate: float = 0.05,
+    **run_fields: Any,
+) -> ScoredRun:
+    """Build a :class:`ScoredRun`; it is flagged when ``reasons`` is not empty.
+
+    Args:
+        trace_id: 32 hex chars; random when omitted.
+        scores: scorer name to value (default empty).
+        reasons: flag reasons; empty means not flagged.
+        priority: the flag priority.
+        sample_rate: the flag's sample rate.
+        **run_fields: any other :class:`scorers.model.Run` field.
+    """
+    run = Run(trace_id=trace_id or secrets.token_hex(16), **run_fields)
+    flag = Flag(tuple(reasons), priority, sample_rate) if reasons else None
+    return ScoredRun(run=run, scores=dict(scores or {}), flag=flag)
+
+
+class InMemoryRunSink:
+    """A thread-safe in-memory :class:`review_queue.model.RunSink`.
+
+    Mirrors :meth:`review_queue.store.SqlStore.write`: idempotent on trace id, a flag is
+    sticky across re-scores, ``new_run``/``new_flag`` are reported once per trace id.
+
+    Attributes:
+        runs: the latest scored run per trace id.
+        flags: the latest flag per trace id that was ever flagged (the review items).
+        versions: the write count per trace id.
+        batches: every successful ``write`` call's runs, in order.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, ScoredRun] = {}
+        self.flags: dict[str, Flag] = {}
+        self.versions: dict[str, int] = {}
+        self.batches: list[tuple[ScoredRun, ...]] = []
+        self._failures = 0
+        self._retry_after = 0.0
+        self._lock = threading.Lock()
+
+    def fail_next(self, count: int = 1, retry_after: float = 0.1) -> None:
+        """Make the next ``count`` writes raise :class:`StoreUnavailableError` (nothing written)."""
+        with self._lock:
+            self._failures = count
+            self._retry_after = retry_after
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        """Store ``runs`` and return one outcome per run, in order.
+
+        Raises:
+            StoreUnavailableError: while failures injected by :meth:`fail_next` remain.
+        """
+        with self._lock:
+            if self._failures > 0:
+                self._failures -= 1
+                raise StoreUnavailableError(self._retry_after, "injected failure")
+            outcomes = [self._write_one(scored) for scored in runs]
+            self.batches.append(tuple(runs))
+            return outcomes
+
+    def flagged(self) -> list[str]:
+        """Return the trace ids with a review item, in the order they were first flagged."""
+        with self._lock:
+            return list(self.flags)
+
+    def _write_one(self, scored: ScoredRun) -> WriteOutcome:
+        trace_id = scored.run.trace_id
+        new_run = trace_id not in self.runs
+        new_flag = scored.flag is not None and trace_id not in self.flags
+        self.runs[trace_id] = scored
+        self.versions[trace_id] = self.versions.get(trace_id, 0) + 1
+        if scored.flag is not None:
+            self.flags[trace_id] = scored.flag
+        return WriteOutcome(trace_id, new_run, new_flag)
+
+
+@contextmanager
+def postgres_scratch_url(base_url: str) -> Iterator[str]:
+    """Create a fresh schema in a PostgreSQL database and yield a URL that uses only it.
+
+    The schema is dropped (with everything in it) on exit. Needs ``psycopg``.
+
+    Args:
+        base_url: a SQLAlchemy PostgreSQL URL, e.g. ``postgresql+psycopg://postgres@127.0.0.1/test``.
+
+    Yields:
+        ``base_url`` with ``options=-csearch_path=<schema>``.
+
+    Raises:
+        sqlalchemy.exc.OperationalError: the database cannot be reached.
+    """
+    import sqlalchemy as sa
+
+    schema = f"vigil_test_{secrets.token_hex(6)}"
+    admin = sa.create_engine(base_url, poolclass=sa.pool.NullPool)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    url = sa.make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.dispose()
+
+
+def postgres_unreachable(url: str, timeout_s: float = 3.0) -> str | None:
+    """Return ``None`` when the database at ``url`` answers, else a one-line reason (for ``pytest.skip``)."""
+    import sqlalchemy as sa
+
+    from review_queue.store import create_store_engine
+
+    try:
+        engine = create_store_engine(url, connect_timeout_s=timeout_s)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sa.exc.SQLAlchemyError as exc:
+        return str(exc).splitlines()[0]
+    return None

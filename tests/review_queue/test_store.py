@@ -1,0 +1,395 @@
+"""Tests of review_queue.store (SqlStore, migrations) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from review_queue.errors import StoreUnavailableError
+from review_queue.model import ItemState, WriteOutcome
+from review_queue.store import InvalidCursorError, SqlStore, create_store_engine, upgrade_database
+from review_queue.tables import metadata, review_items, runs
+from review_queue.testing import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
+from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    """A settable clock returning Unix epoch seconds."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database: a SQLite file or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(url)
+        yield url
+        return
+    reason = postgres_unreachable(POSTGRES_URL)
+    if reason is not None:
+        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
+    with postgres_scratch_url(POSTGRES_URL) as url:
+        upgrade_database(url)
+        yield url
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves by hand."""
+    return Clock()
+
+
+@pytest.fixture
+def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A SqlStore on the migrated database, stamping times from ``clock``."""
+    sql_store = SqlStore(database_url, clock=clock)
+    yield sql_store
+    sql_store.close()
+
+
+def _tid(n: int) -> str:
+    return f"{n:032x}"
+
+
+def _set_state(store: SqlStore, trace_id: str, state: ItemState) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(review_items).where(review_items.c.trace_id == trace_id).values(state=state.value))
+
+
+def _count(store: SqlStore, table: sa.Table) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+class TestMigration:
+    """The Alembic migration is the only thing that creates the schema."""
+
+    def test_creates_tables_at_head(self, database_url: str) -> None:
+        """After upgrade_database both tables and the alembic version row exist."""
+        engine = create_store_engine(database_url)
+        with engine.connect() as conn:
+            names = set(sa.inspect(conn).get_table_names())
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+        engine.dispose()
+        assert {"runs", "review_items", "alembic_version"} <= names
+        assert "0001" == version
+
+    def test_schema_matches_tables_module(self, database_url: str) -> None:
+        """Autogenerate finds no difference between the migrated schema and tables.py."""
+        engine = create_store_engine(database_url)
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn,
+                opts={
+                    "compare_type": True,
+                    "include_name": lambda name, kind, _parent: name != "ix_runs_flag_reasons",
+                },
+            )
+            diffs = compare_metadata(context, metadata)
+        engine.dispose()
+        assert [] == diffs
+
+    def test_upgrade_is_idempotent(self, database_url: str) -> None:
+        """Running the migration again changes nothing and does not fail."""
+        upgrade_database(database_url)
+        store = SqlStore(database_url)
+        assert store.ping()
+        store.close()
+
+    def test_in_memory_sqlite_via_store_upgrade(self) -> None:
+        """SqlStore.upgrade migrates an in-memory SQLite database the store can then use."""
+        store = SqlStore("sqlite://")
+        assert store.ping() is False
+        store.upgrade()
+        assert [WriteOutcome(_tid(1), True, False)] == store.write([scored_run(_tid(1))])
+        store.close()
+
+
+class TestWrite:
+    """SqlStore.write is an idempotent, transactional upsert keyed by trace id."""
+
+    def test_same_run_three_times(self, store: SqlStore) -> None:
+        """Three writes of one flagged run give one row, one item and new_* only the first time."""
+        run = scored_run(_tid(1), reasons=["rule_a"])
+        outcomes = [store.write([run])[0] for _ in range(3)]
+        assert [
+            WriteOutcome(_tid(1), True, True),
+            WriteOutcome(_tid(1), False, False),
+            WriteOutcome(_tid(1), False, False),
+        ] == outcomes
+        assert 1 == _count(store, runs)
+        assert 1 == _count(store, review_items)
+
+    def test_empty_batch(self, store: SqlStore) -> None:
+        """An empty batch writes nothing and returns no outcomes."""
+        assert [] == store.write([])
+
+    def test_rescore_updates_fields_and_version(self, store: SqlStore, clock: Clock) -> None:
+        """A re-score replaces the fields, bumps version and keeps created_at."""
+        store.write([scored_run(_tid(2), scores={"latency": 0.1}, tool_calls=1)])
+        clock.now += 10
+        store.write([scored_run(_tid(2), scores={"latency": 0.9}, tool_calls=4, status=RunStatus.ERROR)])
+        run = store.get_run(_tid(2))
+        assert run is not None
+        fields = ("version", "tool_calls", "status", "scores")
+        assert (2, 4, "error", {"latency": 0.9}) == tuple(run[name] for name in fields)
+        assert T0 == run["created_at"].timestamp()
+        assert T0 + 10 == run["updated_at"].timestamp()
+
+    def test_flag_added_on_rescore(self, store: SqlStore) -> None:
+        """A run first unflagged, then flagged on re-score reports new_flag once."""
+        first = store.write([scored_run(_tid(3))])
+        second = store.write([scored_run(_tid(3), reasons=["slow"], priority=Priority.HIGH)])
+        third = store.write([scored_run(_tid(3), reasons=["slow"], priority=Priority.HIGH)])
+        assert [
+            WriteOutcome(_tid(3), True, False),
+            WriteOutcome(_tid(3), False, True),
+            WriteOutcome(_tid(3), False, False),
+        ] == [*first, *second, *third]
+        assert 1 == _count(store, review_items)
+
+    def test_rescore_replaces_decision_keeps_done_state(self, store: SqlStore) -> None:
+        """A re-scored flagged run takes the new reasons and priority; a done item stays done."""
+        store.write([scored_run(_tid(4), reasons=["random_sample"], priority=Priority.LOW)])
+        _set_state(store, _tid(4), ItemState.DONE)
+        store.write([scored_run(_tid(4), reasons=["loop", "random_sample"], priority=Priority.HIGH)])
+        item = (store.get_run(_tid(4)) or {})["review_item"]
+        assert ("done", "high", ["loop", "random_sample"]) == tuple(item[k] for k in ("state", "priority", "reasons"))
+
+    def test_flag_is_sticky(self, store: SqlStore) -> None:
+        """A re-score without a flag keeps the earlier flag and its item."""
+        store.write([scored_run(_tid(5), reasons=["loop"], priority=Priority.HIGH, sample_rate=0.1)])
+        outcome = store.write([scored_run(_tid(5))])
+        run = store.get_run(_tid(5)) or {}
+        assert [WriteOutcome(_tid(5), False, False)] == outcome
+        assert {"reasons": ["loop"], "priority": "high", "sample_rate": 0.1} == run["flag"]
+        assert run["review_item"] is not None
+
+    def test_duplicates_in_one_batch(self, store: SqlStore) -> None:
+        """The same trace twice in one call is applied in order, like two calls."""
+        outcomes = store.write([scored_run(_tid(6)), scored_run(_tid(7)), scored_run(_tid(6), reasons=["x"])])
+        assert [
+            WriteOutcome(_tid(6), True, False),
+            WriteOutcome(_tid(7), True, False),
+            WriteOutcome(_tid(6), False, True),
+        ] == outcomes
+        assert 2 == (store.get_run(_tid(6)) or {})["version"]
+
+    def test_snapshot_holds_normalised_run(self, store: SqlStore) -> None:
+        """The item snapshot keeps steps, tool calls with arguments/results/errors, messages and output."""
+        run = scored_run(
+            _tid(8),
+            reasons=["tool_errors"],
+            scores={"tool_error_rate": 0.5},
+            final_output="It is sunny.",
+            steps=(Step("s1", None, "chat", StepKind.LLM, model="gpt-4o", finish_reasons=("stop",)),),
+            tools=(
+                ToolCall("s2", "weather", "c1", '{"city":"Paris"}', "sunny"),
+                ToolCall("s3", "weather", "c2", '{"city":""}', None, "ValueError: empty city"),
+            ),
+            messages=(Message("user", "Weather in Paris?"),),
+        )
+        store.write([run])
+        snapshot = (store.get_run(_tid(8)) or {})["review_item"]["snapshot"]
+        assert "ValueError: empty city" == snapshot["tools"][1]["error"]
+        assert '{"city":"Paris"}' == snapshot["tools"][0]["arguments"]
+        assert [{"role": "user", "content": "Weather in Paris?"}] == snapshot["messages"]
+        assert ("It is sunny.", {"tool_error_rate": 0.5}) == (snapshot["final_output"], snapshot["scores"])
+        assert ["llm", ["stop"]] == [snapshot["steps"][0]["kind"], snapshot["steps"][0]["finish_reasons"]]
+
+    def test_outcomes_match_in_memory_fake(self, store: SqlStore) -> None:
+        """InMemoryRunSink reports the same outcomes as SqlStore for the same writes."""
+        fake = InMemoryRunSink()
+        batches = [
+            [scored_run(_tid(10)), scored_run(_tid(11), reasons=["a"])],
+            [scored_run(_tid(10), reasons=["b"]), scored_run(_tid(11)), scored_run(_tid(12))],
+            [scored_run(_tid(12)), scored_run(_tid(12), reasons=["c"]), scored_run(_tid(10))],
+        ]
+        for batch in batches:
+            assert fake.write(batch) == store.write(batch)
+        assert [_tid(11), _tid(10), _tid(12)] == fake.flagged()
+
+    def test_bad_values_do_not_fail_the_batch(self, store: SqlStore) -> None:
+        """Over-long or NUL-bearing text is cut or replaced and NaN scores dropped, not a failed write."""
+        tools = (ToolCall("s1", "read", result="bin\x00ary"),)
+        scores = {"ok": 1.0, "bad": float("nan")}
+        store.write([scored_run(_tid(13), agent="a\x00" * 200, scores=scores, reasons=["r"], tools=tools)])
+        run = store.get_run(_tid(13)) or {}
+        assert (256, "a\ufffd", {"ok": 1.0}) == (len(run["agent"]), run["agent"][:2], run["scores"])
+        assert "bin\ufffdary" == run["review_item"]["snapshot"]["tools"][0]["result"]
+
+    def test_concurrent_writers(self, store: SqlStore) -> None:
+        """Threads writing overlapping batches leave one row per trace id and lose no update."""
+        batches = [[scored_run(_tid(n), reasons=["r"]) for n in range(k, k + 20)] for k in range(0, 80, 10)]
+        with ThreadPoolExecutor(4) as pool:
+            outcomes = [o for result in pool.map(store.write, batches) for o in result]
+        assert (160, 90, 90) == (len(outcomes), sum(o.new_run for o in outcomes), sum(o.new_flag for o in outcomes))
+        assert (90, 90) == (_count(store, runs), _count(store, review_items))
+
+
+class TestQueue:
+    """list_queue returns pending items by priority, then age."""
+
+    def test_priority_then_age(self, store: SqlStore, clock: Clock) -> None:
+        """High before normal before low; within a priority the oldest first; done items excluded."""
+        plan = [(1, Priority.LOW), (2, Priority.HIGH), (3, Priority.NORMAL), (4, Priority.HIGH), (5, Priority.LOW)]
+        for n, priority in plan:
+            clock.now += 1
+            store.write([scored_run(_tid(n), reasons=["r"], priority=priority)])
+        _set_state(store, _tid(5), ItemState.DONE)
+        items, cursor = store.list_queue(limit=10)
+        assert [_tid(2), _tid(4), _tid(3), _tid(1)] == [item["trace_id"] for item in items]
+        assert cursor is None
+
+    def test_cursor_pages_without_gaps(self, store: SqlStore, clock: Clock) -> None:
+        """Paging the queue three at a time returns every pending item once, in order."""
+        for n in range(11):
+            clock.now += n % 3
+            store.write([scored_run(_tid(n), reasons=["r"], priority=list(Priority)[n % 3])])
+        expected = [item["trace_id"] for item in store.list_queue(limit=100)[0]]
+        seen, cursor = [], None
+        while True:
+            items, cursor = store.list_queue(limit=3, cursor=cursor)
+            seen += [item["trace_id"] for item in items]
+            if cursor is None:
+                break
+        assert expected == seen
+        assert 11 == len(set(seen))
+
+    def test_queue_stats(self, store: SqlStore, clock: Clock) -> None:
+        """queue_stats counts items and finds the oldest per state and priority."""
+        for n, priority in [(1, Priority.HIGH), (2, Priority.HIGH), (3, Priority.LOW)]:
+            clock.now += 5
+            store.write([scored_run(_tid(n), reasons=["r"], priority=priority)])
+        _set_state(store, _tid(3), ItemState.DONE)
+        stats = {(s.state, s.priority): (s.count, s.oldest_created_at) for s in store.queue_stats()}
+        assert {
+            (ItemState.PENDING, Priority.HIGH): (2, T0 + 5),
+            (ItemState.DONE, Priority.LOW): (1, T0 + 15),
+        } == stats
+
+
+class TestListRuns:
+    """list_runs pages newest first with a keyset cursor and filters."""
+
+    def _fill(self, store: SqlStore, clock: Clock, count: int) -> None:
+        for start in range(0, count, 4):
+            clock.now += 1  # four runs share each created_at: ties break on trace id
+            store.write([scored_run(_tid(n), agent=f"a{n % 2}") for n in range(start, min(count, start + 4))])
+
+    def test_pages_have_no_duplicates_or_gaps(self, store: SqlStore, clock: Clock) -> None:
+        """Walking 23 runs five at a time yields each run exactly once, newest first."""
+        self._fill(store, clock, 23)
+        seen, cursor, pages = [], None, 0
+        while True:
+            items, cursor = store.list_runs(limit=5, cursor=cursor)
+            seen += [item["trace_id"] for item in items]
+            pages += 1
+            if cursor is None:
+                break
+        assert 5 == pages
+        assert sorted(seen, key=lambda t: (-(int(t, 16) // 4), -int(t, 16))) == seen
+        assert {_tid(n) for n in range(23)} == set(seen)
+        assert 23 == len(seen)
+
+    def test_stable_under_inserts(self, store: SqlStore, clock: Clock) -> None:
+        """Runs inserted between pages neither repeat nor hide older runs."""
+        self._fill(store, clock, 10)
+        first, cursor = store.list_runs(limit=4)
+        clock.now += 100
+        store.write([scored_run(_tid(n)) for n in range(100, 105)])
+        rest = []
+        while cursor is not None:
+            items, cursor = store.list_runs(limit=4, cursor=cursor)
+            rest += items
+        assert {_tid(n) for n in range(10)} == {item["trace_id"] for item in first + rest}
+        assert 10 == len(first + rest)
+
+    def test_filters(self, store: SqlStore, clock: Clock) -> None:
+        """agent, flagged and reason filters select the matching runs only."""
+        self._fill(store, clock, 6)
+        store.write([scored_run(_tid(1), agent="a1", reasons=["loop", "slow"])])
+        store.write([scored_run(_tid(2), agent="a0", reasons=["slow"])])
+
+        def ids(agent: str | None = None, flagged: bool | None = None, reason: str | None = None) -> set[str]:
+            return {item["trace_id"] for item in store.list_runs(agent, flagged, reason, limit=50)[0]}
+
+        assert {_tid(1), _tid(3), _tid(5)} == ids(agent="a1")
+        assert {_tid(1), _tid(2)} == ids(flagged=True)
+        assert {_tid(0), _tid(3), _tid(4), _tid(5)} == ids(flagged=False)
+        assert {_tid(1)} == ids(reason="loop")
+        assert {_tid(1), _tid(2)} == ids(reason="slow")
+        assert {_tid(2)} == ids(reason="slow", agent="a0")
+        assert set() == ids(reason="missing")
+
+    def test_invalid_cursor(self, store: SqlStore) -> None:
+        """A cursor that was not issued by list_runs raises InvalidCursorError."""
+        with pytest.raises(InvalidCursorError):
+            store.list_runs(cursor="not-a-cursor!")
+        store.write([scored_run(_tid(1), reasons=["r"]), scored_run(_tid(2), reasons=["r"])])
+        _items, queue_cursor = store.list_queue(limit=1)
+        assert queue_cursor is not None
+        with pytest.raises(InvalidCursorError):
+            store.list_runs(cursor=queue_cursor)
+
+    def test_get_run_missing(self, store: SqlStore) -> None:
+        """get_run of an unknown trace id returns None."""
+        assert store.get_run(_tid(999)) is None
+
+
+class TestUnavailable:
+    """A database that cannot be reached raises StoreUnavailableError and writes nothing."""
+
+    def test_closed_port(self) -> None:
+        """Writes and reads on a closed PostgreSQL port raise StoreUnavailableError; ping is False."""
+        store = SqlStore(CLOSED_PORT_URL, retry_after_s=3.0)
+        with pytest.raises(StoreUnavailableError) as info:
+            store.write([scored_run(_tid(1))])
+        with pytest.raises(StoreUnavailableError):
+            store.get_run(_tid(1))
+        assert (3.0, False) == (info.value.retry_after, store.ping())
+        store.close()
+
+    def test_upgrade_closed_port(self) -> None:
+        """upgrade_database on a closed port raises StoreUnavailableError."""
+        with pytest.raises(StoreUnavailableError):
+            upgrade_database(CLOSED_PORT_URL)
+
+    def test_sqlite_unopenable(self, tmp_path: Path) -> None:
+        """A SQLite file in a missing directory is unavailable, not a crash."""
+        store = SqlStore(f"sqlite:///{tmp_path / 'missing' / 'vigil.db'}")
+        with pytest.raises(StoreUnavailableError):
+            store.write([scored_run(_tid(1))])
+        store.close()
+
+    def test_unmigrated_sqlite_is_not_an_outage(self, tmp_path: Path) -> None:
+        """A missing table is a deployment error: it propagates and ping reports not ready."""
+        store = SqlStore(f"sqlite:///{tmp_path / 'empty.db'}")
+        with pytest.raises(sa.exc.OperationalError):
+            store.write([scored_run(_tid(1))])
+        assert store.ping() is False
+        store.close()
+
+    def test_in_memory_fake_failure(self) -> None:
+        """InMemoryRunSink.fail_next raises StoreUnavailableError, then writes again."""
+        sink = InMemoryRunSink()
+        sink.fail_next(1, retry_after=0.5)
+        with pytest.raises(StoreUnavailableError):
+            sink.write([scored_run(_tid(1))])
+        assert [WriteOutcome(_tid(1), True, False)] == sink.write([scored_run(_tid(1))])
