@@ -1,0 +1,312 @@
+"""Normalise the spans of one trace, in any dialect, into one :class:`~scorers.model.Run`.
+
+A *step* is one classified span of the run (:class:`~scorers.model.Step`). The steps that
+count as the run's step count are its LLM calls: LLM-role spans after de-duplicating
+nested instrumentation of the same call. When an LLM span has an LLM ancestor (LangChain
+and the OpenAI SDK both instrumented, say), only the outermost is an LLM step; the nested
+one is kept in ``Run.steps`` with kind ``OTHER`` and its model and token usage fill in
+what the outer span lacks. So ``Run.llm_calls`` equals the number of ``StepKind.LLM``
+steps and ``Run.input_tokens`` / ``output_tokens`` equal the sums over those steps.
+Agent and chain spans never contribute tokens: they repeat totals.
+
+The run's *head* is its root span (no parent); without a root it is the topmost agent
+span, else the topmost span. Run-level facts (errored, final output, declared optimal
+steps, rule attributes) are read from the head.
+
+``normalise`` is pure and makes three linear passes over the spans (classify, walk the
+tree, tally) plus a sort; it never raises on well-formed spans whatever their attribute
+values are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Final
+
+from collector.model import Span, StatusCode
+from scorers import content, signals
+from scorers.dialects import (
+    DIALECTS,
+    UNKNOWN,
+    agent_name,
+    as_int,
+    as_str,
+    classify,
+    service_name,
+)
+from scorers.model import Message, Run, RunStatus, Step, StepKind, ToolCall
+from scorers.steps import to_step, to_tool_call
+
+RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
+_MAX_RULE_ATTRIBUTES: Final = 64
+_MAX_RULE_TEXT: Final = 1024
+_START: Final = attrgetter("start_ns")
+
+
+def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
+    """Turn all spans of one trace into one :class:`Run`.
+
+    Spans may come in any order and repeat: they are de-duplicated by ``span_id``, keeping
+    the last copy that has an end time. Each span is classified (see
+    :func:`scorers.dialects.classify`), then counted, summed and searched for error,
+    iteration-limit and safety-block markers (see :mod:`scorers.signals`).
+
+    Args:
+        spans: the spans of one trace.
+        complete: False when the caller closed the run early (idle timeout). The run is
+            also incomplete when no span is a root.
+
+    Returns:
+        The normalised run. An empty ``spans`` gives an incomplete, empty run.
+
+    Status precedence: ``LIMIT_HIT`` if an iteration limit was hit, else ``BLOCKED`` if a
+    safety block was seen, else ``ERROR`` if an exception reached the caller (the head
+    span has status ERROR or ``error.type``), else ``OK``. Limit and block win over error
+    because they explain it.
+    """
+    unique = _dedupe(spans)
+    if not unique:
+        return Run(trace_id=spans[0].trace_id if spans else "", complete=False)
+    tree = _Tree.build(unique)
+    tally = _Tally.for_tree(tree)
+    for span in tree.ordered:
+        tally.visit(span, tree)
+    return _assemble(tree, tally, complete=complete)
+
+
+def _dedupe(spans: Sequence[Span]) -> dict[str, Span]:
+    unique: dict[str, Span] = {}
+    for span in spans:
+        seen = unique.get(span.span_id)
+        if seen is None or span.end_ns or not seen.end_ns:
+            unique[span.span_id] = span
+    return unique
+
+
+@dataclass(slots=True)
+class _Tree:
+    """The classified span tree of one trace."""
+
+    spans: dict[str, Span]
+    kinds: dict[str, tuple[StepKind, str]]
+    ordered: list[Span]
+    depth: dict[str, int]
+    owners: dict[str, str]
+    root: Span | None
+    _top_down: list[tuple[Span, StepKind, str]] | None = None
+
+    @classmethod
+    def build(cls, spans: dict[str, Span]) -> _Tree:
+        kinds = {sid: classify(span) for sid, span in spans.items()}
+        # Stable sort: spans that start at the same time keep their arrival order. Walking
+        # in start order finds most parents already visited.
+        ordered = sorted(spans.values(), key=_START)
+        depth, outer = _walk(ordered, spans, kinds)
+        owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is StepKind.LLM}
+        root = next((s for s in ordered if not s.parent_span_id), None)
+        return cls(spans, kinds, ordered, depth, owners, root)
+
+    def top_down(self) -> list[tuple[Span, StepKind, str]]:
+        """Every span with its kind and dialect, shallowest first, then by start (computed once)."""
+        if self._top_down is None:
+            by_depth = sorted(self.ordered, key=lambda s: self.depth[s.span_id])
+            self._top_down = [(s, *self.kinds[s.span_id]) for s in by_depth]
+        return self._top_down
+
+    def head(self) -> Span:
+        """The root span, else the topmost agent span, else the topmost span."""
+        if self.root is not None:
+            return self.root
+        top = self.top_down()
+        return next((s for s, kind, _ in top if kind is StepKind.AGENT), top[0][0])
+
+
+def _walk(
+    ordered: Sequence[Span], spans: Mapping[str, Span], kinds: Mapping[str, tuple[StepKind, str]]
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Depth of every span and, for spans inside an LLM span, the outermost LLM span above.
+
+    Spans whose parent is missing have depth 0; a parent cycle is cut where it closes.
+    """
+    depth: dict[str, int] = {}
+    outer: dict[str, str] = {}
+    limit = len(spans)
+    llm = StepKind.LLM
+    for span in ordered:
+        sid = span.span_id
+        parent = span.parent_span_id
+        if parent in depth:  # the common case: parents start before their children
+            depth[sid] = depth[parent] + 1
+            top = outer.get(parent) or (sid if kinds[sid][0] is llm else None)
+            if top is not None:
+                outer[sid] = top
+            continue
+        if sid in depth:
+            continue
+        path = [sid]
+        while parent is not None and parent in spans and parent not in depth and len(path) <= limit:
+            path.append(parent)
+            parent = spans[parent].parent_span_id
+        base = depth.get(parent, -1) if parent is not None else -1
+        top = outer.get(parent) if parent is not None else None
+        for node in reversed(path):
+            base += 1
+            depth[node] = base
+            if top is None and kinds[node][0] is llm:
+                top = node
+            if top is not None:
+                outer[node] = top
+    return depth, outer
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Counters and collections filled by one pass over the spans in start order."""
+
+    steps: list[Step] = field(default_factory=list)
+    tools: list[ToolCall] = field(default_factory=list)
+    llm_calls: int = 0
+    tool_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    limit: bool = False
+    blocked: bool = False
+    fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
+
+    @classmethod
+    def for_tree(cls, tree: _Tree) -> _Tally:
+        """A tally primed with the usage of nested duplicate LLM spans, keyed by their owner."""
+        tally = cls()
+        for sid, owner in tree.owners.items():
+            attrs = tree.spans[sid].attributes
+            tokens_in, tokens_out = signals.tokens(attrs)
+            have_in, have_out, have_model = tally.fills.get(owner, (0, 0, None))
+            tally.fills[owner] = (have_in or tokens_in, have_out or tokens_out, have_model or signals.model(attrs))
+        return tally
+
+    def visit(self, span: Span, tree: _Tree) -> None:
+        """Classify-dependent handling of one span; call in start order."""
+        kind = tree.kinds[span.span_id][0]
+        err = signals.error_info(span)
+        reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
+        self.limit = self.limit or signals.hit_limit(span, kind, err)
+        self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
+        if kind is StepKind.LLM:
+            self.steps.append(self._llm_step(span, tree, err, reasons))
+            return
+        if kind is StepKind.TOOL:
+            call, failed = to_tool_call(span, err)
+            self.tools.append(call)
+            self.tool_errors += failed
+        self.steps.append(to_step(span, kind, err, reasons=reasons))
+
+    def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
+        tokens_in, tokens_out = signals.tokens(span.attributes)
+        model = signals.model(span.attributes)
+        kind = StepKind.OTHER if span.span_id in tree.owners else StepKind.LLM
+        fill = self.fills.get(span.span_id)
+        if fill is not None:
+            tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
+        if kind is StepKind.LLM:
+            self.llm_calls += 1
+            self.input_tokens += tokens_in
+            self.output_tokens += tokens_out
+        return to_step(span, kind, err, model=model, tokens_in=tokens_in, tokens_out=tokens_out, reasons=reasons)
+
+
+def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
+    head = tree.head()
+    raised = head.status_code == StatusCode.ERROR or as_str(head.attributes.get("error.type")) is not None
+    messages = _conversation(tree)
+    start_ns, end_ns = _bounds(tree)
+    return Run(
+        trace_id=head.trace_id,
+        agent=agent_name(tree.root, tree.top_down),
+        service=service_name(head) or next((n for s in tree.ordered if (n := service_name(s))), ""),
+        dialect=_dialect(tree.kinds),
+        status=_status(raised, tally),
+        complete=complete and tree.root is not None,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        llm_calls=tally.llm_calls,
+        tool_calls=len(tally.tools),
+        tool_errors=tally.tool_errors,
+        input_tokens=tally.input_tokens,
+        output_tokens=tally.output_tokens,
+        hit_max_iterations=tally.limit,
+        safety_blocked=tally.blocked,
+        errored=raised,
+        error_type=signals.error_info(head).type if raised else None,
+        optimal_steps=_optimal_steps(head),
+        final_output=content.final_output(head.attributes) or content.last_assistant(messages),
+        steps=tuple(tally.steps),
+        tools=tuple(tally.tools),
+        messages=messages,
+        span_count=len(tree.spans),
+        attributes=_rule_attributes(head),
+    )
+
+
+def _status(raised: bool, tally: _Tally) -> RunStatus:
+    if tally.limit:
+        return RunStatus.LIMIT_HIT
+    if tally.blocked:
+        return RunStatus.BLOCKED
+    return RunStatus.ERROR if raised else RunStatus.OK
+
+
+def _bounds(tree: _Tree) -> tuple[int, int]:
+    if tree.root is not None:
+        return tree.root.start_ns, tree.root.end_ns
+    return min(s.start_ns for s in tree.ordered), max(s.end_ns for s in tree.ordered)
+
+
+def _dialect(kinds: Mapping[str, tuple[StepKind, str]]) -> str:
+    """The dialect most spans were classified by; ties go to the earlier of :data:`DIALECTS`."""
+    counts = dict.fromkeys(DIALECTS, 0)
+    for _, dialect in kinds.values():
+        if dialect != UNKNOWN:
+            counts[dialect] += 1
+    best = max(DIALECTS, key=counts.__getitem__)  # max keeps the first of equal counts
+    return best if counts[best] else UNKNOWN
+
+
+def _conversation(tree: _Tree) -> tuple[Message, ...]:
+    """Input plus output messages of the last LLM call that captured any.
+
+    Only the last two LLM spans are looked at: the last call and, when two instrumentations
+    recorded it, its nested twin. Content capture is a process-wide switch, so an earlier
+    call has content only if the last one has.
+    """
+    looked = 0
+    for span in reversed(tree.ordered):
+        if tree.kinds[span.span_id][0] is StepKind.LLM:
+            found = content.messages_of(span.attributes)
+            if found:
+                return content.bound(found)
+            looked += 1
+            if looked == 2:
+                break
+    return ()
+
+
+def _optimal_steps(head: Span) -> int | None:
+    value = as_int(head.attributes.get("vigil.optimal_steps"))
+    return value if value is not None and value > 0 else None
+
+
+def _rule_attributes(head: Span) -> dict[str, str | int | float | bool]:
+    """Scalar ``vigil.*`` root attributes plus service and deployment environment names."""
+    out: dict[str, str | int | float | bool] = {}
+    for key, value in head.attributes.items():
+        if key.startswith("vigil.") and isinstance(value, str | int | float | bool):
+            out[key] = value[:_MAX_RULE_TEXT] if isinstance(value, str) else value
+            if len(out) >= _MAX_RULE_ATTRIBUTES:
+                break
+    for key in RULE_RESOURCE_KEYS:
+        value = head.resource.get(key, head.attributes.get(key))
+        if isinstance(value, str) and value:
+            out[key] = value[:_MAX_RULE_TEXT]
+    return out

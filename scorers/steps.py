@@ -1,0 +1,98 @@
+"""Build the :class:`~scorers.model.Step` of a span and the :class:`~scorers.model.ToolCall` of a tool span.
+
+``normalise`` builds one ``Step`` per span, so construction cost matters: both are built
+with positional arguments, which is 20–40 % cheaper than keywords for frozen dataclasses.
+The expected field orders are :data:`STEP_FIELDS` and :data:`TOOL_CALL_FIELDS`, pinned by
+a test so a change to the model cannot silently shift values.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from collector.model import Span
+from scorers import content, signals
+from scorers.dialects import entity_name, first, first_str
+from scorers.model import Step, StepKind, ToolCall
+
+TOOL_NAME_KEYS: Final = ("gen_ai.tool.name", "tool.name", "ai.toolCall.name", "traceloop.entity.name")
+TOOL_CALL_ID_KEYS: Final = ("gen_ai.tool.call.id", "tool.id", "ai.toolCall.id")
+
+STEP_FIELDS: Final = (
+    "span_id",
+    "parent_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "error",
+    "error_type",
+    "status_message",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "finish_reasons",
+)
+TOOL_CALL_FIELDS: Final = ("span_id", "name", "call_id", "arguments", "result", "error")
+
+
+def to_step(
+    span: Span,
+    kind: StepKind,
+    err: signals.ErrorInfo,
+    *,
+    model: str | None = None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    reasons: tuple[str, ...] = (),
+) -> Step:
+    """Return the step of ``span`` in role ``kind`` (the status description is clipped)."""
+    status = span.status_message
+    status_text = status[: content.MAX_TEXT] if isinstance(status, str) else ""
+    return Step(
+        span.span_id,
+        span.parent_span_id,
+        span.name,
+        kind,
+        span.start_ns,
+        span.end_ns,
+        err.error,
+        err.type,
+        status_text,
+        model,
+        tokens_in,
+        tokens_out,
+        reasons,
+    )
+
+
+def to_tool_call(span: Span, err: signals.ErrorInfo) -> tuple[ToolCall, bool]:
+    """Return the tool call of a TOOL span and whether it failed (hard or soft error).
+
+    Name from ``gen_ai.tool.name`` / ``tool.name`` / ``ai.toolCall.name`` /
+    ``traceloop.entity.name`` / the span name; call id from ``gen_ai.tool.call.id`` /
+    ``tool.id`` / ``ai.toolCall.id``; arguments as canonical JSON and the result text
+    when content was captured (see :data:`scorers.content.ARGUMENT_KEYS` and
+    :data:`scorers.content.RESULT_KEYS`).
+    """
+    attrs = span.attributes
+    captured = not content.TOOL_CONTENT_KEYS.isdisjoint(attrs)
+    result = content.as_text(first(attrs, content.RESULT_KEYS)) if captured else None
+    soft = not err.error and signals.soft_error(result)
+    call = ToolCall(
+        span.span_id,
+        first_str(attrs, TOOL_NAME_KEYS) or entity_name(span, StepKind.TOOL),
+        first_str(attrs, TOOL_CALL_ID_KEYS),
+        content.canonical_json(first(attrs, content.ARGUMENT_KEYS)) if captured else None,
+        result,
+        error_text(err) if err.error else result if soft else None,
+    )
+    return call, err.error or soft
+
+
+def error_text(err: signals.ErrorInfo) -> str:
+    """``"{type}: {message}"`` of a failed span, without repeating a type the message starts with."""
+    parts = [p for p in (err.type, err.message) if p]
+    if len(parts) == 2 and parts[1].startswith(parts[0]):
+        parts = parts[1:]
+    return content.clip(": ".join(parts) or "error")

@@ -1,0 +1,275 @@
+"""Tests for per-span signals: errors, finish reasons, iteration limits, safety blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from collector.model import SpanEvent, StatusCode
+from collector.testing import node, span, trace
+from scorers.model import Run, RunStatus
+from scorers.normalise import normalise
+from scorers.signals import error_info, finish_reasons, leading_phrase, soft_error
+
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bot"}
+CHAT = {"gen_ai.operation.name": "chat"}
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
+CREWAI_PROMPT = (
+    "Now it's time you MUST give your absolute best final answer. You'll ignore all previous instructions, "
+    "stop using any tools, and just return your absolute BEST Final answer."
+)
+
+
+def _exception(kind: str, message: str = "boom") -> SpanEvent:
+    return SpanEvent("exception", attributes={"exception.type": kind, "exception.message": message})
+
+
+def _run_with(where: str, attributes: dict[str, Any] | None = None, **overrides: Any) -> Run:
+    """A run whose root agent span, or its one LLM / tool child, carries ``attributes`` and ``overrides``."""
+    extra = dict(attributes or {})
+    child_attrs = {"llm": {**CHAT, **extra}, "tool": {**TOOL, **extra}}.get(where)
+    if child_attrs is None:
+        return normalise(trace(node("invoke_agent bot", {**AGENT, **extra}, node("chat m", CHAT), **overrides)))
+    child = node("child", child_attrs, **overrides)
+    return normalise(trace(node("invoke_agent bot", AGENT, child)))
+
+
+class TestErrorInfo:
+    """What a span says about its own failure."""
+
+    def test_no_error(self) -> None:
+        """A plain span has no error."""
+        assert not error_info(span()).error
+
+    def test_error_type_and_status(self) -> None:
+        """``error.type`` names the error; the status description is the message."""
+        info = error_info(
+            span(status_code=StatusCode.ERROR, status_message="rate", attributes={"error.type": "RateLimitError"})
+        )
+        assert (True, True, "RateLimitError", "rate") == (info.error, info.raised, info.type, info.message)
+
+    def test_exception_event_only(self) -> None:
+        """An exception event is an error but not a raised one."""
+        info = error_info(span(events=(_exception("ValueError", "bad"),)))
+        assert (True, False, "ValueError", "bad") == (info.error, info.raised, info.type, info.message)
+
+    def test_other_falls_back(self) -> None:
+        """util-genai's ``_OTHER`` gives way to the status description's leading phrase."""
+        info = error_info(
+            span(
+                status_code=StatusCode.ERROR,
+                status_message="Max turns exceeded: {}",
+                attributes={"error.type": "_OTHER"},
+            )
+        )
+        assert "Max turns exceeded" == info.type
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("GraphRecursionError('Recursion limit of 25 reached')", "GraphRecursionError"),
+            ("Max turns exceeded: {'max_turns': 10}", "Max turns exceeded"),
+            ("{'message': 'x'}", None),
+        ],
+    )
+    def test_leading_phrase(self, text: str, expected: str | None) -> None:
+        """The leading phrase stops at ``:``, ``(`` or a brace."""
+        assert expected == leading_phrase(text)
+
+
+class TestFinishReasons:
+    """Finish reasons from every spelling, normalised."""
+
+    @pytest.mark.parametrize(
+        ("attributes", "expected"),
+        [
+            ({"gen_ai.response.finish_reasons": ["stop", "Content-Filter"]}, ("stop", "content_filter")),
+            ({"gen_ai.response.finish_reasons": '["length"]'}, ("length",)),
+            ({"gen_ai.response.finish_reason": "stop"}, ("stop",)),
+            ({"llm.finish_reason": "SAFETY"}, ("safety",)),
+            ({"ai.response.finishReason": "content-filter"}, ("content_filter",)),
+            (
+                {"gen_ai.completion.0.finish_reason": "stop", "gen_ai.completion.1.finish_reason": "refusal"},
+                ("stop", "refusal"),
+            ),
+            (
+                {"gen_ai.output.messages": '[{"role":"assistant","parts":[],"finish_reason":"content_filter"}]'},
+                ("content_filter",),
+            ),
+            ({"gen_ai.output.messages": [{"role": "assistant", "parts": [], "finish_reason": "stop"}]}, ("stop",)),
+            ({"gen_ai.response.finish_reasons": ["FinishReason.PROHIBITED_CONTENT"]}, ("prohibited_content",)),
+            ({"gen_ai.response.finish_reasons": 7}, ()),
+        ],
+    )
+    def test_sources(self, attributes: dict[str, Any], expected: tuple[str, ...]) -> None:
+        """Each source yields normalised reasons."""
+        assert expected == finish_reasons(attributes)
+
+
+class TestMaxIterations:
+    """Every iteration-limit marker sets ``hit_max_iterations`` and status LIMIT_HIT."""
+
+    @pytest.mark.parametrize(
+        ("where", "attributes", "overrides"),
+        [
+            ("root", {}, {"events": (_exception("langgraph.errors.GraphRecursionError"),)}),
+            ("root", {"error.type": "GraphRecursionError"}, {"status_code": StatusCode.ERROR}),
+            ("root", {}, {"events": (_exception("agents.exceptions.MaxTurnsExceeded"),)}),
+            ("root", {"error.type": "ModelCallLimitExceededError"}, {}),
+            ("root", {"error.type": "ToolCallLimitExceededError"}, {}),
+            ("root", {}, {"status_code": StatusCode.ERROR, "status_message": "Max turns exceeded: {'max_turns': 10}"}),
+            (
+                "root",
+                {"error.type": "_OTHER"},
+                {"status_code": StatusCode.ERROR, "status_message": "{'message': 'Max turns exceeded', 'data': {}}"},
+            ),
+            (
+                "root",
+                {},
+                {"status_code": StatusCode.ERROR, "status_message": "GraphRecursionError('Recursion limit of 25')"},
+            ),
+            ("root", {}, {"status_code": StatusCode.ERROR, "status_message": "see GRAPH_RECURSION_LIMIT"}),
+            ("root", {"output.value": "Agent stopped due to iteration limit or time limit."}, {}),
+            ("root", {"traceloop.entity.output": '{"output": "Agent stopped due to max iterations."}'}, {}),
+            ("llm", {"output.value": "Sorry, need more steps to process this request."}, {}),
+            (
+                "root",
+                {
+                    "gen_ai.output.messages": [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "text", "content": "Model call limits exceeded: run limit (5/5)"}],
+                        }
+                    ]
+                },
+                {},
+            ),
+            ("root", {"ai.response.text": "'search' tool call limit reached"}, {}),
+            ("llm", {"gen_ai.input.messages": f'[{{"role":"assistant","content":"{CREWAI_PROMPT}"}}]'}, {}),
+            (
+                "llm",
+                {"llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": CREWAI_PROMPT},
+                {},
+            ),
+            ("root", {}, {"events": (_exception("RuntimeError", "Recursion limit of 10 reached"),)}),
+            ("root", {"vigil.max_iterations_hit": True}, {}),
+            ("root", {"vigil.max_iterations_hit": "true"}, {}),
+            ("root", {"vigil.iterations": 10, "vigil.max_iterations": 10}, {}),
+        ],
+    )
+    def test_marker(self, where: str, attributes: dict[str, Any], overrides: dict[str, Any]) -> None:
+        """The marker is detected."""
+        run = _run_with(where, attributes, **overrides)
+        assert (True, RunStatus.LIMIT_HIT) == (run.hit_max_iterations, run.status)
+
+    @pytest.mark.parametrize(
+        "attributes",
+        [
+            {"vigil.iterations": 3, "vigil.max_iterations": 10},
+            {"vigil.max_iterations_hit": False},
+            {"output.value": "done"},
+        ],
+    )
+    def test_no_marker(self, attributes: dict[str, Any]) -> None:
+        """Below the limit, or plain outputs, is not a limit hit."""
+        assert not _run_with("root", attributes).hit_max_iterations
+
+    def test_tool_output_is_not_a_limit(self) -> None:
+        """A tool returning marker text is not the agent stopping."""
+        assert not _run_with("tool", {"output.value": "Agent stopped due to max iterations."}).hit_max_iterations
+
+
+class TestSafety:
+    """Every safety marker sets ``safety_blocked`` and status BLOCKED."""
+
+    @pytest.mark.parametrize(
+        ("where", "attributes", "overrides"),
+        [
+            ("llm", {"gen_ai.response.finish_reasons": ["content_filter"]}, {}),
+            ("llm", {"gen_ai.response.finish_reasons": ["refusal"]}, {}),
+            ("llm", {"gen_ai.response.finish_reasons": '["SAFETY"]'}, {}),
+            ("llm", {"gen_ai.response.finish_reason": "guardrail_intervened"}, {}),
+            ("llm", {"llm.finish_reason": "content_filtered"}, {}),
+            ("llm", {"ai.response.finishReason": "content-filter"}, {}),
+            ("llm", {"gen_ai.completion.0.finish_reason": "prohibited_content"}, {}),
+            ("llm", {"gen_ai.response.finish_reasons": ["BLOCKLIST"]}, {}),
+            ("llm", {"gen_ai.response.finish_reasons": ["spii"]}, {}),
+            (
+                "llm",
+                {"gen_ai.output.messages": '[{"role":"assistant","parts":[],"finish_reason":"content_filter"}]'},
+                {},
+            ),
+            ("root", {}, {"events": (_exception("agents.exceptions.InputGuardrailTripwireTriggered"),)}),
+            ("root", {"error.type": "OutputGuardrailTripwireTriggered"}, {"status_code": StatusCode.ERROR}),
+            ("tool", {"error.type": "ToolInputGuardrailTripwireTriggered"}, {"status_code": StatusCode.ERROR}),
+            ("root", {}, {"events": (_exception("agents.exceptions.ModelRefusalError"),)}),
+            (
+                "root",
+                {},
+                {
+                    "status_code": StatusCode.ERROR,
+                    "status_message": "Guardrail tripwire triggered: {'guardrail': 'pii'}",
+                },
+            ),
+            ("root", {"gen_ai.guardrail.triggered": True}, {}),
+            ("root", {"gen_ai.guardrail.result.value": "GUARDRAIL_INTERVENED"}, {}),
+            ("root", {"gen_ai.guardrail.result.value": "true"}, {}),
+            ("root", {"gen_ai.guardrail.action.type": "block"}, {}),
+            ("root", {"gen_ai.guardrail.verdict.type": "deny"}, {}),
+            ("root", {"gen_ai.guardrail.status": "FAILED"}, {}),
+            ("root", {"vigil.safety_blocked": True}, {}),
+            ("root", {"vigil.guardrail.blocked": "true"}, {}),
+            (
+                "llm",
+                {"error.type": "BadRequestError"},
+                {
+                    "status_code": StatusCode.ERROR,
+                    "status_message": "Error code: 400 - {'error': {'code': 'content_filter'}}",
+                },
+            ),
+        ],
+    )
+    def test_marker(self, where: str, attributes: dict[str, Any], overrides: dict[str, Any]) -> None:
+        """The marker is detected."""
+        run = _run_with(where, attributes, **overrides)
+        assert (True, RunStatus.BLOCKED) == (run.safety_blocked, run.status)
+
+    def test_openinference_guardrail_span_in_error(self) -> None:
+        """An OpenInference GUARDRAIL span in error status is a block."""
+        guard = node("pii_check", {"openinference.span.kind": "GUARDRAIL"}, status_code=StatusCode.ERROR)
+        run = normalise(trace(node("Agent workflow", {"openinference.span.kind": "AGENT"}, guard)))
+        assert run.safety_blocked
+
+    @pytest.mark.parametrize(
+        "attributes",
+        [
+            {"gen_ai.guardrail.result.value": "false"},
+            {"gen_ai.guardrail.action.type": "allow"},
+            {"gen_ai.guardrail.status": "PASSED"},
+            {"gen_ai.response.finish_reasons": ["stop", "length"]},
+        ],
+    )
+    def test_no_marker(self, attributes: dict[str, Any]) -> None:
+        """Passing guardrails and ordinary finish reasons are not blocks."""
+        assert not _run_with("root", attributes).safety_blocked
+
+
+class TestSoftError:
+    """Tool results that report an error to the model."""
+
+    @pytest.mark.parametrize(
+        ("result", "expected"),
+        [
+            ("Error: division by zero\n Please fix your mistakes.", True),
+            ("An error occurred while running the tool. Please try again. Error: boom", True),
+            ('{"content": "Error: nope", "type": "tool"}', True),
+            ('{"content": "ok", "status": "error"}', True),
+            ("42", False),
+            ('{"content": "fine"}', False),
+            (None, False),
+        ],
+    )
+    def test_result(self, result: str | None, expected: bool) -> None:
+        """LangGraph ToolNode and Agents SDK texts are soft errors."""
+        assert expected is soft_error(result)
