@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import structlog
-from google.rpc.status_pb2 import Status  # type: ignore[import-untyped]  # googleapis-common-protos ships no stubs
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool

@@ -109,7 +109,8 @@ def body(spans: list[Span], service: str = "bench-agent") -> bytes:
     scope = rs.scope_spans.add()
     scope.scope.name = "vigil.bench"
     scope.spans.extend(spans)
-    return ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    data: bytes = ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    return data
 
 
 def bodies(n_runs: int, spans_per_body: int = 512, seed: int = 7) -> Iterator[tuple[bytes, int, int]]:

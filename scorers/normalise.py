@@ -216,9 +216,42 @@ class _Tally:
         return to_step(span, kind, err, model=model, tokens_in=tokens_in, tokens_out=tokens_out, reasons=reasons)
 
 
+def _raised(tree: _Tree) -> Span | None:
+    """The span whose error reached the agent's caller, or None.
+
+    Normally that is the head (root) span. The OpenAI Agents SDK bridges leave their
+    ``Agent workflow`` root OK even when the run raised; in those traces the SDK does not
+    recover from an error on an agent, turn or LLM span (only tool errors are "non-fatal"),
+    so the first such error counts.
+    """
+    head = tree.head()
+    if head.status_code == StatusCode.ERROR or as_str(head.attributes.get("error.type")) is not None:
+        return head
+    if head.scope not in _AGENTS_SDK_SCOPES:
+        return None
+    for span in tree.ordered:
+        if (
+            span.status_code == StatusCode.ERROR
+            and tree.kinds[span.span_id][0] is not StepKind.TOOL
+            and not span.status_message.startswith("Error running tool")
+        ):
+            return span
+    return None
+
+
+_AGENTS_SDK_SCOPES = frozenset(
+    {
+        "openinference.instrumentation.openai_agents",
+        "opentelemetry.instrumentation.openai_agents",
+        "opentelemetry.instrumentation.genai.openai_agents",
+    }
+)
+
+
 def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     head = tree.head()
-    raised = head.status_code == StatusCode.ERROR or as_str(head.attributes.get("error.type")) is not None
+    culprit = _raised(tree)
+    raised = culprit is not None
     messages = _conversation(tree)
     start_ns, end_ns = _bounds(tree)
     return Run(
@@ -238,7 +271,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         hit_max_iterations=tally.limit,
         safety_blocked=tally.blocked,
         errored=raised,
-        error_type=signals.error_info(head).type if raised else None,
+        error_type=signals.error_info(culprit).type if culprit is not None else None,
         optimal_steps=_optimal_steps(head),
         final_output=content.final_output(head.attributes) or content.last_assistant(messages),
         steps=tuple(tally.steps),
