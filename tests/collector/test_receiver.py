@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from google.rpc.status_pb2 import Status  # type: ignore[import-untyped]  # no stubs shipped
+from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
