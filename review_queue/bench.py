@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
-from collector.otlp import decode_protobuf
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from collector.otlp import decode_protobuf
 from collector.settings import Settings
 from review_queue.embedded import build
 from review_queue.synth import bodies
@@ -83,6 +83,7 @@ def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
 
 def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     import uvicorn
+
     from collector.metrics import CollectorMetrics
     from collector.receiver import create_otlp_app
     from collector.stream import InProcessStream

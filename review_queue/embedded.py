@@ -20,16 +20,17 @@ from dataclasses import dataclass
 
 import structlog
 import uvicorn
-from collector.metrics import CollectorMetrics
-from collector.receiver import create_otlp_app
-from collector.stream import InProcessStream
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from collector.metrics import CollectorMetrics
+from collector.receiver import create_otlp_app
 from collector.settings import Settings
+from collector.stream import InProcessStream
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
@@ -99,11 +100,15 @@ def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
         ok = ready.worker.healthy
         return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
+    async def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
     return Starlette(
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Mount("/metrics", app=make_asgi_app(registry)),
+            Route("/metrics", metrics),
         ]
     )
 
