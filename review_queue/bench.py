@@ -33,7 +33,7 @@ from rich.table import Table
 
 from collector.otlp import decode_protobuf
 from collector.settings import Settings
-from review_queue.embedded import build
+from review_queue.embedded import build, tune_gc
 from review_queue.synth import bodies
 from scorers.model import ScoredRun
 
@@ -193,6 +193,7 @@ def _median_of(label: str, repeat: int, fn: Callable[[], float]) -> float:
 
 def main(args: argparse.Namespace) -> int:
     """Run every measurement and print a table (the figures for BENCHMARKS.md)."""
+    tune_gc()  # as vigil run does
     n_runs = 2_000 if args.quick else args.runs
     repeat = 1 if args.quick else args.repeat
     table = Table(title=f"vigil bench ({os.cpu_count()} cores, {n_runs} runs × {repeat}, medians)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,19 @@ class Embedded:
     store: SqlStore
     worker: StreamWorker
     run_metrics: RunMetrics
+
+
+GC_THRESHOLDS = (100_000, 50, 1000)
+"""Generation-0 threshold raised from 700: the pipeline allocates many short-lived objects
+per run, and the default makes the collector run (and walk the live heap) thousands of
+times a second. Measured +30–50 % pipeline throughput (see BENCHMARKS.md)."""
+
+
+def tune_gc() -> None:
+    """Freeze start-up objects out of the collector's way and raise its thresholds."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def build(
@@ -148,6 +162,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tune_gc()
     emb.worker.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     log.info(

@@ -7,6 +7,7 @@ characters per text and :data:`MAX_MESSAGES` messages per run (the latest are ke
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -78,6 +79,22 @@ def canonical_json(value: object) -> str | None:
     """
     if value is None or isinstance(value, bytes):
         return None
+    if isinstance(value, str) and len(value) <= _CACHED_LEN:
+        return _canonical_text(value)
+    return _canonical(value)
+
+
+_CACHED_LEN = 1024
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical_text(value: str) -> str | None:
+    # Agents call the same tool with the same arguments often (that is what loops are);
+    # short argument strings are memoised so repeated calls cost a dict lookup.
+    return _canonical(value)
+
+
+def _canonical(value: object) -> str | None:
     obj: object = value
     if isinstance(value, str):
         try:
