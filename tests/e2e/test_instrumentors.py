@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +25,8 @@ import httpx
 import pytest
 
 from collector.fakeopenai import FakeOpenAI
+from review_queue.process import VigilProcess as Vigil
+from review_queue.process import start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -74,16 +72,8 @@ EXPECTED: dict[str, tuple[Any, ...]] = {
     "oa_api_error": ("support_agent", 1, 0, 0, 0, 0, False, False, True),
 }
 
-READY_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 15.0
 DRIVER_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def require_instrumentors(driver: str) -> None:
@@ -112,31 +102,6 @@ def run_driver(driver: str, out: Path, fake: FakeOpenAI, endpoint: str | None = 
     return runs
 
 
-@dataclass(frozen=True)
-class Vigil:
-    """A running ``vigil run`` subprocess and its ports."""
-
-    process: subprocess.Popen[bytes]
-    otlp_http_port: int
-    http_port: int
-    workdir: Path
-
-    @property
-    def otlp_endpoint(self) -> str:
-        """OTLP/HTTP base URL for the drivers."""
-        return f"http://127.0.0.1:{self.otlp_http_port}"
-
-    @property
-    def api(self) -> str:
-        """Base URL of the REST API."""
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def log_tail(self) -> str:
-        """The end of Vigil's stderr log, for assertion messages."""
-        path = self.workdir / "vigil.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
-
-
 @pytest.fixture(scope="module")
 def fake_openai() -> Iterator[FakeOpenAI]:
     """One scripted OpenAI-compatible server shared by the module; drivers register their scripts."""
@@ -147,50 +112,10 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 @pytest.fixture(scope="module")
 def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vigil]:
     """``vigil run`` in a temp directory on free ports; SIGTERM at the end must exit 0."""
-    workdir = tmp_path_factory.mktemp("vigil")
-    ports = {name: free_port() for name in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
-    env.update({f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()})
-    env.update(
-        {
-            "VIGIL_OTLP_HTTP_HOST": "127.0.0.1",
-            "VIGIL_HTTP_HOST": "127.0.0.1",
-            "VIGIL_DATABASE_URL": f"sqlite:///{workdir / 'vigil.db'}",
-            "VIGIL_QUIET_PERIOD_S": "0.5",
-            "VIGIL_SAMPLE_RATE": "0",
-        }
-    )
-    with (workdir / "vigil.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "review_queue.cli", "run"], cwd=workdir, env=env, stdout=log, stderr=log
-        )
-        running = Vigil(process, ports["OTLP_HTTP"], ports["HTTP"], workdir)
-        try:
-            _wait_ready(running)
-            yield running
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                code = process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                pytest.fail(f"vigil run did not stop within 30 s of SIGTERM\n{running.log_tail()}")
-    assert code == 0, f"vigil run exited {code} after SIGTERM\n{running.log_tail()}"
-
-
-def _wait_ready(vigil: Vigil) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if vigil.process.poll() is not None:
-            pytest.fail(f"vigil run exited {vigil.process.returncode} at start-up\n{vigil.log_tail()}")
-        try:
-            if httpx.get(f"{vigil.api}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"vigil run not ready within {READY_TIMEOUT_S} s\n{vigil.log_tail()}")
+    with start_vigil(
+        tmp_path_factory.mktemp("vigil"), {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": "0"}
+    ) as running:
+        yield running
 
 
 def fetch_run(vigil: Vigil, trace_id: str) -> dict[str, Any] | None:

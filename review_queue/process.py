@@ -1,0 +1,128 @@
+"""Run ``vigil run`` as a subprocess on free ports — for end-to-end tests (ours and users').
+
+:func:`start_vigil` starts it in a working directory with ``VIGIL_*`` overrides, waits for
+``/readyz``, yields a :class:`VigilProcess`, and on exit sends SIGTERM and checks that the
+process drained and exited 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+class VigilProcessError(RuntimeError):
+    """``vigil run`` failed to start or to stop cleanly; the message ends with its log."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class VigilProcess:
+    """A running ``vigil run`` subprocess and its ports."""
+
+    process: subprocess.Popen[bytes]
+    otlp_http_port: int
+    http_port: int
+    metrics_port: int
+    workdir: Path
+
+    @property
+    def otlp_endpoint(self) -> str:
+        """OTLP/HTTP base URL."""
+        return f"http://127.0.0.1:{self.otlp_http_port}"
+
+    @property
+    def api(self) -> str:
+        """Base URL of the REST API."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus scrape URL."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def log_tail(self) -> str:
+        """The end of Vigil's log, for assertion messages."""
+        path = self.workdir / "vigil.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; returns the exit code (kills and raises after ``timeout_s``)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise VigilProcessError(f"vigil run did not stop within {timeout_s} s\n{self.log_tail()}") from None
+
+
+@contextmanager
+def start_vigil(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator[VigilProcess]:
+    """Start ``vigil run`` in ``workdir`` (SQLite there) with ``env`` overrides; stop it on exit.
+
+    Raises:
+        VigilProcessError: it did not become ready, or did not exit 0 after SIGTERM.
+    """
+    ports = {name: free_port() for name in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
+    full.update({f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()})
+    full.update(
+        {
+            "VIGIL_OTLP_HTTP_HOST": "127.0.0.1",
+            "VIGIL_HTTP_HOST": "127.0.0.1",
+            "VIGIL_DATABASE_URL": f"sqlite:///{workdir / 'vigil.db'}",
+        }
+    )
+    full.update(env or {})
+    with (workdir / "vigil.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "review_queue.cli", "run"], cwd=workdir, env=full, stdout=log, stderr=log
+        )
+        running = VigilProcess(process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir)
+        stopped = False
+        try:
+            _wait_ready(running)
+            yield running
+            code = running.stop()
+            stopped = True
+            if code != 0:
+                raise VigilProcessError(f"vigil run exited {code} after SIGTERM\n{running.log_tail()}")
+        finally:
+            if not stopped and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(vigil: VigilProcess) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if vigil.process.poll() is not None:
+            raise VigilProcessError(f"vigil run exited {vigil.process.returncode} at start-up\n{vigil.log_tail()}")
+        try:
+            if httpx.get(f"{vigil.api}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise VigilProcessError(f"vigil run not ready within {READY_TIMEOUT_S} s\n{vigil.log_tail()}")

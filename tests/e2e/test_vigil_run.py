@@ -1,0 +1,192 @@
+"""End to end over a real ``vigil run`` subprocess: bad input, late spans, SIGTERM drain, a real SDK exporter.
+
+Uses raw OTLP bodies over real HTTP and reads results back from the REST API, the
+Prometheus endpoint and the SQLite file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
+from prometheus_client.parser import text_string_to_metric_families
+
+from review_queue.process import VigilProcess, start_vigil
+from review_queue.synth import _kv, body, make_run
+
+pytestmark = pytest.mark.integration
+
+PROTO = {"Content-Type": "application/x-protobuf"}
+
+
+@pytest.fixture(scope="module")
+def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
+    """One ``vigil run`` with a short quiet period and every run sampled."""
+    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": "1", "VIGIL_MAX_BODY_BYTES": str(1 << 20)}
+    with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
+        yield running
+
+
+def metric(vigil: VigilProcess, name: str, **labels: str) -> float:
+    """Current value of one sample on the real /metrics endpoint (0 when absent)."""
+    text = httpx.get(vigil.metrics_url).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
+def wait_run(vigil: VigilProcess, trace_id: str, *, version: int = 1, timeout_s: float = 15.0) -> dict[str, Any]:
+    """Poll the API until the run exists at ``version`` or more."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{vigil.api}/api/v1/runs/{trace_id}")
+        if r.status_code == 200 and r.json()["version"] >= version:
+            return dict(r.json())
+        time.sleep(0.1)
+    raise AssertionError(f"run {trace_id} v{version} never appeared\n{vigil.log_tail()}")
+
+
+def good_body(seed: int) -> tuple[str, bytes]:
+    """One synthetic GenAI run as a protobuf body."""
+    run = make_run(random.Random(seed))
+    return run.trace_id, body(list(run.spans))
+
+
+class TestBadInput:
+    """Each bad request gets the right status and a counter; the next good one still works."""
+
+    @pytest.mark.parametrize(
+        ("headers", "payload", "status", "reason"),
+        [
+            (PROTO, b"\x0a\xff\xff\xff\x0f garbage", 400, "decode"),
+            ({"Content-Type": "application/json"}, b"{not json", 400, "decode"),
+            ({"Content-Type": "text/plain"}, b"hello", 415, "unsupported_media_type"),
+            ({**PROTO, "Content-Encoding": "gzip"}, gzip.compress(bytes(50 << 20)), 413, "too_large"),
+            ({**PROTO, "Content-Encoding": "gzip"}, b"not gzip at all", 400, "decode"),
+        ],
+        ids=["garbage-protobuf", "invalid-json", "wrong-content-type", "gzip-bomb", "bad-gzip"],
+    )
+    def test_rejected_counted_and_recovers(
+        self, vigil: VigilProcess, headers: dict[str, str], payload: bytes, status: int, reason: str
+    ) -> None:
+        """The rejection has the right status, is counted by reason, and a good body still lands."""
+        before = metric(vigil, "vigil_otlp_rejected_requests_total", reason=reason)
+        r = httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=headers)
+        assert status == r.status_code
+        assert before + 1 == metric(vigil, "vigil_otlp_rejected_requests_total", reason=reason)
+        trace_id, good = good_body(len(payload))
+        assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=good, headers=PROTO).status_code
+        assert trace_id == wait_run(vigil, trace_id)["trace_id"]
+
+    def test_span_with_missing_ids_is_partial_success(self, vigil: VigilProcess) -> None:
+        """A JSON span without ids is rejected alone; its neighbour is scored."""
+        trace_id = "5b8efff798038103d269b633813fc60c"
+        spans = [
+            {"traceId": trace_id, "spanId": "eee19b7ec3c1b174", "name": "invoke_agent ok", "kind": 1,
+             "startTimeUnixNano": "1", "endTimeUnixNano": str(time.time_ns()),
+             "attributes": [{"key": "gen_ai.agent.name", "value": {"stringValue": "json_agent"}}]},
+            {"name": "no ids at all"},
+        ]  # fmt: skip
+        doc = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+        r = httpx.post(f"{vigil.otlp_endpoint}/v1/traces", json=doc)
+        assert 200 == r.status_code
+        assert "1" == str(r.json()["partialSuccess"]["rejectedSpans"])
+        assert "json_agent" == wait_run(vigil, trace_id)["agent"]
+
+
+class TestLateSpans:
+    """A span after scoring re-scores the run and updates it, never duplicates it."""
+
+    def test_late_tool_error_updates_run(self, vigil: VigilProcess) -> None:
+        """The late failing tool call shows up in the same run row (version 2), counted once."""
+        trace_id, good = good_body(4242)
+        httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=good, headers=PROTO)
+        first = wait_run(vigil, trace_id)
+        runs_before = metric(vigil, "vigil_runs_total", agent=first["agent"], outcome=first["status"], complete="true")
+        late_before = metric(vigil, "vigil_assembler_events_total", event="late_spans")
+        root = next(s for s in make_run(random.Random(4242)).spans if not s.parent_span_id)
+        late = PbSpan(
+            trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex("00000000000000ff"), parent_span_id=root.span_id,
+            name="execute_tool search", start_time_unix_nano=root.start_time_unix_nano + 1,
+            end_time_unix_nano=root.start_time_unix_nano + 2, status=PbStatus(code=PbStatus.STATUS_CODE_ERROR),
+            attributes=[_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "search"),
+                        _kv("error.type", "TimeoutError")],
+        )  # fmt: skip
+        httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=body([late]), headers=PROTO)
+        second = wait_run(vigil, trace_id, version=2)
+        assert (first["tool_calls"] + 1, first["tool_errors"] + 1) == (second["tool_calls"], second["tool_errors"])
+        listed = httpx.get(f"{vigil.api}/api/v1/runs", params={"limit": 500}).json()["items"]
+        assert 1 == sum(1 for item in listed if item["trace_id"] == trace_id)
+        assert late_before + 1 == metric(vigil, "vigil_assembler_events_total", event="late_spans")
+        assert runs_before == metric(
+            vigil, "vigil_runs_total", agent=first["agent"], outcome=first["status"], complete="true"
+        )
+
+
+class TestRealExporter:
+    """The OpenTelemetry SDK's own OTLP/HTTP exporter, gzip-compressed, lands runs."""
+
+    def test_sdk_exporter_gzip(self, vigil: VigilProcess) -> None:
+        """A run made with the SDK and exported with gzip is scored with its agent name."""
+        from opentelemetry.exporter.otlp.proto.http import Compression
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        provider = TracerProvider(resource=Resource.create({"service.name": "sdk-agent"}))
+        exporter = OTLPSpanExporter(endpoint=f"{vigil.otlp_endpoint}/v1/traces", compression=Compression.Gzip)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("test")
+        with tracer.start_as_current_span("invoke_agent sdk", attributes={"gen_ai.operation.name": "invoke_agent",
+                                                                          "gen_ai.agent.name": "sdk_agent"}) as root:  # fmt: skip
+            for _ in range(2):
+                with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat",
+                                                                        "gen_ai.usage.input_tokens": 7}):  # fmt: skip
+                    pass
+            trace_id = format(root.get_span_context().trace_id, "032x")
+        provider.shutdown()
+        run = wait_run(vigil, trace_id)
+        assert ("sdk_agent", 2, 14, "sdk-agent") == (
+            run["agent"],
+            run["llm_calls"],
+            run["input_tokens"],
+            run["service"],
+        )
+        assert run["flag"] is not None
+        assert ["random_sample"] == run["flag"]["reasons"]
+
+
+class TestSigterm:
+    """SIGTERM drains: runs still in flight are scored and written before exit."""
+
+    def test_inflight_run_written_on_sigterm(self, tmp_path: Path) -> None:
+        """With a 60 s quiet period nothing closes on its own; SIGTERM still writes the run."""
+        trace_id, good = good_body(77)
+        with start_vigil(tmp_path, {"VIGIL_QUIET_PERIOD_S": "60"}) as running:
+            assert 200 == httpx.post(f"{running.otlp_endpoint}/v1/traces", content=good, headers=PROTO).status_code
+            time.sleep(0.3)
+            assert 404 == httpx.get(f"{running.api}/api/v1/runs/{trace_id}").status_code
+        with sqlite3.connect(tmp_path / "vigil.db") as db:
+            rows = db.execute("SELECT complete FROM runs WHERE trace_id = ?", (trace_id,)).fetchall()
+        assert [(1,)] == rows
+
+
+def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
+    """Label sets are bounded: no metric carries a trace id label."""
+    text = httpx.get(vigil.metrics_url).text
+    labels = {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
+    allowed = {"agent", "outcome", "complete", "direction", "tool", "priority", "reason", "stage", "name", "event",
+               "encoding", "code", "le", "quantile"}  # fmt: skip
+    assert set() == labels - allowed
