@@ -149,11 +149,11 @@ class TestRealExporter:
         exporter = OTLPSpanExporter(endpoint=f"{vigil.otlp_endpoint}/v1/traces", compression=Compression.Gzip)
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         tracer = provider.get_tracer("test")
-        with tracer.start_as_current_span("invoke_agent sdk", attributes={"gen_ai.operation.name": "invoke_agent",
-                                                                          "gen_ai.agent.name": "sdk_agent"}) as root:  # fmt: skip
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sdk_agent"}
+        chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 7}
+        with tracer.start_as_current_span("invoke_agent sdk", attributes=agent) as root:
             for _ in range(2):
-                with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat",
-                                                                        "gen_ai.usage.input_tokens": 7}):  # fmt: skip
+                with tracer.start_as_current_span("chat m", attributes=chat):
                     pass
             trace_id = format(root.get_span_context().trace_id, "032x")
         provider.shutdown()
