@@ -34,6 +34,7 @@ from rich.table import Table
 from collector.otlp import decode_protobuf
 from collector.settings import Settings
 from review_queue.embedded import build, tune_gc
+from review_queue.process import free_port
 from review_queue.synth import bodies
 from scorers.model import ScoredRun
 
@@ -81,6 +82,49 @@ def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
     return spans / cpu, spans, written
 
 
+def bench_stages(n_runs: int) -> dict[str, float]:
+    """CPU microseconds per run for each pipeline stage in isolation (where the time goes)."""
+    from collector.model import Span
+    from scorers.assemble import ClosedTrace
+    from scorers.normalise import normalise
+    from scorers.pipeline import score_run
+    from scorers.rules import decide
+
+    payload = [b for b, _, _ in bodies(n_runs)]
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        emb = build(_settings(Path(tmp) / "stages.db"), CollectorRegistry())
+        pipeline = emb.worker._pipeline
+        t = time.process_time()
+        decoded = [decode_protobuf(b) for b in payload]
+        out["decode"] = time.process_time() - t
+        traces: dict[str, list[Span]] = {}
+        for result in decoded:
+            for batch in result.batches:
+                traces.setdefault(batch.trace_id, []).extend(batch.spans)
+        t = time.process_time()
+        runs = [normalise(spans) for spans in traces.values()]
+        out["normalise"] = time.process_time() - t
+        t = time.process_time()
+        scores = [score_run(run, pipeline.chain)[0] for run in runs]
+        out["score"] = time.process_time() - t
+        t = time.process_time()
+        for run, sc in zip(runs, scores, strict=True):
+            decide(run, sc, pipeline.rules, pipeline.sample_rate)
+        out["decide"] = time.process_time() - t
+        scored = [pipeline.process(ClosedTrace(k, tuple(v), True)) for k, v in traces.items()]
+        t = time.process_time()
+        for item in scored:
+            emb.run_metrics.observe_run(item)
+        out["metrics"] = time.process_time() - t
+        t = time.process_time()
+        for i in range(0, len(scored), 256):
+            emb.store.write(scored[i : i + 256])
+        out["store (SQLite)"] = time.process_time() - t
+        emb.store.close()
+    return {stage: seconds / len(traces) * 1e6 for stage, seconds in out.items()}
+
+
 def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     import uvicorn
 
@@ -106,9 +150,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_ingest(n_runs: int, clients: int = 4, port: int = 43181) -> tuple[float, float]:
+def bench_ingest(n_runs: int, clients: int = 4) -> tuple[float, float]:
     """One ingest measurement. Returns ``(spans per server CPU second, spans per wall second)``."""
     payload = list(bodies(n_runs))
+    port = free_port()
     ready = multiprocessing.get_context("spawn").Event()
     proc = multiprocessing.get_context("spawn").Process(target=_serve_ingest, args=(port, ready), daemon=True)
     proc.start()
@@ -201,6 +246,8 @@ def main(args: argparse.Namespace) -> int:
     table.add_column("result", justify="right")
     pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
     table.add_row("embedded pipeline, spans/s per core", f"{pipe:,.0f}")
+    for stage, micros in bench_stages(n_runs).items():
+        table.add_row(f"  stage {stage}, CPU µs per run", f"{micros:,.0f}")
     ingest = [bench_ingest(n_runs) for _ in range(repeat)]
     table.add_row("OTLP/HTTP ingest, spans/s per core (server CPU)", f"{statistics.median(i[0] for i in ingest):,.0f}")
     table.add_row("OTLP/HTTP ingest, spans/s wall (4 clients)", f"{statistics.median(i[1] for i in ingest):,.0f}")
