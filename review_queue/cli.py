@@ -74,7 +74,7 @@ def _cmd_rules_check(args: argparse.Namespace) -> int:
 
     settings = Settings.load(config_file=args.config)
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [n for n, _ in chain])
+    rules = compile_rules(settings.rules, [n for n, _ in chain], repeat_threshold=settings.repeat_threshold)
     for rule in rules:
         print(f"{rule.name:24} {rule.priority.value:7} {rule.expr}")
     return 0

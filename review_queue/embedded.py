@@ -86,7 +86,7 @@ def build(
     """
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [name for name, _ in chain])
+    rules = compile_rules(settings.rules, [name for name, _ in chain], repeat_threshold=settings.repeat_threshold)
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)

@@ -96,18 +96,24 @@ def sample_point(trace_id: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-def compile_rules(config: Mapping[str, Any] | None, score_names: Sequence[str] = ()) -> tuple[Rule, ...]:
+def compile_rules(
+    config: Mapping[str, Any] | None, score_names: Sequence[str] = (), *, repeat_threshold: int = 3
+) -> tuple[Rule, ...]:
     """Merge ``config`` over :data:`DEFAULT_RULES`, compile and validate every rule.
 
     Args:
         config: configured rules ``{name: {expr, priority, enabled}}``.
         score_names: the scorer chain, so rules may read ``scores.<name>`` in the dry run.
+        repeat_threshold: identical tool calls that make the default ``tool_loop`` rule fire.
 
     Raises:
         RuleError: naming the first bad rule (syntax, unknown variable, bad priority,
             or an expression that does not yield a boolean on a sample run).
     """
     merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_RULES.items()}
+    merged["tool_loop"]["expr"] = (
+        f"has(scores.repeated_tool_calls) && scores.repeated_tool_calls >= {float(repeat_threshold)!r}"
+    )
     for name, spec in (config or {}).items():
         if spec is None or (isinstance(spec, Mapping) and spec.get("enabled") is False):
             merged.pop(name, None)

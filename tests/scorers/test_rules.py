@@ -120,3 +120,16 @@ class TestValidation:
         """An unknown scorer name is refused with the known names."""
         with pytest.raises(UnknownScorerError, match="tool_error_rate"):
             build_chain(["nope"])
+
+
+class TestRepeatThreshold:
+    """The default loop rule follows VIGIL_REPEAT_THRESHOLD."""
+
+    def test_threshold_configures_tool_loop(self) -> None:
+        """With threshold 5, four identical calls do not flag and five do."""
+        rules = compile_rules({"random_sample": {"enabled": False}}, NAMES, repeat_threshold=5)
+        run = Run(trace_id="d" * 32)
+        assert decide(run, {"repeated_tool_calls": 4.0}, rules, 0.0) is None
+        flag = decide(run, {"repeated_tool_calls": 5.0}, rules, 0.0)
+        assert flag is not None
+        assert ("tool_loop",) == flag.reasons
