@@ -1,0 +1,45 @@
+"""Tests for the vigil CLI: configuration errors refuse to start with a message naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from review_queue.cli import EXIT_CONFIG, main
+
+
+class TestCli:
+    """``vigil`` sub-commands and their failure modes."""
+
+    def test_bad_setting_exits_2_naming_key(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad value in the config file refuses to start and names the key."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("sample_rate: 7\n")
+        assert EXIT_CONFIG == main(["--config", str(cfg), "run"])
+        assert "sample_rate" in capsys.readouterr().err
+
+    def test_bad_rule_exits_2_naming_rule(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad rule refuses to start and names the rule."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("rules:\n  my_rule: {expr: 'nope(', priority: high}\n")
+        assert EXIT_CONFIG == main(["--config", str(cfg), "rules", "check"])
+        assert "my_rule" in capsys.readouterr().err
+
+    def test_unknown_scorer_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """An unknown scorer name refuses to start and lists the known ones."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("scorers: [latency, nope]\n")
+        assert EXIT_CONFIG == main(["--config", str(cfg), "rules", "check"])
+        err = capsys.readouterr().err
+        assert "nope" in err
+        assert "step_efficiency" in err
+
+    def test_rules_check_lists_rules(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """``vigil rules check`` prints every rule in force with its priority."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("rules:\n  slow: {expr: 'duration_s > 30.0', priority: low}\n")
+        assert 0 == main(["--config", str(cfg), "rules", "check"])
+        out = capsys.readouterr().out
+        assert "slow" in out
+        assert "hit_max_iterations       high" in out

@@ -1,0 +1,60 @@
+"""Tests for scorers.metrics: bounded labels, exemplars, counting once."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from scorers.metrics import OVERFLOW, LabelCap, RunMetrics
+from scorers.model import Flag, Priority, Run, ScoredRun, ToolCall
+
+
+def scored(agent: str, tool: str = "search", *, flagged: bool = False) -> ScoredRun:
+    run = Run(trace_id="f" * 32, agent=agent, start_ns=0, end_ns=2 * 10**9, llm_calls=3, tool_calls=1,
+              input_tokens=10, output_tokens=5, tools=(ToolCall("s", tool, error="E"),), tool_errors=1)  # fmt: skip
+    flag = Flag(("errored", "random_sample"), Priority.NORMAL, 0.05) if flagged else None
+    return ScoredRun(run, {"step_efficiency": 0.5}, flag)
+
+
+class TestLabelCap:
+    """Agent and tool names are capped with an overflow value."""
+
+    def test_overflow(self) -> None:
+        """Values past the limit become 'other'; admitted values stay."""
+        cap = LabelCap(2)
+        assert ["a", "b", OVERFLOW, "a"] == [cap("a"), cap("b"), cap("c"), cap("a")]
+
+
+class TestRunMetrics:
+    """What a run adds to the registry."""
+
+    def test_agents_capped_in_every_metric(self) -> None:
+        """With a cap of 2 agents, a third agent's run is counted under 'other'."""
+        registry = CollectorRegistry()
+        metrics = RunMetrics(registry, max_agents=2, max_tools=1)
+        for agent in ("a", "b", "c"):
+            metrics.observe_run(scored(agent, tool=agent))
+        assert 1.0 == registry.get_sample_value(
+            "vigil_runs_total", {"agent": "other", "outcome": "ok", "complete": "true"}
+        )
+        assert 1.0 == registry.get_sample_value("vigil_tool_errors_total", {"agent": "b", "tool": "other"})
+        agents = {s.labels.get("agent") for m in registry.collect() for s in m.samples} - {None}
+        assert {"a", "b", "other"} == agents
+
+    def test_tokens_and_flags(self) -> None:
+        """Tokens by direction, and one flag count per reason."""
+        registry = CollectorRegistry()
+        metrics = RunMetrics(registry)
+        item = scored("a", flagged=True)
+        metrics.observe_run(item)
+        metrics.observe_flag(item)
+        assert 10.0 == registry.get_sample_value("vigil_tokens_total", {"agent": "a", "direction": "input"})
+        assert 1.0 == registry.get_sample_value("vigil_flags_total", {"reason": "random_sample", "priority": "normal"})
+        assert 1.0 == registry.get_sample_value("vigil_flagged_runs_total", {"agent": "a", "priority": "normal"})
+
+    def test_exemplars_carry_trace_id_in_openmetrics_only(self) -> None:
+        """The trace id is an exemplar in OpenMetrics output and never a label."""
+        registry = CollectorRegistry()
+        RunMetrics(registry).observe_run(scored("a"))
+        assert b'trace_id="' + b"f" * 32 in generate_openmetrics(registry)
+        assert b"trace_id" not in generate_latest(registry)
