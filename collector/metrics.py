@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["SIZE_BUCKETS", "CollectorMetrics", "Encoding", "RejectReason"]
 
-Encoding = Literal["protobuf", "json", "other"]
-"""The ``encoding`` label: request body encoding, ``other`` for unsupported media types."""
+Encoding = Literal["protobuf", "json", "grpc", "other"]
+"""The ``encoding`` label: request body encoding (``grpc`` for OTLP/gRPC), ``other`` for unsupported media types."""
 
 RejectReason = Literal[
     "invalid_id",

@@ -31,7 +31,7 @@ class Settings(BaseModel):
 
     otlp_http_host: str = Field("0.0.0.0", description="Bind address of the OTLP/HTTP receiver.")
     otlp_http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP receiver port.")
-    otlp_grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC receiver port (Kafka issue).")
+    otlp_grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC receiver port; 0 disables it.")
     http_host: str = Field("0.0.0.0", description="Bind address of the API and UI.")
     http_port: int = Field(8080, ge=0, le=65535, description="REST API and reviewer UI port.")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")

@@ -1,6 +1,6 @@
 """Composition of ``vigil run``: every role in one process on the embedded stream.
 
-Receivers (OTLP/HTTP) → bounded in-process stream → stream worker (assemble, normalise,
+Receivers (OTLP/HTTP, OTLP/gRPC) → bounded in-process stream → stream worker (assemble, normalise,
 score, decide) → store (SQLite by default) → REST API, and Prometheus ``/metrics`` on
 its own port. SIGTERM/SIGINT stop the receivers first, then the worker drains every
 record and in-flight run into the store, then the API stops.
@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.grpc_receiver import create_grpc_server
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
@@ -57,6 +58,9 @@ class Embedded:
     worker: StreamWorker
     run_metrics: RunMetrics
 
+
+GRPC_STOP_GRACE_S = 2.0
+"""Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
 
 GC_THRESHOLDS = (100_000, 50, 1000)
 """Generation-0 threshold raised from 700: the pipeline allocates many short-lived objects
@@ -158,6 +162,16 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
         create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
     )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
+    grpc_receiver = None
+    if s.otlp_grpc_port:  # 0 disables the gRPC receiver
+        grpc_receiver = await create_grpc_server(
+            emb.stream,
+            emb.collector_metrics,
+            host=s.otlp_http_host,
+            port=s.otlp_grpc_port,
+            max_message_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -165,9 +179,12 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
     tune_gc()
     emb.worker.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
+    if grpc_receiver is not None:
+        await grpc_receiver.start()
     log.info(
         "vigil_started",
         otlp_http=s.otlp_http_port,
+        otlp_grpc=s.otlp_grpc_port or None,
         api=s.http_port,
         metrics=s.metrics_port,
         database=_redact(s.database_url),
@@ -175,6 +192,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
     await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
     receivers.should_exit = True
+    if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
+        await grpc_receiver.stop(GRPC_STOP_GRACE_S)
     await asyncio.gather(tasks[0], return_exceptions=True)
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
     for srv in (api, metrics):

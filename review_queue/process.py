@@ -44,6 +44,12 @@ class VigilProcess:
     http_port: int
     metrics_port: int
     workdir: Path
+    otlp_grpc_port: int = 0
+
+    @property
+    def otlp_grpc_target(self) -> str:
+        """OTLP/gRPC target (``host:port``)."""
+        return f"127.0.0.1:{self.otlp_grpc_port}"
 
     @property
     def otlp_endpoint(self) -> str:
@@ -99,7 +105,9 @@ def start_vigil(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator
         process = subprocess.Popen(
             [sys.executable, "-m", "review_queue.cli", "run"], cwd=workdir, env=full, stdout=log, stderr=log
         )
-        running = VigilProcess(process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir)
+        running = VigilProcess(
+            process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir, ports["OTLP_GRPC"]
+        )
         stopped = False
         try:
             _wait_ready(running)

@@ -167,6 +167,34 @@ class TestRealExporter:
         assert run["flag"] is not None
         assert ["random_sample"] == run["flag"]["reasons"]
 
+    def test_sdk_grpc_exporter_gzip(self, vigil: VigilProcess) -> None:
+        """A run exported by the SDK's OTLP/gRPC exporter (insecure, gzip) is scored with its agent name."""
+        import grpc
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        provider = TracerProvider(resource=Resource.create({"service.name": "grpc-agent"}))
+        exporter = OTLPSpanExporter(endpoint=vigil.otlp_grpc_target, insecure=True, compression=grpc.Compression.Gzip)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("test")
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "grpc_agent"}
+        chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 5}
+        with tracer.start_as_current_span("invoke_agent grpc", attributes=agent) as root:
+            with tracer.start_as_current_span("chat m", attributes=chat):
+                pass
+            trace_id = format(root.get_span_context().trace_id, "032x")
+        provider.shutdown()
+        run = wait_run(vigil, trace_id)
+        assert ("grpc_agent", 1, 5, "grpc-agent") == (
+            run["agent"],
+            run["llm_calls"],
+            run["input_tokens"],
+            run["service"],
+        )
+        assert 2.0 == metric(vigil, "vigil_spans_received_total", encoding="grpc")
+
 
 class TestSigterm:
     """SIGTERM drains: runs still in flight are scored and written before exit."""

@@ -1,0 +1,277 @@
+"""Tests for collector.grpc_receiver: OTLP/gRPC statuses, gzip, limits, auth, RetryInfo and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from prometheus_client import CollectorRegistry
+
+from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_server
+from collector.metrics import CollectorMetrics
+from collector.receiver import THREADPOOL_DECODE_BYTES
+from collector.stream import InProcessStream
+
+LIMIT = 1024 * 1024
+TIMEOUT_S = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0, trace: int = 1) -> ExportTraceServiceRequest:
+    """``n_spans`` valid spans of one trace plus ``bad`` spans with a zero trace id."""
+    request = ExportTraceServiceRequest()
+    ss = request.resource_spans.add().scope_spans.add()
+    for i in range(n_spans + bad):
+        trace_id = bytes(16) if i >= n_spans else bytes([trace]) * 16
+        sp = ss.spans.add(trace_id=trace_id, span_id=(i + 1).to_bytes(8, "big"), name="chat")
+        if padding:
+            sp.attributes.add(key="gen_ai.prompt").value.string_value = "x" * padding
+    return request
+
+
+class Harness:
+    """A started gRPC receiver on its own event-loop thread, a fresh registry and stream, and a client."""
+
+    def __init__(self, *, max_batches: int = 100, token: str | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.metrics = CollectorMetrics(self.registry)
+        self.stream = InProcessStream(max_batches, 1.0, self.metrics)
+        self.port = _free_port()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.server = self._run(self._start(token))
+        self.channel = grpc.insecure_channel(self.target)
+        self.stub = TraceServiceStub(self.channel)
+        self.raw = self.channel.unary_unary(EXPORT_METHOD)  # bytes in, bytes out
+        self.auth = (("authorization", f"Bearer {token}"),) if token else ()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(TIMEOUT_S)
+
+    async def _start(self, token: str | None) -> grpc.aio.Server:
+        server = await create_grpc_server(
+            self.stream,
+            self.metrics,
+            host="127.0.0.1",
+            port=self.port,
+            max_message_bytes=LIMIT,
+            retry_after_s=3,
+            ingest_token=token,
+        )
+        await server.start()
+        return server
+
+    def export(self, request: ExportTraceServiceRequest, **kwargs: Any) -> ExportTraceServiceResponse:
+        kwargs.setdefault("metadata", self.auth)
+        return self.stub.Export(request, timeout=TIMEOUT_S, **kwargs)
+
+    def export_error(self, payload: bytes, **kwargs: Any) -> grpc.RpcError:
+        """Send raw ``payload``; returns the error the call must end with."""
+        kwargs.setdefault("metadata", self.auth)
+        with pytest.raises(grpc.RpcError) as info:
+            self.raw(payload, timeout=TIMEOUT_S, **kwargs)
+        return info.value
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+    def requests(self, code: int) -> float | None:
+        return self.sample("vigil_otlp_requests_total", encoding="grpc", code=str(code))
+
+    def rejected(self, reason: str) -> float | None:
+        return self.sample("vigil_otlp_rejected_requests_total", reason=reason)
+
+    def assert_still_works(self) -> None:
+        """A good request after a bad one is accepted."""
+        before = self.stream.qsize()
+        assert not self.export(_request(trace=9)).HasField("partial_success")
+        assert before + 1 == self.stream.qsize()
+
+    def close(self) -> None:
+        self.channel.close()
+        self._run(self.server.stop(None))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(TIMEOUT_S)
+        self._loop.close()
+
+
+@pytest.fixture
+def harness_factory() -> Iterator[Callable[..., Harness]]:
+    """Builds Harness objects and stops their servers."""
+    made: list[Harness] = []
+
+    def make(**kwargs: Any) -> Harness:
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.close()
+
+
+@pytest.fixture
+def h(harness_factory: Callable[..., Harness]) -> Harness:
+    """A default harness."""
+    return harness_factory()
+
+
+class TestSuccess:
+    def test_stub_export(self, h: Harness) -> None:
+        """A generated-stub export is published, answered without partial_success, and counted."""
+        response = h.export(_request(3))
+        assert not response.HasField("partial_success")
+        (batch,) = h.stream.get_many(10, 0)
+        assert 3 == len(batch.spans)
+        assert (3.0, 1.0) == (h.sample("vigil_spans_received_total", encoding="grpc"), h.requests(200))
+
+    def test_gzip(self, h: Harness) -> None:
+        """A gzip-compressed message is decompressed by gRPC and accepted."""
+        h.export(_request(4), compression=grpc.Compression.Gzip)
+        assert 4 == len(h.stream.get_many(10, 0)[0].spans)
+
+    def test_partial_success(self, h: Harness) -> None:
+        """Rejected spans are reported in partial_success and counted as invalid_id."""
+        partial = h.export(_request(2, bad=3)).partial_success
+        assert (3, "invalid trace_id: all zero") == (partial.rejected_spans, partial.error_message)
+        assert 3.0 == h.sample("vigil_spans_rejected_total", reason="invalid_id")
+        assert 2.0 == h.sample("vigil_spans_received_total", encoding="grpc")
+
+    def test_empty_request(self, h: Harness) -> None:
+        """A request without spans succeeds and publishes nothing."""
+        assert not h.export(ExportTraceServiceRequest()).HasField("partial_success")
+        assert 0 == h.stream.qsize()
+
+    def test_large_message_decoded_in_thread(self, h: Harness) -> None:
+        """A message above the thread-pool threshold is decoded and accepted."""
+        request = _request(40, padding=THREADPOOL_DECODE_BYTES // 30)
+        assert request.ByteSize() > THREADPOOL_DECODE_BYTES
+        h.export(request)
+        assert 40.0 == h.sample("vigil_spans_received_total", encoding="grpc")
+
+    def test_sdk_exporter(self, h: Harness) -> None:
+        """The OTel SDK gRPC exporter (insecure, gzip) lands its spans with their attributes."""
+        exporter = OTLPSpanExporter(endpoint=h.target, insecure=True, compression=grpc.Compression.Gzip)
+        provider = TracerProvider(resource=Resource.create({"service.name": "grpc-agent"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("test")
+        with (
+            tracer.start_as_current_span("invoke_agent a", attributes={"gen_ai.agent.name": "a"}),
+            tracer.start_as_current_span("chat m"),
+        ):
+            pass
+        provider.shutdown()
+        spans = [s for batch in h.stream.get_many(10, 0) for s in batch.spans]  # one export per span
+        assert ["chat m", "invoke_agent a"] == sorted(s.name for s in spans)
+        root = next(s for s in spans if not s.parent_span_id)
+        assert ("a", "grpc-agent") == (root.attributes["gen_ai.agent.name"], root.resource["service.name"])
+
+
+class TestRejections:
+    def test_garbage_is_invalid_argument(self, h: Harness) -> None:
+        """Undecodable bytes are INVALID_ARGUMENT with a message, counted as decode."""
+        error = h.export_error(b"\x0a\xff\xff\xff\x0f garbage")
+        assert grpc.StatusCode.INVALID_ARGUMENT == error.code()
+        assert "invalid OTLP protobuf body" in error.details()
+        assert (1.0, 1.0) == (h.rejected("decode"), h.requests(400))
+        h.assert_still_works()
+
+    def test_full_stream_is_unavailable_with_retry_info(self, harness_factory: Callable[..., Harness]) -> None:
+        """A full stream answers UNAVAILABLE with a RetryInfo trailer of the configured delay."""
+        h = harness_factory(max_batches=1)
+        h.export(_request(trace=1))
+        error = h.export_error(_request(2, trace=2).SerializeToString())
+        assert grpc.StatusCode.UNAVAILABLE == error.code()
+        info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
+        assert (3, 0) == (info.retry_delay.seconds, info.retry_delay.nanos)
+        assert (1.0, 2.0, 1.0) == (
+            h.rejected("backpressure"),
+            h.sample("vigil_spans_rejected_total", reason="backpressure"),
+            h.requests(503),
+        )
+        h.stream.get_many(10, 0)
+        h.assert_still_works()
+
+    def test_sdk_exporter_honours_retry_info(self, harness_factory: Callable[..., Harness]) -> None:
+        """The SDK exporter gets UNAVAILABLE, waits the 3 s RetryInfo delay and succeeds once there is room."""
+        h = harness_factory(max_batches=1)
+        h.export(_request(1, trace=1))
+        timer = threading.Timer(0.5, h.stream.get_many, (10, 0))
+        timer.start()
+        exporter = OTLPSpanExporter(endpoint=h.target, insecure=True, timeout=TIMEOUT_S)
+        with TracerProvider().get_tracer("test").start_as_current_span("invoke_agent") as span:
+            pass
+        started = time.monotonic()
+        assert SpanExportResult.SUCCESS == exporter.export([span])
+        elapsed = time.monotonic() - started
+        timer.join()
+        assert 2.9 <= elapsed < TIMEOUT_S  # without RetryInfo the first backoff is 0.8-1.2 s
+        assert (1.0, 2.0) == (h.requests(503), h.sample("vigil_spans_received_total", encoding="grpc"))
+
+    def test_token_required(self, harness_factory: Callable[..., Harness]) -> None:
+        """With an ingest token, calls without it or with a wrong one are UNAUTHENTICATED."""
+        h = harness_factory(token="s3cret")
+        payload = _request().SerializeToString()
+        missing = h.export_error(payload, metadata=())
+        wrong = h.export_error(payload, metadata=(("authorization", "Bearer nope"),))
+        assert [grpc.StatusCode.UNAUTHENTICATED] * 2 == [missing.code(), wrong.code()]
+        assert (2.0, 2.0) == (h.rejected("unauthorized"), h.requests(401))
+        assert 0 == h.stream.qsize()
+        h.assert_still_works()
+
+    @pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
+    def test_oversized_is_resource_exhausted(self, h: Harness, compression: grpc.Compression) -> None:
+        """A message over the limit, raw or after gzip decompression, is RESOURCE_EXHAUSTED."""
+        payload = _request(4, padding=LIMIT // 3).SerializeToString()
+        assert len(payload) > LIMIT
+        error = h.export_error(payload, compression=compression)
+        assert grpc.StatusCode.RESOURCE_EXHAUSTED == error.code()
+        assert 0 == h.stream.qsize()
+        h.assert_still_works()
+
+
+class TestServer:
+    async def _bind_twice(self, port: int) -> None:
+        metrics = CollectorMetrics(CollectorRegistry())
+        stream = InProcessStream(1, 1.0)
+        kwargs: dict[str, Any] = {"host": "127.0.0.1", "port": port, "max_message_bytes": LIMIT, "retry_after_s": 1}
+        first = await create_grpc_server(stream, metrics, **kwargs)
+        await first.start()
+        try:
+            await create_grpc_server(stream, metrics, **kwargs)
+        finally:
+            await first.stop(None)
+
+    def test_busy_port_fails(self) -> None:
+        """Binding a port already served raises instead of silently sharing it (no SO_REUSEPORT)."""
+        with pytest.raises(RuntimeError):
+            asyncio.run(self._bind_twice(_free_port()))
+
+    def test_grpc_series_exists_at_zero(self, h: Harness) -> None:
+        """Creating the receiver creates the grpc spans-received series at zero."""
+        assert 0.0 == h.sample("vigil_spans_received_total", encoding="grpc")
