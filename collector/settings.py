@@ -44,6 +44,9 @@ class Settings(BaseModel):
         0.05, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id)."
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token required by the API when set.")
+    ingest_token: SecretStr | None = Field(
+        None, description="Bearer token required on OTLP ingest (HTTP and gRPC) when set."
+    )
     max_body_bytes: int = Field(20 * 1024 * 1024, gt=0, description="OTLP request body limit after decompression.")
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")

@@ -148,12 +148,14 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed."""
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
+    ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     receivers = _server(
         create_otlp_app(
             emb.stream,
             emb.collector_metrics,
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
         ),
         s.otlp_http_host,
         s.otlp_http_port,
@@ -171,6 +173,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
             port=s.otlp_grpc_port,
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
         )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

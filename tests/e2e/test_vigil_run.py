@@ -218,3 +218,18 @@ def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
     allowed = {"agent", "outcome", "complete", "direction", "tool", "priority", "reason", "stage", "name", "event",
                "encoding", "code", "le", "quantile"}  # fmt: skip
     assert set() == labels - allowed
+
+
+class TestIngestToken:
+    """VIGIL_INGEST_TOKEN guards OTLP ingest."""
+
+    def test_token_required(self, tmp_path: Path) -> None:
+        """Without the token: 401 and counted; with it: accepted and scored."""
+        trace_id, good = good_body(91)
+        with start_vigil(tmp_path, {"VIGIL_INGEST_TOKEN": "t0ken", "VIGIL_QUIET_PERIOD_S": "0.3"}) as running:
+            url = f"{running.otlp_endpoint}/v1/traces"
+            assert 401 == httpx.post(url, content=good, headers=PROTO).status_code
+            assert 1 == metric(running, "vigil_otlp_rejected_requests_total", reason="unauthorized")
+            authed = {**PROTO, "Authorization": "Bearer t0ken"}
+            assert 200 == httpx.post(url, content=good, headers=authed).status_code
+            assert trace_id == wait_run(running, trace_id)["trace_id"]
