@@ -52,6 +52,9 @@ class Settings(BaseModel):
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
     max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
     max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
+    closed_run_cache: int = Field(
+        20_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them."
+    )
     max_agent_labels: int = Field(50, gt=0, description="Distinct agent label values before 'other'.")
     max_tool_labels: int = Field(100, gt=0, description="Distinct tool label values before 'other'.")
     scorers: tuple[str, ...] = Field(

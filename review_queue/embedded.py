@@ -101,6 +101,7 @@ def build(
         max_idle_s=settings.max_idle_s,
         max_inflight=settings.max_inflight_runs,
         max_spans_per_run=settings.max_spans_per_run,
+        closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
