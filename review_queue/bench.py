@@ -221,6 +221,81 @@ def bench_latency(runs_per_s: int, seconds: float) -> list[float]:
     return latencies
 
 
+def bench_helpers(n_runs: int, repeat: int) -> tuple[float, float, float]:
+    """CPU cost per span of the instrumentation helpers against bare SDK spans.
+
+    One helper run is ``with agent_run(...)`` holding one ``run.tick()`` and one
+    ``with tool_call(...)``; the bare twin is two nested ``tracer.start_as_current_span``
+    with the same attributes (a fixed conversation id, ``vigil.iterations`` set at the end).
+    Both go through a ``SimpleSpanProcessor`` to an exporter that discards, content capture
+    off. After a warm-up the two alternate in blocks of 500 runs; ``repeat`` times
+    ``n_runs`` runs each.
+
+    Returns:
+        ``(median ratio helper/bare, helper µs per span, bare µs per span)``.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.util.types import AttributeValue
+
+    from collector.instrument import agent_run, tool_call
+
+    class Discard(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Discard()))
+    tracer = provider.get_tracer("vigil.bench")
+    run_attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "bench",
+        "gen_ai.conversation.id": "0" * 32,
+        "vigil.max_iterations": 8,
+        "vigil.optimal_steps": 2,
+    }
+    tool_attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": "call_1",
+    }
+
+    def helpers(n: int) -> float:
+        t = time.process_time()
+        for _ in range(n):
+            with agent_run("bench", max_iterations=8, optimal_steps=2, tracer_provider=provider) as run:
+                run.tick()
+                with tool_call("lookup", call_id="call_1"):
+                    pass
+        return time.process_time() - t
+
+    def bare(n: int) -> float:
+        t = time.process_time()
+        for _ in range(n):
+            with tracer.start_as_current_span("invoke_agent bench", attributes=run_attrs) as root:
+                with tracer.start_as_current_span("execute_tool lookup", attributes=tool_attrs):
+                    pass
+                root.set_attribute("vigil.iterations", 1)
+        return time.process_time() - t
+
+    helpers(n_runs // 10 + 1)  # warm-up: caches, tracers, allocator
+    bare(n_runs // 10 + 1)
+    block = min(n_runs, 500)  # alternate in small blocks so both sides see the same machine noise
+    pairs: list[tuple[float, float]] = []
+    for _ in range(repeat):
+        blocks = [(helpers(block), bare(block)) for _ in range(n_runs // block)]
+        pairs.append((sum(h for h, _ in blocks), sum(b for _, b in blocks)))
+    n_runs = n_runs // block * block
+    provider.shutdown()
+    per_span = 1e6 / (2 * n_runs)
+    return (
+        statistics.median(h / b for h, b in pairs),
+        statistics.median(h for h, _ in pairs) * per_span,
+        statistics.median(b for _, b in pairs) * per_span,
+    )
+
+
 def _pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -256,5 +331,9 @@ def main(args: argparse.Namespace) -> int:
     table.add_row("flag latency p50 (200 runs/s, quiet 2 s)", f"{_pct(lat, 0.5):.3f} s")
     table.add_row("flag latency p99", f"{_pct(lat, 0.99):.3f} s")
     table.add_row("runs measured for latency", f"{len(lat)}")
+    ratio, helper_us, bare_us = bench_helpers(5_000 if args.quick else 50_000, max(repeat, 5))
+    table.add_row(
+        "helper span cost vs bare SDK span (target ≤ 1.2×)", f"{ratio:.2f}× ({helper_us:.1f} vs {bare_us:.1f} µs)"
+    )
     Console().print(table)
     return 0

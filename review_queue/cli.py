@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 
 import structlog
 
@@ -57,9 +61,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
+    if args.demo:  # the fleet's OpenAI client would log every request at info
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
     emb = build(settings)
-    drained = asyncio.run(serve(emb))
+    drained = asyncio.run(serve(emb, demo_rate=args.demo_rate if args.demo else None))
     return 0 if drained else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from collector.demo import DemoFleet
+
+    configure_logging("warning")  # the live progress display owns the terminal
+    endpoint = args.endpoint or ("http://127.0.0.1:4317" if args.protocol == "grpc" else "http://127.0.0.1:4318")
+    try:
+        fleet = DemoFleet(
+            endpoint,
+            rate_per_s=args.rate,
+            duration_s=args.duration,
+            runs=args.runs,
+            seed=args.seed,
+            protocol=args.protocol,
+            pace=args.pace,
+        )
+    except ValueError as exc:
+        print(f"vigil demo: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    # Ctrl-C or SIGTERM: start no more runs, finish and flush the others, write the truth.
+    previous = {sig: signal.signal(sig, lambda *_: fleet.stop(0)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        runs = fleet.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if args.truth is not None:
+        doc = {"endpoint": endpoint, "seed": args.seed, "runs": [asdict(r) for r in runs]}
+        args.truth.write_text(json.dumps(doc, indent=1) + "\n")
+    print(fleet.stats.summary(), file=sys.stderr)
+    return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -86,7 +132,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML config file (default $VIGIL_CONFIG or ./vigil.yaml)")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="everything in one process on SQLite (receivers, scorers, API, /metrics)")
+    run.add_argument("--demo", action="store_true", help="also run the demo agent fleet against this Vigil")
+    run.add_argument("--demo-rate", type=_positive, default=2.0, help="demo runs per second (default 2)")
     run.set_defaults(func=_cmd_run)
+    demo = sub.add_parser("demo", help="send simulated agent runs (a realistic good/bad mix) to an OTLP endpoint")
+    demo.add_argument("--endpoint", help="OTLP endpoint (default http://127.0.0.1:4318, :4317 for grpc)")
+    demo.add_argument("--protocol", choices=("http/protobuf", "grpc"), default="http/protobuf")
+    demo.add_argument("--rate", type=_positive, default=5.0, help="runs started per second (default 5)")
+    limit = demo.add_mutually_exclusive_group()
+    limit.add_argument("--duration", type=_positive, default=None, help="seconds to send for (default: until Ctrl-C)")
+    limit.add_argument("--runs", type=int, default=None, help="number of runs to send")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the run sequence (default 0)")
+    demo.add_argument("--pace", type=float, default=1.0, help="latency multiplier, 0 = no simulated latency")
+    demo.add_argument("--truth", type=Path, default=None, help="write every run's ground truth to this JSON file")
+    demo.set_defaults(func=_cmd_demo)
     bench = sub.add_parser("bench", help="measure ingest and pipeline throughput and flag latency")
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")

@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import gc
 import signal
+import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 import uvicorn
@@ -42,6 +44,9 @@ from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 from scorers.worker import StreamWorker
+
+if TYPE_CHECKING:
+    from collector.demo import DemoFleet
 
 log = structlog.get_logger(__name__)
 
@@ -145,8 +150,12 @@ def _server(app: object, host: str, port: int) -> _Server:
     return _Server(config)
 
 
-async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
-    """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed."""
+async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: float | None = None) -> bool:
+    """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
+
+    With ``demo_rate`` the demo fleet (:mod:`collector.demo`) also runs, on a thread, sending
+    that many runs per second to the OTLP/HTTP receiver; it is stopped and flushed first.
+    """
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
@@ -193,8 +202,11 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
         metrics=s.metrics_port,
         database=_redact(s.database_url),
     )
+    demo = await _start_demo(s, receivers, tasks[0], demo_rate) if demo_rate else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
+    if demo is not None:  # its last spans must reach the receiver before it stops
+        await asyncio.to_thread(demo.stop, DEMO_STOP_S)
     receivers.should_exit = True
     if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
         await grpc_receiver.stop(GRPC_STOP_GRACE_S)
@@ -206,6 +218,23 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0) -> bool:
     emb.store.close()
     log.info("vigil_stopped", drained=drained)
     return drained
+
+
+DEMO_STOP_S = 10.0
+"""Seconds the demo fleet gets to finish its runs and flush when ``vigil run --demo`` stops."""
+
+
+async def _start_demo(s: Settings, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
+    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens."""
+    from collector.demo import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
+
+    while not receiver.started and not task.done():
+        await asyncio.sleep(0.05)
+    host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
+    token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
+    fleet = DemoFleet(f"http://{host}:{s.otlp_http_port}", rate_per_s=rate, seed=0, progress=False, headers=token)
+    threading.Thread(target=fleet.run, name="vigil-demo", daemon=True).start()
+    return fleet
 
 
 def _redact(url: str) -> str:

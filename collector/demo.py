@@ -1,0 +1,253 @@
+"""``vigil demo``: a fleet of simulated LLM agents sending realistic traces to any OTLP endpoint.
+
+:class:`DemoFleet` embeds a scripted :class:`~collector.fakeopenai.FakeOpenAI`, instruments
+itself with :func:`collector.instrument.vigil_setup` and plays runs of the scenarios of
+:mod:`collector.demo_plan` on a small thread pool at a steady rate: mostly good runs, some
+inefficient, looping to their iteration cap, content-filtered, guardrail-blocked, with tool
+failures, slow, raising to the caller, or earning a thumbs-down. It knows what every run was
+meant to be (:class:`DemoRun`), so a test can compare Vigil's verdicts with the truth.
+
+Example::
+
+    fleet = DemoFleet("http://127.0.0.1:4318", rate_per_s=5, runs=100, seed=1)
+    truth = fleet.run()          # blocks; fleet.stop() from another thread ends it early
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from collector.demo_agent import DemoAgent, latency_client, openai_instrumented
+from collector.demo_plan import RunPlan, expected, planner, scenarios
+from collector.demo_progress import FleetStats, LiveProgress
+from collector.fakeopenai import FakeOpenAI, Served
+from collector.instrument import vigil_setup
+
+__all__ = ["DemoFleet", "DemoRun"]
+
+log = structlog.get_logger(__name__)
+
+KEEP_RUNS: Final = 10_000
+"""Ground-truth records an endless fleet keeps (the most recent); a bounded one keeps all."""
+
+SERVED_LOG_MAX: Final = 1_000
+"""Requests the embedded fake server remembers (it is a test double that logs every request)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """The ground truth of one demo run.
+
+    Attributes:
+        trace_id: the run's trace id (32 hex digits).
+        agent: the agent name.
+        kind: what the run was meant to be (a :class:`~collector.demo_plan.Kind` value).
+        expected: what Vigil should derive (see :func:`collector.demo_plan.expected`):
+            ``agent``, ``llm_calls``, ``tool_calls``, ``tool_errors``, ``input_tokens``,
+            ``output_tokens``, ``hit_max_iterations``, ``safety_blocked``, ``errored``,
+            ``feedback``, ``optimal_steps``.
+        scenario: the scripted scenario played.
+        tag: the run's tag in the fake server's log.
+        outcome: ``ok``, or the type of the exception that reached the caller.
+    """
+
+    trace_id: str
+    agent: str
+    kind: str
+    expected: dict[str, Any]
+    scenario: str = ""
+    tag: str = ""
+    outcome: str = "ok"
+
+
+class _BoundedFake(FakeOpenAI):
+    """The fake server with a bounded request log, for fleets that run for days."""
+
+    def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any] | Iterator[bytes]]:
+        """Answer as :class:`FakeOpenAI` does, then forget all but the newest log entries."""
+        result = super().answer(path, body)
+        with self._lock:
+            served: list[Served] = self._served
+            if len(served) > 2 * SERVED_LOG_MAX:
+                del served[:-SERVED_LOG_MAX]
+        return result
+
+
+class DemoFleet:
+    """Simulated agents sending runs to ``endpoint`` at ``rate_per_s``.
+
+    Args:
+        endpoint: OTLP endpoint (``http://HOST:4318`` for HTTP, ``http://HOST:4317`` for gRPC).
+        rate_per_s: runs started per second (steady: run ``i`` starts at ``i / rate``).
+        duration_s: stop starting runs after this long (None: no limit).
+        runs: stop after this many runs (None: no limit). With neither limit the fleet
+            runs until :meth:`stop`.
+        seed: makes the sequence of runs reproducible.
+        protocol: ``http/protobuf`` or ``grpc``.
+        pace: multiplier on simulated model and tool latencies (1 = realistic, 0 = none).
+        workers: worker threads (default: enough for the rate at this pace).
+        progress: live display on stderr (None: only when stderr is a terminal).
+        service_name: ``service.name`` of the fleet's spans.
+        headers: OTLP request headers (an ingest token); None reads ``OTEL_EXPORTER_OTLP_HEADERS``.
+        capture_content: record tool arguments and results (so Vigil can see loops of
+            identical calls); None follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+
+    Raises:
+        ValueError: a non-positive rate or duration, a negative run count or pace.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        rate_per_s: float,
+        duration_s: float | None = None,
+        runs: int | None = None,
+        seed: int,
+        protocol: str = "http/protobuf",
+        pace: float = 1.0,
+        workers: int | None = None,
+        progress: bool | None = None,
+        service_name: str = "vigil-demo",
+        headers: Mapping[str, str] | None = None,
+        capture_content: bool | None = True,
+    ) -> None:
+        if not rate_per_s > 0 or (duration_s is not None and not duration_s > 0) or (runs is not None and runs < 0):
+            raise ValueError(f"need rate_per_s > 0, duration_s > 0, runs >= 0: {rate_per_s}, {duration_s}, {runs}")
+        if pace < 0:
+            raise ValueError(f"pace must be >= 0, got {pace}")
+        self.endpoint = endpoint
+        self.rate_per_s = rate_per_s
+        self.duration_s = duration_s
+        self.runs = runs
+        self.seed = seed
+        self.protocol = protocol
+        self.pace = pace
+        self.workers = workers or min(256, max(4, math.ceil(rate_per_s * (1 + 12 * pace))))
+        self.progress = progress
+        self.service_name = service_name
+        self.headers = headers
+        self.capture_content = capture_content
+        self.stats = FleetStats(rate_per_s)
+        self._stop = threading.Event()
+        self._began = threading.Event()
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+        self._truth: deque[tuple[int, DemoRun]] = deque(maxlen=None if runs is not None else KEEP_RUNS)
+
+    def run(self) -> list[DemoRun]:
+        """Send runs until a limit is reached or :meth:`stop` is called; flush; return the truth.
+
+        Blocks the calling thread; call it once per fleet. The spans of every finished run
+        are flushed before it returns.
+
+        Returns:
+            The ground truth of every finished run in start order (the newest
+            :data:`KEEP_RUNS` for an endless fleet).
+
+        Raises:
+            SettingsError: an ``OTEL_*`` variable has an unsupported value.
+        """
+        self._began.set()
+        try:
+            return self._run()
+        finally:
+            self._finished.set()
+
+    def _run(self) -> list[DemoRun]:
+        """Set up tracing, the fake model and the workers; schedule; tear down in reverse."""
+        self.stats.restart()
+        tracing = vigil_setup(
+            service_name=self.service_name,
+            endpoint=self.endpoint,
+            protocol=self.protocol,
+            headers=self.headers,
+            capture_content=self.capture_content,
+        )
+        fake = _BoundedFake({s.name: s.turns for s in scenarios(self.seed)}).start()
+        client = latency_client(fake.base_url, self.pace, self.seed, sleep=self._stop.wait)
+        fallback = not openai_instrumented()  # a plain install lacks the OpenAI instrumentation
+        provider = tracing.tracer_provider
+        agent = DemoAgent(client, pace=self.pace, tracer_provider=provider, llm_spans=fallback, sleep=self._stop.wait)
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="vigil-demo")
+        log.info("demo_started", endpoint=self.endpoint, rate_per_s=self.rate_per_s, own_llm_spans=fallback)
+        try:
+            with LiveProgress(self.stats, self.progress):
+                self._schedule(pool, agent)
+                pool.shutdown(wait=True)  # in-flight runs finish (quickly after stop())
+        except BaseException:
+            self._stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            tracing.force_flush()
+            tracing.shutdown()
+            client.close()
+            fake.shutdown()
+            log.info("demo_stopped", summary=self.stats.summary())
+        with self._lock:
+            return [run for _, run in sorted(self._truth, key=lambda pair: pair[0])]
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Start no more runs, cut simulated waits short, and wait for :meth:`run` to flush.
+
+        Safe from any thread, and before or after :meth:`run`. Returns True when the fleet
+        finished (or never ran) within ``timeout_s``.
+        """
+        self._stop.set()
+        return self._finished.wait(timeout_s) if self._began.is_set() else True
+
+    def _schedule(self, pool: ThreadPoolExecutor, agent: DemoAgent) -> None:
+        """Submit runs on time until a limit or :meth:`stop`; at most ``2 × workers`` pending.
+
+        Run ``i`` is due ``i / rate`` seconds after the start. When every slot is busy the
+        fleet waits, so the rate sags instead of the backlog growing, and resumes the rate
+        afterwards without a burst to catch up.
+        """
+        start = time.monotonic()
+        slots = threading.BoundedSemaphore(2 * self.workers)
+        for plan in planner(self.seed):
+            if self.runs is not None and plan.index >= self.runs:
+                return
+            offset = plan.index / self.rate_per_s
+            if self.duration_s is not None and offset >= self.duration_s:
+                return
+            now = time.monotonic()
+            if now > start + offset + 1.0:  # fell behind (every worker busy): no catch-up burst
+                start = now - offset
+            if self._stop.wait(max(0.0, start + offset - now)):
+                return
+            while not slots.acquire(timeout=0.1):
+                if self._stop.is_set():
+                    return
+            self.stats.sent(plan.scenario.kind)
+            pool.submit(self._play, agent, plan, slots)
+
+    def _play(self, agent: DemoAgent, plan: RunPlan, slots: threading.BoundedSemaphore) -> None:
+        """Play one run on a worker thread and record its ground truth."""
+        try:
+            seen = agent.run(plan)
+            s = plan.scenario
+            truth = DemoRun(
+                trace_id=seen.trace_id,
+                agent=s.agent.name,
+                kind=s.kind.value,
+                expected=expected(s),
+                scenario=s.name,
+                tag=plan.tag,
+                outcome=seen.exception or "ok",
+            )
+            with self._lock:
+                self._truth.append((plan.index, truth))
+            self.stats.done(s.kind, raised=seen.errored)
+        finally:
+            slots.release()

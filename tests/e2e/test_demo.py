@@ -1,0 +1,212 @@
+"""End to end: the demo fleet against a real ``vigil run``, checked run by run against its ground truth.
+
+The fleet knows what each run was meant to be (:class:`collector.demo.DemoRun`). Every run
+is read back from ``GET /api/v1/runs/{trace_id}`` and each derived field is compared with
+the truth; every cap hit and every safety block must be flagged high, and the share of
+runs in the random sample must match ``VIGIL_SAMPLE_RATE``. A second test starts
+``vigil run --demo`` and waits for flagged runs in the review queue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from collector.demo import DemoFleet, DemoRun
+from collector.demo_plan import Kind
+from review_queue.process import VigilProcess, free_port, start_vigil
+
+pytestmark = pytest.mark.integration
+
+SAMPLE_RATE = 0.2
+RUNS = 150
+FIELDS = (
+    "agent",
+    "llm_calls",
+    "tool_calls",
+    "tool_errors",
+    "input_tokens",
+    "output_tokens",
+    "hit_max_iterations",
+    "safety_blocked",
+    "errored",
+)
+"""Run fields compared one to one between the ground truth and the API."""
+
+
+@pytest.fixture(scope="module")
+def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
+    """``vigil run`` with a short quiet period and a 20 % random sample."""
+    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": str(SAMPLE_RATE)}
+    with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def truth(vigil: VigilProcess) -> list[DemoRun]:
+    """The fleet's ground truth after sending :data:`RUNS` runs fast (latencies at 5 %)."""
+    fleet = DemoFleet(vigil.otlp_endpoint, rate_per_s=50, runs=RUNS, seed=20240601, pace=0.05, progress=False)
+    return fleet.run()
+
+
+@pytest.fixture(scope="module")
+def records(vigil: VigilProcess, truth: list[DemoRun]) -> dict[str, dict[str, Any]]:
+    """Every run's API record, polled until all are there (30 s at most)."""
+    found: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 30
+    with httpx.Client(base_url=vigil.api) as client:
+        while time.monotonic() < deadline and len(found) < len(truth):
+            for run in truth:
+                if run.trace_id not in found:
+                    r = client.get(f"/api/v1/runs/{run.trace_id}")
+                    if r.status_code == 200:
+                        found[run.trace_id] = r.json()
+            time.sleep(0.2)
+    return found
+
+
+class TestDemoAgainstVigil:
+    """What Vigil derived and flagged equals what the fleet meant, run by run."""
+
+    def test_every_run_sent_and_scored(
+        self, vigil: VigilProcess, truth: list[DemoRun], records: dict[str, Any]
+    ) -> None:
+        """All runs finished with a trace id, every kind was sent, and each one reached the API."""
+        assert RUNS == len(truth) == len({r.trace_id for r in truth})
+        assert set(Kind) == {Kind(r.kind) for r in truth}
+        missing = [r.trace_id for r in truth if r.trace_id not in records]
+        assert [] == missing, vigil.log_tail()
+
+    def test_every_field_matches(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """Agent, LLM calls, tools, tool errors, tokens, cap hit, block and error match for every run."""
+        wrong = []
+        for run in truth:
+            got = {f: records[run.trace_id][f] for f in FIELDS}
+            want = {f: run.expected[f] for f in FIELDS}
+            if got != want:
+                diff = {f: (want[f], got[f]) for f in FIELDS if want[f] != got[f]}
+                wrong.append((run.kind, run.scenario, run.outcome, diff))
+        assert [] == wrong
+
+    def test_caps_and_blocks_flagged_high(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """Every cap hit and every safety block is flagged with priority high, for the right reason."""
+        serious = [r for r in truth if r.expected["hit_max_iterations"] or r.expected["safety_blocked"]]
+        assert len(serious) >= 10
+        for run in serious:
+            flag = records[run.trace_id]["flag"]
+            assert flag is not None, run
+            assert "high" == flag["priority"], run
+            reason = "hit_max_iterations" if run.expected["hit_max_iterations"] else "safety_blocked"
+            assert reason in flag["reasons"], run
+
+    def test_inefficient_and_errored_flagged(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """Inefficient runs are flagged for step efficiency; runs that raised, as errored."""
+        for run in truth:
+            reasons = (records[run.trace_id]["flag"] or {}).get("reasons", [])
+            if run.kind == Kind.INEFFICIENT.value:
+                assert "low_step_efficiency" in reasons, run
+            if run.expected["errored"]:
+                assert "errored" in reasons, run
+
+    def test_random_share_close_to_rate(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """The share of runs sampled at random is within 4 binomial standard deviations of the rate."""
+        flags = [records[r.trace_id]["flag"] for r in truth]
+        sampled = sum(1 for f in flags if f is not None and "random_sample" in f["reasons"])
+        n = len(truth)
+        assert abs(sampled - n * SAMPLE_RATE) <= 4 * math.sqrt(n * SAMPLE_RATE * (1 - SAMPLE_RATE))
+        assert {SAMPLE_RATE} == {f["sample_rate"] for f in flags if f is not None}
+
+    def test_good_runs_only_sampled(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """Good runs are flagged by nothing but the random sample."""
+        reasons = Counter(
+            reason
+            for r in truth
+            if r.kind == Kind.GOOD.value
+            for reason in (records[r.trace_id]["flag"] or {}).get("reasons", [])
+        )
+        assert set(reasons) <= {"random_sample"}
+
+
+class TestDemoCommand:
+    """``vigil demo`` as a user runs it."""
+
+    def test_runs_and_writes_truth(self, vigil: VigilProcess, tmp_path: Path) -> None:
+        """``vigil demo --runs N --truth F`` sends N runs, writes their truth, and Vigil scores them."""
+        out = tmp_path / "truth.json"
+        cmd = [sys.executable, "-m", "review_queue.cli", "demo", "--endpoint", vigil.otlp_endpoint]
+        cmd += ["--runs", "12", "--rate", "20", "--pace", "0", "--seed", "3", "--truth", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        assert 0 == done.returncode, done.stderr
+        assert "12 runs sent" in done.stderr
+        runs = json.loads(out.read_text())["runs"]
+        assert 12 == len(runs)
+        for run in runs:
+            record = _wait_run(vigil, run["trace_id"])
+            assert {f: run["expected"][f] for f in FIELDS} == {f: record[f] for f in FIELDS}
+
+
+class TestRunDemo:
+    """``vigil run --demo`` lights up on its own."""
+
+    def test_flagged_runs_within_30_s(self, tmp_path: Path) -> None:
+        """Flagged runs appear in /api/v1/queue within 30 s, and SIGTERM still exits 0 after flushing."""
+        ports = {name: free_port() for name in ("OTLP_HTTP", "HTTP", "METRICS")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
+        env |= {f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()}
+        env |= {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_HTTP_HOST": "127.0.0.1"}
+        env |= {"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
+        cmd = [sys.executable, "-m", "review_queue.cli", "run", "--demo"]
+        with (tmp_path / "vigil.log").open("wb") as log:
+            vigil = VigilProcess(
+                subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=log),
+                ports["OTLP_HTTP"],
+                ports["HTTP"],
+                ports["METRICS"],
+                tmp_path,
+            )
+            try:
+                items = _wait_queue(vigil, timeout_s=30)
+            finally:
+                code = vigil.stop()
+        assert items, vigil.log_tail()
+        assert {"high", "normal", "low"} >= {i["priority"] for i in items}
+        assert 0 == code, vigil.log_tail()
+        assert "demo_stopped" in vigil.log_tail()
+
+
+def _wait_run(vigil: VigilProcess, trace_id: str, timeout_s: float = 15.0) -> dict[str, Any]:
+    """Poll the API until run ``trace_id`` is there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{vigil.api}/api/v1/runs/{trace_id}")
+        if r.status_code == 200:
+            return dict(r.json())
+        time.sleep(0.2)
+    raise AssertionError(f"run {trace_id} never appeared\n{vigil.log_tail()}")
+
+
+def _wait_queue(vigil: VigilProcess, timeout_s: float) -> list[dict[str, Any]]:
+    """Poll the review queue until it holds an item; the items (empty on timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if vigil.process.poll() is not None:
+            return []
+        try:
+            r = httpx.get(f"{vigil.api}/api/v1/queue", timeout=2)
+            if r.status_code == 200 and r.json()["items"]:
+                return list(r.json()["items"])
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    return []
