@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.grpc_receiver import create_grpc_server
+from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
@@ -162,9 +163,11 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     receivers = _server(
         create_otlp_app(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
@@ -180,7 +183,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     grpc_receiver = None
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_receiver = await create_grpc_server(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             host=s.otlp_http_host,
             port=s.otlp_grpc_port,

@@ -235,6 +235,19 @@ class TestIngestToken:
             assert trace_id == wait_run(running, trace_id)["trace_id"]
 
 
+class TestMemoryLimit:
+    """VIGIL_MEMORY_LIMIT_MB: over the ceiling, ingest is refused with 503 + Retry-After and counted."""
+
+    def test_over_ceiling_refuses(self, tmp_path: Path) -> None:
+        """A 1 MiB ceiling is always exceeded: every export is refused, none is lost silently."""
+        _, good = good_body(92)
+        with start_vigil(tmp_path, {"VIGIL_MEMORY_LIMIT_MB": "1", "VIGIL_RETRY_AFTER_S": "3"}) as running:
+            response = httpx.post(f"{running.otlp_endpoint}/v1/traces", content=good, headers=PROTO)
+            assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+            assert 0 < metric(running, "vigil_dropped_total", stage="receiver", reason="memory_limit")
+            assert 1 == metric(running, "vigil_otlp_rejected_requests_total", reason="backpressure")
+
+
 class TestRedaction:
     """Personal data in span content never reaches the store or the API (default patterns)."""
 
