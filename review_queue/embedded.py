@@ -19,6 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -45,6 +46,7 @@ from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
 if TYPE_CHECKING:
@@ -112,6 +114,8 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
+    if settings.state_path:
+        load_state(settings.state_path, assembler)
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
     sink = RedactingSink(store, redactor)
     worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
@@ -217,7 +221,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
         await grpc_receiver.stop(GRPC_STOP_GRACE_S)
     await asyncio.gather(tasks[0], return_exceptions=True)
-    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
+    save = partial(save_state, s.state_path) if s.state_path else None
+    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
