@@ -1,0 +1,342 @@
+"""The judge service: selects runs after they are stored, judges them off the stream, records verdicts.
+
+Isolation from the stream is the point of this module:
+
+1. :meth:`JudgeService.submit` runs on the stream worker's thread once a batch is durably
+   written. Per judge it evaluates the selector and the sample, then ``put_nowait`` on the
+   judge's bounded queue. It never waits: a full queue drops the run and counts it
+   (``vigil_judge_dropped_total{reason="queue_full"}``).
+2. Each judge has ``concurrency`` worker threads of its own, so a slow or failing endpoint
+   only delays that judge. A worker renders the request, serves it from the verdict cache
+   when the same content was judged under the same rubric version and model, else reserves
+   the spend budget (a spent budget skips the run, counted) and asks the model.
+3. The verdict is stored with the run (:class:`~scorers.judge.model.JudgeSink`), and the
+   rules are decided again with the judge scores known so far: a run can become flagged by
+   its judge score (flags are sticky; new reasons are added; the review item is created if
+   the run had none). An unreachable store is retried a few times, then the verdict is
+   dropped and counted.
+
+Lifecycle: :meth:`start`, :meth:`flush`, :meth:`shutdown`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+import structlog
+
+from collector.errors import BackpressureError
+from scorers.errors import JudgeCallError
+from scorers.judge.budget import SpendBudget, VerdictCache
+from scorers.judge.client import JudgeClient
+from scorers.judge.config import JudgeSpec, selector_activation
+from scorers.judge.metrics import JudgeMetrics
+from scorers.judge.model import JudgeResult, JudgeSink
+from scorers.judge.rubrics import has_content, render
+from scorers.model import Flag, ScoredRun
+from scorers.rules import EVAL_ERRORS, Rule, decide, sample_point
+
+log = structlog.get_logger(__name__)
+
+STORE_ATTEMPTS = 5
+"""Writes of one verdict tried while the store is unavailable before it is dropped."""
+
+
+class _Judge:
+    """One configured judge at run time: its queue, client, budget, cache and threads."""
+
+    def __init__(self, spec: JudgeSpec, metrics: JudgeMetrics, clock: Callable[[], float]) -> None:
+        cfg = spec.config
+        self.spec = spec
+        self.name = spec.name
+        self.queue: queue.Queue[ScoredRun] = queue.Queue(cfg.queue_size)
+        self.budget = SpendBudget(cfg.budget.tokens_per_hour, cfg.budget.usd_per_hour, clock=clock)
+        self.cache = VerdictCache(cfg.cache_size)
+        attempts = metrics.attempts
+        latency = metrics.latency.labels(spec.name)
+
+        def on_attempt(outcome: str, seconds: float) -> None:
+            attempts.labels(spec.name, outcome).inc()
+            latency.observe(seconds)
+
+        self.client = JudgeClient(
+            base_url=cfg.base_url,
+            api_key=spec.api_key,
+            model=cfg.model,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            max_backoff_s=cfg.max_backoff_s,
+            max_tokens=cfg.max_tokens,
+            on_attempt=on_attempt,
+        )
+        self.threads: list[threading.Thread] = []
+
+    def selects(self, scored: ScoredRun) -> bool:
+        """Whether this judge wants the run (selector, then the deterministic sample)."""
+        program = self.spec.selector
+        if program is None:
+            chosen = scored.flag is not None
+        else:
+            act = selector_activation(scored.run, scored.scores, scored.flag)
+            try:
+                chosen = program.execute({k: act[k] for k in program.variables() if k in act}) is True
+            except EVAL_ERRORS:
+                chosen = False
+        rate = self.spec.config.sample_rate
+        return chosen and (rate >= 1.0 or sample_point(f"{self.name}:{scored.run.trace_id}") < rate)
+
+
+class JudgeService:
+    """Runs the configured judges beside the stream.
+
+    Args:
+        specs: the validated judges.
+        sink: where verdicts are stored (and flags merged).
+        rules: the compiled flag rules (with the judges' ``flag_below`` rules).
+        sample_rate: the random review sample rate (the rules' ``random_sample``).
+        metrics: judge metrics.
+        on_new_flag: called with a run the judges flagged that was not flagged before
+            (``RunMetrics.observe_flag``).
+        clock: Unix seconds for the budget windows (injected in tests).
+        max_tracked_runs: runs whose judge scores are kept for re-decisions.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[JudgeSpec],
+        sink: JudgeSink,
+        *,
+        rules: tuple[Rule, ...],
+        sample_rate: float,
+        metrics: JudgeMetrics,
+        on_new_flag: Callable[[ScoredRun], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        max_tracked_runs: int = 20_000,
+    ) -> None:
+        self._sink = sink
+        self._rules = rules
+        self._sample_rate = sample_rate
+        self._metrics = metrics
+        self._on_new_flag = on_new_flag
+        self._judges = [_Judge(spec, metrics, clock) for spec in specs]
+        self._stop = threading.Event()
+        self._accepting = True
+        self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
+        self._max_tracked = max_tracked_runs
+        self._lock = threading.Lock()
+        for judge in self._judges:
+            metrics.init_judge(judge.name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The judge names."""
+        return tuple(j.name for j in self._judges)
+
+    def start(self) -> None:
+        """Start every judge's worker threads."""
+        for judge in self._judges:
+            for i in range(judge.spec.config.concurrency):
+                t = threading.Thread(
+                    target=self._work, args=(judge,), name=f"vigil-judge-{judge.name}-{i}", daemon=True
+                )
+                judge.threads.append(t)
+                t.start()
+
+    def submit(self, runs: Sequence[ScoredRun]) -> None:
+        """Queue the selected runs for their judges. Never blocks; full queues drop and count."""
+        if not self._accepting:
+            return
+        dropped = self._metrics.dropped
+        for judge in self._judges:
+            for scored in runs:
+                if not judge.selects(scored):
+                    continue
+                if not has_content(scored.run):
+                    dropped.labels(judge.name, "no_content").inc()
+                    continue
+                try:
+                    judge.queue.put_nowait(scored)
+                except queue.Full:
+                    dropped.labels(judge.name, "queue_full").inc()
+
+    def judge_scores(self, trace_id: str) -> Mapping[str, float]:
+        """The latest score of each judge that scored ``trace_id`` (empty when none). Thread-safe."""
+        with self._lock:
+            found = self._scores.get(trace_id)
+            return dict(found) if found else {}
+
+    def pending(self) -> int:
+        """Runs queued or being judged."""
+        return sum(j.queue.unfinished_tasks for j in self._judges)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued run is judged and recorded; True if done within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.pending():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Stop accepting runs, judge what is queued within ``timeout_s``, drop (and count) the rest."""
+        self._accepting = False
+        done = self.flush(timeout_s)
+        self._stop.set()
+        for judge in self._judges:
+            while True:
+                try:
+                    judge.queue.get_nowait()
+                except queue.Empty:
+                    break
+                judge.queue.task_done()
+                self._metrics.dropped.labels(judge.name, "shutdown").inc()
+        for judge in self._judges:
+            for t in judge.threads:
+                t.join(0.5)
+            judge.client.close()
+        return done
+
+    def _work(self, judge: _Judge) -> None:
+        while not self._stop.is_set():
+            try:
+                scored = judge.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self._judge_one(judge, scored)
+            except Exception:  # plugin boundary: one bad run must not kill the judge (logged with trace)
+                log.exception("judge_failed", judge=judge.name, trace_id=scored.run.trace_id)
+            finally:
+                judge.queue.task_done()
+
+    def _judge_one(self, judge: _Judge, scored: ScoredRun) -> None:
+        spec, cfg, m = judge.spec, judge.spec.config, self._metrics
+        request = render(scored.run, spec.rubric, cfg.max_content_chars)
+        key = (spec.rubric.label, cfg.model, request.content_hash)
+        cached = judge.cache.get(key)
+        if cached is not None:
+            result = dataclasses.replace(
+                cached,
+                trace_id=scored.run.trace_id,
+                cached=True,
+                input_tokens=0,
+                output_tokens=0,
+                cost_usd=0.0,
+                latency_s=0.0,
+            )
+            m.requests.labels(judge.name, "cached").inc()
+            self._record(judge, result, scored)
+            return
+        estimate = request.estimated_tokens
+        reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
+        if reservation is None:
+            m.budget_exhausted.labels(judge.name).inc()
+            return
+        base = _base_result(judge, scored, request.content_hash)
+        try:
+            judgement = judge.client.judge(request, self._stop.wait)
+        except JudgeCallError as exc:
+            cost = spec.price.cost(exc.input_tokens, exc.output_tokens)
+            judge.budget.settle(reservation, exc.input_tokens + exc.output_tokens, cost)
+            self._spent(judge.name, exc.input_tokens, exc.output_tokens, cost)
+            m.requests.labels(judge.name, exc.outcome).inc()
+            log.warning(
+                "judge_error", judge=judge.name, trace_id=scored.run.trace_id, outcome=exc.outcome, error=str(exc)
+            )
+            result = dataclasses.replace(
+                base,
+                error=str(exc)[:1000],
+                input_tokens=exc.input_tokens,
+                output_tokens=exc.output_tokens,
+                cost_usd=cost,
+            )
+            self._record(judge, result, scored)
+            return
+        cost = spec.price.cost(judgement.input_tokens, judgement.output_tokens)
+        judge.budget.settle(reservation, judgement.input_tokens + judgement.output_tokens, cost)
+        self._spent(judge.name, judgement.input_tokens, judgement.output_tokens, cost)
+        score = judgement.verdict.score
+        result = dataclasses.replace(
+            base,
+            score=score,
+            passed=score >= cfg.pass_threshold,
+            reasoning=judgement.verdict.reasoning,
+            input_tokens=judgement.input_tokens,
+            output_tokens=judgement.output_tokens,
+            cost_usd=cost,
+            latency_s=judgement.latency_s,
+        )
+        judge.cache.put(key, result)
+        m.requests.labels(judge.name, "ok").inc()
+        m.score.labels(judge.name).observe(score)
+        self._record(judge, result, scored)
+
+    def _spent(self, judge: str, input_tokens: int, output_tokens: int, cost: float) -> None:
+        m = self._metrics
+        if input_tokens:
+            m.tokens.labels(judge, "input").inc(input_tokens)
+        if output_tokens:
+            m.tokens.labels(judge, "output").inc(output_tokens)
+        if cost:
+            m.cost.labels(judge).inc(cost)
+
+    def _record(self, judge: _Judge, result: JudgeResult, scored: ScoredRun) -> None:
+        """Store the verdict and, when the judge scores add flag reasons, the new flag."""
+        flag = None
+        if result.score is not None:
+            scores = self._remember(result.trace_id, judge.name, result.score)
+            flag = self._redecide(scored, scores)
+        new_flag = self._write(judge, result, scored, flag)
+        if new_flag and flag is not None and self._on_new_flag is not None:
+            self._on_new_flag(dataclasses.replace(scored, flag=flag))
+        if flag is not None:
+            log.info("run_flagged_by_judge", judge=judge.name, trace_id=result.trace_id, reasons=list(flag.reasons))
+
+    def _remember(self, trace_id: str, judge: str, score: float) -> dict[str, float]:
+        with self._lock:
+            scores = self._scores.setdefault(trace_id, {})
+            scores[judge] = score
+            self._scores.move_to_end(trace_id)
+            while len(self._scores) > self._max_tracked:
+                self._scores.popitem(last=False)
+            return dict(scores)
+
+    def _redecide(self, scored: ScoredRun, judge_scores: Mapping[str, float]) -> Flag | None:
+        """The new decision when it adds a reason to the run's flag, else None."""
+        decision = decide(scored.run, scored.scores, self._rules, self._sample_rate, judge=judge_scores)
+        if decision is None:
+            return None
+        known = set(scored.flag.reasons) if scored.flag is not None else set()
+        return decision if set(decision.reasons) - known else None
+
+    def _write(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
+        backoff = 0.2
+        for _ in range(STORE_ATTEMPTS):
+            try:
+                return self._sink.write_judgement(result, scored, flag)
+            except BackpressureError as exc:
+                log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
+                if self._stop.wait(backoff):
+                    break
+                backoff = min(backoff * 2, 5.0)
+        self._metrics.dropped.labels(judge.name, "store_unavailable").inc()
+        return False
+
+
+def _base_result(judge: _Judge, scored: ScoredRun, content_hash: str) -> JudgeResult:
+    return JudgeResult(
+        trace_id=scored.run.trace_id,
+        judge=judge.name,
+        rubric_version=judge.spec.rubric.label,
+        model=judge.spec.config.model,
+        score=None,
+        passed=None,
+        reasoning="",
+        content_hash=content_hash,
+    )
