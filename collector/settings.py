@@ -77,6 +77,9 @@ class Settings(BaseModel):
     )
     repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
+    judges: Mapping[str, Any] | None = Field(
+        None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
+    )
 
     @field_validator("log_level")
     @classmethod

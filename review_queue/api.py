@@ -85,10 +85,31 @@ class ReviewItemOut(BaseModel):
     snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
 
 
+class JudgeResultOut(BaseModel):
+    """One LLM judge's latest verdict on the run (``score`` null when ``error`` says why)."""
+
+    judge: str
+    rubric_version: str = Field(description="Rubric name@version the verdict was given under.")
+    model: str
+    score: float | None = Field(description="0 to 1, higher is better.")
+    passed: bool | None = Field(description="score >= the judge's pass threshold.")
+    reasoning: str = Field(description="The judge's justification (model output: escape it).")
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="Estimated cost of this verdict (0 when served from the cache).")
+    latency_s: float
+    content_hash: str
+    cached: bool
+    created_at: datetime
+    updated_at: datetime
+
+
 class RunDetailOut(RunOut):
-    """One run with its review item (``null`` when it was never flagged)."""
+    """One run with its review item (``null`` when it was never flagged) and its judge verdicts."""
 
     review_item: ReviewItemOut | None
+    judges: list[JudgeResultOut] = Field(default_factory=list, description="LLM judge verdicts, by judge name.")
 
 
 class RunPage(BaseModel):
