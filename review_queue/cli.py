@@ -150,6 +150,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
     bench.set_defaults(func=_cmd_bench)
     rules = sub.add_parser("rules", help="flag rules")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)

@@ -34,7 +34,7 @@ from scorers.judge.budget import Price
 from scorers.judge.model import Rubric
 from scorers.judge.rubrics import BUILTIN_RUBRICS
 from scorers.model import Priority, Run
-from scorers.rules import activation
+from scorers.rules import RUN_FIELDS, activation
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 """Judge names are CEL identifiers (``judge.<name>`` in rules) and metric label values."""
@@ -78,7 +78,7 @@ class JudgeConfig(BaseModel):
     flag_below: float | None = Field(None, ge=0, le=1, description="Flag runs whose score is below this.")
     priority: Priority = Field(Priority.NORMAL, description="Priority of the flag_below rule.")
     concurrency: int = Field(2, ge=1, le=64, description="Requests in flight for this judge.")
-    queue_size: int = Field(1000, ge=1, description="Runs waiting for this judge; more are dropped.")
+    queue_size: int = Field(100, ge=1, description="Runs waiting for this judge; more are dropped (and counted).")
     timeout_s: float = Field(30.0, gt=0, description="Timeout of one request.")
     max_retries: int = Field(2, ge=0, le=10, description="Retries after 429, timeouts and 5xx.")
     max_backoff_s: float = Field(30.0, gt=0, description="Longest wait before a retry (also caps Retry-After).")
@@ -194,10 +194,27 @@ def _selector(name: str, expr: str) -> cel.Program:
     return program
 
 
-def selector_activation(run: Run, scores: Mapping[str, float], flag: Any) -> dict[str, Any]:
-    """The variables a selector sees: the rule variables plus ``flagged``, ``priority``, ``reasons``."""
+def selector_activation(
+    run: Run, scores: Mapping[str, float], flag: Any, variables: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """The variables a selector sees: the rule variables plus ``flagged``, ``priority``, ``reasons``.
+
+    With ``variables`` only those are returned (the selector's own: cheaper on the stream thread).
+    """
+    extra = {
+        "flagged": flag is not None,
+        "priority": "" if flag is None else flag.priority.value,
+        "reasons": [] if flag is None else list(flag.reasons),
+    }
+    if variables is not None and variables <= _CHEAP:
+        act = {name: getattr(run, name) for name in variables if name in RUN_FIELDS}
+        act.update((k, v) for k, v in extra.items() if k in variables)
+        if "scores" in variables:
+            act["scores"] = dict(scores)
+        return act
     act = activation(run, scores, random_sample=False)
-    act["flagged"] = flag is not None
-    act["priority"] = "" if flag is None else flag.priority.value
-    act["reasons"] = [] if flag is None else list(flag.reasons)
+    act.update(extra)
     return act
+
+
+_CHEAP = frozenset((*RUN_FIELDS, *SELECTOR_EXTRA, "scores"))

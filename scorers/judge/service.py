@@ -75,16 +75,23 @@ class _Judge:
             on_attempt=on_attempt,
         )
         self.threads: list[threading.Thread] = []
+        program = spec.selector
+        self.variables = frozenset(program.variables()) if program is not None else frozenset()
+        self.select_all = program is not None and cfg.select.strip() == "true"
+        self.dropped_full = metrics.dropped.labels(spec.name, "queue_full")
+        self.dropped_empty = metrics.dropped.labels(spec.name, "no_content")
 
     def selects(self, scored: ScoredRun) -> bool:
-        """Whether this judge wants the run (selector, then the deterministic sample)."""
+        """Whether this judge wants the run (selector, then the deterministic sample). Cheap: stream thread."""
         program = self.spec.selector
         if program is None:
             chosen = scored.flag is not None
+        elif self.select_all:
+            chosen = True
         else:
-            act = selector_activation(scored.run, scored.scores, scored.flag)
+            act = selector_activation(scored.run, scored.scores, scored.flag, self.variables)
             try:
-                chosen = program.execute({k: act[k] for k in program.variables() if k in act}) is True
+                chosen = program.execute(act) is True
             except EVAL_ERRORS:
                 chosen = False
         rate = self.spec.config.sample_rate
@@ -151,18 +158,17 @@ class JudgeService:
         """Queue the selected runs for their judges. Never blocks; full queues drop and count."""
         if not self._accepting:
             return
-        dropped = self._metrics.dropped
         for judge in self._judges:
             for scored in runs:
                 if not judge.selects(scored):
                     continue
                 if not has_content(scored.run):
-                    dropped.labels(judge.name, "no_content").inc()
+                    judge.dropped_empty.inc()
                     continue
                 try:
                     judge.queue.put_nowait(scored)
                 except queue.Full:
-                    dropped.labels(judge.name, "queue_full").inc()
+                    judge.dropped_full.inc()
 
     def judge_scores(self, trace_id: str) -> Mapping[str, float]:
         """The latest score of each judge that scored ``trace_id`` (empty when none). Thread-safe."""
