@@ -115,12 +115,21 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:
+    import os
+
+    from scorers.judge import judge_rules, parse_judges
     from scorers.registry import build_chain
     from scorers.rules import compile_rules
 
     settings = Settings.load(config_file=args.config)
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [n for n, _ in chain], repeat_threshold=settings.repeat_threshold)
+    judges = parse_judges(settings.judges, os.environ)  # also validates the judges section
+    rules = compile_rules(
+        judge_rules(judges, settings.rules),
+        [n for n, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[j.name for j in judges],
+    )
     for rule in rules:
         print(f"{rule.name:24} {rule.priority.value:7} {rule.expr}")
     return 0

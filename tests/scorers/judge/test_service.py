@@ -243,6 +243,26 @@ class TestSelection:
         other = ScoredRun(Run(trace_id="f" * 32, agent="billing", final_output="x"), {}, None)
         assert not h.service._judges[0].selects(other)
 
+    @pytest.mark.parametrize(
+        ("select", "expected"),
+        [
+            ("flagged && priority == 'normal' && 'errored' in reasons", {1}),
+            ("status == 'ok' && has(attributes.tier) && attributes.tier == 'gold'", {2}),
+            ("scores.tokens > 50.0 && !flagged", {0, 2}),
+        ],
+    )
+    def test_selector_variables(self, fake: FakeOpenAI, select: str, expected: set[int]) -> None:
+        """Selectors read the flag decision, run fields, attributes and scores."""
+        h = Harness(fake, select=select)
+        runs = [_run(0, "high"), _run(1, "high", flag=FLAG), _run(2, "high")]
+        gold = runs[2].run
+        runs[2] = ScoredRun(
+            Run(**{**{f: getattr(gold, f) for f in Run.__dataclass_fields__}, "attributes": {"tier": "gold"}}),
+            runs[2].scores,
+            None,
+        )
+        assert expected == {n for n, s in enumerate(runs) if h.service._judges[0].selects(s)}
+
     def test_runs_without_content_are_counted(self, harness: Harness) -> None:
         """Content capture off: nothing to judge, counted as no_content."""
         harness.judge([ScoredRun(Run(trace_id="e" * 32), {}, None)])
