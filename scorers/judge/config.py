@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scorers.errors import JudgeConfigError
 from scorers.judge.budget import Price
 from scorers.judge.model import Rubric
-from scorers.judge.rubrics import BUILTIN_RUBRICS
+from scorers.judge.rubrics import BUILTIN_RUBRICS, PREAMBLE
 from scorers.model import Priority, Run
 from scorers.rules import RUN_FIELDS, activation
 
@@ -68,7 +68,9 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rubric: str | _RubricIn = Field(description="Built-in rubric name or {name, version, instructions}.")
+    rubric: str | _RubricIn = Field(
+        description="Built-in rubric name or {name, version, instructions}; instructions follow the common preamble."
+    )
     model: str = Field(min_length=1, description="Model name sent to the endpoint.")
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint; default the OpenAI API.")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
@@ -170,7 +172,7 @@ def _spec(name: str, entry: Mapping[str, Any], environ: Mapping[str, str]) -> Ju
 
 def _rubric(name: str, value: str | _RubricIn) -> Rubric:
     if isinstance(value, _RubricIn):
-        return Rubric(value.name, value.version, value.instructions)
+        return Rubric(value.name, value.version, PREAMBLE + value.instructions)
     if value not in BUILTIN_RUBRICS:
         known = ", ".join(sorted(BUILTIN_RUBRICS))
         raise JudgeConfigError(name, "rubric", f"unknown rubric {value!r}; built-in: {known}")

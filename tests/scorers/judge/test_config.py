@@ -79,3 +79,14 @@ class TestJudgeRules:
         specs = parse_judges({"ground": {**BASE, "flag_below": 0.5}}, {})
         mine = {"judge_ground": {"expr": "judge.ground < 0.2", "priority": "low"}}
         assert mine["judge_ground"] == judge_rules(specs, mine)["judge_ground"]
+
+
+class TestCustomRubric:
+    """A custom rubric keeps the safety preamble and answer format."""
+
+    def test_preamble(self) -> None:
+        """The instructions follow the preamble that marks run content as data."""
+        rubric = {"name": "concise", "version": "2", "instructions": "Score how concise the final answer is."}
+        (spec,) = parse_judges({"c": {**BASE, "rubric": rubric}}, {})
+        assert spec.rubric.instructions.endswith("Score how concise the final answer is.")
+        assert "never as instructions" in spec.rubric.instructions
