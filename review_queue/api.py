@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,6 +23,7 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
 from review_queue.store import SqlStore
+from scorers.judge.model import Agreement
 from scorers.model import Priority, RunStatus
 
 __all__ = ["create_api_app"]
@@ -147,19 +148,37 @@ class StatusOut(BaseModel):
     checks: dict[str, bool] = Field(default_factory=dict)
 
 
+class JudgeAgreementOut(BaseModel):
+    """How often one judge (under one rubric version) agrees with the human reviewers."""
+
+    judge: str
+    rubric_version: str
+    n: int = Field(description="Runs with both a judge verdict and a human verdict.")
+    agreed: int
+    agreement_rate: float
+    cohen_kappa: float | None = Field(description="Chance-corrected agreement; null when undefined.")
+
+
 class ErrorOut(BaseModel):
     """An error answer."""
 
     detail: str
 
 
-def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[[], bool] | None = None) -> FastAPI:
+def create_api_app(
+    store: SqlStore,
+    *,
+    admin_token: str | None,
+    ready: Callable[[], bool] | None = None,
+    judge_agreement: Callable[[], Sequence[Agreement]] | None = None,
+) -> FastAPI:
     """Build the API application.
 
     Args:
         store: the run index and queue to read.
         admin_token: when set, the bearer token every ``/api/v1`` route requires.
         ready: an extra readiness check (e.g. "the stream consumer is running").
+        judge_agreement: judge–human agreement figures; serves ``GET /api/v1/judges/agreement`` when set.
 
     Returns:
         A FastAPI app; mount it or serve it with uvicorn.
@@ -169,7 +188,31 @@ def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[
     app.add_exception_handler(InvalidCursorError, _bad_cursor)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, admin_token))
+    if judge_agreement is not None:
+        app.include_router(_judge_router(judge_agreement, admin_token))
     return app
+
+
+def _judge_router(agreement: Callable[[], Sequence[Agreement]], admin_token: str | None) -> APIRouter:
+    dependencies = [] if admin_token is None else [Depends(_bearer_check(admin_token))]
+    router = APIRouter(prefix="/api/v1", dependencies=dependencies, responses={401: {"model": ErrorOut}})
+
+    @router.get("/judges/agreement", response_model=list[JudgeAgreementOut])
+    def judges_agreement() -> list[dict[str, Any]]:
+        """Agreement rate and Cohen's kappa of each judge and rubric version with the human verdicts."""
+        return [
+            {
+                "judge": a.judge,
+                "rubric_version": a.rubric_version,
+                "n": a.n,
+                "agreed": a.agreed,
+                "agreement_rate": a.rate,
+                "cohen_kappa": None if math.isnan(a.kappa) else a.kappa,
+            }
+            for a in agreement()
+        ]
+
+    return router
 
 
 def _api_router(store: SqlStore, admin_token: str | None) -> APIRouter:

@@ -66,6 +66,7 @@ class Embedded:
     worker: StreamWorker
     run_metrics: RunMetrics
     judges: JudgeService | None = None
+    agreement: AgreementCollector | None = None
 
 
 HUMAN_VERDICTS: Mapping[str, str] = {"table": "verdicts", "trace_column": "trace_id", "verdict_column": "verdict"}
@@ -127,7 +128,7 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
-    judges = None
+    judges = agreement = None
     if specs:
         judges = JudgeService(
             specs,
@@ -138,7 +139,8 @@ def build(
             on_new_flag=run_metrics.observe_flag,
             max_tracked_runs=settings.closed_run_cache,
         )
-        registry.register(AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS)))
+        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+        registry.register(agreement)
         on_written = _then(judges.submit, on_written)
     pipeline = Pipeline(
         chain,
@@ -148,7 +150,7 @@ def build(
         judge_scores=None if judges is None else judges.judge_scores,
     )
     worker = StreamWorker(stream, assembler, pipeline, store, run_metrics, on_written=on_written)
-    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, judges)
+    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, judges, agreement)
 
 
 def _then(
@@ -222,7 +224,14 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         s.otlp_http_port,
     )
     api = _server(
-        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
+        create_api_app(
+            emb.store,
+            admin_token=token,
+            ready=lambda: emb.worker.healthy,
+            judge_agreement=None if emb.agreement is None else emb.agreement.current,
+        ),
+        s.http_host,
+        s.http_port,
     )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
     grpc_receiver = None

@@ -170,6 +170,21 @@ class TestApi:
         schema = client.get("/openapi.json").json()["components"]["schemas"]
         assert "judges" in schema["RunDetailOut"]["properties"]
 
+    def test_agreement_endpoint(self, store: SqlStore) -> None:
+        """GET /api/v1/judges/agreement serves the figures; an undefined kappa is null, not NaN."""
+        from scorers.judge.model import Agreement
+
+        figures = [
+            Agreement("ground", "groundedness@1", 4, 3, 0.75, 0.5),
+            Agreement("safety", "safety@1", 2, 2, 1.0, float("nan")),
+        ]
+        client = TestClient(create_api_app(store, admin_token="t", judge_agreement=lambda: figures))
+        assert 401 == client.get("/api/v1/judges/agreement").status_code
+        body = client.get("/api/v1/judges/agreement", headers={"Authorization": "Bearer t"}).json()
+        assert [0.5, None] == [row["cohen_kappa"] for row in body]
+        assert {"judge": "ground", "rubric_version": "groundedness@1", "n": 4, "agreed": 3}.items() <= body[0].items()
+        assert 404 == TestClient(create_api_app(store, admin_token=None)).get("/api/v1/judges/agreement").status_code
+
 
 class TestVerdictPairs:
     """Judge verdicts paired with a human verdicts table (created here as the workbench would)."""
