@@ -89,8 +89,8 @@ def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
     return spans / cpu, spans, written
 
 
-JUDGE_DELAY_S = 0.2
-"""How long the benchmark's fake judge model takes to answer (real models take 0.5–5 s)."""
+JUDGE_DELAY_S = 1.0
+"""How long the benchmark's fake judge model takes to answer (hosted models take 0.5–5 s)."""
 
 JUDGE_ANSWER = "[[scenario:verdict]] Your refund was issued."
 """The final answer of every benchmark run: its marker picks the fake server's verdict script."""
@@ -115,8 +115,7 @@ def _judge_settings(db: Path, port: int | None) -> Settings:
         "model": "bench-judge",
         "base_url": f"http://127.0.0.1:{port}/v1",
         "select": "true",
-        "concurrency": 4,
-        "queue_size": 100,
+        "queue_size": 100,  # the defaults: concurrency 2, queue 100
         "flag_below": 0.5,
     }
     return _settings(db, judges={"ground": judge})

@@ -93,6 +93,9 @@ class _Judge:
             try:
                 chosen = program.execute(act) is True
             except EVAL_ERRORS:
+                chosen = False  # bad data for this selector (a missing key): not selected
+            except Exception:  # CEL boundary on the stream thread: never raise into the stream (logged)
+                log.warning("judge_selector_failed", judge=self.name, trace_id=scored.run.trace_id, exc_info=True)
                 chosen = False
         rate = self.spec.config.sample_rate
         return chosen and (rate >= 1.0 or sample_point(f"{self.name}:{scored.run.trace_id}") < rate)
