@@ -66,6 +66,11 @@ class SpendBudget:
         self._usd = 0.0
 
     @property
+    def window(self) -> int:
+        """The current window's number (``floor(now / 3600)``)."""
+        return int(self._clock() // WINDOW_S)
+
+    @property
     def spent(self) -> tuple[int, float]:
         """Tokens and USD counted in the current window."""
         with self._lock:

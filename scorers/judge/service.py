@@ -75,6 +75,7 @@ class _Judge:
             on_attempt=on_attempt,
         )
         self.threads: list[threading.Thread] = []
+        self.exhausted_window = -1  # the budget window already logged as exhausted
         program = spec.selector
         self.variables = frozenset(program.variables()) if program is not None else frozenset()
         self.select_all = program is not None and cfg.select.strip() == "true"
@@ -246,6 +247,9 @@ class JudgeService:
         reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
         if reservation is None:
             m.budget_exhausted.labels(judge.name).inc()
+            if judge.budget.window != judge.exhausted_window:  # once per window
+                judge.exhausted_window = judge.budget.window
+                log.warning("judge_budget_exhausted", judge=judge.name, spent=judge.budget.spent)
             return
         base = _base_result(judge, scored, request.content_hash)
         try:
