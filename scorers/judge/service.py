@@ -32,8 +32,8 @@ import structlog
 
 from collector.errors import BackpressureError
 from scorers.errors import JudgeCallError
-from scorers.judge.budget import SpendBudget, VerdictCache
-from scorers.judge.client import JudgeClient
+from scorers.judge.budget import Reservation, SpendBudget, VerdictCache
+from scorers.judge.client import JudgeClient, Judgement
 from scorers.judge.config import JudgeSpec, selector_activation
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, JudgeSink
@@ -226,69 +226,58 @@ class JudgeService:
                 judge.queue.task_done()
 
     def _judge_one(self, judge: _Judge, scored: ScoredRun) -> None:
-        spec, cfg, m = judge.spec, judge.spec.config, self._metrics
+        """Cache, else budget, else ask the model; then record whatever came out."""
+        spec, cfg = judge.spec, judge.spec.config
         request = render(scored.run, spec.rubric, cfg.max_content_chars)
         key = (spec.rubric.label, cfg.model, request.content_hash)
         cached = judge.cache.get(key)
         if cached is not None:
-            result = dataclasses.replace(
-                cached,
-                trace_id=scored.run.trace_id,
-                cached=True,
-                input_tokens=0,
-                output_tokens=0,
-                cost_usd=0.0,
-                latency_s=0.0,
-            )
-            m.requests.labels(judge.name, "cached").inc()
-            self._record(judge, result, scored)
+            self._metrics.requests.labels(judge.name, "cached").inc()
+            self._record(judge, _reused(cached, scored.run.trace_id), scored)
             return
         estimate = request.estimated_tokens
         reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
         if reservation is None:
-            m.budget_exhausted.labels(judge.name).inc()
-            if judge.budget.window != judge.exhausted_window:  # once per window
-                judge.exhausted_window = judge.budget.window
-                log.warning("judge_budget_exhausted", judge=judge.name, spent=judge.budget.spent)
+            self._exhausted(judge)
             return
         base = _base_result(judge, scored, request.content_hash)
         try:
             judgement = judge.client.judge(request, self._stop.wait)
         except JudgeCallError as exc:
-            cost = spec.price.cost(exc.input_tokens, exc.output_tokens)
-            judge.budget.settle(reservation, exc.input_tokens + exc.output_tokens, cost)
-            self._spent(judge.name, exc.input_tokens, exc.output_tokens, cost)
-            m.requests.labels(judge.name, exc.outcome).inc()
-            log.warning(
-                "judge_error", judge=judge.name, trace_id=scored.run.trace_id, outcome=exc.outcome, error=str(exc)
-            )
-            result = dataclasses.replace(
+            cost = self._charge(judge, reservation, exc.input_tokens, exc.output_tokens)
+            if self._stop.is_set():  # cut short by shutdown: not the judge's error
+                self._metrics.dropped.labels(judge.name, "shutdown").inc()
+                return
+            self._metrics.requests.labels(judge.name, exc.outcome).inc()
+            log.warning("judge_error", judge=judge.name, trace_id=base.trace_id, outcome=exc.outcome, error=str(exc))
+            failed = dataclasses.replace(
                 base,
                 error=str(exc)[:1000],
                 input_tokens=exc.input_tokens,
                 output_tokens=exc.output_tokens,
                 cost_usd=cost,
             )
-            self._record(judge, result, scored)
+            self._record(judge, failed, scored)
             return
-        cost = spec.price.cost(judgement.input_tokens, judgement.output_tokens)
-        judge.budget.settle(reservation, judgement.input_tokens + judgement.output_tokens, cost)
-        self._spent(judge.name, judgement.input_tokens, judgement.output_tokens, cost)
-        score = judgement.verdict.score
-        result = dataclasses.replace(
-            base,
-            score=score,
-            passed=score >= cfg.pass_threshold,
-            reasoning=judgement.verdict.reasoning,
-            input_tokens=judgement.input_tokens,
-            output_tokens=judgement.output_tokens,
-            cost_usd=cost,
-            latency_s=judgement.latency_s,
-        )
+        cost = self._charge(judge, reservation, judgement.input_tokens, judgement.output_tokens)
+        result = _verdict_result(base, judgement, cost, cfg.pass_threshold)
         judge.cache.put(key, result)
-        m.requests.labels(judge.name, "ok").inc()
-        m.score.labels(judge.name).observe(score)
+        self._metrics.requests.labels(judge.name, "ok").inc()
+        self._metrics.score.labels(judge.name).observe(judgement.verdict.score)
         self._record(judge, result, scored)
+
+    def _exhausted(self, judge: _Judge) -> None:
+        self._metrics.budget_exhausted.labels(judge.name).inc()
+        if judge.budget.window != judge.exhausted_window:  # log once per window
+            judge.exhausted_window = judge.budget.window
+            log.warning("judge_budget_exhausted", judge=judge.name, spent=judge.budget.spent)
+
+    def _charge(self, judge: _Judge, reservation: Reservation, input_tokens: int, output_tokens: int) -> float:
+        """Settle the budget with the real usage, count tokens and cost; return the cost."""
+        cost = judge.spec.price.cost(input_tokens, output_tokens)
+        judge.budget.settle(reservation, input_tokens + output_tokens, cost)
+        self._spent(judge.name, input_tokens, output_tokens, cost)
+        return cost
 
     def _spent(self, judge: str, input_tokens: int, output_tokens: int, cost: float) -> None:
         m = self._metrics
@@ -340,6 +329,27 @@ class JudgeService:
                 backoff = min(backoff * 2, 5.0)
         self._metrics.dropped.labels(judge.name, "store_unavailable").inc()
         return False
+
+
+def _reused(cached: JudgeResult, trace_id: str) -> JudgeResult:
+    """A cached verdict applied to another run (or a re-score): free and instant."""
+    return dataclasses.replace(
+        cached, trace_id=trace_id, cached=True, input_tokens=0, output_tokens=0, cost_usd=0.0, latency_s=0.0
+    )
+
+
+def _verdict_result(base: JudgeResult, judgement: Judgement, cost: float, pass_threshold: float) -> JudgeResult:
+    score = judgement.verdict.score
+    return dataclasses.replace(
+        base,
+        score=score,
+        passed=score >= pass_threshold,
+        reasoning=judgement.verdict.reasoning,
+        input_tokens=judgement.input_tokens,
+        output_tokens=judgement.output_tokens,
+        cost_usd=cost,
+        latency_s=judgement.latency_s,
+    )
 
 
 def _base_result(judge: _Judge, scored: ScoredRun, content_hash: str) -> JudgeResult:
