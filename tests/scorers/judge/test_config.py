@@ -90,3 +90,23 @@ class TestCustomRubric:
         (spec,) = parse_judges({"c": {**BASE, "rubric": rubric}}, {})
         assert spec.rubric.instructions.endswith("Score how concise the final answer is.")
         assert "never as instructions" in spec.rubric.instructions
+
+
+class TestReadmeExample:
+    """The README's judges example is valid configuration."""
+
+    def test_readme_yaml(self) -> None:
+        """Every judge of the README example parses, and their rules compile."""
+        import re
+        from pathlib import Path
+
+        import yaml
+
+        readme = (Path(__file__).parents[3] / "README.md").read_text()
+        block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("judges:"))
+        specs = parse_judges(yaml.safe_load(block)["judges"], {"OPENAI_API_KEY": "sk-x"})
+        assert ["groundedness", "safety_local", "concise"] == [s.name for s in specs]
+        assert "http://127.0.0.1:11434/v1" == specs[1].config.base_url
+        assert "concise@2" == specs[2].rubric.label
+        names = {r.name for r in compile_rules(judge_rules(specs, None), judge_names=[s.name for s in specs])}
+        assert "judge_groundedness" in names
