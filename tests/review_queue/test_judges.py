@@ -189,28 +189,21 @@ class TestApi:
 class TestVerdictPairs:
     """Judge verdicts paired with a human verdicts table (created here as the workbench would)."""
 
-    @pytest.fixture
-    def sqlite_store(self, tmp_path: Path) -> Iterator[SqlStore]:
-        url = f"sqlite:///{tmp_path / 'v.db'}"
-        upgrade_database(url)
-        s = SqlStore(url)
-        yield s
-        s.close()
-
     def _human(self, store: SqlStore, rows: list[tuple[str, str, float]]) -> None:
         with store.engine.begin() as conn:
-            conn.exec_driver_sql("CREATE TABLE verdicts (trace_id TEXT, verdict TEXT, created_at REAL)")
-            for row in rows:
-                conn.exec_driver_sql("INSERT INTO verdicts VALUES (?, ?, ?)", row)
+            conn.execute(sa.text("CREATE TABLE verdicts (trace_id VARCHAR(32), verdict VARCHAR(8), created_at FLOAT)"))
+            insert = sa.text("INSERT INTO verdicts VALUES (:t, :v, :c)")
+            for t, v, c in rows:
+                conn.execute(insert, {"t": t, "v": v, "c": c})
 
-    def test_pairs_and_gauges(self, sqlite_store: SqlStore) -> None:
+    def test_pairs_and_gauges(self, store: SqlStore) -> None:
         """Only runs with both verdicts pair up; errors are skipped; the gauges show rate and kappa."""
-        sink = SqlJudgeSink(sqlite_store.engine)
+        sink = SqlJudgeSink(store.engine)
         for n, score in [(1, 0.9), (2, 0.1), (3, 0.9), (4, 0.1), (5, None), (6, 0.9)]:
-            sqlite_store.write([scored_run(_tid(n))])
+            store.write([scored_run(_tid(n))])
             sink.write_judgement(_result(n, score), scored_run(_tid(n)), None)
         self._human(
-            sqlite_store,
+            store,
             [
                 (_tid(1), "pass", 1),
                 (_tid(2), "fail", 1),
@@ -219,7 +212,7 @@ class TestVerdictPairs:
                 (_tid(5), "pass", 1),
             ],
         )
-        source = SqlVerdictPairSource(sqlite_store.engine)
+        source = SqlVerdictPairSource(store.engine)
         assert sorted(
             [
                 VerdictPair("ground", "groundedness@1", True, True),
@@ -235,17 +228,17 @@ class TestVerdictPairs:
         assert 0.75 == registry.get_sample_value("vigil_judge_agreement_rate", labels)
         assert pytest.approx(0.5) == registry.get_sample_value("vigil_judge_cohen_kappa", labels)
 
-    def test_latest_human_verdict_wins(self, sqlite_store: SqlStore) -> None:
+    def test_latest_human_verdict_wins(self, store: SqlStore) -> None:
         """With latest_column, a re-review replaces the earlier human verdict."""
-        sqlite_store.write([scored_run(_tid(1))])
-        SqlJudgeSink(sqlite_store.engine).write_judgement(_result(1, 0.9), scored_run(_tid(1)), None)
-        self._human(sqlite_store, [(_tid(1), "fail", 1.0), (_tid(1), "pass", 2.0)])
-        source = SqlVerdictPairSource(sqlite_store.engine, latest_column="created_at")
+        store.write([scored_run(_tid(1))])
+        SqlJudgeSink(store.engine).write_judgement(_result(1, 0.9), scored_run(_tid(1)), None)
+        self._human(store, [(_tid(1), "fail", 1.0), (_tid(1), "pass", 2.0)])
+        source = SqlVerdictPairSource(store.engine, latest_column="created_at")
         assert [VerdictPair("ground", "groundedness@1", True, True)] == source.verdict_pairs()
 
-    def test_missing_table_is_empty(self, sqlite_store: SqlStore) -> None:
+    def test_missing_table_is_empty(self, store: SqlStore) -> None:
         """Before the workbench's table exists there are no pairs (and no error)."""
-        assert [] == SqlVerdictPairSource(sqlite_store.engine).verdict_pairs()
+        assert [] == SqlVerdictPairSource(store.engine).verdict_pairs()
 
 
 class TestEmbeddedJudges:
