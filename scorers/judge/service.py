@@ -22,6 +22,7 @@ Lifecycle: :meth:`start`, :meth:`flush`, :meth:`shutdown`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import queue
 import threading
 import time
@@ -54,7 +55,7 @@ class _Judge:
         cfg = spec.config
         self.spec = spec
         self.name = spec.name
-        self.queue: queue.Queue[ScoredRun] = queue.Queue(cfg.queue_size)
+        self.queue: queue.Queue[tuple[int, ScoredRun]] = queue.Queue(cfg.queue_size)
         self.budget = SpendBudget(cfg.budget.tokens_per_hour, cfg.budget.usd_per_hour, clock=clock)
         self.cache = VerdictCache(cfg.cache_size)
         attempts = metrics.attempts
@@ -138,6 +139,8 @@ class JudgeService:
         self._stop = threading.Event()
         self._accepting = True
         self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
+        self._latest: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._seq = itertools.count(1)
         self._max_tracked = max_tracked_runs
         self._lock = threading.Lock()
         for judge in self._judges:
@@ -169,10 +172,13 @@ class JudgeService:
                 if not has_content(scored.run):
                     judge.dropped_empty.inc()
                     continue
+                seq = next(self._seq)
                 try:
-                    judge.queue.put_nowait(scored)
+                    judge.queue.put_nowait((seq, scored))
                 except queue.Full:
                     judge.dropped_full.inc()
+                    continue
+                self._newest(scored.run.trace_id, judge.name, seq)
 
     def judge_scores(self, trace_id: str) -> Mapping[str, float]:
         """The latest score of each judge that scored ``trace_id`` (empty when none). Thread-safe."""
@@ -215,25 +221,28 @@ class JudgeService:
     def _work(self, judge: _Judge) -> None:
         while not self._stop.is_set():
             try:
-                scored = judge.queue.get(timeout=0.1)
+                seq, scored = judge.queue.get(timeout=0.1)
             except queue.Empty:
                 continue
             try:
-                self._judge_one(judge, scored)
+                self._judge_one(judge, scored, seq)
             except Exception:  # plugin boundary: one bad run must not kill the judge (logged with trace)
                 log.exception("judge_failed", judge=judge.name, trace_id=scored.run.trace_id)
             finally:
                 judge.queue.task_done()
 
-    def _judge_one(self, judge: _Judge, scored: ScoredRun) -> None:
+    def _judge_one(self, judge: _Judge, scored: ScoredRun, seq: int) -> None:
         """Cache, else budget, else ask the model; then record whatever came out."""
+        if self._superseded(scored.run.trace_id, judge.name, seq):  # a newer version is queued: skip the request
+            self._metrics.dropped.labels(judge.name, "superseded").inc()
+            return
         spec, cfg = judge.spec, judge.spec.config
         request = render(scored.run, spec.rubric, cfg.max_content_chars)
         key = (spec.rubric.label, cfg.model, request.content_hash)
         cached = judge.cache.get(key)
         if cached is not None:
             self._metrics.requests.labels(judge.name, "cached").inc()
-            self._record(judge, _reused(cached, scored.run.trace_id), scored)
+            self._record(judge, _reused(cached, scored.run.trace_id), scored, seq)
             return
         estimate = request.estimated_tokens
         reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
@@ -257,14 +266,14 @@ class JudgeService:
                 output_tokens=exc.output_tokens,
                 cost_usd=cost,
             )
-            self._record(judge, failed, scored)
+            self._record(judge, failed, scored, seq)
             return
         cost = self._charge(judge, reservation, judgement.input_tokens, judgement.output_tokens)
         result = _verdict_result(base, judgement, cost, cfg.pass_threshold)
         judge.cache.put(key, result)
         self._metrics.requests.labels(judge.name, "ok").inc()
         self._metrics.score.labels(judge.name).observe(judgement.verdict.score)
-        self._record(judge, result, scored)
+        self._record(judge, result, scored, seq)
 
     def _exhausted(self, judge: _Judge) -> None:
         self._metrics.budget_exhausted.labels(judge.name).inc()
@@ -288,8 +297,27 @@ class JudgeService:
         if cost:
             m.cost.labels(judge).inc(cost)
 
-    def _record(self, judge: _Judge, result: JudgeResult, scored: ScoredRun) -> None:
-        """Store the verdict and, when the judge scores add flag reasons, the new flag."""
+    def _newest(self, trace_id: str, judge: str, seq: int) -> None:
+        """Remember the newest accepted submission of (run, judge): older verdicts must not overwrite it."""
+        with self._lock:
+            self._latest[(trace_id, judge)] = seq
+            self._latest.move_to_end((trace_id, judge))
+            while len(self._latest) > self._max_tracked:
+                self._latest.popitem(last=False)
+
+    def _superseded(self, trace_id: str, judge: str, seq: int) -> bool:
+        with self._lock:
+            return self._latest.get((trace_id, judge), seq) > seq
+
+    def _record(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, seq: int) -> None:
+        """Store the verdict and, when the judge scores add flag reasons, the new flag.
+
+        A verdict on an older version of the run (re-scored after late spans, and queued again
+        meanwhile) is dropped as ``superseded``: with concurrency > 1 it could finish last.
+        """
+        if self._superseded(result.trace_id, judge.name, seq):
+            self._metrics.dropped.labels(judge.name, "superseded").inc()
+            return
         flag = None
         if result.score is not None:
             scores = self._remember(result.trace_id, judge.name, result.score)

@@ -222,6 +222,25 @@ class TestLateFlag:
         assert 0 == harness.metric("vigil_judge_dropped_total", reason="store_unavailable")
 
 
+class TestOrdering:
+    """A verdict on an older version of a run never overwrites the newer one."""
+
+    def test_slow_old_version_is_superseded(self, harness: Harness, fake: FakeOpenAI) -> None:
+        """v1 (slow, low score) and v2 (re-scored after late spans, fast, high score) in flight together: v2 wins."""
+        fake.register("slowlow", [TextTurn(LOW.text, delay_s=1.0)])
+        harness.judge([_run(1, "slowlow", text="v1"), _run(1, "high", text="v2 with the late tool result")])
+        result = harness.sink.results[(f"{1:032x}", "ground")]
+        assert 0.9 == result.score
+        assert {} == harness.sink.flags
+        assert 1 == harness.metric("vigil_judge_dropped_total", reason="superseded")
+        assert [result] == [r for r in harness.sink.writes if r.trace_id == f"{1:032x}"]
+
+    def test_other_judges_and_runs_are_independent(self, harness: Harness) -> None:
+        """Submitting run 2 does not supersede run 1."""
+        harness.judge([_run(1, "high", text="a"), _run(2, "low", text="b")])
+        assert {(f"{1:032x}", "ground"), (f"{2:032x}", "ground")} == set(harness.sink.results)
+
+
 class TestSelection:
     """Which runs a judge takes."""
 
