@@ -101,6 +101,9 @@ class Settings(BaseModel):
     attributes_allow: tuple[str, ...] = Field(
         (), description="When set, only root attribute keys matching these globs are stored."
     )
+    judges: Mapping[str, Any] | None = Field(
+        None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
+    )
 
     @field_validator("log_level")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,6 +23,7 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
 from review_queue.store import SqlStore
+from scorers.judge.model import Agreement
 from scorers.model import Priority, RunStatus
 
 __all__ = ["create_api_app"]
@@ -85,10 +86,31 @@ class ReviewItemOut(BaseModel):
     snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
 
 
+class JudgeResultOut(BaseModel):
+    """One LLM judge's latest verdict on the run (``score`` null when ``error`` says why)."""
+
+    judge: str
+    rubric_version: str = Field(description="Rubric name@version the verdict was given under.")
+    model: str
+    score: float | None = Field(description="0 to 1, higher is better.")
+    passed: bool | None = Field(description="score >= the judge's pass threshold.")
+    reasoning: str = Field(description="The judge's justification (model output: escape it).")
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="Estimated cost of this verdict (0 when served from the cache).")
+    latency_s: float
+    content_hash: str
+    cached: bool
+    created_at: datetime
+    updated_at: datetime
+
+
 class RunDetailOut(RunOut):
-    """One run with its review item (``null`` when it was never flagged)."""
+    """One run with its review item (``null`` when it was never flagged) and its judge verdicts."""
 
     review_item: ReviewItemOut | None
+    judges: list[JudgeResultOut] = Field(default_factory=list, description="LLM judge verdicts, by judge name.")
 
 
 class RunPage(BaseModel):
@@ -126,19 +148,37 @@ class StatusOut(BaseModel):
     checks: dict[str, bool] = Field(default_factory=dict)
 
 
+class JudgeAgreementOut(BaseModel):
+    """How often one judge (under one rubric version) agrees with the human reviewers."""
+
+    judge: str
+    rubric_version: str
+    n: int = Field(description="Runs with both a judge verdict and a human verdict.")
+    agreed: int
+    agreement_rate: float
+    cohen_kappa: float | None = Field(description="Chance-corrected agreement; null when undefined.")
+
+
 class ErrorOut(BaseModel):
     """An error answer."""
 
     detail: str
 
 
-def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[[], bool] | None = None) -> FastAPI:
+def create_api_app(
+    store: SqlStore,
+    *,
+    admin_token: str | None,
+    ready: Callable[[], bool] | None = None,
+    judge_agreement: Callable[[], Sequence[Agreement]] | None = None,
+) -> FastAPI:
     """Build the API application.
 
     Args:
         store: the run index and queue to read.
         admin_token: when set, the bearer token every ``/api/v1`` route requires.
         ready: an extra readiness check (e.g. "the stream consumer is running").
+        judge_agreement: judge–human agreement figures; serves ``GET /api/v1/judges/agreement`` when set.
 
     Returns:
         A FastAPI app; mount it or serve it with uvicorn.
@@ -148,7 +188,31 @@ def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[
     app.add_exception_handler(InvalidCursorError, _bad_cursor)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, admin_token))
+    if judge_agreement is not None:
+        app.include_router(_judge_router(judge_agreement, admin_token))
     return app
+
+
+def _judge_router(agreement: Callable[[], Sequence[Agreement]], admin_token: str | None) -> APIRouter:
+    dependencies = [] if admin_token is None else [Depends(_bearer_check(admin_token))]
+    router = APIRouter(prefix="/api/v1", dependencies=dependencies, responses={401: {"model": ErrorOut}})
+
+    @router.get("/judges/agreement", response_model=list[JudgeAgreementOut])
+    def judges_agreement() -> list[dict[str, Any]]:
+        """Agreement rate and Cohen's kappa of each judge and rubric version with the human verdicts."""
+        return [
+            {
+                "judge": a.judge,
+                "rubric_version": a.rubric_version,
+                "n": a.n,
+                "agreed": a.agreed,
+                "agreement_rate": a.rate,
+                "cohen_kappa": None if math.isnan(a.kappa) else a.kappa,
+            }
+            for a in agreement()
+        ]
+
+    return router
 
 
 def _api_router(store: SqlStore, admin_token: str | None) -> APIRouter:

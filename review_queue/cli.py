@@ -132,12 +132,21 @@ def _cmd_soak(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:
+    import os
+
+    from scorers.judge import judge_rules, parse_judges
     from scorers.registry import build_chain
     from scorers.rules import compile_rules
 
     settings = Settings.load(config_file=args.config)
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [n for n, _ in chain], repeat_threshold=settings.repeat_threshold)
+    judges = parse_judges(settings.judges, os.environ)  # also validates the judges section
+    rules = compile_rules(
+        judge_rules(judges, settings.rules),
+        [n for n, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[j.name for j in judges],
+    )
     for rule in rules:
         print(f"{rule.name:24} {rule.priority.value:7} {rule.expr}")
     return 0
@@ -167,6 +176,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
     bench.set_defaults(func=_cmd_bench)
     soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
     soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -38,9 +39,11 @@ from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
+from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
 from review_queue.privacy import RedactingSink, redactor_from_settings
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
+from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
@@ -66,7 +69,15 @@ class Embedded:
     store: SqlStore
     worker: StreamWorker
     run_metrics: RunMetrics
+    judges: JudgeService | None = None
+    agreement: AgreementCollector | None = None
 
+
+HUMAN_VERDICTS: Mapping[str, str] = {"table": "verdicts", "trace_column": "trace_id", "verdict_column": "verdict"}
+"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges)."""
+
+JUDGE_DRAIN_S = 10.0
+"""Seconds queued judge requests get to finish when ``vigil run`` stops (the rest are counted as dropped)."""
 
 GRPC_STOP_GRACE_S = 2.0
 """Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
@@ -89,6 +100,7 @@ def build(
     registry: CollectorRegistry | None = None,
     *,
     on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Embedded:
     """Wire the embedded pipeline. Raises the packages' errors on bad configuration.
 
@@ -96,11 +108,18 @@ def build(
         settings: the process settings.
         registry: the Prometheus registry (a fresh one by default).
         on_written: called with each batch of runs once durably written (benchmarks, demo).
+        environ: where the judges' ``api_key_env`` variables are read (default ``os.environ``).
     """
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [name for name, _ in chain], repeat_threshold=settings.repeat_threshold)
     redactor = redactor_from_settings(settings)
+    specs = parse_judges(settings.judges, os.environ if environ is None else environ)
+    rules = compile_rules(
+        judge_rules(specs, settings.rules),
+        [name for name, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[spec.name for spec in specs],
+    )
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
@@ -116,10 +135,45 @@ def build(
     )
     if settings.state_path:
         load_state(settings.state_path, assembler)
-    pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
+    judges = agreement = None
+    if specs:
+        judges = JudgeService(
+            specs,
+            SqlJudgeSink(store.engine),
+            rules=rules,
+            sample_rate=settings.sample_rate,
+            metrics=JudgeMetrics(registry),
+            on_new_flag=run_metrics.observe_flag,
+            max_tracked_runs=settings.closed_run_cache,
+            prepare=redactor.run,
+        )
+        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+        registry.register(agreement)
+        on_written = _then(judges.submit, on_written)
+    pipeline = Pipeline(
+        chain,
+        rules,
+        settings.sample_rate,
+        on_error=run_metrics.error,
+        judge_scores=None if judges is None else judges.judge_scores,
+    )
     sink = RedactingSink(store, redactor)
     worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
-    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
+    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, judges, agreement)
+
+
+def _then(
+    first: Callable[[Sequence[ScoredRun]], None], second: Callable[[Sequence[ScoredRun]], None] | None
+) -> Callable[[Sequence[ScoredRun]], None]:
+    """Call ``first`` then ``second`` (if any) with each written batch."""
+    if second is None:
+        return first
+
+    def both(batch: Sequence[ScoredRun]) -> None:
+        first(batch)
+        second(batch)
+
+    return both
 
 
 def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
@@ -181,7 +235,14 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         s.otlp_http_port,
     )
     api = _server(
-        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
+        create_api_app(
+            emb.store,
+            admin_token=token,
+            ready=lambda: emb.worker.healthy,
+            judge_agreement=None if emb.agreement is None else emb.agreement.current,
+        ),
+        s.http_host,
+        s.http_port,
     )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
     grpc_receiver = None
@@ -200,6 +261,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tune_gc()
+    if emb.judges is not None:
+        emb.judges.start()
     emb.worker.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     if grpc_receiver is not None:
@@ -223,6 +286,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     await asyncio.gather(tasks[0], return_exceptions=True)
     save = partial(save_state, s.state_path) if s.state_path else None
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
+    if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
+        await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)

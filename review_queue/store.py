@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from review_queue import queries
+from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
@@ -155,13 +155,17 @@ class SqlStore:
         return [outcome for outcome in outcomes if outcome is not None]
 
     def get_run(self, trace_id: str) -> dict[str, Any] | None:
-        """Return a run in the API shape plus ``review_item`` (with its snapshot), or ``None``.
+        """Return a run in the API shape plus ``review_item`` (with its snapshot) and ``judges``
+        (its LLM judge verdicts), or ``None``.
 
         Raises:
             StoreUnavailableError: the database cannot be reached.
         """
         with self._guard("get_run"), self._engine.connect() as conn:
-            return queries.get_run(conn, trace_id)
+            doc = queries.get_run(conn, trace_id)
+            if doc is not None:
+                doc["judges"] = judges.results_for(conn, trace_id)
+            return doc
 
     def list_runs(
         self,

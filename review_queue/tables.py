@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["JSON_TYPE", "metadata", "review_items", "runs"]
+__all__ = ["JSON_TYPE", "judge_results", "metadata", "review_items", "runs"]
 
 JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 """JSON column type: ``JSONB`` on PostgreSQL (indexable containment), ``JSON`` elsewhere."""
@@ -97,3 +97,28 @@ sa.Index(
     review_items.c.created_at,
     review_items.c.id,
 )
+
+judge_results = sa.Table(
+    "judge_results",
+    metadata,
+    sa.Column("trace_id", sa.String(32), sa.ForeignKey("runs.trace_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("judge", sa.String(64), nullable=False),
+    sa.Column("rubric_version", sa.String(128), nullable=False),
+    sa.Column("model", sa.String(256), nullable=False),
+    sa.Column("score", sa.Double(), nullable=True),
+    sa.Column("passed", sa.Boolean(), nullable=True),
+    sa.Column("reasoning", sa.Text(), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("input_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("output_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("cost_usd", sa.Double(), nullable=False),
+    sa.Column("latency_s", sa.Double(), nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("cached", sa.Boolean(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.PrimaryKeyConstraint("trace_id", "judge"),
+    sa.Index("ix_judge_results_judge", "judge", "rubric_version"),
+)
+"""The latest verdict of each LLM judge on each run (migration ``0003``); ``score`` and
+``passed`` are NULL when ``error`` says why the judge gave none."""
