@@ -125,6 +125,11 @@ class SqlStore:
         self._reason_filter = queries.reason_filter_for(dialect)
 
     @property
+    def retry_after_s(self) -> float:
+        """The ``retry_after`` this store's :class:`StoreUnavailableError` carries."""
+        return self._retry_after
+
+    @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for other review-queue modules sharing the database)."""
         return self._engine
