@@ -36,13 +36,17 @@ from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
+from review_queue.maintenance import Maintenance
+from review_queue.metrics import QueueCollector, ReviewMetrics
+from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
-from scorers.rules import compile_rules
+from scorers.rules import Rule, compile_rules
 from scorers.worker import StreamWorker
 
 if TYPE_CHECKING:
@@ -62,6 +66,7 @@ class Embedded:
     store: SqlStore
     worker: StreamWorker
     run_metrics: RunMetrics
+    services: ReviewServices
 
 
 GRPC_STOP_GRACE_S = 2.0
@@ -110,8 +115,30 @@ def build(
         observer=run_metrics,
     )
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
-    worker = StreamWorker(stream, assembler, pipeline, store, run_metrics, on_written=on_written)
-    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
+    services = review_services(settings, store, registry, rules)
+    worker = StreamWorker(
+        stream, assembler, pipeline, store, run_metrics, on_written=on_written, feedback=services.feedback.summaries
+    )
+    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, services)
+
+
+def review_services(
+    settings: Settings, store: SqlStore, registry: CollectorRegistry, rules: tuple[Rule, ...]
+) -> ReviewServices:
+    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
+    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
+    return build_services(
+        store,
+        admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
+        rules=rules,
+        sample_rate=settings.sample_rate,
+        lease_s=settings.review_lease_s,
+        categories=settings.review_categories or DEFAULT_CATEGORIES,
+        session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
+        secure_cookies=settings.secure_cookies,
+        metrics=metrics,
+    )
 
 
 def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
@@ -159,6 +186,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
+    token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
     receivers = _server(
         create_otlp_app(
             emb.stream,
@@ -166,12 +195,15 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         ),
         s.otlp_http_host,
         s.otlp_http_port,
     )
     api = _server(
-        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
+        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy, services=emb.services),
+        s.http_host,
+        s.http_port,
     )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
     grpc_receiver = None
@@ -184,13 +216,16 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         )
+    maintenance = Maintenance(emb.services.workbench, emb.services.feedback)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tune_gc()
     emb.worker.start()
+    maintenance.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     if grpc_receiver is not None:
         await grpc_receiver.start()
@@ -212,6 +247,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         await grpc_receiver.stop(GRPC_STOP_GRACE_S)
     await asyncio.gather(tasks[0], return_exceptions=True)
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
+    await asyncio.to_thread(maintenance.shutdown)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
