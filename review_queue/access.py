@@ -94,6 +94,19 @@ class Access:
 
         return dependency
 
+    def require_page(self, *roles: Role) -> Callable[[Request], Awaitable[Principal]]:
+        """Like :meth:`require`, for UI pages and forms: a bearer token or a session is needed even when
+        Vigil runs open, so every form is covered by the session's CSRF token (no session → 401 → login)."""
+        inner = self.require(*roles)
+
+        async def dependency(request: Request) -> Principal:
+            principal = await inner(request)
+            if request.state.caller.session is None and request.headers.get("authorization") is None:
+                raise AuthFailure(401, "log in first")
+            return principal
+
+        return dependency
+
     async def caller(self, request: Request) -> Caller:
         """Authenticate a request (see the module docstring).
 

@@ -28,6 +28,7 @@ from review_queue.auth import ANONYMOUS
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
 from review_queue.services import ReviewServices
+from review_queue.store import guard
 from scorers.model import Priority
 
 __all__ = ["mount_ui"]
@@ -77,9 +78,10 @@ def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
         return RedirectResponse("/queue", status_code=303)
 
     @app.get("/login", include_in_schema=False)
-    def login_page(request: Request, error: str = "") -> HTMLResponse:
+    async def login_page(request: Request, error: str = "") -> HTMLResponse:
         token = secrets.token_urlsafe(24)
-        response = render("login.html", request, login_csrf=token, error=error)
+        is_open = await run_in_threadpool(access.auth.open)
+        response = render("login.html", request, login_csrf=token, error=error, is_open=is_open)
         response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", max_age=3600)
         return response
 
@@ -100,7 +102,7 @@ def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
         response.delete_cookie(LOGIN_CSRF_COOKIE)
         return response
 
-    anyone = Depends(access.require(*Role))
+    anyone = Depends(access.require_page(*Role))
 
     @app.post("/logout", include_in_schema=False)
     def logout(who: Principal = anyone) -> RedirectResponse:
@@ -111,8 +113,8 @@ def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
 
 def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
     access = services.access
-    reader = Depends(access.require(*READERS))
-    reviewer = Depends(access.require(*REVIEWERS))
+    reader = Depends(access.require_page(*READERS))
+    reviewer = Depends(access.require_page(*REVIEWERS))
 
     @app.get("/queue", include_in_schema=False)
     def queue_page(
@@ -133,7 +135,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             agent=agent[:256] or None,
             assignee=who.name if mine else None,
         )
-        with services.store.engine.connect() as conn:
+        with guard("queue_page", services.store.retry_after_s), services.store.engine.connect() as conn:
             items = listing.list_items(conn, f)
             counts = listing.item_counts(conn, f)
         filters = {"state": state, "priority": priority, "reason": reason, "agent": agent, "mine": mine}
@@ -151,7 +153,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
     @app.get("/stats", include_in_schema=False)
     def stats_page(request: Request, who: Principal = reader) -> HTMLResponse:
         now = time.time()
-        with services.store.engine.connect() as conn:
+        with guard("stats_page", services.store.retry_after_s), services.store.engine.connect() as conn:
             depth = queries.queue_stats(conn)
             verdicts = listing.verdict_stats(conn)
             flags = listing.flags_by_reason(conn, now - STATS_WINDOW_S, now, STATS_BUCKET_S)
@@ -161,8 +163,8 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
 
 def _item_pages(app: FastAPI, services: ReviewServices) -> None:
     access = services.access
-    reader = Depends(access.require(*READERS))
-    reviewer = Depends(access.require(*REVIEWERS))
+    reader = Depends(access.require_page(*READERS))
+    reviewer = Depends(access.require_page(*REVIEWERS))
     bench = services.workbench
 
     @app.get("/items/{item_id}", include_in_schema=False)

@@ -166,6 +166,22 @@ def _login(client: TestClient, token: str) -> str:
     return found.group(1)
 
 
+class TestOpenModeUi:
+    """Without any credential configured the UI still needs a session, so its forms keep CSRF."""
+
+    def test_open_ui_needs_session_and_csrf(self, store: SqlStore) -> None:
+        """Pages redirect to login; an empty token logs in; form posts need the CSRF token."""
+        client = TestClient(create_api_app(store, admin_token=None, services=build_services(store)))
+        assert "/login" == client.get("/queue", follow_redirects=False).headers["location"]
+        assert "/login" == client.post("/queue/claim", data={}, follow_redirects=False).headers["location"]
+        assert "runs open" in client.get("/login").text
+        csrf = _login(client, "")
+        assert 403 == client.post("/queue/claim", data={"csrf": "forged"}, follow_redirects=False).status_code
+        response = client.post("/queue/claim", data={"csrf": csrf}, follow_redirects=False)
+        assert (303, "/items/1") == (response.status_code, response.headers["location"])
+        assert 200 == client.get("/api/v1/runs").status_code  # the API stays open for scripts
+
+
 class TestSessions:
     """Login, cookie flags, CSRF."""
 
