@@ -48,10 +48,19 @@ class Settings(BaseModel):
         None, description="Bearer token required on OTLP ingest (HTTP and gRPC) when set."
     )
     max_body_bytes: int = Field(20 * 1024 * 1024, gt=0, description="OTLP request body limit after decompression.")
+    memory_limit_mb: int = Field(
+        1024,
+        ge=0,
+        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; 0 disables.",
+    )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
     max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
     max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
+    state_path: str = Field(
+        "vigil.state",
+        description="vigil run: file where SIGTERM saves runs still in flight for the next start; empty disables.",
+    )
     closed_run_cache: int = Field(
         20_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them."
     )
@@ -77,6 +86,21 @@ class Settings(BaseModel):
     )
     repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
+    redact: tuple[str, ...] = Field(
+        ("email", "phone", "card", "api_key"),
+        description="Built-in redaction patterns applied to run content before it is stored "
+        "(email, phone, card, api_key; comma-separated in the environment, empty for none).",
+    )
+    redact_patterns: Mapping[str, str] = Field(
+        default_factory=dict, description="Extra redaction patterns {name: regex} (YAML only)."
+    )
+    attributes_deny: tuple[str, ...] = Field(
+        ("*authorization*", "*password*", "*secret*", "*api_key*", "*apikey*", "*cookie*"),
+        description="Root attribute key globs never stored (case-insensitive; comma-separated in the environment).",
+    )
+    attributes_allow: tuple[str, ...] = Field(
+        (), description="When set, only root attribute keys matching these globs are stored."
+    )
     review_lease_s: float = Field(
         900.0, gt=0, description="Lease of a claimed review item; it returns to pending when it lapses."
     )
@@ -109,7 +133,7 @@ class Settings(BaseModel):
             raise ValueError("needs at least one category")
         return v
 
-    @field_validator("scorers", mode="before")
+    @field_validator("scorers", "redact", "attributes_deny", "attributes_allow", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):

@@ -19,6 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.grpc_receiver import create_grpc_server
+from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
@@ -39,6 +41,7 @@ from review_queue.api import create_api_app
 from review_queue.maintenance import Maintenance
 from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.privacy import RedactingSink, redactor_from_settings
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
@@ -47,6 +50,7 @@ from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import Rule, compile_rules
+from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
 if TYPE_CHECKING:
@@ -101,6 +105,7 @@ def build(
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
     rules = compile_rules(settings.rules, [name for name, _ in chain], repeat_threshold=settings.repeat_threshold)
+    redactor = redactor_from_settings(settings)
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
@@ -114,16 +119,24 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
+    if settings.state_path:
+        load_state(settings.state_path, assembler)
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
-    services = review_services(settings, store, registry, rules)
+    sink = RedactingSink(store, redactor)
+    services = review_services(settings, store, registry, rules, redact=redactor.text)
     worker = StreamWorker(
-        stream, assembler, pipeline, store, run_metrics, on_written=on_written, feedback=services.feedback.summaries
+        stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
     )
     return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, services)
 
 
 def review_services(
-    settings: Settings, store: SqlStore, registry: CollectorRegistry, rules: tuple[Rule, ...]
+    settings: Settings,
+    store: SqlStore,
+    registry: CollectorRegistry,
+    rules: tuple[Rule, ...],
+    *,
+    redact: Callable[[str], str] | None = None,
 ) -> ReviewServices:
     """The review services of a process serving the API/UI, with their metrics on ``registry``."""
     metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
@@ -138,6 +151,7 @@ def review_services(
         session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
         secure_cookies=settings.secure_cookies,
         metrics=metrics,
+        redact=redact,
     )
 
 
@@ -188,9 +202,11 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
     token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     receivers = _server(
         create_otlp_app(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
@@ -209,7 +225,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     grpc_receiver = None
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_receiver = await create_grpc_server(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             host=s.otlp_http_host,
             port=s.otlp_grpc_port,
@@ -246,7 +262,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
         await grpc_receiver.stop(GRPC_STOP_GRACE_S)
     await asyncio.gather(tasks[0], return_exceptions=True)
-    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
+    save = partial(save_state, s.state_path) if s.state_path else None
+    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     await asyncio.to_thread(maintenance.shutdown)
     for srv in (api, metrics):
         srv.should_exit = True

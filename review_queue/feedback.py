@@ -100,6 +100,7 @@ class FeedbackStore:
         sample_rate: the random sample rate in force.
         clock: Unix epoch seconds.
         on_received: ``(source, kind)`` called once per new (non-duplicate) feedback, for metrics.
+        redact: applied to the user's comment before it is stored (the run redactor's ``text``).
         retry_after_s: ``retry_after`` of :class:`~review_queue.errors.StoreUnavailableError`.
     """
 
@@ -111,9 +112,11 @@ class FeedbackStore:
         *,
         clock: Callable[[], float] = time.time,
         on_received: Callable[[str, str], None] | None = None,
+        redact: Callable[[str], str] | None = None,
         retry_after_s: float = 2.0,
     ) -> None:
         self._engine = engine
+        self._redact = redact
         self._rules = tuple(rules)
         self._priorities = {rule.name: rule.priority for rule in rules}
         self._rate = sample_rate
@@ -134,7 +137,7 @@ class FeedbackStore:
             "trace_id": fb.trace_id,
             "kind": fb.kind,
             "score": fb.score,
-            "comment": fb.comment,
+            "comment": self._redact(fb.comment) if self._redact and fb.comment else fb.comment,
             "source": fb.source,
             "created_at": self._clock(),
             "joined_at": None,

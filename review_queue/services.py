@@ -50,6 +50,7 @@ def build_services(
     session_secret: bytes | None = None,
     secure_cookies: bool = False,
     metrics: ReviewMetrics | None = None,
+    redact: Callable[[str], str] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
@@ -64,6 +65,7 @@ def build_services(
         session_secret: cookie signing key (random per process when omitted).
         secure_cookies: mark cookies ``Secure``.
         metrics: review metrics to update.
+        redact: applied to feedback comments before they are stored.
         clock: Unix epoch seconds.
     """
     retry = store.retry_after_s
@@ -77,6 +79,7 @@ def build_services(
         sample_rate,
         clock=clock,
         on_received=metrics.feedback_received if metrics is not None else None,
+        redact=redact,
         retry_after_s=retry,
     )
     tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry)

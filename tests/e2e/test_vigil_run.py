@@ -197,7 +197,7 @@ class TestRealExporter:
 
 
 class TestSigterm:
-    """SIGTERM drains: runs still in flight are scored and written before exit."""
+    """SIGTERM drains: finished runs are scored and written before exit, unfinished ones saved for the restart."""
 
     def test_inflight_run_written_on_sigterm(self, tmp_path: Path) -> None:
         """With a 60 s quiet period nothing closes on its own; SIGTERM still writes the run."""
@@ -209,6 +209,28 @@ class TestSigterm:
         with sqlite3.connect(tmp_path / "vigil.db") as db:
             rows = db.execute("SELECT complete FROM runs WHERE trace_id = ?", (trace_id,)).fetchall()
         assert [(1,)] == rows
+
+
+    def test_unfinished_run_resumes_after_restart(self, tmp_path: Path) -> None:
+        """A run without its root at SIGTERM is saved, not scored; after a restart its root completes it."""
+        synth = make_run(random.Random(78))
+        root = next(s for s in synth.spans if not s.parent_span_id)
+        children = [s for s in synth.spans if s.parent_span_id]
+        env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "1"}
+        with start_vigil(tmp_path, env) as running:
+            url = f"{running.otlp_endpoint}/v1/traces"
+            assert 200 == httpx.post(url, content=body(children), headers=PROTO).status_code
+            time.sleep(0.5)
+        assert (tmp_path / "vigil.state").exists()
+        with sqlite3.connect(tmp_path / "vigil.db") as db:
+            assert [] == db.execute("SELECT 1 FROM runs WHERE trace_id = ?", (synth.trace_id,)).fetchall()
+        with start_vigil(tmp_path, env) as running:
+            assert not (tmp_path / "vigil.state").exists()
+            url = f"{running.otlp_endpoint}/v1/traces"
+            assert 200 == httpx.post(url, content=body([root]), headers=PROTO).status_code
+            run = wait_run(running, synth.trace_id)
+        assert run["complete"]
+        assert len(synth.spans) == run["review_item"]["snapshot"]["span_count"]
 
 
 def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
@@ -234,3 +256,48 @@ class TestIngestToken:
             authed = {**PROTO, "Authorization": "Bearer t0ken"}
             assert 200 == httpx.post(url, content=good, headers=authed).status_code
             assert trace_id == wait_run(running, trace_id)["trace_id"]
+
+
+class TestMemoryLimit:
+    """VIGIL_MEMORY_LIMIT_MB: over the ceiling, ingest is refused with 503 + Retry-After and counted."""
+
+    def test_over_ceiling_refuses(self, tmp_path: Path) -> None:
+        """A 1 MiB ceiling is always exceeded: every export is refused, none is lost silently."""
+        _, good = good_body(92)
+        with start_vigil(tmp_path, {"VIGIL_MEMORY_LIMIT_MB": "1", "VIGIL_RETRY_AFTER_S": "3"}) as running:
+            response = httpx.post(f"{running.otlp_endpoint}/v1/traces", content=good, headers=PROTO)
+            assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+            assert 0 < metric(running, "vigil_dropped_total", stage="receiver", reason="memory_limit")
+            assert 1 == metric(running, "vigil_otlp_rejected_requests_total", reason="backpressure")
+
+
+class TestRedaction:
+    """Personal data in span content never reaches the store or the API (default patterns)."""
+
+    def test_snapshot_is_redacted(self, vigil: VigilProcess) -> None:
+        """Emails, phone numbers and keys in span status messages come back redacted."""
+        trace_id, root_id, tool_id = "5e" * 16, "00000000000000a1", "00000000000000a2"
+        leak = "no user +4915112345678, key sk-abcdefghijklmnop1234"
+        t0 = time.time_ns()
+        root = PbSpan(
+            trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(root_id), name="invoke_agent support",
+            start_time_unix_nano=t0, end_time_unix_nano=t0 + 10**6,
+            status=PbStatus(code=PbStatus.STATUS_CODE_ERROR, message="failed for bob@example.com"),
+            attributes=[_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.agent.name", "support"),
+                        _kv("error.type", "LookupError")],
+        )  # fmt: skip
+        tool = PbSpan(
+            trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(tool_id), parent_span_id=bytes.fromhex(root_id),
+            name="execute_tool crm", start_time_unix_nano=t0 + 1, end_time_unix_nano=t0 + 2,
+            status=PbStatus(code=PbStatus.STATUS_CODE_ERROR, message=leak),
+            attributes=[_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "crm")],
+        )  # fmt: skip
+        httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=body([root, tool]), headers=PROTO)
+        run = wait_run(vigil, trace_id)
+        text = str(run)
+        assert "bob@example.com" not in text
+        assert "+4915112345678" not in text
+        assert "sk-abcdefghijklmnop1234" not in text
+        messages = {s["status_message"] for s in run["review_item"]["snapshot"]["steps"]}
+        assert "failed for [REDACTED:email]" in messages
+        assert "no user [REDACTED:phone], key [REDACTED:api_key]" in messages

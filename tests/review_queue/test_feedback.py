@@ -226,3 +226,17 @@ class TestJoin:
         fb.record(_down(trace_id))
         [item] = _items(store)
         assert ("done", ["errored", "user_thumbs_down"]) == (item["state"], item["reasons"])
+
+
+class TestRedaction:
+    """Feedback comments go through the redactor before they are stored."""
+
+    def test_comment_redacted(self, store: SqlStore) -> None:
+        """An e-mail address in a comment is never stored."""
+        from scorers.redact import Redactor
+
+        fb = FeedbackStore(store.engine, RULES, 0.0, redact=Redactor(("email",), {}).text)
+        fb.record(FeedbackIn(_tid(8), "thumbs", 0.0, "mail me at jane@example.com", "web", "r-1"))
+        [stored] = fb.for_run(_tid(8))
+        assert "jane@example.com" not in stored["comment"]
+        assert "REDACTED" in stored["comment"]
