@@ -110,9 +110,10 @@ class Workbench:
         Returns:
             The claim, or ``None`` when nothing is eligible.
         """
+        claim = None
         with self._write("claim_next") as conn:
             now = self._clock()
-            self._expire(conn, now)
+            expired = self._expire(conn, now)
             query = (
                 sa.select(_ITEMS.c.id)
                 .where(_ITEMS.c.state == ItemState.PENDING.value, *_eligible(reviewer))
@@ -124,9 +125,10 @@ class Workbench:
             if self._postgres:
                 query = query.with_for_update(skip_locked=True)
             item_id = conn.execute(query).scalar_one_or_none()
-            if item_id is None:
-                return None
-            return self._take(conn, int(item_id), reviewer, now)
+            if item_id is not None:
+                claim = self._take(conn, int(item_id), reviewer, now)
+        self._committed(expired, claim)
+        return claim
 
     def claim(self, item_id: int, reviewer: str) -> Claim:
         """Claim one item by id (from the queue view).
@@ -138,17 +140,19 @@ class Workbench:
         """
         with self._write("claim") as conn:
             now = self._clock()
-            self._expire(conn, now)
+            expired = self._expire(conn, now)
             row = self._item(conn, item_id, lock=True)
-            if row["state"] == ItemState.CLAIMED.value and row["claimed_by"] == reviewer:
-                return self._take(conn, item_id, reviewer, now)
-            if row["state"] != ItemState.PENDING.value:
-                raise ConflictError(f"item {item_id} is {row['state']}")
-            if row["assigned_to"] not in (None, reviewer):
-                raise ConflictError(f"item {item_id} is assigned to {row['assigned_to']}")
-            if _has_verdict(conn, item_id, reviewer):
-                raise ConflictError(f"{reviewer} already reviewed item {item_id}")
-            return self._take(conn, item_id, reviewer, now)
+            held = row["state"] == ItemState.CLAIMED.value and row["claimed_by"] == reviewer
+            if not held:
+                if row["state"] != ItemState.PENDING.value:
+                    raise ConflictError(f"item {item_id} is {row['state']}")
+                if row["assigned_to"] not in (None, reviewer):
+                    raise ConflictError(f"item {item_id} is assigned to {row['assigned_to']}")
+                if _has_verdict(conn, item_id, reviewer):
+                    raise ConflictError(f"{reviewer} already reviewed item {item_id}")
+            claim = self._take(conn, item_id, reviewer, now)
+        self._committed(expired, claim)
+        return claim
 
     def release(self, item_id: int, reviewer: str) -> None:
         """Give a claimed item back to the queue.
@@ -241,7 +245,9 @@ class Workbench:
     def expire_leases(self) -> int:
         """Return every expired lease to pending now; returns how many."""
         with self._write("expire_leases") as conn:
-            return self._expire(conn, self._clock())
+            expired = self._expire(conn, self._clock())
+        self._committed(expired, None)
+        return expired
 
     def verdicts(self, item_id: int, viewer: Principal) -> list[dict[str, Any]]:
         """The item's verdicts that ``viewer`` may see (blind review: only their own until done, admins all)."""
@@ -309,8 +315,14 @@ class Workbench:
         )
         self._event(conn, item_id, reviewer, "claim", {"lease_expires_at": expires})
         trace_id = conn.execute(sa.select(_ITEMS.c.trace_id).where(_ITEMS.c.id == item_id)).scalar_one()
-        self._observer.claimed()
         return Claim(item_id, str(trace_id), expires)
+
+    def _committed(self, expired: int, claim: Claim | None) -> None:
+        """Tell the observer what a committed transaction did (never before the commit)."""
+        if expired:
+            self._observer.leases_expired(expired)
+        if claim is not None:
+            self._observer.claimed()
 
     def _expire(self, conn: sa.Connection, now: float) -> int:
         expired = (
@@ -322,8 +334,6 @@ class Workbench:
         ids = [int(i) for i in conn.execute(expired).scalars()]
         for item_id in ids:
             self._event(conn, item_id, "system", "lease_expired", {})
-        if ids:
-            self._observer.leases_expired(len(ids))
         return len(ids)
 
     def _item(self, conn: sa.Connection, item_id: int, *, lock: bool = False) -> sa.RowMapping:
