@@ -40,7 +40,7 @@ from collector.stream import InProcessStream
 from review_queue.api import create_api_app
 from review_queue.maintenance import Maintenance
 from review_queue.metrics import QueueCollector, ReviewMetrics
-from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
 from review_queue.privacy import RedactingSink, redactor_from_settings
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
@@ -253,7 +253,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         metrics=s.metrics_port,
         database=_redact(s.database_url),
     )
-    demo = await _start_demo(s, receivers, tasks[0], demo_rate) if demo_rate else None
+    demo = await _start_demo(emb, receivers, tasks[0], demo_rate) if demo_rate else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
     if demo is not None:  # its last spans must reach the receiver before it stops
@@ -277,17 +277,34 @@ DEMO_STOP_S = 10.0
 """Seconds the demo fleet gets to finish its runs and flush when ``vigil run --demo`` stops."""
 
 
-async def _start_demo(s: Settings, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
-    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens."""
+async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
+    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens.
+
+    Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
+    """
     from collector.demo import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
+
+    s = emb.settings
 
     while not receiver.started and not task.done():
         await asyncio.sleep(0.05)
     host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
-    fleet = DemoFleet(f"http://{host}:{s.otlp_http_port}", rate_per_s=rate, seed=0, progress=False, headers=token)
+    fleet = DemoFleet(
+        f"http://{host}:{s.otlp_http_port}",
+        rate_per_s=rate,
+        seed=0,
+        progress=False,
+        headers=token,
+        on_feedback=partial(_demo_feedback, emb.services),
+    )
     threading.Thread(target=fleet.run, name="vigil-demo", daemon=True).start()
     return fleet
+
+
+def _demo_feedback(services: ReviewServices, trace_id: str, feedback: str) -> None:
+    score = 0.0 if feedback == "thumbs_down" else 1.0
+    services.feedback.record(FeedbackIn(trace_id, "thumbs", score, "demo user", "demo", f"demo-{trace_id}"))
 
 
 def _redact(url: str) -> str:
