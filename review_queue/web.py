@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from review_queue import listing, queries, views
-from review_queue.access import READERS, REVIEWERS, Caller
+from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.auth import ANONYMOUS
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
@@ -54,6 +54,7 @@ def mount_ui(app: FastAPI, services: ReviewServices) -> None:
     _auth_pages(app, services)
     _queue_pages(app, services)
     _item_pages(app, services)
+    _admin_forms(app, services)
 
 
 def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
@@ -183,6 +184,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "categories": bench.categories,
             "holding": item["state"] == ItemState.CLAIMED.value and item["claimed_by"] == who.name,
             "can_review": who.role in REVIEWERS,
+            "is_admin": who.role in ADMINS,
             "error": error,
         }
         return render("item.html", request, **context)
@@ -226,6 +228,27 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""
             return RedirectResponse(f"/items/{item_id}?error={_q(message or 'choose pass or fail')}", status_code=303)
         return RedirectResponse(_next_item(services, who), status_code=303)
+
+
+def _admin_forms(app: FastAPI, services: ReviewServices) -> None:
+    admin = Depends(services.access.require_page(*ADMINS))
+    bench = services.workbench
+
+    @app.post("/items/{item_id}/assign", include_in_schema=False)
+    def assign(item_id: int, who: Principal = admin, assignee: Annotated[str, Form()] = "") -> RedirectResponse:
+        bench.assign(item_id, who.name, assignee.strip()[:128] or None)
+        return RedirectResponse(f"/items/{item_id}", status_code=303)
+
+    @app.post("/items/{item_id}/requeue", include_in_schema=False)
+    def requeue(item_id: int, who: Principal = admin, reviews: Annotated[int, Form()] = 0) -> RedirectResponse:
+        try:
+            if reviews:
+                bench.set_reviews_required(item_id, who.name, reviews)
+            else:
+                bench.requeue(item_id, who.name)
+        except InvalidInputError as exc:
+            return RedirectResponse(f"/items/{item_id}?error={_q(str(exc))}", status_code=303)
+        return RedirectResponse(f"/items/{item_id}", status_code=303)
 
 
 def _next_item(services: ReviewServices, who: Principal) -> str:

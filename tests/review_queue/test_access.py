@@ -74,6 +74,8 @@ MATRIX = [
     ("GET", "/stats", None, READ),
     ("GET", "/items/1", None, READ),
     ("POST", "/queue/claim", None, REVIEW),
+    ("POST", "/items/1/assign", None, ADMIN),
+    ("POST", "/items/1/requeue", None, ADMIN),
 ]
 
 
@@ -251,6 +253,16 @@ class TestSessions:
         services.tokens.revoke("viewer-user")
         services.access.auth.forget()
         assert 303 == client.get("/queue", follow_redirects=False).status_code
+
+    def test_admin_forms(self, client: TestClient, tokens: dict[str, str], services: ReviewServices) -> None:
+        """An admin assigns and sets reviews_required from the run view; the forms carry CSRF."""
+        csrf = _login(client, tokens["admin"])
+        assert 'id="assign-form"' in client.get("/items/1").text
+        assert 403 == client.post("/items/1/assign", data={"assignee": "bob"}, follow_redirects=False).status_code
+        client.post("/items/1/assign", data={"assignee": "bob", "csrf": csrf}, follow_redirects=False)
+        client.post("/items/1/requeue", data={"reviews": "2", "csrf": csrf}, follow_redirects=False)
+        item = services.workbench.item(1)
+        assert ("bob", 2) == (item["assigned_to"], item["reviews_required"])
 
     def test_logout(self, client: TestClient, tokens: dict[str, str]) -> None:
         """Logout clears the session."""

@@ -305,3 +305,36 @@ class TestVerdicts:
         bench.claim_next("alice")
         store.write([scored_run(_tid(1), reasons=["r", "s"], priority=Priority.HIGH)])
         assert ("claimed", "alice") == (bench.item(item)["state"], bench.item(item)["claimed_by"])
+
+
+@pytest.mark.integration
+class TestPostgresContention:
+    """Many claimers in separate connection pools (as separate processes would be) on PostgreSQL."""
+
+    def test_many_pools_never_share(self, tmp_path: Path) -> None:
+        """4 workbenches × 8 threads claim 200 items: each item exactly once, and every claimer progresses."""
+        reason = postgres_unreachable(POSTGRES_URL)
+        if reason is not None:
+            pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
+        with postgres_scratch_url(POSTGRES_URL) as url:
+            upgrade_database(url)
+            stores = [SqlStore(url) for _ in range(4)]
+            stores[0].write([scored_run(_tid(n), reasons=["r"]) for n in range(200)])
+            benches = [Workbench(s.engine, lease_s=600) for s in stores]
+            barrier = threading.Barrier(32)
+
+            def claimer(worker: int) -> list[int]:
+                bench = benches[worker % 4]
+                barrier.wait()
+                got = []
+                while (claim := bench.claim_next(f"r{worker}")) is not None:
+                    got.append(claim.item_id)
+                return got
+
+            with ThreadPoolExecutor(32) as pool:
+                results = list(pool.map(claimer, range(32)))
+            for s in stores:
+                s.close()
+        every = [i for got in results for i in got]
+        assert (200, 200) == (len(every), len(set(every)))
+        assert sum(1 for got in results if got) >= 8
