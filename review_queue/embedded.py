@@ -40,7 +40,11 @@ from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
+from review_queue.maintenance import Maintenance
+from review_queue.metrics import QueueCollector, ReviewMetrics
+from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
 from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
@@ -48,7 +52,7 @@ from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
-from scorers.rules import compile_rules
+from scorers.rules import Rule, compile_rules
 from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
@@ -69,12 +73,19 @@ class Embedded:
     store: SqlStore
     worker: StreamWorker
     run_metrics: RunMetrics
+    services: ReviewServices
     judges: JudgeService | None = None
     agreement: AgreementCollector | None = None
 
 
-HUMAN_VERDICTS: Mapping[str, str] = {"table": "verdicts", "trace_column": "trace_id", "verdict_column": "verdict"}
-"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges)."""
+HUMAN_VERDICTS: Mapping[str, str] = {
+    "table": "review_verdicts",
+    "trace_column": "trace_id",
+    "verdict_column": "verdict",
+    "latest_column": "created_at",
+}
+"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
+several reviewers on one run, the latest verdict is the human answer."""
 
 JUDGE_DRAIN_S = 10.0
 """Seconds queued judge requests get to finish when ``vigil run`` stops (the rest are counted as dropped)."""
@@ -158,8 +169,13 @@ def build(
         judge_scores=None if judges is None else judges.judge_scores,
     )
     sink = RedactingSink(store, redactor)
-    worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
-    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics, judges, agreement)
+    services = review_services(settings, store, registry, rules, redact=redactor.text)
+    worker = StreamWorker(
+        stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
+    )
+    return Embedded(
+        settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement
+    )
 
 
 def _then(
@@ -174,6 +190,31 @@ def _then(
         second(batch)
 
     return both
+
+
+def review_services(
+    settings: Settings,
+    store: SqlStore,
+    registry: CollectorRegistry,
+    rules: tuple[Rule, ...],
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> ReviewServices:
+    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
+    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
+    return build_services(
+        store,
+        admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
+        rules=rules,
+        sample_rate=settings.sample_rate,
+        lease_s=settings.review_lease_s,
+        categories=settings.review_categories or DEFAULT_CATEGORIES,
+        session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
+        secure_cookies=settings.secure_cookies,
+        metrics=metrics,
+        redact=redact,
+    )
 
 
 def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
@@ -221,6 +262,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
+    token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
     publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     receivers = _server(
@@ -230,6 +273,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         ),
         s.otlp_http_host,
         s.otlp_http_port,
@@ -240,6 +284,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             admin_token=token,
             ready=lambda: emb.worker.healthy,
             judge_agreement=None if emb.agreement is None else emb.agreement.current,
+            services=emb.services,
         ),
         s.http_host,
         s.http_port,
@@ -255,7 +300,9 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         )
+    maintenance = Maintenance(emb.services.workbench, emb.services.feedback)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -264,6 +311,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     if emb.judges is not None:
         emb.judges.start()
     emb.worker.start()
+    maintenance.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     if grpc_receiver is not None:
         await grpc_receiver.start()
@@ -275,7 +323,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         metrics=s.metrics_port,
         database=_redact(s.database_url),
     )
-    demo = await _start_demo(s, receivers, tasks[0], demo_rate) if demo_rate else None
+    demo = await _start_demo(emb, receivers, tasks[0], demo_rate) if demo_rate else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
     if demo is not None:  # its last spans must reach the receiver before it stops
@@ -288,6 +336,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
         await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
+    await asyncio.to_thread(maintenance.shutdown)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -300,17 +349,34 @@ DEMO_STOP_S = 10.0
 """Seconds the demo fleet gets to finish its runs and flush when ``vigil run --demo`` stops."""
 
 
-async def _start_demo(s: Settings, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
-    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens."""
+async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
+    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens.
+
+    Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
+    """
     from collector.demo import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
+
+    s = emb.settings
 
     while not receiver.started and not task.done():
         await asyncio.sleep(0.05)
     host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
-    fleet = DemoFleet(f"http://{host}:{s.otlp_http_port}", rate_per_s=rate, seed=0, progress=False, headers=token)
+    fleet = DemoFleet(
+        f"http://{host}:{s.otlp_http_port}",
+        rate_per_s=rate,
+        seed=0,
+        progress=False,
+        headers=token,
+        on_feedback=partial(_demo_feedback, emb.services),
+    )
     threading.Thread(target=fleet.run, name="vigil-demo", daemon=True).start()
     return fleet
+
+
+def _demo_feedback(services: ReviewServices, trace_id: str, feedback: str) -> None:
+    score = 0.0 if feedback == "thumbs_down" else 1.0
+    services.feedback.record(FeedbackIn(trace_id, "thumbs", score, "demo user", "demo", f"demo-{trace_id}"))
 
 
 def _redact(url: str) -> str:

@@ -42,6 +42,7 @@ DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
         "priority": "normal",
     },
     "random_sample": {"expr": "random_sample", "priority": "low"},
+    "user_thumbs_down": {"expr": "has(feedback.thumbs_down) && feedback.thumbs_down", "priority": "normal"},
 }
 """Rules in force when none are configured. A configured rule with the same name
 replaces the default; ``enabled: false`` switches one off."""

@@ -16,6 +16,9 @@ if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
 fi
 
+# Debian chromium for the reviewer-UI browser tests (Playwright drives it; no browser download).
+command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
 echo "== import-linter"; .venv/bin/lint-imports

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -50,8 +49,6 @@ def vigil(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterato
     defaults = ("hit_max_iterations", "safety_blocked", "low_step_efficiency", "errored", "tool_loop", "random_sample")
     rules = {name: {"enabled": False} for name in defaults}  # only the judge flags, so the test is exact
     (workdir / "vigil.yaml").write_text(json.dumps({"judges": {"ground": judge}, "rules": rules}))
-    with sqlite3.connect(workdir / "vigil.db") as db:  # the review workbench's human verdicts
-        db.execute("CREATE TABLE verdicts (trace_id TEXT, verdict TEXT)")
     env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": "0", "JUDGE_API_KEY": "sk-test"}
     with start_vigil(workdir, env) as running:
         yield running
@@ -90,10 +87,6 @@ def test_verdicts_flags_metrics_and_agreement(vigil: VigilProcess, fake: FakeOpe
     """A low groundedness score flags the run (review item created); a high one does not; all is measured."""
     low_id, high_id = _send(vigil, 1, "low"), _send(vigil, 2, "high")
     low, high = _judged(vigil, low_id), _judged(vigil, high_id)
-    # Reviewers: low failed (agrees with the judge), high failed (disagrees). Written before the
-    # first scrape: the agreement gauges are recomputed at most every 15 s.
-    with sqlite3.connect(vigil.workdir / "vigil.db") as db:
-        db.executemany("INSERT INTO verdicts VALUES (?, ?)", [(low_id, "fail"), (high_id, "fail")])
     (verdict,) = low["judges"]
     assert ("ground", 0.1, False, "groundedness@1", "judge-model") == (
         verdict["judge"],
@@ -117,7 +110,20 @@ def test_verdicts_flags_metrics_and_agreement(vigil: VigilProcess, fake: FakeOpe
     assert 800.0 == _metric(vigil, "vigil_judge_tokens_total", judge="ground", kind="input")
     assert 1.0 == _metric(vigil, "vigil_flags_total", reason="judge_ground", priority="normal")
 
+    # Human verdicts through the workbench: the high run gets an item from a user's thumbs-down;
+    # a reviewer fails both (low: agrees with the judge, high: disagrees).
+    api = f"{vigil.api}/api/v1"
+    assert 200 == httpx.post(f"{api}/feedback", json={"trace_id": high_id, "score": "down"}).status_code
+    for _ in range(2):
+        claim = httpx.post(f"{api}/queue/claim")
+        assert 200 == claim.status_code, claim.text
+        item_id = claim.json()["item_id"]
+        done = httpx.post(f"{api}/items/{item_id}/verdict", json={"verdict": "fail", "categories": ["hallucination"]})
+        assert 200 == done.status_code, done.text
     labels = {"judge": "ground", "rubric_version": "groundedness@1"}
+    deadline = time.monotonic() + 20  # the agreement gauges are recomputed at most every 15 s
+    while _metric(vigil, "vigil_judge_agreement_rate", **labels) != 0.5 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert 0.5 == _metric(vigil, "vigil_judge_agreement_rate", **labels)
     assert 0.0 == _metric(vigil, "vigil_judge_cohen_kappa", **labels)  # reviewers always fail: chance level
     agreement = httpx.get(f"{vigil.api}/api/v1/judges/agreement").json()

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
-from review_queue.store import InvalidCursorError, SqlStore, create_store_engine, upgrade_database
+from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, runs
 from review_queue.testing import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
@@ -65,11 +67,6 @@ def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
 
 def _head() -> str:
     """The newest revision of the shipped migrations (the chain grows with each issue)."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    from review_queue.store import MIGRATIONS_DIR
-
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     head = ScriptDirectory.from_config(config).get_current_head()
