@@ -191,8 +191,9 @@ class _Tally:
         kind = tree.kinds[span.span_id][0]
         err = signals.error_info(span)
         reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
-        self.limit = self.limit or signals.hit_limit(span, kind, err)
-        self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
+        if not signals.unremarkable(span.attributes, err, reasons):
+            self.limit = self.limit or signals.hit_limit(span, kind, err)
+            self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
         if kind is StepKind.LLM:
             self.steps.append(self._llm_step(span, tree, err, reasons))
             return

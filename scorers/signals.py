@@ -67,6 +67,8 @@ _GUARDRAIL_KEYS: Final = frozenset(
     }
 )
 _VIGIL_LIMIT_KEYS: Final = frozenset({"vigil.max_iterations_hit", "vigil.iterations"})
+_MARKER_KEYS: Final = _TEXT_KEYS | _VIGIL_LIMIT_KEYS | _GUARDRAIL_KEYS
+"""Every attribute :func:`hit_limit` or :func:`blocked` can react to on a span without errors."""
 _MAX_REASONS: Final = 16
 _MAX_INDEXED: Final = 256
 
@@ -135,6 +137,8 @@ NO_ERROR: Final = ErrorInfo(False, False, None, None, (), ())
 
 def error_info(span: Span) -> ErrorInfo:
     """Read status, ``error.type`` and ``exception`` events of ``span``."""
+    if not span.events and span.status_code != StatusCode.ERROR and "error.type" not in span.attributes:
+        return NO_ERROR  # the common case, without a look at the values
     error_type = as_str(span.attributes.get("error.type"))
     status_error = span.status_code == StatusCode.ERROR
     if error_type is None and not status_error and not span.events:
@@ -240,6 +244,16 @@ def normalise_reason(reason: str) -> str:
     if "." in text:
         text = text.rsplit(".", 1)[1]
     return text.removeprefix("finish_reason_")
+
+
+def unremarkable(attributes: Attributes, err: ErrorInfo, reasons: tuple[str, ...]) -> bool:
+    """Whether neither :func:`hit_limit` nor :func:`blocked` can be true for a span — a cheap pre-check.
+
+    True when the span has no error, no blocking finish reason and none of the attributes
+    those two read without an error (output/input texts, ``vigil.*`` limit and guardrail
+    markers). Most spans of most runs are unremarkable.
+    """
+    return not err.error and _MARKER_KEYS.isdisjoint(attributes) and (not reasons or BLOCK_REASONS.isdisjoint(reasons))
 
 
 def hit_limit(span: Span, kind: StepKind, err: ErrorInfo) -> bool:
