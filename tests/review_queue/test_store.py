@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from review_queue import store as store_module
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import InvalidCursorError, SqlStore, create_store_engine, upgrade_database
@@ -234,6 +236,14 @@ class TestWrite:
         assert (256, "a\ufffd", {"ok": 1.0}) == (len(run["agent"]), run["agent"][:2], run["scores"])
         assert "bin\ufffdary" == run["review_item"]["snapshot"]["tools"][0]["result"]
 
+    def test_json_beyond_orjson(self) -> None:
+        """Values orjson refuses (huge ints, lone surrogates, non-string keys) are encoded by the stdlib."""
+        for value in ({"big": 2**70}, ["half \ud800 pair"], {1: "one"}, {"nul": "a\x00b", "x": [1.5, None, True]}):
+            text = store_module._dumps(value)
+            assert json.loads(text) == json.loads(json.dumps(_without_nul_for_test(value)))
+            assert "\\u0000" not in text
+            assert " " not in text.replace("half \ud800 pair", "")
+
     def test_concurrent_writers(self, store: SqlStore) -> None:
         """Threads writing overlapping batches leave one row per trace id and lose no update."""
         batches = [[scored_run(_tid(n), reasons=["r"]) for n in range(k, k + 20)] for k in range(0, 80, 10)]
@@ -393,3 +403,8 @@ class TestUnavailable:
         with pytest.raises(StoreUnavailableError):
             sink.write([scored_run(_tid(1))])
         assert [WriteOutcome(_tid(1), True, False)] == sink.write([scored_run(_tid(1))])
+
+
+def _without_nul_for_test(value: object) -> object:
+    """What the store keeps of a value: NUL replaced by U+FFFD (PostgreSQL JSONB refuses NUL)."""
+    return json.loads(json.dumps(value).replace("\\u0000", "\\ufffd"))
