@@ -32,6 +32,7 @@ from collector.model import (
     SpanKind,
     StatusCode,
     TraceBatch,
+    fast_constructor,
     new_span,
 )
 
@@ -47,6 +48,9 @@ _CODES: dict[object, StatusCode] = {int(c): c for c in StatusCode}
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _INT64 = range(-(2**63), 2**63)
+
+
+_new_batch = fast_constructor(TraceBatch)
 
 
 class _Invalid(ValueError):
@@ -73,7 +77,7 @@ class _Accumulator:
 
     def result(self) -> DecodeResult:
         now = time.time_ns()
-        batches = tuple(TraceBatch(tid, tuple(spans), now) for tid, spans in self.traces.items())
+        batches = tuple(_new_batch(tid, tuple(spans), now) for tid, spans in self.traces.items())
         return DecodeResult(batches, self.rejected, tuple(self.errors))
 
 

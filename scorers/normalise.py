@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Final
 
-from collector.model import Span, StatusCode
+from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, signals
 from scorers.dialects import (
     DIALECTS,
@@ -43,6 +43,7 @@ RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployme
 _MAX_RULE_ATTRIBUTES: Final = 64
 _MAX_RULE_TEXT: Final = 1024
 _START: Final = attrgetter("start_ns")
+_new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
 
 
 def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
@@ -255,7 +256,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     raised = culprit is not None
     messages = _conversation(tree)
     start_ns, end_ns = _bounds(tree)
-    return Run(
+    return _new_run(
         trace_id=head.trace_id,
         agent=agent_name(tree.root, tree.top_down),
         service=service_name(head) or next((n for s in tree.ordered if (n := service_name(s))), ""),
