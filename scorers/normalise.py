@@ -202,7 +202,7 @@ class _Tally:
             call, failed = to_tool_call(span, err)
             self.tools.append(call)
             self.tool_errors += failed
-        self.steps.append(to_step(span, kind, err, reasons=reasons))
+        self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
@@ -215,7 +215,7 @@ class _Tally:
             self.llm_calls += 1
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
-        return to_step(span, kind, err, model=model, tokens_in=tokens_in, tokens_out=tokens_out, reasons=reasons)
+        return to_step(span, kind, err, model, tokens_in, tokens_out, reasons)
 
 
 def _raised(tree: _Tree) -> Span | None:

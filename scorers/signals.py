@@ -55,6 +55,7 @@ _INDEXED_INPUTS: Final = (("gen_ai.prompt.", ".content"), ("llm.input_messages."
 _INDEXED_INPUT_MARKERS: Final = tuple(f"{p}{i}{s}" for p, s in _INDEXED_INPUTS for i in (0, 1))
 _TEXT_KEYS: Final = frozenset((*_OUTPUT_KEYS, *_INPUT_KEYS, *_INDEXED_INPUT_MARKERS))
 _FINISH_ALL_KEYS: Final = frozenset((*_FINISH_KEYS, "gen_ai.completion.0.finish_reason", "gen_ai.output.messages"))
+_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {"gen_ai.response.finish_reasons"}
 _GUARDRAIL_KEYS: Final = frozenset(
     {
         "gen_ai.guardrail.triggered",
@@ -186,9 +187,12 @@ def tokens(attributes: Attributes) -> tuple[int, int]:
 
 def _count(attributes: Attributes, keys: tuple[str, ...]) -> int:
     for key in keys:
-        value = as_int(attributes.get(key))
-        if value is not None and value >= 0:
-            return value
+        value = attributes.get(key)
+        if value is None:
+            continue
+        number = value if value.__class__ is int else as_int(value)  # the usual int skips as_int
+        if number is not None and number >= 0:
+            return number
     return 0
 
 
@@ -205,6 +209,11 @@ def finish_reasons(attributes: Attributes) -> tuple[str, ...]:
     ``ai.response.finishReason``, legacy ``gen_ai.completion.{i}.finish_reason`` and, only
     when none of those is present, ``finish_reason`` inside ``gen_ai.output.messages``.
     """
+    array = attributes.get("gen_ai.response.finish_reasons")
+    if isinstance(array, list) and len(array) == 1 and _FINISH_OTHER_KEYS.isdisjoint(attributes):
+        only = array[0]
+        if isinstance(only, str):
+            return _one_reason(only)  # the usual GenAI shape, one memoised look-up
     if _FINISH_ALL_KEYS.isdisjoint(attributes):
         return ()
     found: list[str] = []
@@ -235,6 +244,11 @@ def _add_reasons(value: object, found: list[str]) -> None:
         for reason in value[:_MAX_REASONS]:
             if isinstance(reason, str):
                 found.append(normalise_reason(reason))
+
+
+@functools.lru_cache(maxsize=512)
+def _one_reason(reason: str) -> tuple[str]:
+    return (normalise_reason(reason),)
 
 
 @functools.lru_cache(maxsize=512)

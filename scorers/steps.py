@@ -40,11 +40,10 @@ _new_step: Final = fast_constructor(Step)
 _new_tool_call: Final = fast_constructor(ToolCall)
 
 
-def to_step(
+def to_step(  # noqa: PLR0917 - called once per span: positional arguments are cheaper
     span: Span,
     kind: StepKind,
     err: signals.ErrorInfo,
-    *,
     model: str | None = None,
     tokens_in: int = 0,
     tokens_out: int = 0,
@@ -52,7 +51,7 @@ def to_step(
 ) -> Step:
     """Return the step of ``span`` in role ``kind`` (the status description is clipped)."""
     status = span.status_message
-    status_text = status[: content.MAX_TEXT] if isinstance(status, str) else ""
+    status_text = "" if not status else status[: content.MAX_TEXT] if isinstance(status, str) else ""
     return _new_step(
         span.span_id,
         span.parent_span_id,
@@ -81,8 +80,9 @@ def to_tool_call(span: Span, err: signals.ErrorInfo) -> tuple[ToolCall, bool]:
     """
     attrs = span.attributes
     captured = not content.TOOL_CONTENT_KEYS.isdisjoint(attrs)
-    result = content.as_text(first(attrs, content.RESULT_KEYS)) if captured else None
-    soft = not err.error and signals.soft_error(result)
+    found = first(attrs, content.RESULT_KEYS) if captured else None
+    result = None if found is None else content.as_text(found)
+    soft = result is not None and not err.error and signals.soft_error(result)
     call = _new_tool_call(
         span.span_id,
         first_str(attrs, TOOL_NAME_KEYS) or entity_name(span, StepKind.TOOL),
