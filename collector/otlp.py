@@ -167,13 +167,18 @@ def _pb_event(event: Any) -> SpanEvent:
     return SpanEvent(event.name, event.time_unix_nano, _raw_attrs(event.attributes))
 
 
-_PAIRS: dict[bytes, tuple[str, AttrValue | tuple[AttrValue, ...]]] = {}
-"""Memo of serialized ``KeyValue`` → ``(key, value)``. Agent traces repeat most attribute
-pairs verbatim (operation names, models, systems, span kinds, tool names), and a dict
-look-up costs far less than parsing. Array values are kept as tuples and copied into a
-fresh list on each hit, so no two spans share a mutable value."""
+_PAIRS: dict[bytes, tuple[str, AttrValue]] = {}
+"""Memo of serialized ``KeyValue`` → ``(key, value)`` for scalar values. Agent traces repeat
+most attribute pairs verbatim (operation names, models, systems, span kinds, tool names,
+token counts), and a dict look-up costs far less than parsing."""
+_ARRAYS: dict[bytes, tuple[str, tuple[AttrValue, ...]]] = {}
+"""The same for flat arrays, kept as tuples and copied into a fresh list for every span, so
+no two spans share a mutable value."""
+_SEEN: dict[bytes, None] = {}
+"""Pairs seen once: a pair enters a memo on its second sighting, so unique values (call ids,
+conversation ids) never crowd out the repeated ones."""
 MEMO_MAX_PAIRS = 8192
-"""Entries kept in the pair memo; it is emptied when full (bounds memory to a few MB)."""
+"""Entries kept in each memo; a memo is emptied when full (bounds memory to a few MB)."""
 MEMO_MAX_BYTES = 160
 """Longest serialized pair memoised: long values (content, arguments) rarely repeat."""
 
@@ -184,11 +189,14 @@ def _raw_attrs(raws: Iterable[bytes]) -> dict[str, AttrValue]:
     memo = _PAIRS
     for raw in raws:
         pair = memo.get(raw)
-        if pair is None:
-            key, value = _raw_pair(raw)
-        else:
-            key, cached = pair
-            value = list(cached) if isinstance(cached, tuple) else cached
+        if pair is not None:
+            out[pair[0]] = pair[1]
+            continue
+        array = _ARRAYS.get(raw)
+        if array is not None:
+            out[array[0]] = list(array[1])
+            continue
+        key, value = _raw_pair(raw)
         out[key] = value
     return out
 
@@ -234,20 +242,27 @@ def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
         kv = KeyValue.FromString(raw)
         key = kv.key
         value = _pb_value(kv.value, 0)
-    if len(raw) <= MEMO_MAX_BYTES:
-        frozen: AttrValue | tuple[AttrValue, ...]
-        if isinstance(value, list):
-            if any(isinstance(v, list | dict) for v in value):
-                return key, value
-            frozen = tuple(value)
-        elif isinstance(value, dict):
-            return key, value
-        else:
-            frozen = value
-        if len(_PAIRS) >= MEMO_MAX_PAIRS:
-            _PAIRS.clear()
-        _PAIRS[raw] = (key, frozen)
+    if len(raw) <= MEMO_MAX_BYTES and not isinstance(value, dict):
+        _remember(raw, key, value)
     return key, value
+
+
+def _remember(raw: bytes, key: str, value: AttrValue) -> None:
+    """Memoise a short pair the second time it is seen (flat arrays as tuples; nested ones never)."""
+    if raw not in _SEEN:
+        if len(_SEEN) >= MEMO_MAX_PAIRS:
+            _SEEN.clear()
+        _SEEN[raw] = None
+        return
+    if isinstance(value, list):
+        if not any(isinstance(v, list | dict) for v in value):
+            if len(_ARRAYS) >= MEMO_MAX_PAIRS:
+                _ARRAYS.clear()
+            _ARRAYS[raw] = (key, tuple(value))
+        return
+    if len(_PAIRS) >= MEMO_MAX_PAIRS:
+        _PAIRS.clear()
+    _PAIRS[raw] = (key, value)
 
 
 def _pb_value(value: Any, depth: int) -> AttrValue:

@@ -316,11 +316,25 @@ class TestAttributeMemo:
     def test_memo_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The memo never holds more than MEMO_MAX_PAIRS entries, and long pairs are never kept."""
         monkeypatch.setattr(otlp, "MEMO_MAX_PAIRS", 10)
-        otlp._PAIRS.clear()
+        memos = (otlp._PAIRS, otlp._ARRAYS, otlp._SEEN)
+        for memo in memos:
+            memo.clear()
         for i in range(25):
-            _decode({"attributes": {"n": i, "long": "x" * (otlp.MEMO_MAX_BYTES + i)}})
-            assert len(otlp._PAIRS) <= 10
-        assert not any(b"xxxx" in raw for raw in otlp._PAIRS)
+            for _ in range(2):  # a pair is memoised on its second sighting
+                _decode({"attributes": {"n": i, "a": [i], "long": "x" * (otlp.MEMO_MAX_BYTES + i)}})
+            assert all(len(memo) <= 10 for memo in memos)
+        assert all(not any(b"xxxx" in raw for raw in memo) for memo in memos)
+        assert otlp._PAIRS
+        assert otlp._ARRAYS
+
+    def test_unique_values_do_not_enter_the_memo(self) -> None:
+        """A pair seen once (an id) stays out of the memo; a repeated one gets in."""
+        otlp._PAIRS.clear()
+        otlp._SEEN.clear()
+        _decode({"attributes": {"id": "call_1"}})
+        assert ("id", "call_1") not in otlp._PAIRS.values()
+        _decode({"attributes": {"id": "call_1"}})
+        assert ("id", "call_1") in otlp._PAIRS.values()
 
     @pytest.mark.parametrize("tag", [b"\x0a", b"\x3a"])
     def test_bad_utf8_rejects_the_body(self, tag: bytes) -> None:
