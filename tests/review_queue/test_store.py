@@ -244,6 +244,33 @@ class TestWrite:
             assert "\\u0000" not in text
             assert " " not in text.replace("half \ud800 pair", "")
 
+    def test_raw_sqlite_path_stores_what_sqlalchemy_stores(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """SQLite's driver-level upsert leaves exactly the rows SQLAlchemy's executemany leaves."""
+        tools = (ToolCall("s1", "read", result="bin\x00ary", error="E: x"),)
+        batches = [
+            [scored_run(_tid(20), reasons=["r"], tools=tools), scored_run(_tid(21), agent="b" * 300)],
+            [scored_run(_tid(21), reasons=["s", "t"]), scored_run(_tid(20)), scored_run(_tid(22), scores={"x": 0.5})],
+        ]
+        tables = []
+        for name, raw in (("raw", True), ("sqlalchemy", False)):
+            url = f"sqlite:///{tmp_path / name}.db"
+            upgrade_database(url)
+            if not raw:
+                monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
+            one = SqlStore(url, clock=Clock())
+            outcomes = [one.write(batch) for batch in batches]
+            assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+            with one.engine.connect() as conn:
+                rows = [
+                    conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
+                    for t in ("runs", "review_items")
+                ]
+            tables.append((outcomes, rows))
+            one.close()
+        assert tables[0] == tables[1]
+
     def test_concurrent_writers(self, store: SqlStore) -> None:
         """Threads writing overlapping batches leave one row per trace id and lose no update."""
         batches = [[scored_run(_tid(n), reasons=["r"]) for n in range(k, k + 20)] for k in range(0, 80, 10)]
