@@ -128,6 +128,9 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
     scope = ss.scope.name
     traces = acc.traces
     kinds, codes = _KINDS, _CODES
+    last_trace = b""
+    hex_trace = ""
+    spans: list[Span] = []
     for sp in ss.spans:
         trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
         if (
@@ -140,7 +143,10 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
             acc.reject(_id_problem(trace_id, span_id, parent_id) or "invalid ids")
             continue
         status = sp.status
-        hex_trace = trace_id.hex()
+        if trace_id != last_trace:  # spans of one trace usually come together: hex and look up once
+            last_trace, hex_trace = trace_id, trace_id.hex()
+            known = traces.get(hex_trace)
+            spans = known if known is not None else traces.setdefault(hex_trace, [])
         span = new_span(
             hex_trace,
             span_id.hex(),
@@ -156,11 +162,7 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
             resource,
             scope,
         )
-        spans = traces.get(hex_trace)
-        if spans is None:
-            traces[hex_trace] = [span]
-        else:
-            spans.append(span)
+        spans.append(span)
 
 
 def _pb_event(event: Any) -> SpanEvent:

@@ -8,7 +8,7 @@ seconds ≥ 0; ``tokens`` is a count ≥ 0.
 
 from __future__ import annotations
 
-from collections import Counter
+from operator import itemgetter
 
 from collector.model import fast_constructor
 from scorers.model import Run, Score
@@ -33,10 +33,14 @@ def repeated_tool_calls(run: Run) -> Score | None:
     searches with unknown arguments are not evidence of a loop). None when no call had
     captured arguments.
     """
-    keyed = [(t.name, t.arguments) for t in run.tools if t.arguments is not None]
-    if not keyed:
+    counts: dict[tuple[str, str], int] = {}
+    for t in run.tools:
+        if t.arguments is not None:
+            key = (t.name, t.arguments)
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
         return None
-    (name, _), count = Counter(keyed).most_common(1)[0]
+    (name, _), count = max(counts.items(), key=itemgetter(1))  # the first of equal counts, as most_common
     spans = tuple(t.span_id for t in run.tools if t.name == name and t.arguments is not None)
     return _score("repeated_tool_calls", float(count), f"{name} called {count}x with the same arguments", spans)
 
