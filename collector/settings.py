@@ -101,6 +101,12 @@ class Settings(BaseModel):
     attributes_allow: tuple[str, ...] = Field(
         (), description="When set, only root attribute keys matching these globs are stored."
     )
+    retention_days: float = Field(
+        30.0, ge=0, description="Days before runs (with items, feedback, judge verdicts) are deleted; 0: never."
+    )
+    retention_keep_reviewed: bool = Field(
+        True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
+    )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
