@@ -101,6 +101,9 @@ class Settings(BaseModel):
     attributes_allow: tuple[str, ...] = Field(
         (), description="When set, only root attribute keys matching these globs are stored."
     )
+    review_queue_capacity: int = Field(
+        10_000, ge=0, description="Pending review items beyond which random-sample-only flags are shed; 0: never."
+    )
     retention_days: float = Field(
         30.0, ge=0, description="Days before runs (with items, feedback, judge verdicts) are deleted; 0: never."
     )

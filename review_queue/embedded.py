@@ -46,6 +46,7 @@ from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
 from review_queue.privacy import RedactingSink, redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
 from review_queue.services import ReviewServices, build_services
+from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
@@ -169,7 +170,8 @@ def build(
         on_error=run_metrics.error,
         judge_scores=None if judges is None else judges.judge_scores,
     )
-    sink = RedactingSink(store, redactor)
+    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
+    sink = RedactingSink(shedder, redactor)
     services = review_services(settings, store, registry, rules, redact=redactor.text)
     worker = StreamWorker(
         stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
