@@ -118,6 +118,4 @@ def spawn_role(role: str, workdir: Path, env: Mapping[str, str], *, name: str | 
         process = subprocess.Popen(
             [sys.executable, "-m", "review_queue.cli", role], cwd=workdir, env=full, stdout=log, stderr=log
         )
-    return RoleProcess(
-        role, process, log_path, ports["METRICS"], ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"]
-    )
+    return RoleProcess(role, process, log_path, ports["METRICS"], ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"])

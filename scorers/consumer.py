@@ -22,9 +22,13 @@ Commit protocol (what makes "nothing lost, nothing counted twice" hold):
    none is. It is committed synchronously, at most every ``commit_interval_s`` while there is
    progress, and at revocation and shutdown. It therefore never passes the first record of
    a run that is not yet durably written, and commits never go backwards.
-5. On revocation the safe offsets of the revoked partitions are committed and their
-   in-flight state is dropped; the new owner re-reads from there. On SIGTERM the same
-   happens for every partition before the consumer leaves the group.
+5. On revocation the safe offsets of the revoked partitions are committed (asynchronously:
+   kafka-python 3 runs rebalance callbacks on its I/O loop) and their state is set aside.
+   A partition assigned back to this consumer in the same rebalance keeps its state,
+   because kafka-python keeps its fetch position too; the state of every other revoked
+   partition is dropped and its new owner re-reads from the committed offset (which was
+   safe whenever it was committed). On SIGTERM the safe offsets of every partition are
+   committed synchronously before the consumer leaves the group.
 6. Re-delivered records rebuild runs that may already be stored. The store's writes are
    idempotent on the trace id and report whether a run or review item is new
    (:class:`~scorers.model.WriteOutcome`); only new ones are counted in the run and flag
@@ -200,6 +204,7 @@ class KafkaScorer:
         self._tick_ms = int(tick_s * 1000)
         self._consumer: Any = None
         self._parts: dict[Any, PartitionRuns] = {}
+        self._limbo: dict[Any, PartitionRuns] = {}
         self._backlog: list[tuple[Any, PartitionRuns, ScoredRun]] = []
         self._retry_at = 0.0
         self._backoff = 0.1
@@ -209,6 +214,10 @@ class KafkaScorer:
         self._healthy = True
         self._joined = False
         self._final_ok = False
+        self.new_runs = 0
+        """Runs this scorer inserted into the index (what it counted in ``vigil_runs_total``)."""
+        self.new_flags = 0
+        """Review items this scorer created (what it counted in ``vigil_flagged_runs_total``)."""
         metrics.bind_inflight(lambda: float(sum(p.assembler.inflight for p in list(self._parts.values()))))
 
     @property
@@ -284,7 +293,7 @@ class KafkaScorer:
             self._consumer.close(autocommit=False)
         except Exception as exc:  # noqa: BLE001 - leaving the group is best effort at shutdown
             log.warning("consumer_close_failed", error=repr(exc))
-        log.info("scorer_stopped", clean=ok)
+        log.info("scorer_stopped", clean=ok, new_runs=self.new_runs, new_flags=self.new_flags)
         return ok
 
     def _ingest(self, tp: Any, part: PartitionRuns, records: Sequence[Any]) -> None:
@@ -325,10 +334,11 @@ class KafkaScorer:
         outcomes = self._sink.write(runs)
         self._metrics.store_seconds.observe(time.perf_counter() - started)
         self._backlog = []
-        for tp, part, scored in batch:
-            if self._parts.get(tp) is part:
-                part.written((scored.run.trace_id,))
+        for _, part, scored in batch:
+            part.written((scored.run.trace_id,))  # harmless on the state of a partition since revoked
         account(self._metrics, runs, outcomes, self._wall())
+        self.new_runs += sum(1 for o in outcomes if o.new_run)
+        self.new_flags += sum(1 for o in outcomes if o.new_flag)
         if self._on_written is not None:
             self._on_written(runs)
         self._store_up()
@@ -360,7 +370,7 @@ class KafkaScorer:
 
     # --- offsets and rebalances ----------------------------------------------------
 
-    def _maybe_commit(self, *, force: bool, only: Sequence[Any] | None = None) -> None:
+    def _maybe_commit(self, *, force: bool, only: Sequence[Any] | None = None, blocking: bool = True) -> None:
         if self._retry_at and not force:
             return  # store down: commit nothing
         now = time.monotonic()
@@ -375,33 +385,43 @@ class KafkaScorer:
                 offsets[tp] = _offset_and_metadata(offset)
         if not offsets:
             return
-        self._consumer.commit(offsets=offsets)
+        if blocking:
+            self._consumer.commit(offsets=offsets)
+        else:
+            self._consumer.commit_async(offsets=offsets)
         self._cm.commits.inc()
         for tp, meta in offsets.items():
             self._parts[tp].committed = meta.offset
 
     def revoked(self, partitions: Sequence[Any]) -> None:
-        """Rebalance callback: commit what is safe for ``partitions``, then drop their state."""
+        """Rebalance callback (I/O thread): commit what is safe for ``partitions``, set their state aside."""
         self._cm.rebalances.inc()
         mine = [tp for tp in partitions if tp in self._parts]
         try:
-            self._maybe_commit(force=True, only=mine)
+            self._maybe_commit(force=True, only=mine, blocking=False)
         except Exception as exc:  # noqa: BLE001 - a failed commit only means more re-delivery
             log.warning("revocation_commit_failed", error=repr(exc))
         for tp in mine:
-            part = self._parts.pop(tp)
+            self._limbo[tp] = self._parts.pop(tp)
             self._cm.partitions.snapshot.pop(tp.partition, None)
-            log.info("partition_revoked", partition=tp.partition, dropped_runs=part.pending_runs)
-        self._backlog = [entry for entry in self._backlog if entry[0] in self._parts]
 
     def assigned(self, partitions: Sequence[Any]) -> None:
-        """Rebalance callback: start fresh state for newly assigned ``partitions``."""
+        """Rebalance callback (I/O thread): keep the state of partitions assigned back, start the others fresh."""
         self._cm.rebalances.inc()
         self._joined = True
+        kept = []
         for tp in partitions:
-            if tp not in self._parts:
-                self._parts[tp] = PartitionRuns(self._new_assembler())
-        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions))
+            if tp in self._parts:
+                continue
+            part = self._limbo.pop(tp, None)
+            if part is not None:
+                kept.append(tp.partition)
+            self._parts[tp] = part or PartitionRuns(self._new_assembler())
+        for tp, part in self._limbo.items():
+            log.info("partition_revoked", partition=tp.partition, dropped_runs=part.pending_runs)
+        self._limbo.clear()
+        self._backlog = [entry for entry in self._backlog if self._parts.get(entry[0]) is entry[1]]
+        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions), kept=sorted(kept))
 
     def _snapshot(self) -> None:
         snap: dict[int, tuple[int | None, int]] = {}
@@ -436,4 +456,3 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Sequence[Any]) -> None:
         self._scorer.assigned(list(assigned))
-

@@ -9,7 +9,6 @@ run that is not in the store yet. Pure bookkeeping, no I/O; one thread per insta
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 
 from collector.model import TraceBatch
@@ -21,9 +20,9 @@ __all__ = ["PartitionRuns"]
 class PartitionRuns:
     """Run assembly and commit bookkeeping of one partition.
 
-    Offsets are added in increasing order (one consumer reads a partition in order), so
-    the insertion order of the first-offset map is also its offset order and the safe
-    offset is its first entry.
+    Offsets normally arrive in increasing order, but a partition lost and re-assigned may
+    re-deliver older records into kept state, so the safe offset is the true minimum of
+    the first offsets (a scan of the pending runs, done at most once per commit).
 
     Args:
         assembler: the partition's own assembler.
@@ -31,7 +30,7 @@ class PartitionRuns:
 
     def __init__(self, assembler: Assembler) -> None:
         self.assembler = assembler
-        self._first: OrderedDict[str, int] = OrderedDict()
+        self._first: dict[str, int] = {}
         self._unwritten: dict[str, int] = {}
         self.next_offset: int | None = None
         self.committed: int | None = None
@@ -88,7 +87,7 @@ class PartitionRuns:
         if self.next_offset is None:
             return None
         if self._first:
-            return min(next(iter(self._first.values())), self.next_offset)
+            return min(self.next_offset, *self._first.values())
         return self.next_offset
 
     def offset_to_commit(self) -> int | None:

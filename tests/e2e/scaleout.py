@@ -168,6 +168,17 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, logs: C
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{logs()}")
 
 
+def wait_runs(db_url: str, truth: dict[str, Any], timeout_s: float, logs: Callable[[], str] = str) -> None:
+    """Wait until the store holds at least as many runs as the ground truth; say which are missing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(db_rows(db_url)[0]) >= len(truth):
+            return
+        time.sleep(0.5)
+    missing = sorted(set(truth) - set(db_rows(db_url)[0]))
+    raise AssertionError(f"{len(missing)} of {len(truth)} runs missing after {timeout_s} s: {missing[:5]}\n{logs()}")
+
+
 def wait_assigned(scorers: list[RoleProcess], partitions: int, timeout_s: float = 60.0) -> None:
     """Wait until the live scorers together own every partition, each at least one."""
 
@@ -193,3 +204,68 @@ def check_exact(db_url: str, truth: dict[str, dict[str, Any]]) -> tuple[dict[str
         got = {k: row[k] for k in ("agent", "llm_calls", "tool_calls", "tool_errors", "complete", "flagged")}
         assert {k: want[k] for k in got} == got, tid
     return runs, items
+
+
+def created_since(db_url: str, since: float) -> tuple[int, int]:
+    """Runs and review items first written at or after ``since`` (Unix seconds)."""
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            runs = conn.execute(sa.text("SELECT count(*) FROM runs WHERE created_at >= :t"), {"t": since}).scalar()
+            items = conn.execute(
+                sa.text("SELECT count(*) FROM review_items WHERE created_at >= :t"), {"t": since}
+            ).scalar()
+    finally:
+        engine.dispose()
+    return int(runs or 0), int(items or 0)
+
+
+def stopped_counts(process: RoleProcess) -> tuple[int, int]:
+    """``(new_runs, new_flags)`` from the ``scorer_stopped`` line of a scorer stopped with SIGTERM."""
+    import json
+
+    for line in reversed(process.log_path.read_text().splitlines()):
+        if '"scorer_stopped"' in line:
+            event = json.loads(line)
+            return int(event["new_runs"]), int(event["new_flags"])
+    raise AssertionError(f"no scorer_stopped line\n{process.log_tail()}")
+
+
+class Sender:
+    """Sends runs to the collector from a thread at a steady pace (the stream the tests disturb)."""
+
+    def __init__(self, endpoint: str, runs: list[SynthRun], seconds: float, runs_per_body: int = 5) -> None:
+        import threading
+
+        self.endpoint = endpoint
+        self.runs = runs
+        self.seconds = seconds
+        self.per_body = runs_per_body
+        self.error: BaseException | None = None
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Sender:
+        """Start sending."""
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float = 120.0) -> None:
+        """Wait until every run was sent; re-raise a sender failure."""
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "sender did not finish"
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            chunks = [self.runs[i : i + self.per_body] for i in range(0, len(self.runs), self.per_body)]
+            interval = self.seconds / max(1, len(chunks))
+            start = time.monotonic()
+            with httpx.Client(timeout=30) as client:
+                for i, chunk in enumerate(chunks):
+                    _post(client, self.endpoint, body([s for run in chunk for s in run.spans]))
+                    self.sent += len(chunk)
+                    time.sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - reported by join() in the test thread
+            self.error = exc
