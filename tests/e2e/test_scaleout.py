@@ -60,3 +60,62 @@ class TestEndToEnd:
         finally:
             _stop_all(processes)
         assert 0 == scorers[0].process.returncode
+
+
+class TestStockExporterRecords:
+    """Records as the OpenTelemetry Collector's kafka exporter writes them are consumed correctly."""
+
+    def test_one_trace_per_record_and_many_per_record(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
+        """Keyed one-trace records (partition_traces_by_id) and unkeyed many-trace records both land exactly."""
+        from kafka import KafkaProducer
+
+        from review_queue.synth import body
+
+        cluster = make_cluster(tansu, pg_url, workdir)
+        scorer = cluster.spawn("scorer")
+        try:
+            scorer.wait_ready()
+            wait_assigned([scorer], cluster.partitions)
+            keyed, batched = generate(60, seed=11), generate(90, seed=12)
+            producer = KafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
+            for run in keyed:  # partition_traces_by_id: true — key = lowercase hex trace id
+                producer.send(cluster.topic, key=run.trace_id.encode(), value=body(list(run.spans)))
+            for i in range(0, len(batched), 10):  # the default: one record per batch, no key, many traces
+                chunk = batched[i : i + 10]
+                producer.send(cluster.topic, value=body([s for run in chunk for s in run.spans]))
+            producer.flush()
+            producer.close()
+            truth = expected(keyed + batched)
+            wait_for(lambda: len(db_rows(pg_url)[0]) >= len(truth), 60, "runs in PostgreSQL", scorer.log_tail)
+            runs, _ = check_exact(pg_url, truth)
+            assert {1} == {row["version"] for row in runs.values()}
+            assert len(keyed) + len(batched) // 10 == scorer.metric("vigil_consumer_records_total")
+            assert len(truth) == scorer.metric("vigil_runs_total")
+        finally:
+            _stop_all([scorer])
+
+    def test_undecodable_record_is_skipped(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
+        """A record that is not OTLP is counted and passed; the records around it are scored."""
+        from kafka import KafkaProducer
+
+        from review_queue.synth import body
+
+        cluster = make_cluster(tansu, pg_url, workdir, partitions=1)
+        scorer = cluster.spawn("scorer")
+        try:
+            scorer.wait_ready()
+            wait_assigned([scorer], cluster.partitions)
+            runs = generate(4, seed=13)
+            producer = KafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
+            producer.send(cluster.topic, value=body(list(runs[0].spans)))
+            producer.send(cluster.topic, value=b"\xff\xfe not protobuf")
+            for run in runs[1:]:
+                producer.send(cluster.topic, value=body(list(run.spans)))
+            producer.flush()
+            producer.close()
+            truth = expected(runs)
+            wait_for(lambda: len(db_rows(pg_url)[0]) >= len(truth), 60, "runs in PostgreSQL", scorer.log_tail)
+            check_exact(pg_url, truth)
+            assert 1 == scorer.metric("vigil_consumer_bad_records_total")
+        finally:
+            _stop_all([scorer])
