@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from collector.kafka_testing import TansuBroker
@@ -57,9 +58,17 @@ class TestEndToEnd:
             assert len(truth) == sum(s.metric("vigil_consumer_records_total") for s in scorers)
             assert 0 < len(items) < len(truth)
             assert 0 == collector.metric("vigil_kafka_delivery_failures_total")
+            review = cluster.spawn("review")
+            processes.append(review)
+            review.wait_ready()
+            flagged = httpx.get(f"{review.api}/api/v1/runs", params={"flagged": "true", "limit": 500}, timeout=10)
+            assert set(items) == {run["trace_id"] for run in flagged.json()["items"]}
+            queue = httpx.get(f"{review.api}/api/v1/queue", params={"limit": 500}, timeout=10).json()["items"]
+            assert len(items) == len(queue)
+            assert 200 == httpx.get(f"{review.api}/readyz", timeout=10).status_code
         finally:
             _stop_all(processes)
-        assert 0 == scorers[0].process.returncode
+        assert [0, 0, 0, 0] == [p.process.returncode for p in processes]
 
 
 class TestStockExporterRecords:
