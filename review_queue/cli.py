@@ -109,6 +109,11 @@ def _positive(text: str) -> float:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "kafka", False):
+        from review_queue.bench_kafka import main as kafka_main
+
+        configure_logging("warning")
+        return kafka_main(args)
     from review_queue.bench import main as bench_main
 
     return bench_main(args)
@@ -235,6 +240,9 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
+    bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
+    bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
     bench.set_defaults(func=_cmd_bench)
     rules = sub.add_parser("rules", help="flag rules")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
