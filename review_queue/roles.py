@@ -216,8 +216,8 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
         s.metrics_port,
     )
     tune_gc()
-    await asyncio.to_thread(scorer.start)
     tasks = [asyncio.create_task(probes.serve())]
+    await _start_consumer(scorer)
     log.info(
         "scorer_started",
         metrics=s.metrics_port,
@@ -232,6 +232,19 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
     await _stop_servers([probes], tasks)
     store.close()
     return ok
+
+
+async def _start_consumer(scorer: KafkaScorer, retry_s: float = 2.0) -> None:
+    """Start the consumer, retrying while Kafka cannot be reached (the probes already answer)."""
+    from kafka.errors import KafkaError
+
+    while True:
+        try:
+            await asyncio.to_thread(scorer.start)
+            return
+        except KafkaError as exc:
+            log.warning("kafka_unavailable", error=repr(exc), retry_in=retry_s)
+            await asyncio.sleep(retry_s)
 
 
 # --- review -----------------------------------------------------------------------------

@@ -378,20 +378,22 @@ class KafkaScorer:
             return
         self._last_commit = now
         offsets: dict[Any, Any] = {}
+        parts: list[tuple[PartitionRuns, int]] = []
         for tp in only if only is not None else list(self._parts):
             part = self._parts.get(tp)
             offset = part.offset_to_commit() if part is not None else None
-            if offset is not None:
+            if part is not None and offset is not None:
                 offsets[tp] = _offset_and_metadata(offset)
+                parts.append((part, offset))
         if not offsets:
             return
-        if blocking:
+        if blocking:  # rebalance callbacks may run meanwhile: only the parts captured above are updated
             self._consumer.commit(offsets=offsets)
         else:
             self._consumer.commit_async(offsets=offsets)
         self._cm.commits.inc()
-        for tp, meta in offsets.items():
-            self._parts[tp].committed = meta.offset
+        for part, offset in parts:
+            part.committed = offset
 
     def revoked(self, partitions: Sequence[Any]) -> None:
         """Rebalance callback (I/O thread): commit what is safe for ``partitions``, set their state aside."""
