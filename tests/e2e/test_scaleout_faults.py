@@ -57,8 +57,10 @@ class TestCrash:
     def test_kill_nine_and_restart(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
         """Three SIGKILLs during 2,000 runs: runs, review items and counters equal the ground truth."""
         cluster = make_cluster(tansu, pg_url, workdir)
+        # Commit every 3 s so that every kill leaves written-but-uncommitted runs to re-deliver.
+        slow_commits = {"VIGIL_KAFKA_COMMIT_INTERVAL_S": "3"}
         collector = cluster.spawn("collector")
-        scorer = cluster.spawn("scorer", name="scorer")
+        scorer = cluster.spawn("scorer", name="scorer", **slow_commits)
         processes = [collector, scorer]
         try:
             collector.wait_ready()
@@ -66,16 +68,17 @@ class TestCrash:
             wait_assigned([scorer], cluster.partitions)
             runs = generate(2000, seed=3)
             truth = expected(runs)
-            sender = Sender(collector.otlp_endpoint, runs, seconds=12).start()
+            sender = Sender(collector.otlp_endpoint, runs, seconds=24).start()
             rng = random.Random(5)
             for kill in range(3):
-                time.sleep(rng.uniform(1.5, 4.0))
+                if kill:  # kill only a scorer that is consuming, at a random moment after it started
+                    scorer.wait_ready()
+                    wait_assigned([scorer], cluster.partitions)
+                time.sleep(rng.uniform(1.0, 3.0))
                 scorer.kill()
                 final_start = time.time()
-                scorer = cluster.spawn("scorer", name="scorer")
+                scorer = cluster.spawn("scorer", name="scorer", **slow_commits)
                 processes.append(scorer)
-                if kill < 2:
-                    scorer.wait_ready()
             sender.join()
             wait_runs(pg_url, truth, 120, scorer.log_tail)
             stored, _items = check_exact(pg_url, truth)
