@@ -51,6 +51,13 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def _caught_up(scorer: RoleProcess) -> bool:
+    """It has read records (the re-delivered tail), and has no lag and no run pending in any partition."""
+    if scorer.metric("vigil_consumer_records_total") == 0:
+        return False
+    return 0 == scorer.metric("vigil_consumer_lag_records") + scorer.metric("vigil_runs_in_flight_partition")
+
+
 class TestCrash:
     """kill -9 of the scorer at random moments loses and duplicates nothing."""
 
@@ -83,6 +90,9 @@ class TestCrash:
             wait_runs(pg_url, truth, 120, scorer.log_tail)
             stored, _items = check_exact(pg_url, truth)
             assert any(row["version"] > 1 for row in stored.values()), "no run was re-delivered: test too weak"
+            scorer.wait_ready()  # the last scorer may have started after every run was written
+            wait_assigned([scorer], cluster.partitions)
+            wait_for(lambda: _caught_up(scorer), 60, "the last scorer to catch up", scorer.log_tail)
             new_runs, new_items = created_since(pg_url, final_start)
             # The last scorer re-read records other scorers had already written: it counts only new runs.
             assert new_runs == scorer.metric("vigil_runs_total")
