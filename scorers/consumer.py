@@ -19,9 +19,10 @@ Commit protocol (what makes "nothing lost, nothing counted twice" hold):
    released from their partition's bookkeeping.
 4. A partition's safe offset is the smallest first offset of its runs still pending
    (in flight, or closed and not yet written), or the offset after its last record when
-   none is. It is committed synchronously, at most every ``commit_interval_s`` while there is
-   progress, and at revocation and shutdown. It therefore never passes the first record of
-   a run that is not yet durably written, and commits never go backwards.
+   none is. It is committed synchronously at most every ``commit_interval_s`` while there is
+   progress and at shutdown, and asynchronously at revocation (5), only when it is ahead of
+   this consumer's last commit. It therefore never passes the first record of a run that is
+   not yet durably written.
 5. On revocation the safe offsets of the revoked partitions are committed (asynchronously:
    kafka-python 3 runs rebalance callbacks on its I/O loop) and their state is set aside.
    A partition assigned back to this consumer in the same rebalance keeps its state,
