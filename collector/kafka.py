@@ -27,12 +27,12 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from collector.errors import BackpressureError
+from collector.errors import BackpressureError, SettingsError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import encode_batch
 
-__all__ = ["COMPRESSIONS", "KafkaMetrics", "KafkaPublisher", "ProducerConfig", "record_key"]
+__all__ = ["COMPRESSIONS", "KafkaMetrics", "KafkaPublisher", "ProducerConfig", "check_compression", "record_key"]
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,29 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 _CONNECT_RETRY_S = 2.0
 _LOG_INTERVAL_S = 10.0
+
+
+_CODEC_PACKAGES = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
+
+
+def check_compression(compression: str) -> None:
+    """Refuse a compression whose codec library is not installed (at start-up, not at the first send).
+
+    Raises:
+        SettingsError: naming ``kafka_compression`` and the package to install.
+    """
+    if compression not in COMPRESSIONS:
+        raise SettingsError(
+            "kafka_compression", "VIGIL_KAFKA_COMPRESSION", f"must be one of {', '.join(COMPRESSIONS)}", compression
+        )
+    package = _CODEC_PACKAGES.get(compression)
+    if package is None:
+        return
+    import kafka.codec
+
+    if not getattr(kafka.codec, f"has_{compression}")():
+        reason = f"needs the {package} package: pip install {package}"
+        raise SettingsError("kafka_compression", "VIGIL_KAFKA_COMPRESSION", reason, compression)
 
 
 def record_key(trace_id: str) -> bytes:
@@ -138,6 +161,7 @@ class KafkaPublisher:
         registry: CollectorRegistry | None = None,
         producer_factory: Callable[..., Any] | None = None,
     ) -> None:
+        check_compression(config.compression)
         self._options = config.producer_options()
         self._config = config
         self._retry_after = retry_after_s

@@ -80,6 +80,22 @@ class TestRecords:
         assert ["k1:9092", "k2:9092"] == options["bootstrap_servers"]
         assert Harness().connect().options["compression_type"] is None
 
+    def test_missing_codec_refused_at_start(self) -> None:
+        """A compression whose library is missing refuses to start, naming the key and the package."""
+        import kafka.codec
+
+        from collector.errors import SettingsError
+        from collector.kafka import check_compression
+
+        missing = next((c for c in ("snappy", "lz4") if not getattr(kafka.codec, f"has_{c}")()), None)
+        if missing is None:
+            pytest.skip("!!! snappy and lz4 are both installed: no missing codec to refuse")
+        with pytest.raises(SettingsError) as info:
+            check_compression(missing)
+        assert "VIGIL_KAFKA_COMPRESSION" == info.value.variable
+        assert "pip install" in info.value.reason
+        check_compression("gzip")
+
     def test_unknown_compression_refused(self) -> None:
         """A compression outside the known set fails at construction."""
         with pytest.raises(ValueError, match="compression"):
