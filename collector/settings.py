@@ -128,6 +128,35 @@ class Settings(BaseModel):
     ingest_auth: bool = Field(
         False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
     )
+    # --- scale-out on Kafka (vigil collector / vigil scorer) ---
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers, host:port[,host:port...]."
+    )
+    kafka_topic: str = Field("otlp_spans", min_length=1, description="Topic of OTLP trace records.")
+    kafka_group_id: str = Field("vigil-scorers", min_length=1, description="Consumer group of vigil scorer.")
+    kafka_compression: str = Field(
+        "none", description="Producer compression of vigil collector: none, gzip, snappy, lz4, zstd."
+    )
+    kafka_idempotent: bool = Field(True, description="Idempotent production (acks=all is always used).")
+    kafka_buffer_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=65536,
+        description="Record bytes the collector holds unacknowledged; beyond it receivers answer 503.",
+    )
+    kafka_session_timeout_ms: int = Field(
+        10_000, ge=1000, description="Consumer group session timeout (tansu joins take about half of it)."
+    )
+    kafka_max_poll_records: int = Field(2000, gt=0, description="Records a scorer takes per poll.")
+    kafka_commit_interval_s: float = Field(
+        1.0, gt=0, description="Longest time between offset commits of a scorer with safe progress."
+    )
+
+    @field_validator("kafka_compression")
+    @classmethod
+    def _compression(cls, v: str) -> str:
+        if v.lower() not in {"none", "gzip", "snappy", "lz4", "zstd"}:
+            raise ValueError("must be one of none, gzip, snappy, lz4, zstd")
+        return v.lower()
 
     @field_validator("log_level")
     @classmethod

@@ -131,6 +131,11 @@ def _positive(text: str) -> float:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "kafka", False):
+        from review_queue.bench_kafka import main as kafka_main
+
+        configure_logging("warning")
+        return kafka_main(args)
     from review_queue.bench import main as bench_main
 
     return bench_main(args)
@@ -278,6 +283,89 @@ def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     export.add_argument("--agent", default=None, help="only this agent's runs")
     export.add_argument("--eval-set-id", default="vigil_reviewed", help="eval_set_id of the EvalSet")
     export.set_defaults(func=_cmd_export)
+def _cmd_collector(args: argparse.Namespace) -> int:
+    from review_queue.roles import run_role, serve_collector
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging(settings.log_level)
+    return run_role(lambda: serve_collector(settings))
+
+
+def _cmd_scorer(args: argparse.Namespace) -> int:
+    from review_queue.roles import run_role, serve_scorer
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging(settings.log_level)
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at info
+    return run_role(lambda: serve_scorer(settings))
+
+
+def _cmd_review(args: argparse.Namespace) -> int:
+    from review_queue.roles import run_role, serve_review
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging(settings.log_level)
+    return run_role(lambda: serve_review(settings))
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from review_queue.errors import ReviewQueueError
+    from review_queue.store import upgrade_database
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging(settings.log_level)
+    try:
+        upgrade_database(settings.database_url)
+    except ReviewQueueError as exc:
+        print(f"vigil db upgrade: {exc}", file=sys.stderr)
+        return 1
+    print("database schema is up to date", file=sys.stderr)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import httpx
+
+    from review_queue.replay import replay
+
+    configure_logging("warning")  # the progress bar owns the terminal
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    try:
+        stats = replay(args.files, args.endpoint, headers=headers, progress=not args.no_progress)
+    except FileNotFoundError as exc:
+        print(f"vigil replay: no such file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except httpx.TransportError as exc:
+        print(f"vigil replay: cannot reach {args.endpoint}: {exc}", file=sys.stderr)
+        return 1
+    for path, reason in stats.failed_files[:20]:
+        print(f"  failed {path}: {reason}", file=sys.stderr)
+    print(stats.summary())
+    return 0 if not stats.failed_files else 1
+
+
+def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The scale-out roles and their tooling (issue 3)."""
+    sub.add_parser("collector", help="OTLP receivers (HTTP, gRPC) publishing to Kafka").set_defaults(
+        func=_cmd_collector
+    )
+    sub.add_parser("scorer", help="Kafka consumer group: assemble, score, store, /metrics").set_defaults(
+        func=_cmd_scorer
+    )
+    sub.add_parser("review", help="REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)").set_defaults(
+        func=_cmd_review
+    )
+    db = sub.add_parser("db", help="database schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", help="migrate VIGIL_DATABASE_URL to the newest schema").set_defaults(
+        func=_cmd_db_upgrade
+    )
+    replay = sub.add_parser("replay", help="send captured OTLP files (protobuf or JSON, or directories)")
+    replay.add_argument("files", nargs="+", type=Path, help="files or directories")
+    replay.add_argument("--endpoint", default="http://127.0.0.1:4318", help="OTLP/HTTP endpoint")
+    replay.add_argument("--token", default=None, help="ingest bearer token")
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.set_defaults(func=_cmd_replay)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -309,6 +397,9 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
+    bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
+    bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
+    bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
     bench.set_defaults(func=_cmd_bench)
     purge = sub.add_parser("purge", help="delete everything stored about given traces (deletion requests)")
     purge.add_argument("--trace-id", action="append", required=True, help="a trace id; repeat for several")
@@ -324,6 +415,7 @@ def parser() -> argparse.ArgumentParser:
     check = rules_sub.add_parser("check", help="validate the configured rules and print them")
     check.set_defaults(func=_cmd_rules_check)
     _add_review_commands(sub)
+    _add_scale_out(sub)
     return p
 
 

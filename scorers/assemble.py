@@ -107,6 +107,10 @@ class Assembler:
         """Number of runs being assembled."""
         return len(self._pending)
 
+    def is_open(self, trace_id: str) -> bool:
+        """Whether ``trace_id`` is being assembled (it has spans and has not closed)."""
+        return trace_id in self._pending
+
     def add(self, batch: TraceBatch) -> list[ClosedTrace]:
         """Add one record's spans.
 

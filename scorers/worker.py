@@ -197,14 +197,22 @@ class StreamWorker:
             return {}
 
     def _account(self, scored: list[ScoredRun], outcomes: Sequence[WriteOutcome]) -> None:
-        now_ns = self._wall()
-        m = self._metrics
-        for run, outcome in zip(scored, outcomes, strict=True):
-            if outcome.new_run:
-                m.observe_run(run)
-            elif run.rescored:
-                m.rescored.inc()
-            if outcome.new_flag:
-                m.observe_flag(run)
-                if run.run.end_ns:
-                    m.flag_latency.observe(max(0.0, (now_ns - run.run.end_ns) / 1e9))
+        account(self._metrics, scored, outcomes, self._wall())
+
+
+def account(metrics: RunMetrics, scored: Sequence[ScoredRun], outcomes: Sequence[WriteOutcome], now_ns: int) -> None:
+    """Count written runs in the run metrics, once per run: only runs new to the index.
+
+    A run already in the index (re-delivered, re-scored) updates ``vigil_runs_rescored_total``
+    at most; a flag counts only when the write created the review item.
+    """
+    m = metrics
+    for run, outcome in zip(scored, outcomes, strict=True):
+        if outcome.new_run:
+            m.observe_run(run)
+        elif run.rescored:
+            m.rescored.inc()
+        if outcome.new_flag:
+            m.observe_flag(run)
+            if run.run.end_ns:
+                m.flag_latency.observe(max(0.0, (now_ns - run.run.end_ns) / 1e9))

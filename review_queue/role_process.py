@@ -1,0 +1,121 @@
+"""Run ``vigil collector`` / ``vigil scorer`` / ``vigil review`` as subprocesses — for e2e tests.
+
+:func:`spawn_role` starts one role on free ports with ``VIGIL_*`` overrides and returns a
+:class:`RoleProcess` that can wait for readiness, scrape its metrics, be stopped with
+SIGTERM or killed with SIGKILL. The caller owns the process (use ``try/finally``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from review_queue.process import free_port
+
+__all__ = ["RoleProcess", "RoleProcessError", "spawn_role"]
+
+
+class RoleProcessError(RuntimeError):
+    """A role failed to start or stop; the message ends with its log."""
+
+
+@dataclass
+class RoleProcess:
+    """A running Vigil role and its ports."""
+
+    role: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    metrics_port: int
+    otlp_http_port: int
+    otlp_grpc_port: int
+    http_port: int
+
+    @property
+    def otlp_endpoint(self) -> str:
+        """OTLP/HTTP base URL (collector)."""
+        return f"http://127.0.0.1:{self.otlp_http_port}"
+
+    @property
+    def api(self) -> str:
+        """REST API base URL (review)."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the role's log."""
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        """Whether the process is running."""
+        return self.process.poll() is None
+
+    def wait_ready(self, timeout_s: float = 60.0, path: str = "/readyz") -> None:
+        """Wait until ``path`` on the metrics port answers 200.
+
+        Raises:
+            RoleProcessError: the process exited or did not become ready in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RoleProcessError(f"vigil {self.role} exited {self.process.returncode}\n{self.log_tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RoleProcessError(f"vigil {self.role} not ready within {timeout_s} s\n{self.log_tail()}")
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """Sum of the samples called ``name`` (matching ``labels``) on ``/metrics``."""
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                    total += sample.value
+        return total
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait; returns the exit code (SIGKILL and raise after ``timeout_s``)."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RoleProcessError(f"vigil {self.role} did not stop within {timeout_s} s\n{self.log_tail()}") from None
+
+
+def spawn_role(role: str, workdir: Path, env: Mapping[str, str], *, name: str | None = None) -> RoleProcess:
+    """Start ``vigil <role>`` in ``workdir`` on free ports with ``env`` (``VIGIL_*``) overrides.
+
+    The log goes to ``workdir/<name or role>.log`` (appended, so restarts keep history).
+    """
+    ports = {key: free_port() for key in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
+    full.update({f"VIGIL_{key}_PORT": str(port) for key, port in ports.items()})
+    full.update({"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_HTTP_HOST": "127.0.0.1"})
+    full.update(env)
+    log_path = workdir / f"{name or role}.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "review_queue.cli", role], cwd=workdir, env=full, stdout=log, stderr=log
+        )
+    return RoleProcess(role, process, log_path, ports["METRICS"], ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"])

@@ -1,0 +1,299 @@
+"""Composition of the scale-out roles: ``vigil collector``, ``vigil scorer``, ``vigil review``.
+
+* **collector**: OTLP/HTTP and OTLP/gRPC receivers → :class:`collector.kafka.KafkaPublisher`.
+* **scorer**: :class:`scorers.consumer.KafkaScorer` in the group ``vigil-scorers`` → the store.
+* **review**: the REST API over the store (PostgreSQL via ``VIGIL_DATABASE_URL``).
+
+Every role serves ``/healthz``, ``/readyz`` and ``/metrics`` on the metrics port, and stops
+on SIGTERM/SIGINT: the collector stops its receivers then flushes the producer; the scorer
+commits what is safe and leaves the group (its in-flight runs are re-read by the next
+owner of their partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from collector.grpc_receiver import create_grpc_server
+from collector.kafka import KafkaPublisher, ProducerConfig
+from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.metrics import CollectorMetrics
+from collector.receiver import create_otlp_app
+from collector.settings import Settings
+from review_queue.api import create_api_app
+from review_queue.embedded import GRPC_STOP_GRACE_S, _redact, _server, review_services, tune_gc
+from review_queue.errors import StoreUnavailableError
+from review_queue.maintenance import Maintenance
+from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.retention import Retention, deletion_counter
+from review_queue.shedding import SampleShedder, pending_items
+from review_queue.store import SqlStore, upgrade_database
+from scorers.assemble import Assembler
+from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer
+from scorers.metrics import RunMetrics
+from scorers.pipeline import Pipeline
+from scorers.registry import build_chain
+from scorers.rules import compile_rules
+
+__all__ = ["build_scorer", "probe_app", "serve_collector", "serve_review", "serve_scorer", "upgrade_with_retry"]
+
+log = structlog.get_logger(__name__)
+
+Checks = Callable[[], dict[str, bool]]
+
+
+def probe_app(registry: CollectorRegistry, checks: Checks) -> Starlette:
+    """``/metrics`` (Prometheus or OpenMetrics), ``/healthz`` and ``/readyz`` (200 when every check passes)."""
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> JSONResponse:
+        results = checks()
+        ok = all(results.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "checks": results}, status_code=200 if ok else 503
+        )
+
+    async def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)])
+
+
+async def _until_signal(tasks: list[asyncio.Task[None]]) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
+
+
+async def _stop_servers(servers: list[Any], tasks: list[asyncio.Task[None]]) -> None:
+    for srv in servers:
+        srv.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --- collector --------------------------------------------------------------------------
+
+
+def build_publisher(s: Settings, registry: CollectorRegistry, metrics: CollectorMetrics) -> KafkaPublisher:
+    """The Kafka publisher of ``vigil collector`` from the settings (not started)."""
+    config = ProducerConfig(
+        bootstrap=s.kafka_bootstrap,
+        topic=s.kafka_topic,
+        compression=s.kafka_compression,
+        idempotent=s.kafka_idempotent,
+        buffer_bytes=s.kafka_buffer_bytes,
+    )
+    return KafkaPublisher(config, retry_after_s=s.retry_after_s, metrics=metrics, registry=registry)
+
+
+async def serve_collector(s: Settings, drain_timeout_s: float = 30.0) -> bool:
+    """Run ``vigil collector`` until SIGTERM/SIGINT. Returns True when every record was acknowledged."""
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    publisher = build_publisher(s, registry, metrics)
+    publisher.start()
+    limited = LimitedPublisher(publisher, MemoryLimiter(s.memory_limit_mb * 1024 * 1024), s.retry_after_s, metrics)
+    ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    app = create_otlp_app(
+        limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
+    )
+    receiver = _server(app, s.otlp_http_host, s.otlp_http_port)
+    probes = _server(probe_app(registry, lambda: {"kafka": publisher.ready()}), s.http_host, s.metrics_port)
+    grpc_server = None
+    if s.otlp_grpc_port:
+        grpc_server = await create_grpc_server(
+            limited,
+            metrics,
+            host=s.otlp_http_host,
+            port=s.otlp_grpc_port,
+            max_message_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
+        )
+        await grpc_server.start()
+    tasks = [asyncio.create_task(receiver.serve()), asyncio.create_task(probes.serve())]
+    log.info(
+        "collector_started",
+        otlp_http=s.otlp_http_port,
+        otlp_grpc=s.otlp_grpc_port or None,
+        metrics=s.metrics_port,
+        kafka=s.kafka_bootstrap,
+        topic=s.kafka_topic,
+    )
+    await _until_signal(tasks)
+    log.info("collector_stopping")
+    receiver.should_exit = True
+    if grpc_server is not None:
+        await grpc_server.stop(GRPC_STOP_GRACE_S)
+    await asyncio.gather(tasks[0], return_exceptions=True)
+    flushed = await asyncio.to_thread(publisher.shutdown, drain_timeout_s)
+    await _stop_servers([probes], tasks)
+    log.info("collector_stopped", flushed=flushed)
+    return flushed
+
+
+# --- scorer -----------------------------------------------------------------------------
+
+
+def upgrade_with_retry(url: str, stop: Callable[[], bool] = lambda: False, max_wait_s: float = 10.0) -> None:
+    """Migrate the database, retrying with backoff while it is unreachable (until ``stop()``)."""
+    backoff = 0.5
+    while True:
+        try:
+            upgrade_database(url)
+            return
+        except StoreUnavailableError as exc:
+            if stop():
+                raise
+            log.warning("database_unavailable", retry_in=backoff, error=str(exc))
+            time.sleep(backoff)
+            backoff = min(backoff * 2, max_wait_s)
+
+
+def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tuple[KafkaScorer, SqlStore]:
+    """Wire ``vigil scorer`` (not started): the same pipeline and store as ``vigil run``.
+
+    Args:
+        s: the settings.
+        registry: metrics registry.
+        **kwargs: passed to :class:`KafkaScorer` (``on_written``, ``consumer_factory``, ``tick_s``).
+    """
+    chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
+    rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
+    redactor = redactor_from_settings(s)
+    run_metrics = RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels)
+    pipeline = Pipeline(chain, rules, s.sample_rate, on_error=run_metrics.error)
+    store = SqlStore(s.database_url)
+    shedder = SampleShedder(store, partial(pending_items, store.engine), s.review_queue_capacity, registry)
+    sink = RedactingSink(shedder, redactor)  # as in vigil run: nothing unredacted is stored
+
+    def assembler() -> Assembler:
+        return Assembler(
+            quiet_period_s=s.quiet_period_s,
+            max_idle_s=s.max_idle_s,
+            max_inflight=s.max_inflight_runs,
+            max_spans_per_run=s.max_spans_per_run,
+            closed_cache_size=s.closed_run_cache,
+            observer=run_metrics,
+        )
+
+    config = ConsumerConfig(
+        bootstrap=s.kafka_bootstrap,
+        topic=s.kafka_topic,
+        group_id=s.kafka_group_id,
+        session_timeout_ms=s.kafka_session_timeout_ms,
+        max_poll_records=s.kafka_max_poll_records,
+        commit_interval_s=s.kafka_commit_interval_s,
+    )
+    scorer = KafkaScorer(
+        config,
+        assembler,
+        pipeline,
+        sink,
+        metrics=run_metrics,
+        consumer_metrics=ConsumerMetrics(registry),
+        **kwargs,
+    )
+    return scorer, store
+
+
+async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
+    """Run ``vigil scorer`` until SIGTERM/SIGINT. Returns True when the final commit went through."""
+    registry = CollectorRegistry()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    scorer, store = build_scorer(s, registry)
+    probes = _server(
+        probe_app(registry, lambda: {"consumer": scorer.healthy}),
+        s.http_host,
+        s.metrics_port,
+    )
+    tune_gc()
+    tasks = [asyncio.create_task(probes.serve())]
+    await _start_consumer(scorer)
+    log.info(
+        "scorer_started",
+        metrics=s.metrics_port,
+        kafka=s.kafka_bootstrap,
+        topic=s.kafka_topic,
+        group=s.kafka_group_id,
+        database=_redact(s.database_url),
+    )
+    await _until_signal(tasks)
+    log.info("scorer_stopping")
+    ok = await asyncio.to_thread(scorer.shutdown, drain_timeout_s)
+    await _stop_servers([probes], tasks)
+    store.close()
+    return ok
+
+
+async def _start_consumer(scorer: KafkaScorer, retry_s: float = 2.0) -> None:
+    """Start the consumer, retrying while Kafka cannot be reached (the probes already answer)."""
+    from kafka.errors import KafkaError
+
+    while True:
+        try:
+            await asyncio.to_thread(scorer.start)
+            return
+        except KafkaError as exc:
+            log.warning("kafka_unavailable", error=repr(exc), retry_in=retry_s)
+            await asyncio.sleep(retry_s)
+
+
+# --- review -----------------------------------------------------------------------------
+
+
+async def serve_review(s: Settings) -> bool:
+    """Run ``vigil review`` (REST API over the store) until SIGTERM/SIGINT."""
+    registry = CollectorRegistry()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    store = SqlStore(s.database_url)
+    chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
+    rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
+    services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
+    token = s.admin_token.get_secret_value() if s.admin_token else None
+    api = _server(
+        create_api_app(store, admin_token=token, ready=store.ping, services=services), s.http_host, s.http_port
+    )
+    probes = _server(probe_app(registry, lambda: {"database": store.ping()}), s.http_host, s.metrics_port)
+    # Lease expiry, late feedback joins (feedback that arrived before its run was scored by a
+    # vigil scorer) and the retention period run beside the API.
+    upkeep = Maintenance(services.workbench, services.feedback)
+    retention = Retention(
+        store.engine,
+        days=s.retention_days,
+        keep_reviewed=s.retention_keep_reviewed,
+        on_deleted=deletion_counter(registry),
+    )
+    upkeep.start()
+    retention.start()
+    tasks = [asyncio.create_task(api.serve()), asyncio.create_task(probes.serve())]
+    log.info("review_started", api=s.http_port, metrics=s.metrics_port, database=_redact(s.database_url))
+    await _until_signal(tasks)
+    await _stop_servers([api, probes], tasks)
+    await asyncio.to_thread(upkeep.shutdown)
+    await asyncio.to_thread(retention.shutdown)
+    store.close()
+    return True
+
+
+def run_role(main: Callable[[], Coroutine[Any, Any, bool]]) -> int:
+    """Run a role's coroutine; exit status 0 when it stopped cleanly."""
+    return 0 if asyncio.run(main()) else 1
