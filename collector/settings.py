@@ -77,6 +77,10 @@ class Settings(BaseModel):
     )
     repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
+    model_prices: Mapping[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -84,6 +88,14 @@ class Settings(BaseModel):
         if v.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return v.lower()
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, v: Mapping[str, tuple[float, float]]) -> Mapping[str, tuple[float, float]]:
+        bad = [model for model, (inp, out) in v.items() if inp < 0 or out < 0]
+        if bad:
+            raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
+        return v
 
     @field_validator("scorers", mode="before")
     @classmethod
