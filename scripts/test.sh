@@ -16,6 +16,16 @@ if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
 fi
 
+# Prometheus + promtool (Debian package) for tests/deploy: rule unit tests and the real scrape
+# test. The package's postinst may start a prometheus service on :9090; the tests use their own
+# server on a free port, so stop it to leave nothing behind.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+  if [ -x /etc/init.d/prometheus ] && /etc/init.d/prometheus status >/dev/null 2>&1; then
+    /etc/init.d/prometheus stop || true
+  fi
+fi
+
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
 echo "== import-linter"; .venv/bin/lint-imports
