@@ -526,9 +526,28 @@ def pipeline_row(g: Layout) -> None:
     g.add(
         timeseries(
             "Consumer lag (Kafka)",
-            [target(f"sum by (topic, partition) (vigil_kafka_consumer_lag{{{ENV}}})", "{{topic}}/{{partition}}")],
+            [target(f"sum by (partition) (vigil_consumer_lag_records{{{ENV}}})", "partition {{partition}}")],
             "short",
-            "Records the vigil-scorers group is behind (scale-out deployment only).",
+            "Records the vigil-scorers group is behind the otlp_spans high watermark (vigil scorer only).",
+        ),
+        6,
+    )
+    g.add(
+        timeseries(
+            "Kafka producer and consumer",
+            [
+                target(
+                    f"max by (instance) (vigil_kafka_buffer_bytes{{{ENV}}}"
+                    f" / (vigil_kafka_buffer_capacity_bytes{{{ENV}}} > 0))",
+                    "collector buffer {{instance}}",
+                ),
+                target(f"sum(rate(vigil_kafka_delivery_failures_total{{{ENV}}}[{RI}]))", "delivery failures/s"),
+                target(f"sum(rate(vigil_consumer_bad_records_total{{{ENV}}}[{RI}]))", "bad records/s"),
+                target(f"max by (instance) (vigil_consumer_paused{{{ENV}}})", "paused {{instance}}"),
+            ],
+            "short",
+            "vigil collector's unacknowledged bytes (503 when full), failed deliveries, undecodable"
+            " records, scorers paused on a store outage.",
         ),
         6,
     )

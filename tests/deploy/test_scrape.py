@@ -52,8 +52,13 @@ OTHER_ROLE_METRICS = frozenset(
         "vigil_judge_score_bucket",
         "vigil_judge_agreement_rate",
         "vigil_judge_cohen_kappa",
-        # Kafka scale-out (issue 3: `vigil scorer`)
-        "vigil_kafka_consumer_lag",
+        # Kafka scale-out (issue 3: `vigil collector`, `vigil scorer`)
+        "vigil_consumer_lag_records",
+        "vigil_consumer_bad_records_total",
+        "vigil_consumer_paused",
+        "vigil_kafka_buffer_bytes",
+        "vigil_kafka_buffer_capacity_bytes",
+        "vigil_kafka_delivery_failures_total",
     }
 )
 """Metrics of roles or features this ``vigil run --demo`` does not exercise. Their queries must
