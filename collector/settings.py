@@ -77,6 +77,21 @@ class Settings(BaseModel):
     )
     repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
+    redact: tuple[str, ...] = Field(
+        ("email", "phone", "card", "api_key"),
+        description="Built-in redaction patterns applied to run content before it is stored "
+        "(email, phone, card, api_key; comma-separated in the environment, empty for none).",
+    )
+    redact_patterns: Mapping[str, str] = Field(
+        default_factory=dict, description="Extra redaction patterns {name: regex} (YAML only)."
+    )
+    attributes_deny: tuple[str, ...] = Field(
+        ("*authorization*", "*password*", "*secret*", "*api_key*", "*apikey*", "*cookie*"),
+        description="Root attribute key globs never stored (case-insensitive; comma-separated in the environment).",
+    )
+    attributes_allow: tuple[str, ...] = Field(
+        (), description="When set, only root attribute keys matching these globs are stored."
+    )
     model_prices: Mapping[str, tuple[float, float]] = Field(
         default_factory=dict,
         description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
@@ -97,7 +112,7 @@ class Settings(BaseModel):
             raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
         return v
 
-    @field_validator("scorers", mode="before")
+    @field_validator("scorers", "redact", "attributes_deny", "attributes_allow", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):

@@ -36,6 +36,7 @@ from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
+from review_queue.privacy import RedactingSink, redactor_from_settings
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
@@ -96,6 +97,7 @@ def build(
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
     rules = compile_rules(settings.rules, [name for name, _ in chain], repeat_threshold=settings.repeat_threshold)
+    redactor = redactor_from_settings(settings)
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
@@ -115,7 +117,8 @@ def build(
         observer=run_metrics,
     )
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
-    worker = StreamWorker(stream, assembler, pipeline, store, run_metrics, on_written=on_written)
+    sink = RedactingSink(store, redactor)
+    worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
     return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
 
 

@@ -112,6 +112,14 @@ def _finite(value: str | int | float | bool) -> str | int | float | bool:
     return value
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: int) -> int:
+    """``value`` clamped to a signed 64-bit column (OTLP timestamps are unsigned; sums can overflow)."""
+    return _INT64_MIN if value < _INT64_MIN else _INT64_MAX if value > _INT64_MAX else value
+
+
 def _summary(run: Run) -> dict[str, Any]:
     return {
         "trace_id": run.trace_id,
@@ -120,14 +128,14 @@ def _summary(run: Run) -> dict[str, Any]:
         "dialect": run.dialect,
         "status": run.status.value,
         "complete": run.complete,
-        "start_ns": run.start_ns,
-        "end_ns": run.end_ns,
+        "start_ns": _int64(run.start_ns),
+        "end_ns": _int64(run.end_ns),
         "duration_s": run.duration_s,
         "llm_calls": run.llm_calls,
         "tool_calls": run.tool_calls,
         "tool_errors": run.tool_errors,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
+        "input_tokens": _int64(run.input_tokens),
+        "output_tokens": _int64(run.output_tokens),
         "hit_max_iterations": run.hit_max_iterations,
         "safety_blocked": run.safety_blocked,
         "errored": run.errored,

@@ -233,3 +233,35 @@ class TestIngestToken:
             authed = {**PROTO, "Authorization": "Bearer t0ken"}
             assert 200 == httpx.post(url, content=good, headers=authed).status_code
             assert trace_id == wait_run(running, trace_id)["trace_id"]
+
+
+class TestRedaction:
+    """Personal data in span content never reaches the store or the API (default patterns)."""
+
+    def test_snapshot_is_redacted(self, vigil: VigilProcess) -> None:
+        """Emails, phone numbers and keys in span status messages come back redacted."""
+        trace_id, root_id, tool_id = "5e" * 16, "00000000000000a1", "00000000000000a2"
+        leak = "no user +4915112345678, key sk-abcdefghijklmnop1234"
+        t0 = time.time_ns()
+        root = PbSpan(
+            trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(root_id), name="invoke_agent support",
+            start_time_unix_nano=t0, end_time_unix_nano=t0 + 10**6,
+            status=PbStatus(code=PbStatus.STATUS_CODE_ERROR, message="failed for bob@example.com"),
+            attributes=[_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.agent.name", "support"),
+                        _kv("error.type", "LookupError")],
+        )  # fmt: skip
+        tool = PbSpan(
+            trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(tool_id), parent_span_id=bytes.fromhex(root_id),
+            name="execute_tool crm", start_time_unix_nano=t0 + 1, end_time_unix_nano=t0 + 2,
+            status=PbStatus(code=PbStatus.STATUS_CODE_ERROR, message=leak),
+            attributes=[_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "crm")],
+        )  # fmt: skip
+        httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=body([root, tool]), headers=PROTO)
+        run = wait_run(vigil, trace_id)
+        text = str(run)
+        assert "bob@example.com" not in text
+        assert "+4915112345678" not in text
+        assert "sk-abcdefghijklmnop1234" not in text
+        messages = {s["status_message"] for s in run["review_item"]["snapshot"]["steps"]}
+        assert "failed for [REDACTED:email]" in messages
+        assert "no user [REDACTED:phone], key [REDACTED:api_key]" in messages

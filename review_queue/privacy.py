@@ -1,0 +1,62 @@
+"""Privacy on the write path: redaction of run content before it reaches the store.
+
+:class:`RedactingSink` wraps the real sink (:class:`review_queue.store.SqlStore`) and
+hands it copies of the scored runs whose free text went through a
+:class:`scorers.redact.Redactor`. Only a flagged run's content is persisted (its review
+item's snapshot), so only flagged runs are copied in full; every run's ``error_type``
+(a run-index column) is redacted too. Nothing unredacted is written, so nothing
+unredacted can be shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from collector.settings import Settings
+from scorers.model import RunSink, ScoredRun, WriteOutcome
+from scorers.redact import Redactor
+
+__all__ = ["RedactingSink", "redactor_from_settings"]
+
+
+def redactor_from_settings(settings: Settings) -> Redactor:
+    """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
+    ``attributes_deny``, ``attributes_allow``).
+
+    Raises:
+        scorers.redact.RedactionConfigError: an unknown pattern name or a bad regex.
+    """
+    return Redactor(
+        settings.redact,
+        settings.redact_patterns,
+        deny=settings.attributes_deny,
+        allow=settings.attributes_allow,
+    )
+
+
+class RedactingSink:
+    """A :class:`~scorers.model.RunSink` that redacts run content before delegating.
+
+    Args:
+        inner: the sink that persists.
+        redactor: the compiled patterns and attribute filters.
+    """
+
+    def __init__(self, inner: RunSink, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        """Redact, then write through the inner sink (same outcomes, same errors)."""
+        return self._inner.write([self._redact(s) for s in runs])
+
+    def _redact(self, scored: ScoredRun) -> ScoredRun:
+        run = scored.run
+        if scored.flag is not None:
+            return dataclasses.replace(scored, run=self._redactor.run(run))
+        if run.error_type:
+            return dataclasses.replace(
+                scored, run=dataclasses.replace(run, error_type=self._redactor.text(run.error_type))
+            )
+        return scored
