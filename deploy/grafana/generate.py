@@ -441,12 +441,16 @@ def judge_row(g: Layout) -> None:
     )
     g.add(
         timeseries(
-            "Judge requests by outcome",
+            "Judge requests by outcome, and runs not judged",
             [
                 target(
                     f"sum by (judge, outcome) (rate(vigil_judge_requests_total{{{ENV}}}[{RI}]))",
                     "{{judge}} {{outcome}}",
-                )
+                ),
+                target(
+                    f"sum by (judge, reason) (rate(vigil_judge_dropped_total{{{ENV}}}[{RI}]))",
+                    "{{judge}} dropped: {{reason}}",
+                ),
             ],
             "ops",
         ),

@@ -52,6 +52,7 @@ OTHER_ROLE_METRICS = frozenset(
         "vigil_judge_score_bucket",
         "vigil_judge_agreement_rate",
         "vigil_judge_cohen_kappa",
+        "vigil_judge_dropped_total",
         # Kafka scale-out (issue 3: `vigil collector`, `vigil scorer`)
         "vigil_consumer_lag_records",
         "vigil_consumer_bad_records_total",
