@@ -48,6 +48,6 @@ class BodyTooLargeError(CollectorError):
 class BackpressureError(CollectorError):
     """The downstream stream is full; the sender should retry after ``retry_after`` seconds."""
 
-    def __init__(self, retry_after: float) -> None:
+    def __init__(self, retry_after: float, message: str | None = None) -> None:
         self.retry_after = retry_after
-        super().__init__(f"downstream full, retry after {retry_after}s")
+        super().__init__(message or f"downstream full, retry after {retry_after}s")

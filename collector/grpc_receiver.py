@@ -175,7 +175,7 @@ class _GrpcReceiver:
             self._publisher.publish(result.batches)
         except BackpressureError as exc:
             rejection = _Rejection(
-                grpc.StatusCode.UNAVAILABLE, "backpressure", "stream full, retry later", spans=result.accepted
+                grpc.StatusCode.UNAVAILABLE, "backpressure", f"{exc}; retry later", spans=result.accepted
             )
             delay = max(self._retry_after_s, math.ceil(exc.retry_after))
             info = RetryInfo(retry_delay=Duration(seconds=delay))

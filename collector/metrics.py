@@ -86,6 +86,7 @@ class CollectorMetrics:
             self.spans_rejected.labels(reason)
             self.rejected_requests.labels(reason)
         self.dropped.labels("stream", "full")
+        self.dropped.labels("receiver", "memory_limit")
 
     def request(self, encoding: Encoding, code: int) -> None:
         """Count one finished OTLP request with its HTTP status code."""

@@ -196,7 +196,7 @@ class _Receiver:
         try:
             self._publisher.publish(result.batches)
         except BackpressureError as exc:
-            rejection = _Rejection(503, "backpressure", "stream full, retry later", spans=result.accepted)
+            rejection = _Rejection(503, "backpressure", f"{exc}; retry later", spans=result.accepted)
             retry_after = max(self._retry_after_s, math.ceil(exc.retry_after))
             rejection.headers["Retry-After"] = str(retry_after)
             raise rejection from exc

@@ -48,10 +48,19 @@ class Settings(BaseModel):
         None, description="Bearer token required on OTLP ingest (HTTP and gRPC) when set."
     )
     max_body_bytes: int = Field(20 * 1024 * 1024, gt=0, description="OTLP request body limit after decompression.")
+    memory_limit_mb: int = Field(
+        1024,
+        ge=0,
+        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; 0 disables.",
+    )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
     max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
     max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
+    state_path: str = Field(
+        "vigil.state",
+        description="vigil run: file where SIGTERM saves runs still in flight for the next start; empty disables.",
+    )
     closed_run_cache: int = Field(
         20_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them."
     )

@@ -114,6 +114,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from review_queue.soak import soak
+
+    console = Console(stderr=True)
+    result = soak(args.minutes * 60, args.rate, sample_every_s=args.sample_every, console=console)
+    verdict = "flat" if result.flat(args.tolerance) else "NOT flat"
+    print(
+        f"soak: {args.minutes:g} min at {args.rate:g} runs/s; RSS {result.samples[0][1]:.1f} -> "
+        f"{result.samples[-1][1]:.1f} MiB, growth last quarter vs second quarter {result.growth:+.1%} "
+        f"(tolerance {args.tolerance:.0%}); runs sent {result.sent_runs}, accepted {result.accepted_runs}, "
+        f"stored {result.stored_runs}, refused requests {result.refused}: memory {verdict}"
+    )
+    return 0 if result.flat(args.tolerance) else 1
+
+
 def _cmd_rules_check(args: argparse.Namespace) -> int:
     from scorers.registry import build_chain
     from scorers.rules import compile_rules
@@ -151,6 +168,12 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     bench.set_defaults(func=_cmd_bench)
+    soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
+    soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")
+    soak.add_argument("--rate", type=_positive, default=200.0, help="runs per second (default 200)")
+    soak.add_argument("--sample-every", type=_positive, default=5.0, help="seconds between RSS samples")
+    soak.add_argument("--tolerance", type=_positive, default=0.05, help="allowed RSS growth (default 0.05)")
+    soak.set_defaults(func=_cmd_soak)
     rules = sub.add_parser("rules", help="flag rules")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate the configured rules and print them")

@@ -19,6 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.grpc_receiver import create_grpc_server
+from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
@@ -44,6 +46,7 @@ from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
 if TYPE_CHECKING:
@@ -116,6 +119,8 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
+    if settings.state_path:
+        load_state(settings.state_path, assembler)
     pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
     sink = RedactingSink(store, redactor)
     worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
@@ -167,9 +172,11 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     receivers = _server(
         create_otlp_app(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
@@ -185,7 +192,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     grpc_receiver = None
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_receiver = await create_grpc_server(
-            emb.stream,
+            publisher,
             emb.collector_metrics,
             host=s.otlp_http_host,
             port=s.otlp_grpc_port,
@@ -219,7 +226,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
         await grpc_receiver.stop(GRPC_STOP_GRACE_S)
     await asyncio.gather(tasks[0], return_exceptions=True)
-    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s)
+    save = partial(save_state, s.state_path) if s.state_path else None
+    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -139,11 +139,47 @@ class Assembler:
             out.append(self._close(trace_id, pending))
         return out
 
-    def drain(self) -> list[ClosedTrace]:
-        """Close every in-flight run now (shutdown); runs whose root ended count as complete."""
-        out = [self._close(tid, p) for tid, p in list(self._pending.items())]
-        self._heap.clear()
+    def drain(self, *, finished_only: bool = False) -> list[ClosedTrace]:
+        """Close in-flight runs now (shutdown); runs whose root ended count as complete.
+
+        Args:
+            finished_only: close only runs whose root span has ended; the others stay in
+                flight (to be saved with :meth:`export_state` and resumed after a restart).
+        """
+        out = [
+            self._close(tid, p)
+            for tid, p in list(self._pending.items())
+            if p.root_ended or not finished_only
+        ]
+        if not self._pending:
+            self._heap.clear()
         return out
+
+    def export_state(self) -> tuple[list[tuple[str, tuple[Span, ...]]], list[tuple[str, tuple[Span, ...]]]]:
+        """The spans of every in-flight run and of every cached closed run, oldest first.
+
+        Returns:
+            ``(in_flight, closed)`` lists of ``(trace_id, spans)``.
+        """
+        in_flight = [(tid, tuple(p.spans.values())) for tid, p in self._pending.items()]
+        return in_flight, list(self._closed.items())
+
+    def import_state(
+        self, in_flight: Sequence[tuple[str, Sequence[Span]]], closed: Sequence[tuple[str, Sequence[Span]]]
+    ) -> None:
+        """Restore what :meth:`export_state` returned (at start-up, before any span arrives).
+
+        Closed runs go back into the late-span cache; in-flight runs resume with their idle
+        and quiet clocks restarted now.
+        """
+        for trace_id, spans in closed:
+            self._remember_closed(trace_id, tuple(spans))
+        now = self._clock()
+        for trace_id, spans in in_flight:
+            pending = _Pending(spans={}, last_seen=now)
+            self._pending[trace_id] = pending
+            self._merge(pending, tuple(spans))
+            self._schedule(trace_id, pending)
 
     def next_deadline(self) -> float | None:
         """Monotonic time of the earliest pending deadline (may be stale), or None."""

@@ -91,8 +91,14 @@ class StreamWorker:
         self._thread = threading.Thread(target=self._loop, name="vigil-stream-worker", daemon=True)
         self._thread.start()
 
-    def shutdown(self, timeout_s: float = 30.0) -> bool:
+    def shutdown(self, timeout_s: float = 30.0, *, save: Callable[[Assembler], object] | None = None) -> bool:
         """Stop pulling, then score and write every record and in-flight run within ``timeout_s``.
+
+        Args:
+            timeout_s: the drain deadline.
+            save: when given, only runs whose root span ended are scored; ``save`` is then
+                called with the assembler to keep the unfinished ones (and the late-span
+                cache) for the next start (:func:`scorers.state.save_state`).
 
         Returns:
             True when everything was written before the deadline.
@@ -108,8 +114,13 @@ class StreamWorker:
             if not records:
                 break
             self._ingest(records)
-        closed = self._assembler.drain()
-        return self._write_all(closed, deadline)
+        closed = self._assembler.drain(finished_only=save is not None)
+        written = self._write_all(closed, deadline)
+        if save is not None:
+            if not written:  # the store stayed down: keep these runs as unfinished work
+                self._assembler.import_state([(c.trace_id, c.spans) for c in closed], [])
+            save(self._assembler)
+        return written
 
     def run_once(self, timeout_s: float = 0.0) -> int:
         """One tick: pull, release due runs, score and write them. Returns runs written."""

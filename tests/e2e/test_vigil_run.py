@@ -197,7 +197,7 @@ class TestRealExporter:
 
 
 class TestSigterm:
-    """SIGTERM drains: runs still in flight are scored and written before exit."""
+    """SIGTERM drains: finished runs are scored and written before exit, unfinished ones saved for the restart."""
 
     def test_inflight_run_written_on_sigterm(self, tmp_path: Path) -> None:
         """With a 60 s quiet period nothing closes on its own; SIGTERM still writes the run."""
@@ -209,6 +209,28 @@ class TestSigterm:
         with sqlite3.connect(tmp_path / "vigil.db") as db:
             rows = db.execute("SELECT complete FROM runs WHERE trace_id = ?", (trace_id,)).fetchall()
         assert [(1,)] == rows
+
+
+    def test_unfinished_run_resumes_after_restart(self, tmp_path: Path) -> None:
+        """A run without its root at SIGTERM is saved, not scored; after a restart its root completes it."""
+        synth = make_run(random.Random(78))
+        root = next(s for s in synth.spans if not s.parent_span_id)
+        children = [s for s in synth.spans if s.parent_span_id]
+        env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "1"}
+        with start_vigil(tmp_path, env) as running:
+            url = f"{running.otlp_endpoint}/v1/traces"
+            assert 200 == httpx.post(url, content=body(children), headers=PROTO).status_code
+            time.sleep(0.5)
+        assert (tmp_path / "vigil.state").exists()
+        with sqlite3.connect(tmp_path / "vigil.db") as db:
+            assert [] == db.execute("SELECT 1 FROM runs WHERE trace_id = ?", (synth.trace_id,)).fetchall()
+        with start_vigil(tmp_path, env) as running:
+            assert not (tmp_path / "vigil.state").exists()
+            url = f"{running.otlp_endpoint}/v1/traces"
+            assert 200 == httpx.post(url, content=body([root]), headers=PROTO).status_code
+            run = wait_run(running, synth.trace_id)
+        assert run["complete"]
+        assert len(synth.spans) == run["review_item"]["snapshot"]["span_count"]
 
 
 def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
@@ -233,6 +255,19 @@ class TestIngestToken:
             authed = {**PROTO, "Authorization": "Bearer t0ken"}
             assert 200 == httpx.post(url, content=good, headers=authed).status_code
             assert trace_id == wait_run(running, trace_id)["trace_id"]
+
+
+class TestMemoryLimit:
+    """VIGIL_MEMORY_LIMIT_MB: over the ceiling, ingest is refused with 503 + Retry-After and counted."""
+
+    def test_over_ceiling_refuses(self, tmp_path: Path) -> None:
+        """A 1 MiB ceiling is always exceeded: every export is refused, none is lost silently."""
+        _, good = good_body(92)
+        with start_vigil(tmp_path, {"VIGIL_MEMORY_LIMIT_MB": "1", "VIGIL_RETRY_AFTER_S": "3"}) as running:
+            response = httpx.post(f"{running.otlp_endpoint}/v1/traces", content=good, headers=PROTO)
+            assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+            assert 0 < metric(running, "vigil_dropped_total", stage="receiver", reason="memory_limit")
+            assert 1 == metric(running, "vigil_otlp_rejected_requests_total", reason="backpressure")
 
 
 class TestRedaction:

@@ -171,3 +171,24 @@ class TestShutdown:
         assert worker.shutdown(5.0)
         assert {"d" * 32, "e" * 32} == set(sink.rows)
         assert all(s.run.complete for s in sink.rows.values())
+
+    def test_shutdown_with_save_keeps_unfinished_runs(self) -> None:
+        """With ``save``, runs whose root ended are written; the others go to ``save``, unscored."""
+        sink = FlakySink()
+        worker, source, _clock, _ = make(sink)
+        finished = run_spans("f" * 32)
+        unfinished = TraceBatch("9" * 32, tuple(s for s in run_spans("9" * 32).spans if s.parent_span_id))
+        source.items.extend([finished, unfinished])
+        saved: list[list[str]] = []
+        assert worker.shutdown(5.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        assert {"f" * 32} == set(sink.rows)
+        assert [["9" * 32]] == saved
+
+    def test_shutdown_with_save_keeps_runs_the_store_refused(self) -> None:
+        """When the store stays down past the deadline, finished runs are saved as unfinished work."""
+        sink = FlakySink(failures=10_000)
+        worker, source, _clock, _ = make(sink)
+        source.items.append(run_spans("7" * 32))
+        saved: list[list[str]] = []
+        assert not worker.shutdown(0.2, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        assert [["7" * 32]] == saved

@@ -1,0 +1,89 @@
+"""Tests for collector.limits: the memory ceiling in front of the publishers."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client import CollectorRegistry
+from starlette.testclient import TestClient
+
+from collector.errors import BackpressureError
+from collector.limits import LimitedPublisher, MemoryLimiter, rss_bytes
+from collector.metrics import CollectorMetrics
+from collector.model import TraceBatch
+from collector.receiver import create_otlp_app
+from collector.stream import InProcessStream
+from collector.testing import span
+
+
+class Memory:
+    """An injected RSS reading and clock."""
+
+    def __init__(self) -> None:
+        self.rss = 100
+        self.now = 0.0
+        self.reads = 0
+
+    def read(self) -> int:
+        self.reads += 1
+        return self.rss
+
+
+def test_rss_is_read_on_linux() -> None:
+    """The real reading is a plausible resident size for a Python process."""
+    assert 10 * 1024 * 1024 < rss_bytes() < 64 * 1024**3
+
+
+def test_limiter_caches_reading_for_the_interval() -> None:
+    """Readings are re-taken only after the interval; a zero limit never refuses."""
+    m = Memory()
+    limiter = MemoryLimiter(150, read_rss=m.read, check_interval_s=1.0, clock=lambda: m.now)
+    assert not limiter.over()
+    m.rss = 200
+    assert not limiter.over()  # still the cached reading
+    m.now = 1.0
+    assert limiter.over()
+    assert 2 == m.reads
+    assert not MemoryLimiter(0, read_rss=m.read).over()
+
+
+def _batch() -> TraceBatch:
+    s = span()
+    return TraceBatch(s.trace_id, (s, span(trace_id=s.trace_id)), 0)
+
+
+def test_limited_publisher_refuses_and_counts() -> None:
+    """Over the ceiling nothing reaches the stream, the spans are counted, and Retry-After is set."""
+    m = Memory()
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    stream = InProcessStream(10, 1.0, metrics)
+    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    publisher.publish([_batch()])
+    m.rss = 151
+    with pytest.raises(BackpressureError, match="memory limit of 150 bytes") as info:
+        publisher.publish([_batch()])
+    assert 7 == info.value.retry_after
+    assert 1 == stream.qsize()
+    assert 2.0 == registry.get_sample_value("vigil_dropped_total", {"stage": "receiver", "reason": "memory_limit"})
+    assert publisher.ready()
+
+
+def test_receiver_answers_503_while_over_and_recovers() -> None:
+    """Through the OTLP/HTTP receiver: 503 + Retry-After with the reason, then 200 once memory is back."""
+    m = Memory()
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    stream = InProcessStream(10, 1.0, metrics)
+    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 4, metrics)
+    client = TestClient(create_otlp_app(publisher, metrics, max_body_bytes=1 << 20, retry_after_s=2))
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="x")
+    headers = {"Content-Type": "application/x-protobuf"}
+    m.rss = 1000
+    refused = client.post("/v1/traces", content=request.SerializeToString(), headers=headers)
+    assert (503, "4") == (refused.status_code, refused.headers["Retry-After"])
+    assert "memory limit" in refused.text
+    m.rss = 100
+    assert 200 == client.post("/v1/traces", content=request.SerializeToString(), headers=headers).status_code
+    assert 1 == stream.qsize()

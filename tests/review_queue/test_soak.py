@@ -1,0 +1,26 @@
+"""Tests for review_queue.soak: a short soak measures memory and accounts for every run."""
+
+from __future__ import annotations
+
+import pytest
+
+from review_queue.soak import _growth, soak
+
+pytestmark = pytest.mark.integration
+
+
+def test_short_soak_accounts_for_every_run() -> None:
+    """Samples are taken, every accepted run is stored, nothing is refused at a modest rate."""
+    result = soak(6.0, 40.0, sample_every_s=1.0)
+    assert len(result.samples) >= 4
+    assert all(rss > 10 for _, rss in result.samples)
+    assert result.accepted_runs > 100
+    assert result.accepted_runs == result.stored_runs
+    assert 0 == result.refused
+
+
+def test_growth_compares_last_quarter_with_second_quarter() -> None:
+    """Warm-up (first quarter) is ignored; growth is last-quarter median over second-quarter median."""
+    samples = [(float(i), rss) for i, rss in enumerate([50, 90, 100, 100, 100, 100, 110, 110])]
+    assert pytest.approx(0.10) == _growth(samples)
+    assert 0.0 == _growth(samples[:4])
