@@ -165,6 +165,18 @@ class TestContainers:
                 assert c["securityContext"]["allowPrivilegeEscalation"] is False, f"{name}/{c['name']}"
                 assert ["ALL"] == c["securityContext"]["capabilities"]["drop"], f"{name}/{c['name']}"
 
+    def test_receiver_memory_ceiling_below_container_limit(self) -> None:
+        """Receivers refuse spans (VIGIL_MEMORY_LIMIT_MB) before the container memory limit OOM-kills them."""
+        units = {"Mi": 1, "Gi": 1024}
+        for name, _, c in vigil_containers():
+            if c["args"][0] not in {"collector", "run"}:
+                continue
+            limit = c["resources"]["limits"]["memory"]
+            limit_mib = int(limit[:-2]) * units[limit[-2:]]
+            env = container_env(c)
+            ceiling = int(env.get("VIGIL_MEMORY_LIMIT_MB", Settings.model_fields["memory_limit_mb"].default))
+            assert 0 < ceiling < limit_mib, f"{name}: VIGIL_MEMORY_LIMIT_MB={ceiling} vs limit {limit}"
+
     def test_read_only_root_has_writable_tmp(self) -> None:
         """Vigil containers with a read-only root get an emptyDir at /tmp."""
         for name, spec, c in vigil_containers():
