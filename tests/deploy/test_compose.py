@@ -6,6 +6,7 @@ Prometheus and Grafana material it mounts is exercised by the other tests of thi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,13 @@ class TestMounts:
         provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/vigil.yaml").read_text())["providers"][0]
         assert "./grafana/dashboards" == next(k for k, v in mounts.items() if v == provider["options"]["path"])
         assert "/etc/grafana/provisioning/datasources" == mounts["./grafana/provisioning/datasources"]
+        text = (DEPLOY / "grafana/provisioning/datasources/vigil.yaml").read_text()
+        datasource = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+        grafana_env = services()["grafana"]["environment"]
+        for name in set(re.findall(r"(?<!\$)\$\{([A-Z_]+)\}", datasource)):
+            assert name in grafana_env, f"datasource provisioning reads ${{{name}}}, not set for Grafana"
+        review_port = published(services()["review"])
+        assert f"http://localhost:{next(iter(review_port.values()))}" == grafana_env["VIGIL_PUBLIC_URL"]
 
     def test_alertmanager_routes_to_defined_receivers(self) -> None:
         """Every receiver a route names is defined."""

@@ -109,7 +109,7 @@ class TestProvisioning:
         assert "prometheus" == ds["type"]
         link = ds["jsonData"]["exemplarTraceIdDestinations"][0]
         assert "trace_id" == link["name"]
-        assert link["url"].endswith("/api/v1/runs/$${__value.raw}")
+        assert "${VIGIL_PUBLIC_URL}/api/v1/runs/$${__value.raw}" == link["url"]  # $$: a literal $ for Grafana
 
     def test_dashboard_provider_path(self) -> None:
         """The provider reads the folder compose.yaml mounts the dashboards into."""
