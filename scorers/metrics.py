@@ -167,10 +167,12 @@ class RunMetrics:
             c.tokens_in.inc(run.input_tokens)
         if run.output_tokens:
             c.tokens_out.inc(run.output_tokens)
-        cost = self.prices.run_cost(run)
-        c.cost.inc(cost.usd)
-        if cost.unpriced_tokens:
-            c.unpriced.inc(cost.unpriced_tokens)
+        if run.input_tokens or run.output_tokens:
+            cost = self.prices.run_cost(run)
+            if cost.usd:
+                c.cost.inc(cost.usd)
+            if cost.unpriced_tokens:
+                c.unpriced.inc(cost.unpriced_tokens)
         for tool in run.tools:
             calls, errors = self._tool_children(agent, self.tool(tool.name))
             calls.inc()

@@ -33,6 +33,8 @@ DEFAULT_PRICES: Mapping[str, Price] = {
 """OpenAI list prices (USD per 1M tokens, standard tier) for the models the demo fleet uses and
 their neighbours; extend or override with ``model_prices`` in ``vigil.yaml``."""
 
+_LLM = StepKind.LLM  # module constant: enum attribute lookups cost more than a global read
+
 MAX_CACHED_MODELS = 1024
 """Distinct model names whose lookup is memoised (model names come from traces)."""
 
@@ -85,10 +87,14 @@ class PriceTable:
         """Estimate the cost of ``run``'s LLM steps (the de-duplicated calls that carry tokens)."""
         usd = 0.0
         unpriced = 0
+        if not (run.input_tokens or run.output_tokens):
+            return RunCost(usd, unpriced)
+        cache = self._cache
         for step in run.steps:
-            if step.kind is not StepKind.LLM:
+            if step.kind is not _LLM:
                 continue
-            price = self.price(step.model)
+            model = step.model
+            price = cache[model] if model in cache else self.price(model)
             if price is None:
                 unpriced += step.input_tokens + step.output_tokens
             else:

@@ -67,7 +67,8 @@ class TestRunMetrics:
             Step("1", None, "chat", StepKind.LLM, model="house-model", input_tokens=1000, output_tokens=500),
             Step("2", None, "chat", StepKind.LLM, model="unknown-model", input_tokens=7, output_tokens=3),
         )
-        metrics.observe_run(ScoredRun(Run(trace_id="e" * 32, agent="a", steps=steps), {}, None))
+        run = Run(trace_id="e" * 32, agent="a", steps=steps, input_tokens=1007, output_tokens=503)
+        metrics.observe_run(ScoredRun(run, {}, None))
         usd = registry.get_sample_value("vigil_estimated_cost_usd_total", {"agent": "a"})
         assert usd is not None
         assert abs(0.02 - usd) < 1e-12

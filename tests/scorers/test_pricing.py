@@ -45,6 +45,8 @@ class TestRunCost:
         """1M input tokens of gpt-4o-mini cost its input price; unknown-model tokens are unpriced."""
         run = Run(
             trace_id="a" * 32,
+            input_tokens=1_000_010,  # the run totals sum its LLM steps (normalise's contract)
+            output_tokens=500_005,
             steps=(
                 llm("gpt-4o-mini", 1_000_000, 0),
                 llm("gpt-4o-mini", 0, 500_000),
@@ -55,3 +57,9 @@ class TestRunCost:
         cost = PriceTable().run_cost(run)
         assert 0.15 + 0.30 == pytest.approx(cost.usd)
         assert 15 == cost.unpriced_tokens
+
+    def test_run_without_tokens_costs_nothing(self) -> None:
+        """A run with no token usage is free and has no unpriced tokens (its steps are not walked)."""
+        run = Run(trace_id="b" * 32, steps=(llm("mystery", 0, 0),))
+        cost = PriceTable().run_cost(run)
+        assert (0.0, 0) == (cost.usd, cost.unpriced_tokens)
