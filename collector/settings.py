@@ -62,7 +62,7 @@ class Settings(BaseModel):
         description="vigil run: file where SIGTERM saves runs still in flight for the next start; empty disables.",
     )
     closed_run_cache: int = Field(
-        20_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them."
+        5_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them (~22 KiB each)."
     )
     max_agent_labels: int = Field(50, gt=0, description="Distinct agent label values before 'other'.")
     max_tool_labels: int = Field(100, gt=0, description="Distinct tool label values before 'other'.")

@@ -124,7 +124,7 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     verdict = "flat" if result.flat(args.tolerance) else "NOT flat"
     print(
         f"soak: {args.minutes:g} min at {args.rate:g} runs/s; RSS {result.samples[0][1]:.1f} -> "
-        f"{result.samples[-1][1]:.1f} MiB, growth last quarter vs second quarter {result.growth:+.1%} "
+        f"{result.samples[-1][1]:.1f} MiB, growth last quarter vs third quarter {result.growth:+.1%} "
         f"(tolerance {args.tolerance:.0%}); runs sent {result.sent_runs}, accepted {result.accepted_runs}, "
         f"stored {result.stored_runs}, refused requests {result.refused}: memory {verdict}"
     )

@@ -3,9 +3,10 @@
 A ``vigil run`` subprocess (SQLite in a temporary folder) receives synthetic agent runs
 (:mod:`review_queue.synth`, ~14 spans each) at a fixed rate over OTLP/HTTP for the given
 duration, while its resident memory (``VmRSS``) is sampled. Memory is "flat" when the median
-RSS of the last quarter of the run exceeds the median of the second quarter (after warm-up:
-SQLite page cache, the late-span cache filling to its bound, interned strings) by less than
-the tolerance. Meant to run on demand for tens of minutes (not in CI):
+RSS of the last quarter of the run exceeds the median of the third quarter by less than the
+tolerance: the first half is warm-up (SQLite page cache, the late-span cache filling to its
+bound of ``VIGIL_CLOSED_RUN_CACHE`` runs, interned strings), so run long enough for the cache
+to fill within the first half (5,000 runs: 50 s at 100 runs/s). Meant to run on demand for tens of minutes (not in CI):
 
     vigil soak --minutes 30 --rate 200
 
@@ -42,7 +43,7 @@ class SoakResult:
         samples: ``(seconds since start, RSS MiB)`` pairs.
         sent_runs / accepted_runs / stored_runs: runs offered, answered 200, found in the store.
         refused: export requests answered 503.
-        growth: last-quarter median RSS over second-quarter median, minus 1.
+        growth: last-quarter median RSS over third-quarter median, minus 1.
     """
 
     samples: list[tuple[float, float]] = field(default_factory=list)
@@ -69,9 +70,9 @@ def _growth(samples: list[tuple[float, float]]) -> float:
     n = len(samples)
     if n < 8:
         return 0.0
-    second = statistics.median(rss for _, rss in samples[n // 4 : n // 2])
+    third = statistics.median(rss for _, rss in samples[n // 2 : 3 * n // 4])
     last = statistics.median(rss for _, rss in samples[3 * n // 4 :])
-    return last / second - 1.0
+    return last / third - 1.0
 
 
 def soak(

@@ -83,7 +83,7 @@ class Assembler:
         max_idle_s: float = 300.0,
         max_inflight: int = 100_000,
         max_spans_per_run: int = 10_000,
-        closed_cache_size: int = 20_000,
+        closed_cache_size: int = 5_000,
         clock: Callable[[], float] = time.monotonic,
         observer: AssemblerObserver | None = None,
     ) -> None:

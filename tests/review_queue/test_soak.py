@@ -19,8 +19,8 @@ def test_short_soak_accounts_for_every_run() -> None:
     assert 0 == result.refused
 
 
-def test_growth_compares_last_quarter_with_second_quarter() -> None:
-    """Warm-up (first quarter) is ignored; growth is last-quarter median over second-quarter median."""
-    samples = [(float(i), rss) for i, rss in enumerate([50, 90, 100, 100, 100, 100, 110, 110])]
+def test_growth_compares_last_quarter_with_third_quarter() -> None:
+    """Warm-up (first half) is ignored; growth is last-quarter median over third-quarter median."""
+    samples = [(float(i), rss) for i, rss in enumerate([50, 90, 95, 99, 100, 100, 110, 110])]
     assert pytest.approx(0.10) == _growth(samples)
     assert 0.0 == _growth(samples[:4])
