@@ -83,6 +83,13 @@ class TestFiles:
         present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
         assert present == listed
 
+    def test_kustomize_image_override_targets_the_vigil_image(self) -> None:
+        """`images:` retags exactly the image the Vigil containers use (the compose stack builds the same tag)."""
+        image = yaml.safe_load((K8S / "kustomization.yaml").read_text())["images"][0]
+        assert IMAGE == f"{image['name']}:{image['newTag']}"
+        compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+        assert IMAGE == compose["x-vigil"]["image"]
+
     def test_every_object_is_namespaced_and_labelled(self) -> None:
         """Objects carry apiVersion, kind, a name; everything but the Namespace lives in `vigil`."""
         for d in documents():
