@@ -7,6 +7,8 @@ Prometheus and Grafana material it mounts is exercised by the other tests of thi
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,23 @@ NEEDS_SCALE_OUT = pytest.mark.xfail(
     " arrive with issue 3; strict: passes, and must, once it is merged",
     strict=True,
 )
+
+
+class TestSchema:
+    """The file validates against the Compose Specification (check-jsonschema's vendored compose-spec)."""
+
+    def test_valid_compose_spec(self, tmp_path: Path) -> None:
+        """compose.yaml is valid; a misspelt key in a copy is reported (so the check can fail)."""
+        check = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
+        ok = subprocess.run([*check, str(DEPLOY / "compose.yaml")], capture_output=True, text=True, check=False)
+        assert 0 == ok.returncode, ok.stdout + ok.stderr
+        broken = compose()
+        broken["services"]["scorer"]["deploy"] = {"replica": 2}
+        bad_file = tmp_path / "compose.yaml"
+        bad_file.write_text(yaml.safe_dump(broken))
+        bad = subprocess.run([*check, str(bad_file)], capture_output=True, text=True, check=False)
+        assert 0 != bad.returncode
+        assert "replica" in bad.stdout + bad.stderr
 
 
 class TestServices:

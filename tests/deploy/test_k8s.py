@@ -9,11 +9,13 @@ deploy/prometheus.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -22,6 +24,8 @@ from collector.settings import Settings
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
 IMAGE = "vigil:0.1.0"
+KUBERNETES_VERSION = "1.29"
+"""Oldest Kubernetes release the manifests target."""
 
 Doc = dict[str, Any]
 
@@ -97,6 +101,27 @@ class TestFiles:
             assert d["metadata"]["name"], d
             if d["kind"] != "Namespace":
                 assert "vigil" == d["metadata"]["namespace"], d["metadata"]["name"]
+
+
+class TestSchemas:
+    """Core objects validate against the Kubernetes OpenAPI schemas (kubernetes-validate, offline)."""
+
+    def test_core_objects_validate_strictly(self) -> None:
+        """Deployments, Services, the Job, ConfigMap, Secret and Namespace have no unknown or mistyped field.
+
+        The Prometheus Operator objects have no bundled schema; their content is checked below.
+        """
+        core = [d for d in documents() if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+        assert len(core) >= 8
+        for d in core:
+            kubernetes_validate.validate(d, KUBERNETES_VERSION, strict=True)
+
+    def test_validation_catches_a_misspelt_field(self) -> None:
+        """The validator is strict: an unknown container field is an error (so the test above can fail)."""
+        job = copy.deepcopy(named("Job", "vigil-db-upgrade"))
+        job["spec"]["template"]["spec"]["containers"][0]["arg"] = ["db", "upgrade"]
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
 
 
 class TestContainers:
