@@ -164,7 +164,9 @@ def _json_enum(value: object, known: dict[object, Any], default: Any, prefix: st
     if isinstance(value, str):
         member = type(default).__members__.get(value.removeprefix(prefix))
         return member or known.get(int(value) if value.isdecimal() else None, default)
-    return default if isinstance(value, bool) else known.get(value, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default  # lists, objects, null: not an enum value
+    return known.get(value, default)
 
 
 def _json_attrs(items: object, depth: int = 0) -> dict[str, AttrValue]:

@@ -19,7 +19,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -100,6 +100,9 @@ class DemoFleet:
         headers: OTLP request headers (an ingest token); None reads ``OTEL_EXPORTER_OTLP_HEADERS``.
         capture_content: record tool arguments and results (so Vigil can see loops of
             identical calls); None follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+        on_feedback: called ``(trace_id, feedback)`` on the worker thread right after a run
+            whose user gives feedback (``"thumbs_down"``) — e.g. a POST to Vigil's
+            ``/api/v1/feedback``. An exception it raises is logged and the fleet goes on.
 
     Raises:
         ValueError: a non-positive rate or duration, a negative run count or pace.
@@ -120,6 +123,7 @@ class DemoFleet:
         service_name: str = "vigil-demo",
         headers: Mapping[str, str] | None = None,
         capture_content: bool | None = True,
+        on_feedback: Callable[[str, str], None] | None = None,
     ) -> None:
         if not rate_per_s > 0 or (duration_s is not None and not duration_s > 0) or (runs is not None and runs < 0):
             raise ValueError(f"need rate_per_s > 0, duration_s > 0, runs >= 0: {rate_per_s}, {duration_s}, {runs}")
@@ -137,6 +141,7 @@ class DemoFleet:
         self.service_name = service_name
         self.headers = headers
         self.capture_content = capture_content
+        self.on_feedback = on_feedback
         self.stats = FleetStats(rate_per_s)
         self._stop = threading.Event()
         self._began = threading.Event()
@@ -249,5 +254,15 @@ class DemoFleet:
             with self._lock:
                 self._truth.append((plan.index, truth))
             self.stats.done(s.kind, raised=seen.errored)
+            if s.feedback and self.on_feedback is not None:
+                _give_feedback(self.on_feedback, seen.trace_id, s.feedback)
         finally:
             slots.release()
+
+
+def _give_feedback(callback: Callable[[str, str], None], trace_id: str, feedback: str) -> None:
+    """Hand one run's user feedback to the callback; a failure is logged, never raised."""
+    try:
+        callback(trace_id, feedback)
+    except Exception as exc:  # noqa: BLE001 - the user's callback must not stop the fleet
+        log.warning("demo_feedback_failed", trace_id=trace_id, error=repr(exc))

@@ -8,7 +8,13 @@ finish or an HTTP error. A request picks its script with a marker anywhere in it
 apart in the request log), and its turn with the number of assistant turns already in the
 conversation. So concurrent conversations are deterministic, and the server keeps no
 per-conversation state. After the last turn the last one repeats, which makes an endless
-tool-calling loop a one-turn script.
+tool-calling loop a one-turn script. A script registered with ``sequential=True`` picks its
+turn by the number of requests already served for its ``NAME#TAG`` instead, so a client that
+retries the same conversation (after a 429, a timeout) walks through the script.
+
+Turns can be slow (``delay_s``: the answer waits, for client timeouts) and an
+:class:`ErrorTurn` can carry ``retry_after`` (a ``Retry-After`` header, as on a 429). A
+judge's structured answer is a :class:`TextTurn` whose text is the JSON (or not: malformed).
 
 Token usage is predictable: turn ``i`` reports ``100 + 10 * i`` prompt tokens and
 ``20 + 5 * i`` completion tokens unless the turn says otherwise. Every served request is
@@ -96,6 +102,7 @@ class TextTurn:
 
     text: str
     usage: Usage | None = None
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,8 @@ class ErrorTurn:
     message: str = "The response was filtered due to the prompt triggering content management policy."
     code: str = "content_filter"
     usage: Usage | None = None
+    retry_after: float | None = None
+    delay_s: float = 0.0
 
 
 Turn: TypeAlias = ToolCallTurn | TextTurn | ContentFilterTurn | ErrorTurn
@@ -138,6 +147,7 @@ class Served:
         completion_tokens: completion tokens reported to the client (0 for errors).
         usage_reported: whether the client was sent the usage (streams only on request).
         model: the model the request named.
+        response_format: the ``type`` of the request's ``response_format`` (``""`` when absent).
     """
 
     scenario: str
@@ -151,6 +161,7 @@ class Served:
     completion_tokens: int
     usage_reported: bool
     model: str
+    response_format: str = ""
 
     @property
     def key(self) -> str:
@@ -207,6 +218,8 @@ class FakeOpenAI:
     def __init__(self, scripts: Mapping[str, Sequence[Turn]] | None = None, port: int = 0) -> None:
         self._lock = threading.Lock()
         self._scripts: dict[str, tuple[Turn, ...]] = {}
+        self._sequential: set[str] = set()
+        self._requests_by_key: dict[str, int] = {}
         self._served: list[Served] = []
         self._counter = 0
         self._port = port
@@ -259,8 +272,11 @@ class FakeOpenAI:
     ) -> None:
         self.shutdown()
 
-    def register(self, name: str, turns: Sequence[Turn]) -> None:
+    def register(self, name: str, turns: Sequence[Turn], *, sequential: bool = False) -> None:
         """Add or replace script ``name``.
+
+        With ``sequential`` the turn is the number of requests already served for the
+        request's ``NAME#TAG`` (retries advance the script), not the conversation's turn.
 
         Raises:
             ValueError: ``turns`` is empty or ``name`` is not a valid marker name.
@@ -271,6 +287,10 @@ class FakeOpenAI:
             raise ValueError(f"script name {name!r} must match [A-Za-z0-9_.-]+")
         with self._lock:
             self._scripts[name] = tuple(turns)
+            if sequential:
+                self._sequential.add(name)
+            else:
+                self._sequential.discard(name)
 
     def served(self, key: str | None = None) -> list[Served]:
         """Requests answered so far, oldest first; only those of ``key`` (``NAME`` or ``NAME#TAG``)."""
@@ -284,14 +304,18 @@ class FakeOpenAI:
         """
         api = "responses" if path.rstrip("/").endswith("/responses") else "chat.completions"
         scenario, tag = _find_marker(body)
+        conversation = body.get("messages") if api == "chat.completions" else body.get("input")
+        index = _assistant_turns(conversation)
         with self._lock:
             script = self._scripts.get(scenario) if scenario else _DEFAULT_SCRIPT
             self._counter += 1
             number = self._counter
+            if scenario in self._sequential:
+                key = f"{scenario}#{tag}" if tag else str(scenario)
+                index = self._requests_by_key.get(key, 0)
+                self._requests_by_key[key] = index + 1
         if script is None:
             return 404, _error_body(f"unknown scenario {scenario!r}", "unknown_scenario")
-        conversation = body.get("messages") if api == "chat.completions" else body.get("input")
-        index = _assistant_turns(conversation)
         turn = script[min(index, len(script) - 1)]
         usage = turn.usage or Usage.for_turn(index)
         stream = bool(body.get("stream"))
@@ -309,11 +333,18 @@ class FakeOpenAI:
             completion_tokens=0 if failed else usage.completion_tokens,
             usage_reported=reported and not failed,
             model=str(body.get("model", "")),
+            response_format=_response_format(body),
         )
         with self._lock:
             self._served.append(served)
+        delay = getattr(turn, "delay_s", 0.0)
+        if delay > 0:
+            time.sleep(delay)  # a slow model: each request has its own thread
         if isinstance(turn, ErrorTurn):
-            return turn.status, _error_body(turn.message, turn.code)
+            error = _HeadedJson(_error_body(turn.message, turn.code))
+            if turn.retry_after is not None:
+                error.headers["Retry-After"] = f"{turn.retry_after:g}"
+            return turn.status, error
         reply = _Reply(number, index, str(body.get("model", "fake-model")), turn, usage)
         if api == "responses":
             return 200, (reply.response_events() if stream else reply.response())
@@ -349,9 +380,22 @@ def _assistant_turns(conversation: object) -> int:
     return turns
 
 
+def _response_format(body: Mapping[str, Any]) -> str:
+    fmt = body.get("response_format")
+    return str(fmt.get("type", "")) if isinstance(fmt, dict) else ""
+
+
 def _wants_stream_usage(body: Mapping[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+class _HeadedJson(dict[str, Any]):
+    """A JSON body that also carries HTTP headers (``Retry-After`` of an error turn)."""
+
+    def __init__(self, data: Json) -> None:
+        super().__init__(data)
+        self.headers: dict[str, str] = {}
 
 
 def _error_body(message: str, code: str) -> Json:
@@ -521,6 +565,7 @@ class _Server(ThreadingHTTPServer):
     """Serves each connection on a daemon thread; clients hanging up are not errors."""
 
     daemon_threads = True
+    request_queue_size = 128  # the stdlib's 5 refuses connections under a burst of concurrent clients
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Ignore connections the client closed; report anything else as the stdlib does."""
@@ -542,6 +587,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     server_fake: FakeOpenAI
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: headers and body are separate writes; with Nagle on, the body of every
+    # keep-alive answer waited ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Stay quiet: tests read the request log instead."""
@@ -559,17 +607,18 @@ class _Handler(BaseHTTPRequestHandler):
             return
         status, answer = self.server_fake.answer(path, body)
         if isinstance(answer, dict):
-            self._json(status, answer)
+            self._json(status, answer, getattr(answer, "headers", None))
         else:
             self._stream(answer)
 
     def do_PUT(self) -> None:
-        """``/_fake/scripts/NAME`` with ``{"turns": [...]}`` registers a script."""
+        """``/_fake/scripts/NAME`` with ``{"turns": [...], "sequential": false}`` registers a script."""
         path = urlsplit(self.path).path
         name = path.removeprefix("/_fake/scripts/")
         try:
-            turns = [turn_from_json(t) for t in self._body()["turns"]]
-            self.server_fake.register(name, turns)
+            body = self._body()
+            turns = [turn_from_json(t) for t in body["turns"]]
+            self.server_fake.register(name, turns, sequential=bool(body.get("sequential")))
         except (ValueError, KeyError, TypeError) as exc:
             self._json(400, _error_body(str(exc), "invalid_script"))
             return
@@ -596,11 +645,13 @@ class _Handler(BaseHTTPRequestHandler):
             raise ValueError("body must be a JSON object")
         return data
 
-    def _json(self, status: int, data: Json) -> None:
+    def _json(self, status: int, data: Json, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(data).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
 

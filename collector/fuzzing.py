@@ -198,7 +198,9 @@ def _json_span(draw: st.DrawFn) -> dict[str, Any]:
         "spanId": st.one_of(st.sampled_from(["0123456789abcdef", "00" * 8, "12"]), _JSON_ANY),
         "parentSpanId": st.one_of(st.sampled_from(["0123456789abcdef", ""]), _JSON_ANY),
         "name": st.one_of(_SPAN_NAMES, _JSON_ANY),
-        "kind": st.one_of(st.integers(min_value=-1, max_value=9), st.sampled_from(["SPAN_KIND_CLIENT", "BOGUS"])),
+        "kind": st.one_of(
+            st.integers(min_value=-1, max_value=9), st.sampled_from(["SPAN_KIND_CLIENT", "BOGUS"]), _JSON_ANY
+        ),
         "startTimeUnixNano": st.one_of(st.integers(min_value=0, max_value=_U64).map(str), _JSON_ANY),
         "endTimeUnixNano": st.one_of(st.integers(min_value=0, max_value=_U64 + 5).map(str), _JSON_ANY),
         "attributes": st.one_of(
@@ -219,7 +221,9 @@ def _json_span(draw: st.DrawFn) -> dict[str, Any]:
             ),
             _JSON_ANY,
         ),
-        "status": st.one_of(st.fixed_dictionaries({"code": st.integers(min_value=-1, max_value=5)}), _JSON_ANY),
+        "status": st.one_of(
+            st.fixed_dictionaries({"code": st.one_of(st.integers(min_value=-1, max_value=5), _JSON_ANY)}), _JSON_ANY
+        ),
         "events": st.one_of(st.lists(st.fixed_dictionaries({"name": _JSON_ANY, "timeUnixNano": _JSON_ANY})), _JSON_ANY),
     }
     chosen = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=len(fields)))

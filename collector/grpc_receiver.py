@@ -25,10 +25,9 @@ query covers both transports: ``OK`` → 200, ``INVALID_ARGUMENT`` → 400,
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 import structlog
@@ -40,7 +39,7 @@ from collector.errors import BackpressureError, DecodeError
 from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
-from collector.receiver import THREADPOOL_DECODE_BYTES
+from collector.receiver import THREADPOOL_DECODE_BYTES, bearer_accepted
 from collector.stream import Publisher
 
 __all__ = ["EXPORT_METHOD", "HTTP_EQUIVALENT", "RETRY_INFO_KEY", "SERVICE", "create_grpc_server"]
@@ -85,6 +84,7 @@ async def create_grpc_server(
     max_message_bytes: int,
     retry_after_s: int,
     ingest_token: str | None = None,
+    token_check: Callable[[str], bool] | None = None,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -102,6 +102,8 @@ async def create_grpc_server(
         retry_after_s: ``RetryInfo.retry_delay`` sent with ``UNAVAILABLE`` (longer if the
             publisher asks).
         ingest_token: when set, metadata ``authorization: Bearer <token>`` is required.
+        token_check: when set, a bearer token is required and accepted when it equals
+            ``ingest_token`` or ``token_check(token)`` is true (see :func:`collector.receiver.create_otlp_app`).
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
@@ -110,7 +112,7 @@ async def create_grpc_server(
     Raises:
         RuntimeError: the address could not be bound (raised by gRPC).
     """
-    receiver = _GrpcReceiver(publisher, metrics, retry_after_s, ingest_token)
+    receiver = _GrpcReceiver(publisher, metrics, retry_after_s, ingest_token, token_check)
     handler = grpc.unary_unary_rpc_method_handler(receiver.export)  # no (de)serializers: raw bytes
     server = grpc.aio.server(
         options=[
@@ -128,11 +130,19 @@ async def create_grpc_server(
 class _GrpcReceiver:
     """The ``Export`` handler and its per-server state."""
 
-    def __init__(self, publisher: Publisher, metrics: CollectorMetrics, retry_after_s: int, token: str | None) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        metrics: CollectorMetrics,
+        retry_after_s: int,
+        token: str | None,
+        token_check: Callable[[str], bool] | None = None,
+    ) -> None:
         self._publisher = publisher
         self._metrics = metrics
         self._retry_after_s = retry_after_s
         self._token = f"Bearer {token}".encode() if token else None
+        self._check = token_check
         self._last_log: dict[str, float] = {}
 
     async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -161,11 +171,11 @@ class _GrpcReceiver:
         return result
 
     def _authorize(self, metadata: Sequence[tuple[str, str | bytes]]) -> None:
-        if self._token is None:
+        if self._token is None and self._check is None:
             return
         given = next((v for k, v in metadata if k == "authorization"), "")
         given_bytes = given.encode() if isinstance(given, str) else given
-        if not hmac.compare_digest(given_bytes, self._token):
+        if not bearer_accepted(given_bytes, self._token, self._check):
             raise _Rejection(grpc.StatusCode.UNAUTHENTICATED, "unauthorized", "missing or invalid bearer token")
 
     def _publish(self, result: DecodeResult) -> None:

@@ -80,6 +80,7 @@ def create_otlp_app(
     retry_after_s: int,
     ingest_token: str | None = None,
     ready: Callable[[], bool] | None = None,
+    token_check: Callable[[str], bool] | None = None,
 ) -> Starlette:
     """Build the OTLP/HTTP receiver app.
 
@@ -91,11 +92,14 @@ def create_otlp_app(
         ingest_token: when set, ``Authorization: Bearer <token>`` is required.
         ready: readiness probe for ``/readyz``; defaults to ``publisher.ready()`` when the
             publisher has one, else always ready.
+        token_check: when set, a bearer token is required and accepted when it equals
+            ``ingest_token`` or ``token_check(token)`` is true (stored ``ingest`` tokens, injected by
+            the composition root; it must be fast — cache lookups — as it runs on the event loop).
 
     Returns:
         A Starlette app. Handlers never block the event loop on large decodes.
     """
-    receiver = _Receiver(publisher, metrics, max_body_bytes, retry_after_s, ingest_token)
+    receiver = _Receiver(publisher, metrics, max_body_bytes, retry_after_s, ingest_token, token_check=token_check)
     probe = ready or (publisher.ready if isinstance(publisher, _SupportsReady) else (lambda: True))
 
     async def healthz(_: Request) -> Response:
@@ -114,17 +118,33 @@ def create_otlp_app(
     )
 
 
+def bearer_accepted(given: bytes, expected: bytes | None, check: Callable[[str], bool] | None) -> bool:
+    """Whether an ``Authorization`` value carries the static token or one ``check`` accepts."""
+    if expected is not None and hmac.compare_digest(given, expected):
+        return True
+    scheme, _, secret = given.decode(errors="replace").partition(" ")
+    return check is not None and scheme.lower() == "bearer" and bool(secret.strip()) and check(secret.strip())
+
+
 class _Receiver:
     """The ``POST /v1/traces`` handler and its per-app state."""
 
     def __init__(
-        self, publisher: Publisher, metrics: CollectorMetrics, limit: int, retry_after_s: int, token: str | None
+        self,
+        publisher: Publisher,
+        metrics: CollectorMetrics,
+        limit: int,
+        retry_after_s: int,
+        token: str | None,
+        *,
+        token_check: Callable[[str], bool] | None = None,
     ) -> None:
         self._publisher = publisher
         self._metrics = metrics
         self._limit = limit
         self._retry_after_s = retry_after_s
         self._token = f"Bearer {token}".encode() if token else None
+        self._check = token_check
         self._last_log: dict[str, float] = {}
 
     async def export(self, request: Request) -> Response:
@@ -161,10 +181,10 @@ class _Receiver:
         return result, len(body)
 
     def _authorize(self, request: Request) -> None:
-        if self._token is None:
+        if self._token is None and self._check is None:
             return
         given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, self._token):
+        if not bearer_accepted(given, self._token, self._check):
             rejection = _Rejection(401, "unauthorized", "missing or invalid bearer token")
             rejection.headers["WWW-Authenticate"] = "Bearer"
             raise rejection

@@ -105,6 +105,24 @@ class Settings(BaseModel):
         default_factory=dict,
         description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
     )
+    judges: Mapping[str, Any] | None = Field(
+        None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
+    )
+    review_lease_s: float = Field(
+        900.0, gt=0, description="Lease of a claimed review item; it returns to pending when it lapses."
+    )
+    review_categories: tuple[str, ...] | None = Field(
+        None,
+        description="Failure taxonomy of verdicts (comma-separated in the environment). Default: wrong_tool, "
+        "wrong_arguments, hallucination, unsafe_output, loop, gave_up, bad_tone, other.",
+    )
+    session_secret: SecretStr | None = Field(
+        None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
+    )
+    secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
+    ingest_auth: bool = Field(
+        False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -119,6 +137,15 @@ class Settings(BaseModel):
         bad = [model for model, (inp, out) in v.items() if inp < 0 or out < 0]
         if bad:
             raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
+        return v
+
+    @field_validator("review_categories", mode="before")
+    @classmethod
+    def _categories(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = tuple(p.strip() for p in v.split(",") if p.strip())
+        if v is not None and not v:
+            raise ValueError("needs at least one category")
         return v
 
     @field_validator("scorers", "redact", "attributes_deny", "attributes_allow", mode="before")

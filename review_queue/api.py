@@ -2,27 +2,29 @@
 
 Routes that read the store are plain ``def`` functions: the store blocks on database I/O,
 so FastAPI runs them in its thread pool. ``/healthz``, ``/readyz`` and ``/openapi.json``
-are always open; every ``/api/v1`` route needs ``Authorization: Bearer <admin_token>``
-when a token is configured.
+are always open; every ``/api/v1`` route checks the caller's role (:mod:`review_queue.access`):
+a bearer token (``VIGIL_ADMIN_TOKEN`` or a stored token) or the UI's session cookie.
 """
 
 from __future__ import annotations
 
-import hmac
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
-from review_queue.errors import StoreUnavailableError
+from review_queue.access import READERS, AuthFailure, SecurityHeaders
+from review_queue.api_review import review_router
+from review_queue.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
+from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore
+from scorers.judge.model import Agreement
 from scorers.model import Priority, RunStatus
 
 __all__ = ["create_api_app"]
@@ -31,8 +33,6 @@ MAX_PAGE = 500
 """Largest ``limit`` a listing accepts."""
 
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
-
-_BEARER = HTTPBearer(auto_error=False, description="The configured admin token.")
 
 
 class FlagOut(BaseModel):
@@ -85,10 +85,31 @@ class ReviewItemOut(BaseModel):
     snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
 
 
+class JudgeResultOut(BaseModel):
+    """One LLM judge's latest verdict on the run (``score`` null when ``error`` says why)."""
+
+    judge: str
+    rubric_version: str = Field(description="Rubric name@version the verdict was given under.")
+    model: str
+    score: float | None = Field(description="0 to 1, higher is better.")
+    passed: bool | None = Field(description="score >= the judge's pass threshold.")
+    reasoning: str = Field(description="The judge's justification (model output: escape it).")
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="Estimated cost of this verdict (0 when served from the cache).")
+    latency_s: float
+    content_hash: str
+    cached: bool
+    created_at: datetime
+    updated_at: datetime
+
+
 class RunDetailOut(RunOut):
-    """One run with its review item (``null`` when it was never flagged)."""
+    """One run with its review item (``null`` when it was never flagged) and its judge verdicts."""
 
     review_item: ReviewItemOut | None
+    judges: list[JudgeResultOut] = Field(default_factory=list, description="LLM judge verdicts, by judge name.")
 
 
 class RunPage(BaseModel):
@@ -126,37 +147,95 @@ class StatusOut(BaseModel):
     checks: dict[str, bool] = Field(default_factory=dict)
 
 
+class JudgeAgreementOut(BaseModel):
+    """How often one judge (under one rubric version) agrees with the human reviewers."""
+
+    judge: str
+    rubric_version: str
+    n: int = Field(description="Runs with both a judge verdict and a human verdict.")
+    agreed: int
+    agreement_rate: float
+    cohen_kappa: float | None = Field(description="Chance-corrected agreement; null when undefined.")
+
+
 class ErrorOut(BaseModel):
     """An error answer."""
 
     detail: str
 
 
-def create_api_app(store: SqlStore, *, admin_token: str | None, ready: Callable[[], bool] | None = None) -> FastAPI:
-    """Build the API application.
+def create_api_app(
+    store: SqlStore,
+    *,
+    admin_token: str | None,
+    ready: Callable[[], bool] | None = None,
+    judge_agreement: Callable[[], Sequence[Agreement]] | None = None,
+    services: ReviewServices | None = None,
+    ui: bool = True,
+) -> FastAPI:
+    """Build the API application (and the reviewer UI).
 
     Args:
         store: the run index and queue to read.
-        admin_token: when set, the bearer token every ``/api/v1`` route requires.
+        admin_token: the bootstrap admin bearer token (``VIGIL_ADMIN_TOKEN``), when set.
         ready: an extra readiness check (e.g. "the stream consumer is running").
+        judge_agreement: judge–human agreement figures; serves ``GET /api/v1/judges/agreement`` when set.
+        services: the review services (built with defaults over ``store`` when omitted).
+        ui: also serve the reviewer web UI.
 
     Returns:
         A FastAPI app; mount it or serve it with uvicorn.
     """
+    services = services or build_services(store, admin_token=admin_token)
     app = FastAPI(title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.")
+    app.add_middleware(SecurityHeaders)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     app.add_exception_handler(InvalidCursorError, _bad_cursor)
+    app.add_exception_handler(AuthFailure, _auth_failure)
+    for error, status in ((NotFoundError, 404), (ConflictError, 409), (InvalidInputError, 422)):
+        app.add_exception_handler(error, _status(status))
     _add_probes(app, store, ready)
-    app.include_router(_api_router(store, admin_token))
+    app.include_router(_api_router(store, services))
+    app.include_router(review_router(services))
+    if judge_agreement is not None:
+        app.include_router(_judge_router(judge_agreement, services))
+    if ui:
+        from review_queue.web import mount_ui
+
+        mount_ui(app, services)
     return app
 
 
-def _api_router(store: SqlStore, admin_token: str | None) -> APIRouter:
-    dependencies = [] if admin_token is None else [Depends(_bearer_check(admin_token))]
+def _judge_router(agreement: Callable[[], Sequence[Agreement]], services: ReviewServices) -> APIRouter:
     router = APIRouter(
         prefix="/api/v1",
-        dependencies=dependencies,
-        responses={401: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+        dependencies=[Depends(services.access.require(*READERS))],
+        responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}},
+    )
+
+    @router.get("/judges/agreement", response_model=list[JudgeAgreementOut])
+    def judges_agreement() -> list[dict[str, Any]]:
+        """Agreement rate and Cohen's kappa of each judge and rubric version with the human verdicts."""
+        return [
+            {
+                "judge": a.judge,
+                "rubric_version": a.rubric_version,
+                "n": a.n,
+                "agreed": a.agreed,
+                "agreement_rate": a.rate,
+                "cohen_kappa": None if math.isnan(a.kappa) else a.kappa,
+            }
+            for a in agreement()
+        ]
+
+    return router
+
+
+def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
+    router = APIRouter(
+        prefix="/api/v1",
+        dependencies=[Depends(services.access.require(*READERS))],
+        responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     )
 
     @router.get("/runs", response_model=RunPage, responses={400: {"model": ErrorOut}})
@@ -208,18 +287,6 @@ def _add_probes(app: FastAPI, store: SqlStore, ready: Callable[[], bool] | None)
         return JSONResponse({"status": "not ready", "checks": checks}, status_code=503)
 
 
-def _bearer_check(token: str) -> Callable[..., Coroutine[Any, Any, None]]:
-    expected = token.encode()
-
-    # _BEARER must be a module global: annotations are strings resolved in module scope.
-    async def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]) -> None:
-        given = b"" if credentials is None else credentials.credentials.encode()
-        if credentials is None or not hmac.compare_digest(given, expected):
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    return check
-
-
 async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
     retry_after = getattr(exc, "retry_after", 1.0)
     return JSONResponse(
@@ -231,3 +298,20 @@ async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _bad_cursor(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=400)
+
+
+async def _auth_failure(request: Request, exc: Exception) -> Any:
+    assert isinstance(exc, AuthFailure)
+    if not request.url.path.startswith("/api/"):  # a UI page: log in, or say no
+        if exc.status == 401:
+            return RedirectResponse("/login", status_code=303)
+        return PlainTextResponse(f"403 Forbidden: {exc.detail}", status_code=403)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+
+
+def _status(status: int) -> Callable[[Request, Exception], Any]:
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handler

@@ -11,12 +11,19 @@ Three measurements, each repeated and reported as the median:
 * **latency** — the real ``vigil run`` wiring (worker thread, real clock, default quiet
   period) fed at a steady rate with every run sampled; time from a run's root-span end to
   its review item being committed, p50 and p99.
+* **judge** — the pipeline measurement with an LLM judge on (every run selected: a flood)
+  against the same runs with judging off, alternating. The judge talks to the fake
+  OpenAI-compatible server in a child process answering after ``JUDGE_DELAY_S`` like a
+  model would. Reported: stream-thread CPU throughput of each (the stream's own cost), and
+  wall throughput (which also shows the judge threads competing for the GIL and cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
 import os
 import statistics
 import tempfile
@@ -80,6 +87,106 @@ def bench_pipeline(n_runs: int) -> tuple[float, int, int]:
         cpu = time.process_time() - cpu0
         emb.store.close()
     return spans / cpu, spans, written
+
+
+JUDGE_DELAY_S = 1.0
+"""How long the benchmark's fake judge model takes to answer (hosted models take 0.5–5 s)."""
+
+JUDGE_ANSWER = "[[scenario:verdict]] Your refund was issued."
+"""The final answer of every benchmark run: its marker picks the fake server's verdict script."""
+
+
+def _serve_fake_judge(ports: multiprocessing.queues.Queue[int], stop: multiprocessing.synchronize.Event) -> None:
+    import json
+
+    from collector.fakeopenai import FakeOpenAI, TextTurn
+
+    verdict = TextTurn(json.dumps({"reasoning": "Supported.", "score": 0.8}), delay_s=JUDGE_DELAY_S)
+    with FakeOpenAI({"verdict": [verdict]}) as fake:
+        ports.put(fake.port)
+        stop.wait()
+
+
+def _judge_settings(db: Path, port: int | None) -> Settings:
+    if port is None:
+        return _settings(db)
+    judge = {
+        "rubric": "groundedness",
+        "model": "bench-judge",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "select": "true",
+        "queue_size": 100,  # the defaults: concurrency 2, queue 100
+        "flag_below": 0.5,
+    }
+    return _settings(db, judges={"ground": judge})
+
+
+def bench_judge_once(n_runs: int, port: int | None) -> dict[str, float]:
+    """One pipeline measurement with the judge on (``port`` of the fake judge) or off (None).
+
+    Returns:
+        ``thread``: spans per stream-thread CPU second; ``process``: per process CPU second;
+        ``wall``: per wall second; ``judged`` / ``dropped``: runs judged, and runs dropped (queue
+        full during the flood, or still queued when the measurement ended).
+    """
+    payload = list(bodies(n_runs, answer=JUDGE_ANSWER))
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = CollectorRegistry()
+        emb = build(_judge_settings(Path(tmp) / "judge.db", port), registry)
+        if emb.judges is not None:
+            emb.judges.start()
+        clock = _Clock()
+        emb.worker._assembler._clock = clock
+        spans = 0
+        thread0, cpu0, wall0 = time.thread_time(), time.process_time(), time.perf_counter()
+        for body, n, _ in payload:
+            emb.stream.publish(decode_protobuf(body).batches)
+            spans += n
+            clock.t += emb.settings.quiet_period_s + 0.1
+            emb.worker.run_once(0.0)
+        clock.t += 10
+        emb.worker.run_once(0.0)
+        thread, cpu, wall = time.thread_time() - thread0, time.process_time() - cpu0, time.perf_counter() - wall0
+        if emb.judges is not None:
+            emb.judges.shutdown(0.0)
+
+        def total(name: str, **labels: str) -> float:
+            return sum(
+                s.value
+                for m in registry.collect()
+                for s in m.samples
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+            )
+
+        judged = total("vigil_judge_requests_total", outcome="ok")
+        dropped = total("vigil_judge_dropped_total")
+        emb.store.close()
+    rates = {"thread": spans / thread, "process": spans / cpu, "wall": spans / wall}
+    return {**rates, "judged": judged, "dropped": dropped}
+
+
+def bench_judge(n_runs: int, repeat: int) -> dict[str, float]:
+    """Judge-off and judge-on pipeline runs, alternating ``repeat`` times; medians of each figure."""
+    ctx = multiprocessing.get_context("spawn")
+    ports: multiprocessing.queues.Queue[int] = ctx.Queue()
+    stop = ctx.Event()
+    proc = ctx.Process(target=_serve_fake_judge, args=(ports, stop), daemon=True)
+    proc.start()
+    try:
+        port = ports.get(timeout=60)
+        off: list[dict[str, float]] = []
+        on: list[dict[str, float]] = []
+        for _ in range(repeat):
+            off.append(bench_judge_once(n_runs, None))
+            on.append(bench_judge_once(n_runs, port))
+    finally:
+        stop.set()
+        proc.join(10)
+    out = {f"off_{k}": statistics.median(r[k] for r in off) for k in off[0]}
+    out.update({f"on_{k}": statistics.median(r[k] for r in on) for k in on[0]})
+    out["ratio_thread"] = statistics.median(b["thread"] / a["thread"] for a, b in zip(off, on, strict=True))
+    out["ratio_wall"] = statistics.median(b["wall"] / a["wall"] for a, b in zip(off, on, strict=True))
+    return out
 
 
 def bench_stages(n_runs: int) -> dict[str, float]:
@@ -311,6 +418,19 @@ def _median_of(label: str, repeat: int, fn: Callable[[], float]) -> float:
     return statistics.median(values)
 
 
+def _judge_rows(table: Table, n_runs: int, repeat: int) -> None:
+    with Progress(console=console, transient=True) as progress:
+        progress.add_task(f"judge on vs off ({repeat}×2 runs)", total=None)
+        j = bench_judge(n_runs, repeat)
+    table.add_row("judge off: pipeline spans/s per stream-thread CPU s", f"{j['off_thread']:,.0f}")
+    table.add_row("judge on (every run selected): spans/s per stream-thread CPU s", f"{j['on_thread']:,.0f}")
+    table.add_row("  judge on / off, stream-thread CPU (target ≥ 0.90)", f"{j['ratio_thread']:.3f}")
+    table.add_row("judge off / on: pipeline spans/s wall", f"{j['off_wall']:,.0f} / {j['on_wall']:,.0f}")
+    table.add_row("  judge on / off, wall", f"{j['ratio_wall']:.3f}")
+    table.add_row("judge off / on: spans/s per process CPU s", f"{j['off_process']:,.0f} / {j['on_process']:,.0f}")
+    table.add_row("  runs judged / dropped (flood), judge on", f"{j['on_judged']:,.0f} / {j['on_dropped']:,.0f}")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run every measurement and print a table (the figures for BENCHMARKS.md)."""
     tune_gc()  # as vigil run does
@@ -319,6 +439,10 @@ def main(args: argparse.Namespace) -> int:
     table = Table(title=f"vigil bench ({os.cpu_count()} cores, {n_runs} runs × {repeat}, medians)")
     table.add_column("measurement")
     table.add_column("result", justify="right")
+    if getattr(args, "judge", False):  # only the judge comparison
+        _judge_rows(table, n_runs, repeat)
+        Console().print(table)
+        return 0
     pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
     table.add_row("embedded pipeline, spans/s per core", f"{pipe:,.0f}")
     for stage, micros in bench_stages(n_runs).items():
@@ -335,5 +459,6 @@ def main(args: argparse.Namespace) -> int:
     table.add_row(
         "helper span cost vs bare SDK span (target ≤ 1.2×)", f"{ratio:.2f}× ({helper_us:.1f} vs {bare_us:.1f} µs)"
     )
+    _judge_rows(table, n_runs, repeat)
     Console().print(table)
     return 0

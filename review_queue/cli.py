@@ -12,15 +12,21 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from collector.errors import CollectorError
 from collector.settings import Settings
+from review_queue.errors import ReviewQueueError
 from scorers.errors import ScorersError
+
+if TYPE_CHECKING:
+    from review_queue.store import SqlStore
 
 EXIT_CONFIG = 2
 
@@ -83,6 +89,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             protocol=args.protocol,
             pace=args.pace,
+            on_feedback=_feedback_poster(args.feedback_url, args.feedback_token) if args.feedback_url else None,
         )
     except ValueError as exc:
         print(f"vigil demo: {exc}", file=sys.stderr)
@@ -99,6 +106,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         args.truth.write_text(json.dumps(doc, indent=1) + "\n")
     print(fleet.stats.summary(), file=sys.stderr)
     return 0
+
+
+def _feedback_poster(base_url: str, token: str | None) -> Callable[[str, str], None]:
+    """``on_feedback`` for ``vigil demo``: POST each thumbs-down to ``<base_url>/api/v1/feedback``."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = base_url.rstrip("/") + "/api/v1/feedback"
+
+    def post(trace_id: str, feedback: str) -> None:
+        score = "down" if feedback == "thumbs_down" else "up"
+        body = {"feedback_id": f"demo-{trace_id}", "trace_id": trace_id, "score": score, "source": "demo"}
+        httpx.post(url, json=body, headers=headers, timeout=5.0).raise_for_status()
+
+    return post
 
 
 def _positive(text: str) -> float:
@@ -132,15 +154,109 @@ def _cmd_soak(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:
+    import os
+
+    from scorers.judge import judge_rules, parse_judges
     from scorers.registry import build_chain
     from scorers.rules import compile_rules
 
     settings = Settings.load(config_file=args.config)
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [n for n, _ in chain], repeat_threshold=settings.repeat_threshold)
+    judges = parse_judges(settings.judges, os.environ)  # also validates the judges section
+    rules = compile_rules(
+        judge_rules(judges, settings.rules),
+        [n for n, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[j.name for j in judges],
+    )
     for rule in rules:
         print(f"{rule.name:24} {rule.priority.value:7} {rule.expr}")
     return 0
+
+
+def _review_store(args: argparse.Namespace) -> SqlStore:
+    """The configured store, migrated (the tools run against the same database as the server)."""
+    from review_queue.store import SqlStore, upgrade_database
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging("warning")
+    upgrade_database(settings.database_url)
+    return SqlStore(settings.database_url)
+
+
+def _cmd_tokens(args: argparse.Namespace) -> int:
+    from review_queue.auth import TokenStore
+    from review_queue.errors import InvalidInputError, NotFoundError
+
+    store = _review_store(args)
+    tokens = TokenStore(store.engine)
+    try:
+        if args.tokens_command == "create":
+            secret, record = tokens.create(args.name, args.role)
+            print(secret)
+            print(
+                f"created token {record['id']} {record['name']!r} role {record['role']}; it is not shown again",
+                file=sys.stderr,
+            )
+        elif args.tokens_command == "list":
+            print(f"{'id':>4}  {'name':24} {'role':9} {'prefix':9} {'created (UTC)':20} state")
+            for t in tokens.list():
+                created = datetime.fromtimestamp(t["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+                state = "revoked" if t["revoked_at"] else "active"
+                print(f"{t['id']:>4}  {t['name']:24} {t['role']:9} {t['prefix']:9} {created:20} {state}")
+        else:
+            count = tokens.revoke(args.token)
+            print(f"revoked {count} token(s)", file=sys.stderr)
+    except (InvalidInputError, NotFoundError) as exc:
+        print(f"vigil tokens: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import time
+
+    from review_queue.export import eval_set, export_cases, jsonl
+
+    store = _review_store(args)
+    try:
+        result = export_cases(store.engine, agent=args.agent)
+    finally:
+        store.close()
+    out = sys.stdout if args.output in (None, "-") else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        if args.format == "jsonl":
+            out.writelines(jsonl(result.cases))
+        else:
+            json.dump(eval_set(result.cases, args.eval_set_id, time.time()), out, ensure_ascii=False, indent=1)
+            out.write("\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    skipped = ", ".join(f"{why} {n}" for why, n in sorted(result.skipped.items())) or "none"
+    print(f"exported {len(result.cases)} case(s); skipped: {skipped}", file=sys.stderr)
+    return 0
+
+
+def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``vigil tokens …`` and ``vigil export``."""
+    tokens = sub.add_parser("tokens", help="API tokens with roles (admin, reviewer, viewer, ingest)")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
+    create = tokens_sub.add_parser("create", help="create a token and print it (once)")
+    create.add_argument("--role", required=True, choices=("admin", "reviewer", "viewer", "ingest"))
+    create.add_argument("--name", required=True, help="who uses it (the reviewer name in verdicts)")
+    tokens_sub.add_parser("list", help="list tokens (never their secrets)")
+    revoke = tokens_sub.add_parser("revoke", help="revoke a token by id or every active token of a name")
+    revoke.add_argument("token", help="token id or name")
+    tokens.set_defaults(func=_cmd_tokens)
+    export = sub.add_parser("export", help="export reviewed runs as an evaluation set")
+    export.add_argument("--format", choices=("evalset", "jsonl"), default="evalset")
+    export.add_argument("--output", "-o", default=None, help="file to write (default stdout)")
+    export.add_argument("--agent", default=None, help="only this agent's runs")
+    export.add_argument("--eval-set-id", default="vigil_reviewed", help="eval_set_id of the EvalSet")
+    export.set_defaults(func=_cmd_export)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -162,11 +278,16 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the run sequence (default 0)")
     demo.add_argument("--pace", type=float, default=1.0, help="latency multiplier, 0 = no simulated latency")
     demo.add_argument("--truth", type=Path, default=None, help="write every run's ground truth to this JSON file")
+    demo.add_argument(
+        "--feedback-url", default=None, help="Vigil API base URL: POST users' thumbs-down to its feedback API"
+    )
+    demo.add_argument("--feedback-token", default=None, help="bearer token (role ingest) for --feedback-url")
     demo.set_defaults(func=_cmd_demo)
     bench = sub.add_parser("bench", help="measure ingest and pipeline throughput and flag latency")
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
     bench.set_defaults(func=_cmd_bench)
     soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
     soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")
@@ -178,6 +299,7 @@ def parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate the configured rules and print them")
     check.set_defaults(func=_cmd_rules_check)
+    _add_review_commands(sub)
     return p
 
 
@@ -186,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (CollectorError, ScorersError) as exc:
+    except (CollectorError, ScorersError, ReviewQueueError) as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return code

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -38,14 +39,20 @@ from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
+from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
+from review_queue.maintenance import Maintenance
+from review_queue.metrics import QueueCollector, ReviewMetrics
+from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
 from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
+from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
-from scorers.rules import compile_rules
+from scorers.rules import Rule, compile_rules
 from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
@@ -66,7 +73,22 @@ class Embedded:
     store: SqlStore
     worker: StreamWorker
     run_metrics: RunMetrics
+    services: ReviewServices
+    judges: JudgeService | None = None
+    agreement: AgreementCollector | None = None
 
+
+HUMAN_VERDICTS: Mapping[str, str] = {
+    "table": "review_verdicts",
+    "trace_column": "trace_id",
+    "verdict_column": "verdict",
+    "latest_column": "created_at",
+}
+"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
+several reviewers on one run, the latest verdict is the human answer."""
+
+JUDGE_DRAIN_S = 10.0
+"""Seconds queued judge requests get to finish when ``vigil run`` stops (the rest are counted as dropped)."""
 
 GRPC_STOP_GRACE_S = 2.0
 """Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
@@ -89,6 +111,7 @@ def build(
     registry: CollectorRegistry | None = None,
     *,
     on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Embedded:
     """Wire the embedded pipeline. Raises the packages' errors on bad configuration.
 
@@ -96,11 +119,18 @@ def build(
         settings: the process settings.
         registry: the Prometheus registry (a fresh one by default).
         on_written: called with each batch of runs once durably written (benchmarks, demo).
+        environ: where the judges' ``api_key_env`` variables are read (default ``os.environ``).
     """
     registry = registry or CollectorRegistry()
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    rules = compile_rules(settings.rules, [name for name, _ in chain], repeat_threshold=settings.repeat_threshold)
     redactor = redactor_from_settings(settings)
+    specs = parse_judges(settings.judges, os.environ if environ is None else environ)
+    rules = compile_rules(
+        judge_rules(specs, settings.rules),
+        [name for name, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[spec.name for spec in specs],
+    )
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
@@ -121,10 +151,75 @@ def build(
     )
     if settings.state_path:
         load_state(settings.state_path, assembler)
-    pipeline = Pipeline(chain, rules, settings.sample_rate, on_error=run_metrics.error)
+    judges = agreement = None
+    if specs:
+        judges = JudgeService(
+            specs,
+            SqlJudgeSink(store.engine),
+            rules=rules,
+            sample_rate=settings.sample_rate,
+            metrics=JudgeMetrics(registry),
+            on_new_flag=run_metrics.observe_flag,
+            max_tracked_runs=settings.closed_run_cache,
+            prepare=redactor.run,
+        )
+        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+        registry.register(agreement)
+        on_written = _then(judges.submit, on_written)
+    pipeline = Pipeline(
+        chain,
+        rules,
+        settings.sample_rate,
+        on_error=run_metrics.error,
+        judge_scores=None if judges is None else judges.judge_scores,
+    )
     sink = RedactingSink(store, redactor)
-    worker = StreamWorker(stream, assembler, pipeline, sink, run_metrics, on_written=on_written)
-    return Embedded(settings, registry, stream, collector_metrics, store, worker, run_metrics)
+    services = review_services(settings, store, registry, rules, redact=redactor.text)
+    worker = StreamWorker(
+        stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
+    )
+    return Embedded(
+        settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement
+    )
+
+
+def _then(
+    first: Callable[[Sequence[ScoredRun]], None], second: Callable[[Sequence[ScoredRun]], None] | None
+) -> Callable[[Sequence[ScoredRun]], None]:
+    """Call ``first`` then ``second`` (if any) with each written batch."""
+    if second is None:
+        return first
+
+    def both(batch: Sequence[ScoredRun]) -> None:
+        first(batch)
+        second(batch)
+
+    return both
+
+
+def review_services(
+    settings: Settings,
+    store: SqlStore,
+    registry: CollectorRegistry,
+    rules: tuple[Rule, ...],
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> ReviewServices:
+    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
+    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
+    return build_services(
+        store,
+        admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
+        rules=rules,
+        sample_rate=settings.sample_rate,
+        lease_s=settings.review_lease_s,
+        categories=settings.review_categories or DEFAULT_CATEGORIES,
+        session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
+        secure_cookies=settings.secure_cookies,
+        metrics=metrics,
+        redact=redact,
+    )
 
 
 def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
@@ -172,6 +267,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     s = emb.settings
     token = s.admin_token.get_secret_value() if s.admin_token else None
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
+    token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
     publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     receivers = _server(
@@ -181,12 +278,21 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_body_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         ),
         s.otlp_http_host,
         s.otlp_http_port,
     )
     api = _server(
-        create_api_app(emb.store, admin_token=token, ready=lambda: emb.worker.healthy), s.http_host, s.http_port
+        create_api_app(
+            emb.store,
+            admin_token=token,
+            ready=lambda: emb.worker.healthy,
+            judge_agreement=None if emb.agreement is None else emb.agreement.current,
+            services=emb.services,
+        ),
+        s.http_host,
+        s.http_port,
     )
     metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
     grpc_receiver = None
@@ -199,13 +305,18 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            token_check=token_check,
         )
+    maintenance = Maintenance(emb.services.workbench, emb.services.feedback)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tune_gc()
+    if emb.judges is not None:
+        emb.judges.start()
     emb.worker.start()
+    maintenance.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     if grpc_receiver is not None:
         await grpc_receiver.start()
@@ -217,7 +328,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         metrics=s.metrics_port,
         database=_redact(s.database_url),
     )
-    demo = await _start_demo(s, receivers, tasks[0], demo_rate) if demo_rate else None
+    demo = await _start_demo(emb, receivers, tasks[0], demo_rate) if demo_rate else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("vigil_stopping")
     if demo is not None:  # its last spans must reach the receiver before it stops
@@ -228,6 +339,9 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     await asyncio.gather(tasks[0], return_exceptions=True)
     save = partial(save_state, s.state_path) if s.state_path else None
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
+    if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
+        await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
+    await asyncio.to_thread(maintenance.shutdown)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -240,17 +354,34 @@ DEMO_STOP_S = 10.0
 """Seconds the demo fleet gets to finish its runs and flush when ``vigil run --demo`` stops."""
 
 
-async def _start_demo(s: Settings, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
-    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens."""
+async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
+    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens.
+
+    Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
+    """
     from collector.demo import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
+
+    s = emb.settings
 
     while not receiver.started and not task.done():
         await asyncio.sleep(0.05)
     host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
-    fleet = DemoFleet(f"http://{host}:{s.otlp_http_port}", rate_per_s=rate, seed=0, progress=False, headers=token)
+    fleet = DemoFleet(
+        f"http://{host}:{s.otlp_http_port}",
+        rate_per_s=rate,
+        seed=0,
+        progress=False,
+        headers=token,
+        on_feedback=partial(_demo_feedback, emb.services),
+    )
     threading.Thread(target=fleet.run, name="vigil-demo", daemon=True).start()
     return fleet
+
+
+def _demo_feedback(services: ReviewServices, trace_id: str, feedback: str) -> None:
+    score = 0.0 if feedback == "thumbs_down" else 1.0
+    services.feedback.record(FeedbackIn(trace_id, "thumbs", score, "demo user", "demo", f"demo-{trace_id}"))
 
 
 def _redact(url: str) -> str:

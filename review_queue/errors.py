@@ -22,3 +22,11 @@ class StoreUnavailableError(ReviewQueueError, BackpressureError):
 
 class NotFoundError(ReviewQueueError, LookupError):
     """The requested run or item does not exist."""
+
+
+class ConflictError(ReviewQueueError):
+    """The item is not in a state that allows the operation (not yours, already done, reviewed twice)."""
+
+
+class InvalidInputError(ReviewQueueError, ValueError):
+    """A verdict, feedback or token request is malformed (unknown category, bad score, bad role)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from review_queue import queries
+from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
@@ -31,7 +31,15 @@ from review_queue.snapshot import item_row, run_row
 from review_queue.tables import review_items, runs
 from scorers.model import ScoredRun
 
-__all__ = ["InvalidCursorError", "QueueStat", "SqlStore", "create_store_engine", "upgrade_database"]
+__all__ = [
+    "InvalidCursorError",
+    "QueueStat",
+    "SqlStore",
+    "create_store_engine",
+    "guard",
+    "upgrade_database",
+    "write_transaction",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -117,6 +125,11 @@ class SqlStore:
         self._reason_filter = queries.reason_filter_for(dialect)
 
     @property
+    def retry_after_s(self) -> float:
+        """The ``retry_after`` this store's :class:`StoreUnavailableError` carries."""
+        return self._retry_after
+
+    @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for other review-queue modules sharing the database)."""
         return self._engine
@@ -155,13 +168,17 @@ class SqlStore:
         return [outcome for outcome in outcomes if outcome is not None]
 
     def get_run(self, trace_id: str) -> dict[str, Any] | None:
-        """Return a run in the API shape plus ``review_item`` (with its snapshot), or ``None``.
+        """Return a run in the API shape plus ``review_item`` (with its snapshot) and ``judges``
+        (its LLM judge verdicts), or ``None``.
 
         Raises:
             StoreUnavailableError: the database cannot be reached.
         """
         with self._guard("get_run"), self._engine.connect() as conn:
-            return queries.get_run(conn, trace_id)
+            doc = queries.get_run(conn, trace_id)
+            if doc is not None:
+                doc["judges"] = judges.results_for(conn, trace_id)
+            return doc
 
     def list_runs(
         self,
@@ -245,19 +262,33 @@ class SqlStore:
             outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
         return outcomes
 
-    @contextmanager
-    def _guard(self, operation: str) -> Iterator[None]:
-        try:
-            yield
-        except sa_exc.DBAPIError as exc:
-            if not _is_unavailable(exc):
-                raise
-            reason = _first_line(exc.orig or exc)
-            log.warning("store_unavailable", operation=operation, error=reason)
-            raise StoreUnavailableError(self._retry_after, f"database unavailable: {reason}") from exc
-        except sa_exc.TimeoutError as exc:
-            log.warning("store_unavailable", operation=operation, error="connection pool timeout")
-            raise StoreUnavailableError(self._retry_after, "database connection pool exhausted") from exc
+    def _guard(self, operation: str) -> AbstractContextManager[None]:
+        return guard(operation, self._retry_after)
+
+
+@contextmanager
+def guard(operation: str, retry_after: float) -> Iterator[None]:
+    """Turn "database unreachable" errors raised inside the block into :class:`StoreUnavailableError`.
+
+    Other database errors propagate unchanged (they are bugs, not outages).
+    """
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        if not _is_unavailable(exc):
+            raise
+        reason = _first_line(exc.orig or exc)
+        log.warning("store_unavailable", operation=operation, error=reason)
+        raise StoreUnavailableError(retry_after, f"database unavailable: {reason}") from exc
+    except sa_exc.TimeoutError as exc:
+        log.warning("store_unavailable", operation=operation, error="connection pool timeout")
+        raise StoreUnavailableError(retry_after, "database connection pool exhausted") from exc
+
+
+def write_transaction(conn: sa.Connection) -> sa.RootTransaction:
+    """Begin a write transaction on ``conn``: ``BEGIN IMMEDIATE`` on SQLite (takes the write lock up front)."""
+    conn.execution_options(**{_SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+    return conn.begin()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -41,8 +41,12 @@ def _kv(key: str, value: str | int | bool | list[str]) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def make_run(rng: random.Random, end_ns: int | None = None) -> SynthRun:
-    """Generate one agent run whose root ends at ``end_ns`` (default: now)."""
+def make_run(rng: random.Random, end_ns: int | None = None, answer: str | None = None) -> SynthRun:
+    """Generate one agent run whose root ends at ``end_ns`` (default: now).
+
+    With ``answer`` the root span also carries the captured final answer (``output.value``),
+    followed by a per-run number so that no two answers are the same (what an LLM judge reads).
+    """
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
     end = end_ns or time.time_ns()
@@ -93,6 +97,8 @@ def make_run(rng: random.Random, end_ns: int | None = None) -> SynthRun:
     ]  # fmt: skip
     if capped:
         root_attrs.append(_kv("vigil.max_iterations_hit", True))
+    if answer is not None:
+        root_attrs.append(_kv("output.value", f"{answer} #{rng.getrandbits(32):x}"))
     spans.append(
         Span(
             trace_id=trace_id, span_id=root_id, name=f"invoke_agent {agent}", kind=Span.SPAN_KIND_INTERNAL,
@@ -113,16 +119,19 @@ def body(spans: list[Span], service: str = "bench-agent") -> bytes:
     return data
 
 
-def bodies(n_runs: int, spans_per_body: int = 512, seed: int = 7) -> Iterator[tuple[bytes, int, int]]:
+def bodies(
+    n_runs: int, spans_per_body: int = 512, seed: int = 7, answer: str | None = None
+) -> Iterator[tuple[bytes, int, int]]:
     """Yield ``(body, spans, runs_completed)`` batches like an SDK's BatchSpanProcessor would send.
 
-    Spans of a run may be split across bodies; a run's root is always its last span.
+    Spans of a run may be split across bodies; a run's root is always its last span. With
+    ``answer`` every run carries a captured final answer (see :func:`make_run`).
     """
     rng = random.Random(seed or int.from_bytes(os.urandom(4), "big"))
     batch: list[Span] = []
     runs = 0
     for _ in range(n_runs):
-        batch.extend(make_run(rng).spans)
+        batch.extend(make_run(rng, answer=answer).spans)
         runs += 1
         if len(batch) >= spans_per_body:
             yield body(batch), len(batch), runs

@@ -12,7 +12,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["JSON_TYPE", "metadata", "review_items", "runs"]
+__all__ = [
+    "JSON_TYPE",
+    "api_tokens",
+    "feedback",
+    "judge_results",
+    "metadata",
+    "review_events",
+    "review_items",
+    "review_verdicts",
+    "runs",
+]
 
 JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 """JSON column type: ``JSONB`` on PostgreSQL (indexable containment), ``JSON`` elsewhere."""
@@ -84,6 +94,14 @@ review_items = sa.Table(
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("updated_at", sa.Double(), nullable=False),
     sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("reviews_required", sa.Integer(), nullable=False, server_default="1"),
+    sa.Column("reviews_done", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("assigned_to", sa.String(128), nullable=True),
+    sa.Column("claimed_by", sa.String(128), nullable=True),
+    sa.Column("claimed_at", sa.Double(), nullable=True),
+    sa.Column("lease_expires_at", sa.Double(), nullable=True),
+    sa.Column("completed_at", sa.Double(), nullable=True),
+    sa.Index("ix_review_items_lease", "state", "lease_expires_at"),
 )
 """One review item per flagged run; ``snapshot`` is :func:`review_queue.snapshot.run_snapshot`.
 
@@ -97,3 +115,93 @@ sa.Index(
     review_items.c.created_at,
     review_items.c.id,
 )
+
+judge_results = sa.Table(
+    "judge_results",
+    metadata,
+    sa.Column("trace_id", sa.String(32), sa.ForeignKey("runs.trace_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("judge", sa.String(64), nullable=False),
+    sa.Column("rubric_version", sa.String(128), nullable=False),
+    sa.Column("model", sa.String(256), nullable=False),
+    sa.Column("score", sa.Double(), nullable=True),
+    sa.Column("passed", sa.Boolean(), nullable=True),
+    sa.Column("reasoning", sa.Text(), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("input_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("output_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("cost_usd", sa.Double(), nullable=False),
+    sa.Column("latency_s", sa.Double(), nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("cached", sa.Boolean(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.PrimaryKeyConstraint("trace_id", "judge"),
+    sa.Index("ix_judge_results_judge", "judge", "rubric_version"),
+)
+"""The latest verdict of each LLM judge on each run (migration ``0003``); ``score`` and
+``passed`` are NULL when ``error`` says why the judge gave none."""
+
+review_verdicts = sa.Table(
+    "review_verdicts",
+    metadata,
+    sa.Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column("item_id", _ID_TYPE, sa.ForeignKey("review_items.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("agent", sa.String(256), nullable=False),
+    sa.Column("reviewer", sa.String(128), nullable=False),
+    sa.Column("verdict", sa.String(8), nullable=False),
+    sa.Column("categories", JSON_TYPE, nullable=False),
+    sa.Column("notes", sa.Text(), nullable=False),
+    sa.Column("corrected_answer", sa.Text(), nullable=True),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.UniqueConstraint("item_id", "reviewer", name="uq_review_verdicts_item_id"),
+    sa.Index("ix_review_verdicts_created", "created_at"),
+)
+"""One verdict per (item, reviewer): ``pass``/``fail``, categories, notes, optional corrected answer."""
+
+review_events = sa.Table(
+    "review_events",
+    metadata,
+    sa.Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column("item_id", _ID_TYPE, sa.ForeignKey("review_items.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("detail", JSON_TYPE, nullable=False),
+    sa.Column("at", sa.Double(), nullable=False),
+    sa.Index("ix_review_events_item", "item_id", "at"),
+)
+"""The audit trail: who did what to which item, when (append-only)."""
+
+feedback = sa.Table(
+    "feedback",
+    metadata,
+    sa.Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column("feedback_id", sa.String(128), nullable=False, unique=True),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("kind", sa.String(8), nullable=False),
+    sa.Column("score", sa.Double(), nullable=False),
+    sa.Column("comment", sa.Text(), nullable=False),
+    sa.Column("source", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("joined_at", sa.Double(), nullable=True),
+    sa.Index("ix_feedback_trace", "trace_id"),
+    sa.Index("ix_feedback_joined", "joined_at"),
+)
+"""User feedback by trace id (no foreign key: it may arrive before the run).
+
+``joined_at`` is set once the rules were re-evaluated against the stored run.
+"""
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", _ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("last_used_at", sa.Double(), nullable=True),
+    sa.Column("revoked_at", sa.Double(), nullable=True),
+)
+"""API tokens: SHA-256 of the secret, never the secret; ``revoked_at`` set on revocation."""

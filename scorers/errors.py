@@ -32,3 +32,34 @@ class RuleError(ScorersError, ValueError):
         self.rule = rule
         self.reason = reason
         super().__init__(f"invalid rule {rule!r}: {reason}")
+
+
+class JudgeConfigError(ScorersError, ValueError):
+    """An LLM judge is misconfigured (unknown rubric, bad selector, missing API key variable).
+
+    Attributes:
+        judge: the judge name.
+        key: the offending key.
+    """
+
+    def __init__(self, judge: str, key: str, reason: str) -> None:
+        self.judge = judge
+        self.key = key
+        self.reason = reason
+        super().__init__(f"invalid judge {judge!r} ({key}): {reason}")
+
+
+class JudgeCallError(ScorersError):
+    """A judge request gave up: the endpoint failed, timed out, rate-limited us past the
+    retries, or answered with a malformed verdict twice.
+
+    Attributes:
+        outcome: ``malformed``, ``timeout``, ``rate_limited`` or ``error`` (metric label).
+        input_tokens / output_tokens: tokens the failed attempts still consumed.
+    """
+
+    def __init__(self, outcome: str, message: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        self.outcome = outcome
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        super().__init__(message)

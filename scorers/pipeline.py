@@ -57,12 +57,15 @@ class Pipeline:
         rules: the compiled flag rules.
         sample_rate: the random sample rate.
         on_error: error callback (metrics).
+        judge_scores: the LLM judge scores already known for a trace id (a re-score after
+            late spans keeps the reasons its judges gave); never blocks.
     """
 
     chain: tuple[tuple[str, Scorer], ...]
     rules: tuple[Rule, ...]
     sample_rate: float
     on_error: OnError | None = None
+    judge_scores: Callable[[str], Mapping[str, float]] | None = None
 
     def process(self, closed: ClosedTrace, feedback: Mapping[str, object] | None = None) -> ScoredRun:
         """Produce the :class:`ScoredRun` of one closed trace. Never raises for bad data."""
@@ -75,6 +78,7 @@ class Pipeline:
             self.sample_rate,
             feedback=feedback,
             on_error=self._rule_error,
+            judge=None if self.judge_scores is None else self.judge_scores(run.trace_id),
         )
         return ScoredRun(run, scores, flag, scorer_errors=failed, rescored=closed.rescore)
 

@@ -6,8 +6,10 @@ field of the run as a top-level variable (``agent``, ``status``, ``complete``,
 ``output_tokens``, ``hit_max_iterations``, ``safety_blocked``, ``errored``, ``service``,
 ``span_count``…), ``scores`` (a map of scorer name to value; use
 ``has(scores.x)`` since a scorer may have no opinion), ``attributes`` (selected root-span
-attributes), ``feedback`` (a map, filled by the review issue) and ``random_sample``
-(the deterministic sample decision). Rules are compiled and dry-run at start-up; a bad
+attributes), ``feedback`` (a map, filled by the review issue), ``judge`` (a map of LLM
+judge name to its latest score in [0, 1]; use ``has(judge.x)``: a run is decided before its
+judges answer, and re-decided when they do) and ``random_sample`` (the deterministic sample
+decision). Rules are compiled and dry-run at start-up; a bad
 rule refuses to start naming the rule. At run time a rule that fails to evaluate does
 not match and is counted.
 
@@ -40,6 +42,7 @@ DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
         "priority": "normal",
     },
     "random_sample": {"expr": "random_sample", "priority": "low"},
+    "user_thumbs_down": {"expr": "has(feedback.thumbs_down) && feedback.thumbs_down", "priority": "normal"},
 }
 """Rules in force when none are configured. A configured rule with the same name
 replaces the default; ``enabled: false`` switches one off."""
@@ -51,6 +54,7 @@ RUN_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 BOOLEAN_VARIABLES = frozenset(("complete", "hit_max_iterations", "safety_blocked", "errored", "random_sample"))
 VARIABLES = frozenset((*RUN_FIELDS, "status", "error_type", "scores", "attributes", "feedback", "random_sample"))
+VARIABLES = VARIABLES | {"judge"}  # LLM judge scores (scorers.judge), re-decided when a judge answers
 
 OnRuleError = Callable[[str, Exception], None]
 
@@ -97,7 +101,11 @@ def sample_point(trace_id: str) -> float:
 
 
 def compile_rules(
-    config: Mapping[str, Any] | None, score_names: Sequence[str] = (), *, repeat_threshold: int = 3
+    config: Mapping[str, Any] | None,
+    score_names: Sequence[str] = (),
+    *,
+    repeat_threshold: int = 3,
+    judge_names: Sequence[str] = (),
 ) -> tuple[Rule, ...]:
     """Merge ``config`` over :data:`DEFAULT_RULES`, compile and validate every rule.
 
@@ -105,6 +113,7 @@ def compile_rules(
         config: configured rules ``{name: {expr, priority, enabled}}``.
         score_names: the scorer chain, so rules may read ``scores.<name>`` in the dry run.
         repeat_threshold: identical tool calls that make the default ``tool_loop`` rule fire.
+        judge_names: the configured LLM judges, so rules may read ``judge.<name>`` in the dry run.
 
     Raises:
         RuleError: naming the first bad rule (syntax, unknown variable, bad priority,
@@ -123,7 +132,7 @@ def compile_rules(
             raise RuleError(name, "a rule must be a mapping {expr, priority}")
     rules = tuple(_compile(name, spec) for name, spec in merged.items())
     for rule in rules:
-        _dry_run(rule, score_names)
+        _dry_run(rule, score_names, judge_names)
     return rules
 
 
@@ -147,10 +156,10 @@ def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
     return Rule(name, expr, priority, program, variables, flag_name)
 
 
-def _dry_run(rule: Rule, score_names: Sequence[str]) -> None:
+def _dry_run(rule: Rule, score_names: Sequence[str], judge_names: Sequence[str] = ()) -> None:
     sample = Run(trace_id="0" * 32, agent="sample")
     scores = dict.fromkeys(score_names, 0.0)
-    full = activation(sample, scores, random_sample=False)
+    full = activation(sample, scores, random_sample=False, judge=dict.fromkeys(judge_names, 0.0))
     outside = [v for v in rule.variables if v not in VARIABLES]
     # Comprehension variables (the x in list.exists(x, ...)) are legitimate; a genuinely
     # unknown identifier fails evaluation below.
@@ -171,8 +180,9 @@ def activation(
     *,
     random_sample: bool,
     feedback: Mapping[str, Any] | None = None,
+    judge: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The variables a rule sees for ``run``."""
+    """The variables a rule sees for ``run`` (``judge``: LLM judge name to score)."""
     act: dict[str, Any] = {name: getattr(run, name) for name in RUN_FIELDS}
     act["status"] = run.status.value
     act["error_type"] = run.error_type or ""
@@ -180,6 +190,7 @@ def activation(
     act["attributes"] = dict(run.attributes)
     act["feedback"] = dict(feedback or {})
     act["random_sample"] = random_sample
+    act["judge"] = dict(judge or {})
     return act
 
 
@@ -191,14 +202,17 @@ def decide(
     *,
     feedback: Mapping[str, Any] | None = None,
     on_error: OnRuleError | None = None,
+    judge: Mapping[str, float] | None = None,
 ) -> Flag | None:
-    """Make the one flag decision for ``run``.
+    """Make the one flag decision for ``run`` (``judge``: the LLM judge scores known so far).
 
     Returns:
         A :class:`Flag` listing every matching reason (highest priority first, then rule
         order) with the highest priority, or None when nothing matched.
     """
-    act = activation(run, scores, random_sample=sample_point(run.trace_id) < sample_rate, feedback=feedback)
+    act = activation(
+        run, scores, random_sample=sample_point(run.trace_id) < sample_rate, feedback=feedback, judge=judge
+    )
     # One CEL context per run for every non-trivial rule: converting the variables once
     # costs far less than converting them for each rule.
     needed = {v for r in rules if r.flag_name is None for v in r.variables if v in act}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import structlog
@@ -38,6 +38,12 @@ class Source(Protocol):
         ...
 
 
+FeedbackLookup = Callable[[Sequence[str]], Mapping[str, Mapping[str, object]]]
+"""``lookup(trace_ids) -> {trace_id: feedback summary}``: user feedback that arrived before the run
+was scored, passed to the rules as ``feedback``. May raise :class:`BackpressureError`; the run is
+then scored without it (the store joins late feedback itself)."""
+
+
 class StreamWorker:
     """Runs the pipeline over a source.
 
@@ -51,6 +57,7 @@ class StreamWorker:
         max_records: records pulled per tick.
         wall_clock_ns: wall clock for flag latency (injected in tests).
         on_written: called with each written batch (tests, benchmarks).
+        feedback: looks up user feedback for the runs about to be scored.
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class StreamWorker:
         max_records: int = 512,
         wall_clock_ns: Callable[[], int] = time.time_ns,
         on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
+        feedback: FeedbackLookup | None = None,
     ) -> None:
         self._source = source
         self._assembler = assembler
@@ -75,6 +83,7 @@ class StreamWorker:
         self._max_records = max_records
         self._wall = wall_clock_ns
         self._on_written = on_written
+        self._feedback = feedback
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._healthy = True
@@ -155,7 +164,8 @@ class StreamWorker:
         return max(0.0, min(self._tick, nxt - time.monotonic()))
 
     def _write_all(self, closed: list[ClosedTrace], deadline: float | None) -> bool:
-        scored = [self._pipeline.process(c) for c in closed]
+        found = self._lookup_feedback(closed)
+        scored = [self._pipeline.process(c, found.get(c.trace_id)) for c in closed]
         backoff = 0.1
         while True:
             try:
@@ -176,6 +186,15 @@ class StreamWorker:
         if self._on_written is not None:
             self._on_written(scored)
         return True
+
+    def _lookup_feedback(self, closed: list[ClosedTrace]) -> Mapping[str, Mapping[str, object]]:
+        if self._feedback is None:
+            return {}
+        try:
+            return self._feedback([c.trace_id for c in closed])
+        except BackpressureError as exc:
+            log.warning("feedback_lookup_failed", runs=len(closed), error=str(exc))
+            return {}
 
     def _account(self, scored: list[ScoredRun], outcomes: Sequence[WriteOutcome]) -> None:
         now_ns = self._wall()

@@ -29,6 +29,9 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
   done
 fi
 
+# Debian chromium for the reviewer-UI browser tests (Playwright drives it; no browser download).
+command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
 echo "== import-linter"; .venv/bin/lint-imports

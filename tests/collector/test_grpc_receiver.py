@@ -53,7 +53,10 @@ def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0, trace: int = 1
 class Harness:
     """A started gRPC receiver on its own event-loop thread, a fresh registry and stream, and a client."""
 
-    def __init__(self, *, max_batches: int = 100, token: str | None = None) -> None:
+    def __init__(
+        self, *, max_batches: int = 100, token: str | None = None, token_check: Callable[[str], bool] | None = None
+    ) -> None:
+        self.token_check = token_check
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.stream = InProcessStream(max_batches, 1.0, self.metrics)
@@ -83,6 +86,7 @@ class Harness:
             max_message_bytes=LIMIT,
             retry_after_s=3,
             ingest_token=token,
+            token_check=self.token_check,
         )
         await server.start()
         return server
@@ -243,6 +247,15 @@ class TestRejections:
         assert (2.0, 2.0) == (h.rejected("unauthorized"), h.requests(401))
         assert 0 == h.stream.qsize()
         h.assert_still_works()
+
+    def test_token_check(self, harness_factory: Callable[..., Harness]) -> None:
+        """An injected check admits stored tokens; others are UNAUTHENTICATED."""
+        h = harness_factory(token_check=lambda secret: secret == "stored-ingest")
+        payload = _request().SerializeToString()
+        wrong = h.export_error(payload, metadata=(("authorization", "Bearer nope"),))
+        assert grpc.StatusCode.UNAUTHENTICATED == wrong.code()
+        h.export(_request(), metadata=(("authorization", "Bearer stored-ingest"),))
+        assert 1 == h.stream.qsize()
 
     @pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
     def test_oversized_is_resource_exhausted(self, h: Harness, compression: grpc.Compression) -> None:

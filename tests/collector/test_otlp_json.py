@@ -280,3 +280,13 @@ class TestJsonRobustness:
         _encodes_back(decode_json(_json_body(_json_span(name="\ud800"))).batches)
         with pytest.raises(DecodeError):
             decode_json(b'{"resourceSpans": [], "x": "\xed\xa0\x80"}')
+
+
+@pytest.mark.parametrize("kind", [[], {}, [1], None, True, "BOGUS"])
+def test_enum_of_the_wrong_type_falls_back_to_default(kind: object) -> None:
+    """A kind that is a list or object (unhashable) is the default kind, not a crash."""
+    body = json.dumps(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01" * 16, "spanId": "02" * 8, "kind": kind}]}]}]}
+    ).encode()
+    (batch,) = decode_json(body).batches
+    assert SpanKind.UNSPECIFIED == batch.spans[0].kind

@@ -56,11 +56,20 @@ def _json(n_spans: int = 2, *, bad: int = 0) -> bytes:
 class Harness:
     """A receiver app on a fresh registry and stream, with a test client."""
 
-    def __init__(self, *, max_batches: int = 100, token: str | None = None) -> None:
+    def __init__(
+        self, *, max_batches: int = 100, token: str | None = None, token_check: Callable[[str], bool] | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.stream = InProcessStream(max_batches, 1.0, self.metrics)
-        app = create_otlp_app(self.stream, self.metrics, max_body_bytes=LIMIT, retry_after_s=3, ingest_token=token)
+        app = create_otlp_app(
+            self.stream,
+            self.metrics,
+            max_body_bytes=LIMIT,
+            retry_after_s=3,
+            ingest_token=token,
+            token_check=token_check,
+        )
         self.client = TestClient(app)
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -291,6 +300,25 @@ class TestRejections:
         assert 2.0 == h.rejected("unauthorized")
         assert 0 == h.stream.qsize()
         h.assert_still_works()
+
+    def test_token_check(self, harness_factory: Callable[..., Harness]) -> None:
+        """An injected check admits stored tokens next to the static one; everything else is 401."""
+        h = harness_factory(token="s3cret", token_check=lambda secret: secret == "stored-ingest")
+        body = _request().SerializeToString()
+        codes = [
+            h.client.post("/v1/traces", content=body, headers={**PROTOBUF, "Authorization": auth}).status_code
+            for auth in ("Bearer stored-ingest", "Bearer s3cret", "Bearer other", "Basic stored-ingest", "Bearer ")
+        ]
+        assert [200, 200, 401, 401, 401] == codes
+        assert 2 == h.stream.qsize()
+
+    def test_token_check_alone_requires_a_token(self, harness_factory: Callable[..., Harness]) -> None:
+        """With only a check (no static token) a request without a token is refused."""
+        h = harness_factory(token_check=lambda secret: secret == "stored-ingest")
+        body = _request().SerializeToString()
+        assert 401 == h.client.post("/v1/traces", content=body, headers=PROTOBUF).status_code
+        ok = h.client.post("/v1/traces", content=body, headers={**PROTOBUF, "Authorization": "Bearer stored-ingest"})
+        assert 200 == ok.status_code
 
     def test_wrong_method(self, h: Harness) -> None:
         """GET on the export path is not allowed."""

@@ -56,7 +56,20 @@ def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
 @pytest.fixture(scope="module")
 def truth(vigil: VigilProcess) -> list[DemoRun]:
     """The fleet's ground truth after sending :data:`RUNS` runs fast (latencies at 5 %)."""
-    fleet = DemoFleet(vigil.otlp_endpoint, rate_per_s=50, runs=RUNS, seed=20240601, pace=0.05, progress=False)
+
+    def thumbs_down(trace_id: str, feedback: str) -> None:  # what the agent's web app would send
+        body = {"feedback_id": f"fb-{trace_id}", "trace_id": trace_id, "score": "down", "source": "demo"}
+        httpx.post(f"{vigil.api}/api/v1/feedback", json=body, timeout=10).raise_for_status()
+
+    fleet = DemoFleet(
+        vigil.otlp_endpoint,
+        rate_per_s=50,
+        runs=RUNS,
+        seed=20240601,
+        pace=0.05,
+        progress=False,
+        on_feedback=thumbs_down,
+    )
     return fleet.run()
 
 
@@ -126,6 +139,14 @@ class TestDemoAgainstVigil:
         n = len(truth)
         assert abs(sampled - n * SAMPLE_RATE) <= 4 * math.sqrt(n * SAMPLE_RATE * (1 - SAMPLE_RATE))
         assert {SAMPLE_RATE} == {f["sample_rate"] for f in flags if f is not None}
+
+    def test_thumbs_down_flagged(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
+        """Every run whose user gave a thumbs-down through the feedback API is flagged user_thumbs_down."""
+        down = [r for r in truth if r.expected["feedback"] == "thumbs_down"]
+        assert down
+        for run in down:
+            flag = records[run.trace_id]["flag"] or {"reasons": []}
+            assert "user_thumbs_down" in flag["reasons"], run
 
     def test_good_runs_only_sampled(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
         """Good runs are flagged by nothing but the random sample."""

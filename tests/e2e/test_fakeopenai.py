@@ -162,3 +162,62 @@ class TestScripts:
         with urllib.request.urlopen(f"http://127.0.0.1:{fake.port}/_fake/requests?scenario=remote", timeout=5) as r:
             log = json.load(r)["requests"]
         assert ("remote", ["text"]) == (answer.choices[0].message.content, [e["kind"] for e in log])
+
+
+class TestJudgeFeatures:
+    """What the LLM-judge tests need: sequential scripts, Retry-After, slow answers, structured output."""
+
+    def test_sequential_script_advances_per_request(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """The same conversation sent twice walks a sequential script; other tags have their own count."""
+        fake.register(
+            "seq", [ErrorTurn(429, "slow down", "rate_limit_exceeded", retry_after=3), TextTurn("ok")], sequential=True
+        )
+        messages: Any = [{"role": "user", "content": "[[scenario:seq#a]]"}]
+        with pytest.raises(openai.RateLimitError) as info:
+            client.chat.completions.create(model="m", messages=messages)
+        assert "3" == info.value.response.headers["retry-after"]
+        assert "ok" == client.chat.completions.create(model="m", messages=messages).choices[0].message.content
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:seq#b]]"}])
+
+    def test_slow_turn_times_out_the_client(self, fake: FakeOpenAI) -> None:
+        """A turn with delay_s answers late: a client with a shorter timeout gives up."""
+        fake.register("slow", [TextTurn("late", delay_s=2.0)])
+        impatient = openai.OpenAI(base_url=fake.base_url, api_key="test", max_retries=0, timeout=0.2)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:slow]]"}])
+
+    def test_response_format_is_recorded(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """The request's response_format type is in the log; the JSON text comes back as content."""
+        fake.register("verdict", [TextTurn('{"reasoning": "r", "score": 1}')])
+        fmt: Any = {"type": "json_schema", "json_schema": {"name": "v", "schema": {"type": "object"}}}
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "[[scenario:verdict]]"}], response_format=fmt
+        )
+        assert {"reasoning": "r", "score": 1} == json.loads(reply.choices[0].message.content or "")
+        assert "json_schema" == fake.served("verdict")[0].response_format
+
+    def test_burst_of_concurrent_clients(self, fake: FakeOpenAI) -> None:
+        """64 simultaneous connections are all served (listen backlog 128, not the stdlib's 5)."""
+
+        def one(i: int) -> str | None:
+            c = openai.OpenAI(base_url=fake.base_url, api_key="test", max_retries=0, timeout=30)
+            reply = c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"hi {i}"}])
+            c.close()
+            return reply.choices[0].message.content
+
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(one, range(64)))
+        assert ["Hello from FakeOpenAI."] * 64 == answers
+
+    def test_sequential_registration_over_http(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """``PUT /_fake/scripts/NAME`` accepts ``sequential``."""
+        turns = [turn_to_json(TextTurn("first")), turn_to_json(TextTurn("second"))]
+        body = json.dumps({"turns": turns, "sequential": True}).encode()
+        put = urllib.request.Request(f"http://127.0.0.1:{fake.port}/_fake/scripts/remote2", body, method="PUT")
+        urllib.request.urlopen(put, timeout=5).close()
+        messages: Any = [{"role": "user", "content": "[[scenario:remote2]]"}]
+        got = [
+            client.chat.completions.create(model="m", messages=messages).choices[0].message.content for _ in range(2)
+        ]
+        assert ["first", "second"] == got

@@ -238,7 +238,8 @@ def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
     text = httpx.get(vigil.metrics_url).text
     labels = {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
     allowed = {"agent", "outcome", "complete", "direction", "tool", "priority", "reason", "stage", "name", "event",
-               "encoding", "code", "le", "quantile"}  # fmt: skip
+               "encoding", "code", "le", "quantile",
+               "state", "verdict", "source", "kind"}  # fmt: skip
     assert set() == labels - allowed
 
 

@@ -21,3 +21,23 @@ class TestBench:
         stages = bench_stages(100)
         assert ["decode", "normalise", "score", "decide", "metrics", "store (SQLite)"] == list(stages)
         assert all(v > 0 for v in stages.values())
+
+
+class TestJudgeBench:
+    """The judge comparison accounts for every run it selects."""
+
+    def test_every_selected_run_is_judged_or_dropped(self) -> None:
+        """Judge on: runs judged + dropped (flood, shutdown) + at most the in-flight ones = runs generated."""
+        import json
+
+        from collector.fakeopenai import FakeOpenAI, TextTurn
+        from review_queue.bench import bench_judge_once
+
+        verdict = TextTurn(json.dumps({"reasoning": "ok", "score": 0.9}), delay_s=0.05)
+        with FakeOpenAI({"verdict": [verdict]}) as fake:
+            on = bench_judge_once(300, fake.port)
+        off = bench_judge_once(300, None)
+        assert 300 - 4 <= on["judged"] + on["dropped"] <= 300
+        assert on["judged"] >= 1
+        assert (0, 0) == (off["judged"], off["dropped"])
+        assert all(on[k] > 0 and off[k] > 0 for k in ("thread", "process", "wall"))

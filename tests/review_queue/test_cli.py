@@ -43,3 +43,24 @@ class TestCli:
         out = capsys.readouterr().out
         assert "slow" in out
         assert "hit_max_iterations       high" in out
+
+    def test_rules_check_includes_judge_rules(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A judge's flag_below shows up as a rule, and rules may read judge.<name>."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text(
+            "judges:\n  safety: {rubric: safety, model: m, flag_below: 0.3, priority: high}\n"
+            "rules:\n  both: {expr: 'has(judge.safety) && judge.safety < 0.6 && errored', priority: normal}\n"
+        )
+        assert 0 == main(["--config", str(cfg), "rules", "check"])
+        out = capsys.readouterr().out
+        assert "judge_safety             high    has(judge.safety) && judge.safety < 0.3" in out
+        assert "both" in out
+
+    def test_bad_judge_exits_2_naming_judge(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """An unknown rubric refuses to start and names the judge and the key."""
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("judges:\n  mine: {rubric: vibes, model: m}\n")
+        assert EXIT_CONFIG == main(["--config", str(cfg), "rules", "check"])
+        err = capsys.readouterr().err
+        assert "'mine'" in err
+        assert "rubric" in err

@@ -192,3 +192,50 @@ class TestShutdown:
         saved: list[list[str]] = []
         assert not worker.shutdown(0.2, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
         assert [["7" * 32]] == saved
+
+
+
+class TestFeedbackLookup:
+    """User feedback that arrived before the run reaches the rules."""
+
+    def test_thumbs_down_flags_run(self) -> None:
+        """A looked-up thumbs-down adds user_thumbs_down to the run's flag; others are untouched."""
+        from scorers.worker import StreamWorker
+
+        sink = FlakySink()
+        worker, source, clock, _registry = make(sink)
+        asked: list[list[str]] = []
+
+        def lookup(trace_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+            asked.append(list(trace_ids))
+            return {"f" * 32: {"count": 1, "thumbs_down": True}}
+
+        worker = StreamWorker(
+            source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup
+        )
+        source.items.extend([run_spans("f" * 32, capped=True), run_spans("9" * 32)])
+        worker.run_once()
+        clock.t += 3
+        assert 2 == worker.run_once()
+        flag = sink.rows["f" * 32].flag
+        assert flag is not None
+        assert ("hit_max_iterations", "user_thumbs_down") == flag.reasons
+        assert sink.rows["9" * 32].flag is None
+        assert [sorted(["f" * 32, "9" * 32])] == [sorted(a) for a in asked]
+
+    def test_lookup_outage_scores_without_feedback(self) -> None:
+        """A lookup that raises BackpressureError does not stop the run from being written."""
+        from scorers.worker import StreamWorker
+
+        sink = FlakySink()
+        worker, source, clock, _registry = make(sink)
+
+        def lookup(trace_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+            raise BackpressureError(1.0)
+
+        worker = StreamWorker(source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup)
+        source.items.append(run_spans("8" * 32))
+        worker.run_once()
+        clock.t += 3
+        assert 1 == worker.run_once()
+        assert ["8" * 32] == list(sink.rows)

@@ -1,0 +1,138 @@
+"""Read side of the workbench: the filtered item list and counts of the queue view, and review stats.
+
+Plain functions over an open connection, returning dicts; the web UI and ``/api/v1/stats`` use them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from review_queue.model import ItemState
+from review_queue.tables import review_items, review_verdicts, runs
+
+__all__ = ["ItemFilter", "flags_by_reason", "item_counts", "list_items", "verdict_stats"]
+
+MAX_ITEMS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFilter:
+    """Queue view filters; ``None`` means any.
+
+    Attributes:
+        state: item state.
+        priority: item priority.
+        reason: one flag reason the item must carry.
+        agent: the run's agent.
+        assignee: items assigned to this reviewer.
+    """
+
+    state: str | None = None
+    priority: str | None = None
+    reason: str | None = None
+    agent: str | None = None
+    assignee: str | None = None
+
+
+def _reason_clause(dialect: str, reason: str) -> sa.ColumnElement[bool]:
+    if dialect == "postgresql":
+        return sa.type_coerce(review_items.c.reasons, postgresql.JSONB).contains([reason])
+    each = sa.func.json_each(review_items.c.reasons).table_valued("value")
+    return sa.exists().select_from(each).where(each.c.value == reason)
+
+
+def _where(conn: sa.Connection, f: ItemFilter, *, with_state: bool = True) -> list[sa.ColumnElement[bool]]:
+    clauses: list[sa.ColumnElement[bool]] = []
+    if with_state and f.state:
+        clauses.append(review_items.c.state == f.state)
+    if f.priority:
+        clauses.append(review_items.c.priority == f.priority)
+    if f.reason:
+        clauses.append(_reason_clause(conn.dialect.name, f.reason))
+    if f.agent:
+        clauses.append(runs.c.agent == f.agent)
+    if f.assignee:
+        clauses.append(review_items.c.assigned_to == f.assignee)
+    return clauses
+
+
+def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200) -> list[dict[str, Any]]:
+    """Items matching ``f``, highest priority first then oldest, at most ``limit`` (≤ 500)."""
+    query = (
+        sa.select(
+            review_items.c.id,
+            review_items.c.trace_id,
+            review_items.c.state,
+            review_items.c.priority,
+            review_items.c.reasons,
+            review_items.c.assigned_to,
+            review_items.c.claimed_by,
+            review_items.c.reviews_done,
+            review_items.c.reviews_required,
+            review_items.c.created_at,
+            runs.c.agent,
+        )
+        .join(runs, runs.c.trace_id == review_items.c.trace_id)
+        .where(*_where(conn, f))
+        .order_by(review_items.c.priority_rank.desc(), review_items.c.created_at, review_items.c.id)
+        .limit(min(limit, MAX_ITEMS))
+    )
+    return [dict(row) for row in conn.execute(query).mappings()]
+
+
+def item_counts(conn: sa.Connection, f: ItemFilter) -> dict[str, int]:
+    """Item count per state under ``f``'s other filters (every state present, 0 when none)."""
+    query = (
+        sa.select(review_items.c.state, sa.func.count())
+        .join(runs, runs.c.trace_id == review_items.c.trace_id)
+        .where(*_where(conn, f, with_state=False))
+        .group_by(review_items.c.state)
+    )
+    counts = {state.value: 0 for state in ItemState}
+    counts.update({state: int(n) for state, n in conn.execute(query)})
+    return counts
+
+
+def verdict_stats(conn: sa.Connection) -> dict[str, Any]:
+    """Verdict totals, and pass rate and failure categories per agent."""
+    rows = conn.execute(
+        sa.select(review_verdicts.c.agent, review_verdicts.c.verdict, review_verdicts.c.categories)
+    ).all()
+    totals = {"pass": 0, "fail": 0}
+    agents: dict[str, dict[str, Any]] = {}
+    for agent, verdict, categories in rows:
+        totals[verdict] = totals.get(verdict, 0) + 1
+        entry = agents.setdefault(agent, {"agent": agent, "pass": 0, "fail": 0, "categories": {}})
+        entry[verdict] = entry.get(verdict, 0) + 1
+        for category in categories or []:
+            entry["categories"][category] = entry["categories"].get(category, 0) + 1
+    per_agent = sorted(agents.values(), key=lambda e: -(e["pass"] + e["fail"]))
+    for entry in per_agent:
+        entry["pass_rate"] = entry["pass"] / (entry["pass"] + entry["fail"])
+    return {"totals": totals, "agents": per_agent}
+
+
+def flags_by_reason(conn: sa.Connection, since: float, until: float, bucket_s: float) -> dict[str, Any]:
+    """Items created in [since, until) counted per reason and time bucket of ``bucket_s``.
+
+    Returns:
+        ``{"buckets": [start, ...], "reasons": {reason: [count per bucket]}}``, oldest bucket first.
+    """
+    rows = conn.execute(
+        sa.select(review_items.c.created_at, review_items.c.reasons).where(
+            review_items.c.created_at >= since, review_items.c.created_at < until
+        )
+    ).all()
+    count = max(1, math.ceil((until - since) / bucket_s))
+    buckets = [since + i * bucket_s for i in range(count)]
+    reasons: dict[str, list[int]] = {}
+    for created_at, item_reasons in rows:
+        index = min(count - 1, int((created_at - since) // bucket_s))
+        for reason in item_reasons or []:
+            reasons.setdefault(reason, [0] * count)[index] += 1
+    return {"buckets": buckets, "reasons": dict(sorted(reasons.items()))}

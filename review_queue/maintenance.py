@@ -1,0 +1,63 @@
+"""Background upkeep of the review queue: lapsed leases back to pending, late feedback joined to runs.
+
+Claims expire lazily anyway (every claim first returns lapsed leases), and feedback is joined
+when it arrives; this loop covers the quiet cases — nobody claiming, or a run that was written
+after its feedback by another process — so queue gauges and flags stay current.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from review_queue.errors import StoreUnavailableError
+from review_queue.feedback import FeedbackStore
+from review_queue.workbench import Workbench
+
+__all__ = ["Maintenance"]
+
+log = structlog.get_logger(__name__)
+
+
+class Maintenance:
+    """Runs :meth:`tick` every ``interval_s`` on a daemon thread.
+
+    Args:
+        workbench: whose leases to expire.
+        feedback: whose pending feedback to join.
+        interval_s: seconds between ticks.
+    """
+
+    def __init__(self, workbench: Workbench, feedback: FeedbackStore, *, interval_s: float = 5.0) -> None:
+        self._workbench = workbench
+        self._feedback = feedback
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> tuple[int, int]:
+        """One pass: ``(leases expired, runs re-evaluated with feedback)``; (0, 0) while the database is down."""
+        try:
+            return self._workbench.expire_leases(), self._feedback.join_pending()
+        except StoreUnavailableError as exc:
+            log.warning("review_maintenance_skipped", error=str(exc))
+            return 0, 0
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread = threading.Thread(target=self._loop, name="vigil-review-maintenance", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread (waits at most ``timeout_s``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.tick()
+            except Exception:  # upkeep must never die: log, and the next tick retries
+                log.exception("review_maintenance_failed")

@@ -1,0 +1,144 @@
+"""Prometheus metrics of the review queue: event counters plus queue state computed at scrape time.
+
+Counters (updated by the workbench and the feedback store in this process):
+``vigil_review_verdicts_total{agent,verdict}``, ``vigil_review_claims_total``,
+``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``.
+
+Scrape-time gauges (one ``GROUP BY`` each per scrape, never stale, shared by every replica):
+``vigil_review_items{state,priority}``, ``vigil_review_oldest_pending_age_seconds{priority}``,
+``vigil_review_pass_rate{agent}`` (passed / all verdicts, over all time).
+Agent and source labels are capped with an ``other`` overflow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+
+from review_queue import queries
+from review_queue.model import ItemState
+from review_queue.tables import review_verdicts
+from review_queue.workbench import ReviewObserver
+from scorers.metrics import OVERFLOW, LabelCap
+from scorers.model import Priority
+
+__all__ = ["QueueCollector", "ReviewMetrics"]
+
+log = structlog.get_logger(__name__)
+
+
+class ReviewMetrics(ReviewObserver):
+    """The review counters; pass it to the workbench and the feedback store as their observer.
+
+    Args:
+        registry: where to register.
+        max_agents: distinct ``agent`` label values before ``other``.
+        max_sources: distinct feedback ``source`` values before ``other``.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, max_agents: int = 50, max_sources: int = 20) -> None:
+        self._agent = LabelCap(max_agents)
+        self._source = LabelCap(max_sources)
+        self.verdicts = Counter(
+            "vigil_review_verdicts", "Review verdicts recorded, by agent and verdict.", ["agent", "verdict"],
+            registry=registry,
+        )  # fmt: skip
+        self.claims = Counter("vigil_review_claims", "Review items claimed.", registry=registry)
+        self.lease_expiries = Counter(
+            "vigil_review_lease_expiries", "Claims whose lease lapsed back to pending.", registry=registry
+        )
+        self.feedback = Counter(
+            "vigil_feedback_received", "User feedback received (duplicates excluded).", ["source", "kind"],
+            registry=registry,
+        )  # fmt: skip
+
+    def claimed(self) -> None:
+        """Count a claim."""
+        self.claims.inc()
+
+    def leases_expired(self, count: int) -> None:
+        """Count lapsed leases."""
+        self.lease_expiries.inc(count)
+
+    def verdict(self, agent: str, verdict: str) -> None:
+        """Count a verdict."""
+        self.verdicts.labels(self._agent(agent), verdict).inc()
+
+    def feedback_received(self, source: str, kind: str) -> None:
+        """Count a new feedback."""
+        self.feedback.labels(self._source(source), kind).inc()
+
+
+class QueueCollector(Collector):
+    """Scrape-time queue gauges read from the database.
+
+    Args:
+        engine: the store's engine.
+        clock: Unix epoch seconds (for ages).
+        max_agents: distinct agents in ``vigil_review_pass_rate`` before ``other``.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time, max_agents: int = 50) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._max_agents = max_agents
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the gauges; nothing (and a log line) when the database cannot be read."""
+        items = GaugeMetricFamily(
+            "vigil_review_items", "Review items by state and priority.", labels=["state", "priority"]
+        )
+        oldest = GaugeMetricFamily(
+            "vigil_review_oldest_pending_age_seconds", "Age of the oldest pending item.", labels=["priority"]
+        )
+        rate = GaugeMetricFamily("vigil_review_pass_rate", "Share of verdicts that passed, by agent.", labels=["agent"])
+        try:
+            with self._engine.connect() as conn:
+                stats = queries.queue_stats(conn)
+                verdicts = conn.execute(
+                    sa.select(review_verdicts.c.agent, review_verdicts.c.verdict, sa.func.count()).group_by(
+                        review_verdicts.c.agent, review_verdicts.c.verdict
+                    )
+                ).all()
+        except sa_exc.SQLAlchemyError as exc:
+            log.warning("review_metrics_unavailable", error=str(exc).splitlines()[0])
+            return
+        now = self._clock()
+        counts = {(s.state.value, s.priority.value): s.count for s in stats}
+        ages = {s.priority.value: now - s.oldest_created_at for s in stats if s.state is ItemState.PENDING}
+        for state in ItemState:
+            for priority in Priority:
+                items.add_metric([state.value, priority.value], counts.get((state.value, priority.value), 0))
+        for priority in Priority:
+            oldest.add_metric([priority.value], max(0.0, ages.get(priority.value, 0.0)))
+        for agent, (passed, total) in _pass_rates(verdicts, self._max_agents).items():
+            rate.add_metric([agent], passed / total)
+        yield items
+        yield oldest
+        yield rate
+
+
+def _pass_rates(rows: Sequence[Any], max_agents: int) -> dict[str, tuple[int, int]]:
+    """(passed, total) per agent; the agents with most verdicts keep their label, the rest are ``other``."""
+    per_agent: dict[str, list[int]] = {}
+    for agent, verdict, count in rows:
+        entry = per_agent.setdefault(agent, [0, 0])
+        entry[1] += count
+        if verdict == "pass":
+            entry[0] += count
+    ranked = sorted(per_agent, key=lambda a: -per_agent[a][1])
+    out: dict[str, tuple[int, int]] = {}
+    for index, agent in enumerate(ranked):
+        label = agent if index < max_agents else OVERFLOW
+        passed, total = out.get(label, (0, 0))
+        out[label] = (passed + per_agent[agent][0], total + per_agent[agent][1])
+    return out

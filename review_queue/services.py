@@ -1,0 +1,91 @@
+"""The review services one API/UI process uses, built once from the store and the settings."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from review_queue.access import Access, random_secret
+from review_queue.auth import Authenticator, SessionSigner, TokenStore
+from review_queue.feedback import FeedbackStore
+from review_queue.metrics import ReviewMetrics
+from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.store import SqlStore
+from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
+from scorers.rules import Rule, compile_rules
+
+__all__ = ["ReviewServices", "build_services"]
+
+
+@dataclass(frozen=True)
+class ReviewServices:
+    """Everything the API and the UI call.
+
+    Attributes:
+        store: the run index and queue (reads).
+        workbench: queue operations and verdicts.
+        feedback: user feedback and its join to runs.
+        tokens: the token table.
+        access: authentication, sessions and role checks.
+        metrics: review metrics, when registered.
+    """
+
+    store: SqlStore
+    workbench: Workbench
+    feedback: FeedbackStore
+    tokens: TokenStore
+    access: Access
+    metrics: ReviewMetrics | None = None
+
+
+def build_services(
+    store: SqlStore,
+    *,
+    admin_token: str | None = None,
+    rules: Sequence[Rule] | None = None,
+    sample_rate: float = 0.05,
+    lease_s: float = DEFAULT_LEASE_S,
+    categories: Sequence[str] = DEFAULT_CATEGORIES,
+    session_secret: bytes | None = None,
+    secure_cookies: bool = False,
+    metrics: ReviewMetrics | None = None,
+    redact: Callable[[str], str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ReviewServices:
+    """Wire the review services over ``store``.
+
+    Args:
+        store: the store.
+        admin_token: ``VIGIL_ADMIN_TOKEN``.
+        rules: the compiled flag rules (default rules when omitted).
+        sample_rate: the random sample rate (recorded on feedback-created items).
+        lease_s: claim lease.
+        categories: failure taxonomy.
+        session_secret: cookie signing key (random per process when omitted).
+        secure_cookies: mark cookies ``Secure``.
+        metrics: review metrics to update.
+        redact: applied to feedback comments before they are stored.
+        clock: Unix epoch seconds.
+    """
+    retry = store.retry_after_s
+    observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
+    workbench = Workbench(
+        store.engine, clock=clock, lease_s=lease_s, categories=categories, observer=observer, retry_after_s=retry
+    )
+    feedback = FeedbackStore(
+        store.engine,
+        tuple(rules) if rules is not None else compile_rules(None),
+        sample_rate,
+        clock=clock,
+        on_received=metrics.feedback_received if metrics is not None else None,
+        redact=redact,
+        retry_after_s=retry,
+    )
+    tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry)
+    access = Access(
+        Authenticator(tokens, admin_token),
+        SessionSigner(session_secret or random_secret(), clock=clock),
+        secure_cookies=secure_cookies,
+    )
+    return ReviewServices(store, workbench, feedback, tokens, access, metrics)

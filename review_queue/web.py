@@ -1,0 +1,266 @@
+"""The reviewer web UI: server-rendered Jinja2 pages and one small static script, no build step.
+
+Pages: ``/login``, ``/queue`` (filters and counts), ``/items/{id}`` (the run view with the
+verdict form), ``/runs/{trace_id}``, ``/stats``. Every form posts a CSRF token; every page
+checks the role through :class:`review_queue.access.Access`. Agent-produced text is
+attacker-controlled: the environment autoescapes everything and no template marks agent text
+safe; the Content-Security-Policy forbids inline scripts, so the keyboard handling lives in
+``static/triage.js``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+from fastapi import Depends, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from review_queue import listing, queries, views
+from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
+from review_queue.auth import ANONYMOUS
+from review_queue.errors import ConflictError, InvalidInputError
+from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
+from review_queue.services import ReviewServices
+from review_queue.store import guard
+from scorers.model import Priority
+
+__all__ = ["mount_ui"]
+
+HERE = Path(__file__).parent
+LOGIN_CSRF_COOKIE = "vigil_login_csrf"
+STATS_WINDOW_S = 24 * 3600
+STATS_BUCKET_S = 3600
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,  # agent text is attacker-controlled: escape everything, never mark it safe
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["age"] = views.age
+_ENV.filters["clock"] = views.clock_time
+
+
+def mount_ui(app: FastAPI, services: ReviewServices) -> None:
+    """Add the UI routes and ``/static`` to ``app``."""
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    _auth_pages(app, services)
+    _queue_pages(app, services)
+    _item_pages(app, services)
+    _admin_forms(app, services)
+
+
+def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+    """Render a template with the caller's session (for the CSRF token and the header)."""
+    caller: Caller | None = getattr(request.state, "caller", None)
+    session = caller.session if caller else None
+    context.update(
+        me=caller.principal if caller else None,
+        csrf=session["csrf"] if session else "",
+        priorities=[p.value for p in Priority],
+        states=[s.value for s in ItemState],
+    )
+    html = _ENV.get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
+    access = services.access
+
+    @app.get("/", include_in_schema=False)
+    def home() -> RedirectResponse:
+        return RedirectResponse("/queue", status_code=303)
+
+    @app.get("/login", include_in_schema=False)
+    async def login_page(request: Request, error: str = "") -> HTMLResponse:
+        token = secrets.token_urlsafe(24)
+        is_open = await run_in_threadpool(access.auth.open)
+        response = render("login.html", request, login_csrf=token, error=error, is_open=is_open)
+        response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", max_age=3600)
+        return response
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request, token: Annotated[str, Form()] = "", csrf: Annotated[str, Form()] = "") -> Any:
+        expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+        if not expected or not hmac.compare_digest(expected, csrf):
+            return RedirectResponse("/login?error=expired", status_code=303)
+        principal = await run_in_threadpool(access.auth.principal, token.strip())
+        if principal is None and await run_in_threadpool(access.auth.open):
+            principal = ANONYMOUS
+        if principal is None:
+            return RedirectResponse("/login?error=invalid", status_code=303)
+        if principal.role is Role.INGEST:
+            return RedirectResponse("/login?error=ingest", status_code=303)
+        response = RedirectResponse("/queue", status_code=303)
+        access.issue(response, principal)
+        response.delete_cookie(LOGIN_CSRF_COOKIE)
+        return response
+
+    anyone = Depends(access.require_page(*Role))
+
+    @app.post("/logout", include_in_schema=False)
+    def logout(who: Principal = anyone) -> RedirectResponse:
+        response = RedirectResponse("/login", status_code=303)
+        access.end(response)
+        return response
+
+
+def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
+    access = services.access
+    reader = Depends(access.require_page(*READERS))
+    reviewer = Depends(access.require_page(*REVIEWERS))
+
+    @app.get("/queue", include_in_schema=False)
+    def queue_page(
+        request: Request,
+        *,
+        who: Principal = reader,
+        state: str = "pending",
+        priority: str = "",
+        reason: str = "",
+        agent: str = "",
+        mine: bool = False,
+        notice: str = "",
+    ) -> HTMLResponse:
+        f = listing.ItemFilter(
+            state=state or None,
+            priority=priority or None,
+            reason=reason[:256] or None,
+            agent=agent[:256] or None,
+            assignee=who.name if mine else None,
+        )
+        with guard("queue_page", services.store.retry_after_s), services.store.engine.connect() as conn:
+            items = listing.list_items(conn, f)
+            counts = listing.item_counts(conn, f)
+        filters = {"state": state, "priority": priority, "reason": reason, "agent": agent, "mine": mine}
+        return render(
+            "queue.html", request, items=items, counts=counts, filters=filters, now=time.time(), notice=notice
+        )
+
+    @app.post("/queue/claim", include_in_schema=False)
+    def claim_next(who: Principal = reviewer) -> RedirectResponse:
+        claim = services.workbench.claim_next(who.name)
+        if claim is None:
+            return RedirectResponse("/queue?notice=empty", status_code=303)
+        return RedirectResponse(f"/items/{claim.item_id}", status_code=303)
+
+    @app.get("/stats", include_in_schema=False)
+    def stats_page(request: Request, who: Principal = reader) -> HTMLResponse:
+        now = time.time()
+        with guard("stats_page", services.store.retry_after_s), services.store.engine.connect() as conn:
+            depth = queries.queue_stats(conn)
+            verdicts = listing.verdict_stats(conn)
+            flags = listing.flags_by_reason(conn, now - STATS_WINDOW_S, now, STATS_BUCKET_S)
+        pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
+        return render("stats.html", request, depth=depth, pending=pending, verdicts=verdicts, flags=flags, now=now)
+
+
+def _item_pages(app: FastAPI, services: ReviewServices) -> None:
+    access = services.access
+    reader = Depends(access.require_page(*READERS))
+    reviewer = Depends(access.require_page(*REVIEWERS))
+    bench = services.workbench
+
+    @app.get("/items/{item_id}", include_in_schema=False)
+    def item_page(request: Request, item_id: int, who: Principal = reader, error: str = "") -> HTMLResponse:
+        item = bench.item(item_id)
+        run = services.store.get_run(item["trace_id"])
+        snapshot = (run or {}).get("review_item", {}).get("snapshot") or {}
+        context = {
+            "item": item,
+            "run": run,
+            "snap": snapshot,
+            "fall": views.waterfall(snapshot.get("steps", []), snapshot.get("start_ns", 0), snapshot.get("end_ns", 0)),
+            "verdicts": bench.verdicts(item_id, who),
+            "events": bench.events(item_id),
+            "feedback": services.feedback.for_run(item["trace_id"]),
+            "categories": bench.categories,
+            "holding": item["state"] == ItemState.CLAIMED.value and item["claimed_by"] == who.name,
+            "can_review": who.role in REVIEWERS,
+            "is_admin": who.role in ADMINS,
+            "error": error,
+        }
+        return render("item.html", request, **context)
+
+    @app.get("/runs/{trace_id}", include_in_schema=False)
+    def run_page(request: Request, trace_id: str, who: Principal = reader) -> Response:
+        run = services.store.get_run(trace_id.lower()[:32])
+        if run is None:
+            return render("error.html", request, status=404, message=f"run {trace_id[:32]} not found")
+        if run["review_item"] is not None:
+            return RedirectResponse(f"/items/{run['review_item']['id']}", status_code=303)
+        return render("run.html", request, run=run)
+
+    @app.post("/items/{item_id}/claim", include_in_schema=False)
+    def claim(item_id: int, who: Principal = reviewer) -> RedirectResponse:
+        try:
+            bench.claim(item_id, who.name)
+        except ConflictError as exc:
+            return RedirectResponse(f"/items/{item_id}?error={_q(str(exc))}", status_code=303)
+        return RedirectResponse(f"/items/{item_id}", status_code=303)
+
+    @app.post("/items/{item_id}/release", include_in_schema=False)
+    def release(item_id: int, who: Principal = reviewer, skip: Annotated[str, Form()] = "") -> RedirectResponse:
+        (bench.skip if skip else bench.release)(item_id, who.name)
+        return RedirectResponse("/queue", status_code=303)
+
+    @app.post("/items/{item_id}/verdict", include_in_schema=False)
+    def verdict(
+        item_id: int,
+        *,
+        who: Principal = reviewer,
+        verdict: Annotated[str, Form()] = "",
+        categories: Annotated[list[str] | None, Form()] = None,
+        notes: Annotated[str, Form()] = "",
+        corrected_answer: Annotated[str, Form()] = "",
+    ) -> RedirectResponse:
+        try:
+            given = VerdictIn(VerdictValue(verdict), tuple(categories or ()), notes, corrected_answer.strip() or None)
+            bench.submit_verdict(item_id, who.name, given)
+        except (ValueError, InvalidInputError, ConflictError) as exc:
+            message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""
+            return RedirectResponse(f"/items/{item_id}?error={_q(message or 'choose pass or fail')}", status_code=303)
+        return RedirectResponse(_next_item(services, who), status_code=303)
+
+
+def _admin_forms(app: FastAPI, services: ReviewServices) -> None:
+    admin = Depends(services.access.require_page(*ADMINS))
+    bench = services.workbench
+
+    @app.post("/items/{item_id}/assign", include_in_schema=False)
+    def assign(item_id: int, who: Principal = admin, assignee: Annotated[str, Form()] = "") -> RedirectResponse:
+        bench.assign(item_id, who.name, assignee.strip()[:128] or None)
+        return RedirectResponse(f"/items/{item_id}", status_code=303)
+
+    @app.post("/items/{item_id}/requeue", include_in_schema=False)
+    def requeue(item_id: int, who: Principal = admin, reviews: Annotated[int, Form()] = 0) -> RedirectResponse:
+        try:
+            if reviews:
+                bench.set_reviews_required(item_id, who.name, reviews)
+            else:
+                bench.requeue(item_id, who.name)
+        except InvalidInputError as exc:
+            return RedirectResponse(f"/items/{item_id}?error={_q(str(exc))}", status_code=303)
+        return RedirectResponse(f"/items/{item_id}", status_code=303)
+
+
+def _next_item(services: ReviewServices, who: Principal) -> str:
+    """Where "submit and advance" goes: the next item already held, else a fresh claim, else the queue."""
+    held = services.workbench.claims_of(who.name)
+    if held:
+        return f"/items/{held[0]}"
+    claim = services.workbench.claim_next(who.name)
+    return f"/items/{claim.item_id}" if claim else "/queue?notice=done"
+
+
+def _q(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text[:300])

@@ -1,0 +1,399 @@
+"""The judge service: selects runs after they are stored, judges them off the stream, records verdicts.
+
+Isolation from the stream is the point of this module:
+
+1. :meth:`JudgeService.submit` runs on the stream worker's thread once a batch is durably
+   written. Per judge it evaluates the selector and the sample, then ``put_nowait`` on the
+   judge's bounded queue. It never waits: a full queue drops the run and counts it
+   (``vigil_judge_dropped_total{reason="queue_full"}``).
+2. Each judge has ``concurrency`` worker threads of its own, so a slow or failing endpoint
+   only delays that judge. A worker renders the request, serves it from the verdict cache
+   when the same content was judged under the same rubric version and model, else reserves
+   the spend budget (a spent budget skips the run, counted) and asks the model.
+3. The verdict is stored with the run (:class:`~scorers.judge.model.JudgeSink`), and the
+   rules are decided again with the judge scores known so far: a run can become flagged by
+   its judge score (flags are sticky; new reasons are added; the review item is created if
+   the run had none). An unreachable store is retried a few times, then the verdict is
+   dropped and counted.
+
+Lifecycle: :meth:`start`, :meth:`flush`, :meth:`shutdown`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+import structlog
+
+from collector.errors import BackpressureError
+from scorers.errors import JudgeCallError
+from scorers.judge.budget import Reservation, SpendBudget, VerdictCache
+from scorers.judge.client import JudgeClient, Judgement
+from scorers.judge.config import JudgeSpec, selector_activation
+from scorers.judge.metrics import JudgeMetrics
+from scorers.judge.model import JudgeResult, JudgeSink
+from scorers.judge.rubrics import has_content, render
+from scorers.model import Flag, Run, ScoredRun
+from scorers.rules import EVAL_ERRORS, Rule, decide, sample_point
+
+log = structlog.get_logger(__name__)
+
+STORE_ATTEMPTS = 5
+"""Writes of one verdict tried while the store is unavailable before it is dropped."""
+
+
+class _Judge:
+    """One configured judge at run time: its queue, client, budget, cache and threads."""
+
+    def __init__(self, spec: JudgeSpec, metrics: JudgeMetrics, clock: Callable[[], float]) -> None:
+        cfg = spec.config
+        self.spec = spec
+        self.name = spec.name
+        self.queue: queue.Queue[tuple[int, ScoredRun]] = queue.Queue(cfg.queue_size)
+        self.budget = SpendBudget(cfg.budget.tokens_per_hour, cfg.budget.usd_per_hour, clock=clock)
+        self.cache = VerdictCache(cfg.cache_size)
+        attempts = metrics.attempts
+        latency = metrics.latency.labels(spec.name)
+
+        def on_attempt(outcome: str, seconds: float) -> None:
+            attempts.labels(spec.name, outcome).inc()
+            latency.observe(seconds)
+
+        self.client = JudgeClient(
+            base_url=cfg.base_url,
+            api_key=spec.api_key,
+            model=cfg.model,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            max_backoff_s=cfg.max_backoff_s,
+            max_tokens=cfg.max_tokens,
+            on_attempt=on_attempt,
+        )
+        self.threads: list[threading.Thread] = []
+        self.exhausted_window = -1  # the budget window already logged as exhausted
+        program = spec.selector
+        self.variables = frozenset(program.variables()) if program is not None else frozenset()
+        self.select_all = program is not None and cfg.select.strip() == "true"
+        self.dropped_full = metrics.dropped.labels(spec.name, "queue_full")
+        self.dropped_empty = metrics.dropped.labels(spec.name, "no_content")
+
+    def selects(self, scored: ScoredRun) -> bool:
+        """Whether this judge wants the run (selector, then the deterministic sample). Cheap: stream thread."""
+        program = self.spec.selector
+        if program is None:
+            chosen = scored.flag is not None
+        elif self.select_all:
+            chosen = True
+        else:
+            act = selector_activation(scored.run, scored.scores, scored.flag, self.variables)
+            try:
+                chosen = program.execute(act) is True
+            except EVAL_ERRORS:
+                chosen = False  # bad data for this selector (a missing key): not selected
+            except Exception:  # CEL boundary on the stream thread: never raise into the stream (logged)
+                log.warning("judge_selector_failed", judge=self.name, trace_id=scored.run.trace_id, exc_info=True)
+                chosen = False
+        rate = self.spec.config.sample_rate
+        return chosen and (rate >= 1.0 or sample_point(f"{self.name}:{scored.run.trace_id}") < rate)
+
+
+class JudgeService:
+    """Runs the configured judges beside the stream.
+
+    Args:
+        specs: the validated judges.
+        sink: where verdicts are stored (and flags merged).
+        rules: the compiled flag rules (with the judges' ``flag_below`` rules).
+        sample_rate: the random review sample rate (the rules' ``random_sample``).
+        metrics: judge metrics.
+        on_new_flag: called with a run the judges flagged that was not flagged before
+            (``RunMetrics.observe_flag``).
+        clock: Unix seconds for the budget windows (injected in tests).
+        max_tracked_runs: runs whose judge scores are kept for re-decisions.
+        prepare: applied to a run on the judge's thread before its content is rendered for
+            the model (redaction: the model, and the reasoning stored from its answer, never
+            see what the store would not hold).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[JudgeSpec],
+        sink: JudgeSink,
+        *,
+        rules: tuple[Rule, ...],
+        sample_rate: float,
+        metrics: JudgeMetrics,
+        on_new_flag: Callable[[ScoredRun], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        max_tracked_runs: int = 20_000,
+        prepare: Callable[[Run], Run] | None = None,
+    ) -> None:
+        self._sink = sink
+        self._prepare = prepare
+        self._rules = rules
+        self._sample_rate = sample_rate
+        self._metrics = metrics
+        self._on_new_flag = on_new_flag
+        self._judges = [_Judge(spec, metrics, clock) for spec in specs]
+        self._stop = threading.Event()
+        self._accepting = True
+        self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
+        self._latest: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._seq = itertools.count(1)
+        self._max_tracked = max_tracked_runs
+        self._lock = threading.Lock()
+        for judge in self._judges:
+            metrics.init_judge(judge.name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The judge names."""
+        return tuple(j.name for j in self._judges)
+
+    def start(self) -> None:
+        """Start every judge's worker threads."""
+        for judge in self._judges:
+            for i in range(judge.spec.config.concurrency):
+                t = threading.Thread(
+                    target=self._work, args=(judge,), name=f"vigil-judge-{judge.name}-{i}", daemon=True
+                )
+                judge.threads.append(t)
+                t.start()
+
+    def submit(self, runs: Sequence[ScoredRun]) -> None:
+        """Queue the selected runs for their judges. Never blocks; full queues drop and count."""
+        if not self._accepting:
+            return
+        for judge in self._judges:
+            for scored in runs:
+                if not judge.selects(scored):
+                    continue
+                if not has_content(scored.run):
+                    judge.dropped_empty.inc()
+                    continue
+                seq = next(self._seq)
+                try:
+                    judge.queue.put_nowait((seq, scored))
+                except queue.Full:
+                    judge.dropped_full.inc()
+                    continue
+                self._newest(scored.run.trace_id, judge.name, seq)
+
+    def judge_scores(self, trace_id: str) -> Mapping[str, float]:
+        """The latest score of each judge that scored ``trace_id`` (empty when none). Thread-safe."""
+        with self._lock:
+            found = self._scores.get(trace_id)
+            return dict(found) if found else {}
+
+    def pending(self) -> int:
+        """Runs queued or being judged."""
+        return sum(j.queue.unfinished_tasks for j in self._judges)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued run is judged and recorded; True if done within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.pending():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Stop accepting runs, judge what is queued within ``timeout_s``, drop (and count) the rest."""
+        self._accepting = False
+        done = self.flush(timeout_s)
+        self._stop.set()
+        for judge in self._judges:
+            while True:
+                try:
+                    judge.queue.get_nowait()
+                except queue.Empty:
+                    break
+                judge.queue.task_done()
+                self._metrics.dropped.labels(judge.name, "shutdown").inc()
+        for judge in self._judges:
+            for t in judge.threads:
+                t.join(0.5)
+            judge.client.close()
+        return done
+
+    def _work(self, judge: _Judge) -> None:
+        while not self._stop.is_set():
+            try:
+                seq, scored = judge.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self._judge_one(judge, scored, seq)
+            except Exception:  # plugin boundary: one bad run must not kill the judge (logged with trace)
+                log.exception("judge_failed", judge=judge.name, trace_id=scored.run.trace_id)
+            finally:
+                judge.queue.task_done()
+
+    def _judge_one(self, judge: _Judge, scored: ScoredRun, seq: int) -> None:
+        """Cache, else budget, else ask the model; then record whatever came out."""
+        if self._superseded(scored.run.trace_id, judge.name, seq):  # a newer version is queued: skip the request
+            self._metrics.dropped.labels(judge.name, "superseded").inc()
+            return
+        spec, cfg = judge.spec, judge.spec.config
+        run = scored.run if self._prepare is None else self._prepare(scored.run)
+        request = render(run, spec.rubric, cfg.max_content_chars)
+        key = (spec.rubric.label, cfg.model, request.content_hash)
+        cached = judge.cache.get(key)
+        if cached is not None:
+            self._metrics.requests.labels(judge.name, "cached").inc()
+            self._record(judge, _reused(cached, scored.run.trace_id), scored, seq)
+            return
+        estimate = request.estimated_tokens
+        reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
+        if reservation is None:
+            self._exhausted(judge)
+            return
+        base = _base_result(judge, scored, request.content_hash)
+        try:
+            judgement = judge.client.judge(request, self._stop.wait)
+        except JudgeCallError as exc:
+            cost = self._charge(judge, reservation, exc.input_tokens, exc.output_tokens)
+            if self._stop.is_set():  # cut short by shutdown: not the judge's error
+                self._metrics.dropped.labels(judge.name, "shutdown").inc()
+                return
+            self._metrics.requests.labels(judge.name, exc.outcome).inc()
+            log.warning("judge_error", judge=judge.name, trace_id=base.trace_id, outcome=exc.outcome, error=str(exc))
+            failed = dataclasses.replace(
+                base,
+                error=str(exc)[:1000],
+                input_tokens=exc.input_tokens,
+                output_tokens=exc.output_tokens,
+                cost_usd=cost,
+            )
+            self._record(judge, failed, scored, seq)
+            return
+        cost = self._charge(judge, reservation, judgement.input_tokens, judgement.output_tokens)
+        result = _verdict_result(base, judgement, cost, cfg.pass_threshold)
+        judge.cache.put(key, result)
+        self._metrics.requests.labels(judge.name, "ok").inc()
+        self._metrics.score.labels(judge.name).observe(judgement.verdict.score)
+        self._record(judge, result, scored, seq)
+
+    def _exhausted(self, judge: _Judge) -> None:
+        self._metrics.budget_exhausted.labels(judge.name).inc()
+        if judge.budget.window != judge.exhausted_window:  # log once per window
+            judge.exhausted_window = judge.budget.window
+            log.warning("judge_budget_exhausted", judge=judge.name, spent=judge.budget.spent)
+
+    def _charge(self, judge: _Judge, reservation: Reservation, input_tokens: int, output_tokens: int) -> float:
+        """Settle the budget with the real usage, count tokens and cost; return the cost."""
+        cost = judge.spec.price.cost(input_tokens, output_tokens)
+        judge.budget.settle(reservation, input_tokens + output_tokens, cost)
+        self._spent(judge.name, input_tokens, output_tokens, cost)
+        return cost
+
+    def _spent(self, judge: str, input_tokens: int, output_tokens: int, cost: float) -> None:
+        m = self._metrics
+        if input_tokens:
+            m.tokens.labels(judge, "input").inc(input_tokens)
+        if output_tokens:
+            m.tokens.labels(judge, "output").inc(output_tokens)
+        if cost:
+            m.cost.labels(judge).inc(cost)
+
+    def _newest(self, trace_id: str, judge: str, seq: int) -> None:
+        """Remember the newest accepted submission of (run, judge): older verdicts must not overwrite it."""
+        with self._lock:
+            self._latest[(trace_id, judge)] = seq
+            self._latest.move_to_end((trace_id, judge))
+            while len(self._latest) > self._max_tracked:
+                self._latest.popitem(last=False)
+
+    def _superseded(self, trace_id: str, judge: str, seq: int) -> bool:
+        with self._lock:
+            return self._latest.get((trace_id, judge), seq) > seq
+
+    def _record(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, seq: int) -> None:
+        """Store the verdict and, when the judge scores add flag reasons, the new flag.
+
+        A verdict on an older version of the run (re-scored after late spans, and queued again
+        meanwhile) is dropped as ``superseded``: with concurrency > 1 it could finish last.
+        """
+        if self._superseded(result.trace_id, judge.name, seq):
+            self._metrics.dropped.labels(judge.name, "superseded").inc()
+            return
+        flag = None
+        if result.score is not None:
+            scores = self._remember(result.trace_id, judge.name, result.score)
+            flag = self._redecide(scored, scores)
+        new_flag = self._write(judge, result, scored, flag)
+        if new_flag and flag is not None and self._on_new_flag is not None:
+            self._on_new_flag(dataclasses.replace(scored, flag=flag))
+        if flag is not None:
+            log.info("run_flagged_by_judge", judge=judge.name, trace_id=result.trace_id, reasons=list(flag.reasons))
+
+    def _remember(self, trace_id: str, judge: str, score: float) -> dict[str, float]:
+        with self._lock:
+            scores = self._scores.setdefault(trace_id, {})
+            scores[judge] = score
+            self._scores.move_to_end(trace_id)
+            while len(self._scores) > self._max_tracked:
+                self._scores.popitem(last=False)
+            return dict(scores)
+
+    def _redecide(self, scored: ScoredRun, judge_scores: Mapping[str, float]) -> Flag | None:
+        """The new decision when it adds a reason to the run's flag, else None."""
+        decision = decide(scored.run, scored.scores, self._rules, self._sample_rate, judge=judge_scores)
+        if decision is None:
+            return None
+        known = set(scored.flag.reasons) if scored.flag is not None else set()
+        return decision if set(decision.reasons) - known else None
+
+    def _write(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
+        backoff = 0.2
+        for _ in range(STORE_ATTEMPTS):
+            try:
+                return self._sink.write_judgement(result, scored, flag)
+            except BackpressureError as exc:
+                log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
+                if self._stop.wait(backoff):
+                    break
+                backoff = min(backoff * 2, 5.0)
+        self._metrics.dropped.labels(judge.name, "store_unavailable").inc()
+        return False
+
+
+def _reused(cached: JudgeResult, trace_id: str) -> JudgeResult:
+    """A cached verdict applied to another run (or a re-score): free and instant."""
+    return dataclasses.replace(
+        cached, trace_id=trace_id, cached=True, input_tokens=0, output_tokens=0, cost_usd=0.0, latency_s=0.0
+    )
+
+
+def _verdict_result(base: JudgeResult, judgement: Judgement, cost: float, pass_threshold: float) -> JudgeResult:
+    score = judgement.verdict.score
+    return dataclasses.replace(
+        base,
+        score=score,
+        passed=score >= pass_threshold,
+        reasoning=judgement.verdict.reasoning,
+        input_tokens=judgement.input_tokens,
+        output_tokens=judgement.output_tokens,
+        cost_usd=cost,
+        latency_s=judgement.latency_s,
+    )
+
+
+def _base_result(judge: _Judge, scored: ScoredRun, content_hash: str) -> JudgeResult:
+    return JudgeResult(
+        trace_id=scored.run.trace_id,
+        judge=judge.name,
+        rubric_version=judge.spec.rubric.label,
+        model=judge.spec.config.model,
+        score=None,
+        passed=None,
+        reasoning="",
+        content_hash=content_hash,
+    )

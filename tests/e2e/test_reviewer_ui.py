@@ -1,0 +1,235 @@
+"""The reviewer UI in a real browser: Debian's chromium driven by Playwright (never a downloaded browser).
+
+A uvicorn server on a free port serves the real API + UI over a SQLite store seeded with
+flagged runs. Screenshots of the queue and of a run view land in ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import uvicorn
+
+from review_queue.api import create_api_app
+from review_queue.services import ReviewServices, build_services
+from review_queue.store import SqlStore, upgrade_database
+from review_queue.tables import review_verdicts
+from review_queue.testing import scored_run
+from scorers.model import Message, Priority, Step, StepKind, ToolCall
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+T = 1_700_000_000_000_000_000
+
+XSS_AGENT = '<img src=x onerror="window.__xss=1">'
+XSS_OUTPUT = "<script>window.__xss=2</script>Here is your answer"
+XSS_TOOL = "<img src=x onerror=alert(1)>"
+XSS_MESSAGE = "<script>alert('message')</script>"
+XSS_STEP = "<svg onload=alert(1)>"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running UI server."""
+
+    url: str
+    store: SqlStore
+    services: ReviewServices
+
+
+def _run(n: int, agent: str = "support", **fields: Any) -> Any:
+    steps = (
+        Step(f"{n:015x}1", None, f"invoke_agent {agent}", StepKind.AGENT, T, T + 3 * 10**9),
+        Step(f"{n:015x}2", f"{n:015x}1", "chat gpt-4o-mini", StepKind.LLM, T + 10**8, T + 9 * 10**8),
+        Step(f"{n:015x}3", f"{n:015x}1", "execute_tool search", StepKind.TOOL, T + 10**9, T + 2 * 10**9, error=True),
+        Step(f"{n:015x}4", f"{n:015x}1", "chat gpt-4o-mini", StepKind.LLM, T + 2 * 10**9, T + 29 * 10**8),
+    )
+    defaults: dict[str, Any] = {
+        "agent": agent,
+        "start_ns": T,
+        "end_ns": T + 3 * 10**9,
+        "llm_calls": 2,
+        "tool_calls": 1,
+        "tool_errors": 1,
+        "steps": steps,
+        "tools": (ToolCall(f"{n:015x}3", "search", "call_1", '{"q": "refund policy"}', None, "Timeout: 5 s"),),
+        "messages": (Message("user", f"Question {n}: where is my refund?"), Message("assistant", "Checking.")),
+        "final_output": f"Answer {n}",
+    }
+    defaults.update(fields)
+    return scored_run(f"{n:032x}", reasons=["low_step_efficiency"], priority=Priority.NORMAL, **defaults)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """The API + UI on a free port over a fresh SQLite store."""
+    url = f"sqlite:///{tmp_path / 'vigil.db'}"
+    upgrade_database(url)
+    store = SqlStore(url)
+    services = build_services(store, admin_token="bootstrap-admin-token")
+    app = create_api_app(store, admin_token="bootstrap-admin-token", services=services)
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert uv.started, "the UI server did not start"
+    yield Server(f"http://127.0.0.1:{port}", store, services)
+    uv.should_exit = True
+    thread.join(10)
+    store.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Debian chromium under Playwright."""
+    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
+        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+def _login(page: Any, server: Server, token: str) -> None:
+    page.goto(f"{server.url}/login")
+    page.keyboard.type(token)  # the token field has autofocus
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url.endswith("/queue")
+
+
+def _press_and_wait(page: Any, key: str) -> None:
+    with page.expect_navigation():
+        page.keyboard.press(key)
+
+
+class TestKeyboardTriage:
+    """A reviewer logs in and triages three items with the keyboard only."""
+
+    def test_three_items_by_keyboard(self, server: Server, browser: Any) -> None:
+        """c claims, f/p/1-9/n set the verdict, Enter submits and advances; every verdict lands."""
+        server.store.write([_run(n) for n in (1, 2, 3)])
+        token, _ = server.services.tokens.create("alice", "reviewer")
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        _login(page, server, token)
+        assert "3" == page.inner_text('#counts b[data-state="pending"]')
+        page.keyboard.press("j")
+        assert "2" == page.get_attribute("tr.item-row.selected", "data-item")
+        page.keyboard.press("k")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "queue.png"), full_page=True)
+
+        _press_and_wait(page, "c")
+        first = page.url
+        assert first.endswith("/items/1")
+        assert "search" in page.inner_text("#tools")
+        assert "Timeout: 5 s" in page.inner_text("#tools")
+        assert "Question 1" in page.inner_text("#conversation")
+        assert 4 == page.locator("#waterfall g.step").count()
+        assert "0.05" == page.inner_text("#sample-rate")
+        page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
+        page.keyboard.press("f")
+        page.keyboard.press("1")
+        page.keyboard.press("n")
+        page.keyboard.type("called search for a refund question")
+        page.keyboard.press("Escape")
+        _press_and_wait(page, "Enter")
+        assert page.url.endswith("/items/2")
+
+        page.keyboard.press("p")
+        _press_and_wait(page, "Enter")
+        assert page.url.endswith("/items/3")
+
+        page.keyboard.press("2")  # a category implies fail
+        page.keyboard.press("5")
+        _press_and_wait(page, "Enter")
+        assert "/queue" in page.url
+        assert "Nothing left to claim" in page.inner_text("#notice")
+        assert [] == dialogs
+
+        with server.store.engine.connect() as conn:
+            rows = conn.execute(sa.select(review_verdicts).order_by(review_verdicts.c.item_id)).mappings().all()
+        got = [(r["item_id"], r["reviewer"], r["verdict"], list(r["categories"]), r["notes"]) for r in rows]
+        assert [
+            (1, "alice", "fail", ["wrong_tool"], "called search for a refund question"),
+            (2, "alice", "pass", [], ""),
+            (3, "alice", "fail", ["wrong_arguments", "loop"], ""),
+        ] == got
+
+    def test_enter_without_verdict_does_not_submit(self, server: Server, browser: Any) -> None:
+        """Enter before choosing pass or fail keeps the reviewer on the item."""
+        server.store.write([_run(7)])
+        token, _ = server.services.tokens.create("bob", "reviewer")
+        page = browser.new_page()
+        _login(page, server, token)
+        _press_and_wait(page, "c")
+        page.keyboard.press("Enter")
+        page.wait_for_timeout(300)
+        assert page.url.endswith("/items/1")
+        assert "needs-verdict" in (page.get_attribute("#verdict-form", "class") or "")
+
+
+class TestInertPayloads:
+    """Agent output with script and onerror payloads renders as text."""
+
+    def test_run_view_and_queue_are_inert(self, server: Server, browser: Any) -> None:
+        """No dialog, no injected flag, no injected element; the payload text is shown escaped."""
+        server.store.write(
+            [
+                _run(
+                    9,
+                    agent=XSS_AGENT,
+                    final_output=XSS_OUTPUT,
+                    tools=(ToolCall(f"{9:015x}3", "search", "c1", '{"q": "<b>bold</b>"}', XSS_TOOL, None),),
+                    messages=(Message("user", XSS_MESSAGE),),
+                    steps=(Step(f"{9:015x}1", None, XSS_STEP, StepKind.AGENT, T, T + 10**9),),
+                )
+            ]
+        )
+        token, _ = server.services.tokens.create("vera", "viewer")
+        page = browser.new_page()
+        dialogs: list[str] = []
+        console: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("console", lambda m: console.append(m.text))
+        _login(page, server, token)
+        assert XSS_AGENT in page.inner_text("#items")
+        page.goto(f"{server.url}/items/1")
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(500)
+        assert [] == dialogs
+        assert page.evaluate("typeof window.__xss") == "undefined"
+        assert XSS_OUTPUT == page.inner_text("#final-output")
+        assert XSS_TOOL in page.inner_text("#tools")
+        assert XSS_MESSAGE in page.inner_text("#conversation")
+        assert XSS_AGENT in page.inner_text("#summary")
+        assert XSS_STEP in page.inner_text("#waterfall")
+        assert 0 == page.locator("img").count()
+        assert 0 == page.locator("main script, main svg svg").count()
+        sources = page.eval_on_selector_all("script", "els => els.map(e => e.getAttribute('src'))")
+        assert ["/static/triage.js"] == sources
+        page.screenshot(path=str(ARTIFACTS / "run-view-payloads.png"), full_page=True)

@@ -1,0 +1,189 @@
+"""Tests of review_queue.api_review over the real app on SQLite and PostgreSQL: status codes and shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from review_queue.api import create_api_app
+from review_queue.maintenance import Maintenance
+from review_queue.services import ReviewServices, build_services
+from review_queue.store import SqlStore, upgrade_database
+from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
+from scorers.model import Priority
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ADMIN = {"Authorization": "Bearer api-admin"}
+
+
+class Clock:
+    """A settable clock."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """A migrated store on SQLite or a PostgreSQL scratch schema."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(url)
+        sql_store = SqlStore(url)
+        yield sql_store
+        sql_store.close()
+        return
+    reason = postgres_unreachable(POSTGRES_URL)
+    if reason is not None:
+        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
+    with postgres_scratch_url(POSTGRES_URL) as url:
+        upgrade_database(url)
+        sql_store = SqlStore(url)
+        yield sql_store
+        sql_store.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The services' clock."""
+    return Clock()
+
+
+@pytest.fixture
+def services(store: SqlStore, clock: Clock) -> ReviewServices:
+    """Services with a 60 s lease."""
+    return build_services(store, admin_token="api-admin", lease_s=60, clock=clock)
+
+
+@pytest.fixture
+def client(store: SqlStore, services: ReviewServices) -> TestClient:
+    """The app."""
+    return TestClient(create_api_app(store, admin_token="api-admin", services=services))
+
+
+def _who(services: ReviewServices, name: str, role: str = "reviewer") -> dict[str, str]:
+    return {"Authorization": f"Bearer {services.tokens.create(name, role)[0]}"}
+
+
+class TestWorkbenchApi:
+    """Claim, verdict, blind review, errors."""
+
+    def test_claim_empty_204(self, client: TestClient) -> None:
+        """Nothing to claim → 204."""
+        assert 204 == client.post("/api/v1/queue/claim", headers=ADMIN).status_code
+
+    def test_claim_verdict_flow(self, store: SqlStore, services: ReviewServices, client: TestClient) -> None:
+        """Claim next by priority, submit, 409 on a second verdict, 422 on a bad category."""
+        store.write([scored_run("1" * 32, reasons=["a"]), scored_run("2" * 32, reasons=["b"], priority=Priority.HIGH)])
+        alice = _who(services, "alice")
+        claim = client.post("/api/v1/queue/claim", json={"priority": "normal"}, headers=alice).json()
+        assert "1" * 32 == claim["trace_id"]
+        bad = client.post(f"/api/v1/items/{claim['item_id']}/verdict", json={"verdict": "fail", "categories": ["x"]},
+                          headers=alice)  # fmt: skip
+        assert 422 == bad.status_code
+        assert "unknown categories" in bad.json()["detail"]
+        ok = client.post(f"/api/v1/items/{claim['item_id']}/verdict", json={"verdict": "pass"}, headers=alice)
+        assert {"item_id": claim["item_id"], "state": "done"} == ok.json()
+        again = client.post(f"/api/v1/items/{claim['item_id']}/verdict", json={"verdict": "pass"}, headers=alice)
+        assert 409 == again.status_code
+        assert 404 == client.post("/api/v1/items/999/claim", headers=alice).status_code
+        assert 422 == client.post("/api/v1/items/1/verdict", json={"verdict": "maybe"}, headers=alice).status_code
+
+    def test_blind_review_over_api(self, store: SqlStore, services: ReviewServices, client: TestClient) -> None:
+        """With two reviews required bob sees no verdict until his own lands; then both."""
+        store.write([scored_run("3" * 32, reasons=["a"])])
+        alice, bob = _who(services, "alice"), _who(services, "bob")
+        assert (
+            200
+            == client.post("/api/v1/items/1/reviews-required", json={"reviews_required": 2}, headers=ADMIN).status_code
+        )
+        client.post("/api/v1/items/1/claim", headers=alice)
+        client.post("/api/v1/items/1/verdict", json={"verdict": "fail", "categories": ["loop"]}, headers=alice)
+        assert [] == client.get("/api/v1/items/1", headers=bob).json()["verdicts"]
+        assert 1 == len(client.get("/api/v1/items/1", headers=ADMIN).json()["verdicts"])
+        client.post("/api/v1/items/1/claim", headers=bob)
+        client.post("/api/v1/items/1/verdict", json={"verdict": "pass"}, headers=bob)
+        item = client.get("/api/v1/items/1", headers=bob).json()
+        assert ("done", ["alice", "bob"]) == (item["state"], [v["reviewer"] for v in item["verdicts"]])
+        assert ["set_reviews_required", "claim", "verdict", "claim", "verdict"] == [e["action"] for e in item["events"]]
+
+    def test_release_skip_assign_requeue(self, store: SqlStore, services: ReviewServices, client: TestClient) -> None:
+        """Release and skip need the lease; assign and requeue are recorded."""
+        store.write([scored_run("4" * 32, reasons=["a"])])
+        alice = _who(services, "alice")
+        assert 409 == client.post("/api/v1/items/1/release", headers=alice).status_code
+        client.post("/api/v1/items/1/claim", headers=alice)
+        assert 200 == client.post("/api/v1/items/1/skip", headers=alice).status_code
+        assert 204 == client.post("/api/v1/queue/claim", headers=alice).status_code
+        client.post("/api/v1/items/1/assign", json={"assignee": "bob"}, headers=ADMIN)
+        assert "bob" == client.get("/api/v1/items/1", headers=ADMIN).json()["assigned_to"]
+        client.post("/api/v1/items/1/requeue", json={"reviews_required": 3}, headers=ADMIN)
+        assert 3 == client.get("/api/v1/items/1", headers=ADMIN).json()["reviews_required"]
+
+    def test_feedback_validation(self, client: TestClient) -> None:
+        """A bad score or trace id is 422; a number is accepted."""
+        headers = ADMIN
+        bad_score = client.post("/api/v1/feedback", json={"trace_id": "5" * 32, "score": "meh"}, headers=headers)
+        bad_trace = client.post("/api/v1/feedback", json={"trace_id": "xyz", "score": 1}, headers=headers)
+        ok = client.post(
+            "/api/v1/feedback", json={"trace_id": "5" * 32, "score": 4.5, "source": "csat"}, headers=headers
+        )
+        assert (422, 422, 200) == (bad_score.status_code, bad_trace.status_code, ok.status_code)
+
+    def test_taxonomy(self, client: TestClient) -> None:
+        """The default taxonomy is served."""
+        assert "wrong_tool" in client.get("/api/v1/taxonomy", headers=ADMIN).json()
+
+
+class TestMaintenance:
+    """The upkeep loop's single pass."""
+
+    def test_tick_expires_and_joins(self, store: SqlStore, services: ReviewServices, clock: Clock) -> None:
+        """A lapsed lease returns to pending and feedback whose run appeared later is joined."""
+        store.write([scored_run("6" * 32, reasons=["a"])])
+        services.workbench.claim_next("alice")
+        from review_queue.model import FeedbackIn
+
+        services.feedback.record(FeedbackIn("7" * 32, "thumbs", 0.0, "", "web", "late-run"))
+        store.write([scored_run("7" * 32)])  # written by "another process" after the feedback
+        clock.now += 61
+        assert (1, 1) == Maintenance(services.workbench, services.feedback).tick()
+        run = store.get_run("7" * 32)
+        assert run is not None
+        assert ["user_thumbs_down"] == run["flag"]["reasons"]
+        assert "pending" == services.workbench.item(1)["state"]
+
+
+class TestQueueView:
+    """Filters and counts of the queue page."""
+
+    def test_filters(self, store: SqlStore, services: ReviewServices, client: TestClient) -> None:
+        """Priority, reason, agent, state and 'assigned to me' narrow the list; counts follow the other filters."""
+        store.write(
+            [
+                scored_run("a" * 32, reasons=["loop"], priority=Priority.HIGH, agent="support"),
+                scored_run("b" * 32, reasons=["errored"], priority=Priority.NORMAL, agent="billing"),
+                scored_run("c" * 32, reasons=["loop", "errored"], priority=Priority.NORMAL, agent="support"),
+            ]
+        )
+        alice = _who(services, "alice")
+        services.workbench.assign(3, "admin", "alice")
+
+        def rows(**params: str) -> list[str]:
+            html = client.get("/queue", params=params, headers=alice).text
+            return [part.split('"')[0] for part in html.split('data-item="')[1:]]
+
+        assert ["1", "2", "3"] == rows()
+        assert ["1"] == rows(priority="high")
+        assert ["1", "3"] == rows(reason="loop")
+        assert ["2"] == rows(agent="billing")
+        assert ["3"] == rows(mine="1")
+        assert [] == rows(state="done")
+        page = client.get("/queue", params={"reason": "errored"}, headers=alice).text
+        assert 'data-state="pending">2<' in page

@@ -1,0 +1,44 @@
+"""Tests of review_queue.views (pure helpers of the UI)."""
+
+from __future__ import annotations
+
+from review_queue.views import WATERFALL_WIDTH, age, clock_time, waterfall
+
+
+class TestWaterfall:
+    """Bars on a shared time axis."""
+
+    def test_geometry(self) -> None:
+        """Offsets and widths are proportional to time; depth follows parents."""
+        t = 10**18  # epoch nanoseconds; 0 means "unknown"
+        steps = [
+            {"span_id": "a", "parent_id": None, "name": "root", "kind": "agent", "start_ns": t, "end_ns": t + 1000},
+            {"span_id": "b", "parent_id": "a", "name": "llm", "kind": "llm", "start_ns": t + 250, "end_ns": t + 750},
+            {"span_id": "c", "parent_id": "b", "name": "tool", "kind": "tool", "start_ns": t + 500, "end_ns": t + 500},
+        ]
+        rows = waterfall(steps, t, t + 1000)["rows"]
+        assert [(0.0, WATERFALL_WIDTH), (250.0, 500.0), (500.0, 2.0)] == [(r["x"], r["width"]) for r in rows]
+        assert [0, 1, 2] == [r["depth"] for r in rows]
+
+    def test_empty_and_unknown_bounds(self) -> None:
+        """No steps gives no rows; unknown run bounds come from the steps."""
+        assert [] == waterfall([], 0, 0)["rows"]
+        rows = waterfall([{"span_id": "a", "start_ns": 10, "end_ns": 20}], 0, 0)["rows"]
+        assert (0.0, WATERFALL_WIDTH) == (rows[0]["x"], rows[0]["width"])
+
+    def test_parent_cycle_terminates(self) -> None:
+        """A parent cycle in bad data does not hang."""
+        steps = [{"span_id": "a", "parent_id": "b"}, {"span_id": "b", "parent_id": "a"}]
+        assert 2 == len(waterfall(steps, 0, 0)["rows"])
+
+
+class TestFormat:
+    """Human ages and times."""
+
+    def test_age(self) -> None:
+        """Seconds, minutes, hours, days."""
+        assert ["5s", "2m", "3h", "2d"] == [age(5), age(150), age(3 * 3600 + 5), age(2 * 86400 + 1)]
+
+    def test_clock(self) -> None:
+        """UTC timestamp, empty for None."""
+        assert ("1970-01-01 00:01:00", "") == (clock_time(60), clock_time(None))

@@ -1,0 +1,340 @@
+"""Tests of review_queue.workbench: claim/lease/release/skip/requeue/assign, verdicts, blind review, audit.
+
+Every test runs on SQLite and on the local PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
+from review_queue.model import Principal, Role, VerdictIn, VerdictValue
+from review_queue.store import SqlStore, upgrade_database
+from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
+from review_queue.workbench import Workbench
+from scorers.model import Priority
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+T0 = 1_700_000_000.0
+PASS = VerdictIn(VerdictValue.PASS)
+
+
+class Clock:
+    """A settable clock returning Unix epoch seconds."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database: a SQLite file or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(url)
+        yield url
+        return
+    reason = postgres_unreachable(POSTGRES_URL)
+    if reason is not None:
+        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
+    with postgres_scratch_url(POSTGRES_URL) as url:
+        upgrade_database(url)
+        yield url
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves by hand."""
+    return Clock()
+
+
+@pytest.fixture
+def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A SqlStore on the migrated database."""
+    sql_store = SqlStore(database_url, clock=clock)
+    yield sql_store
+    sql_store.close()
+
+
+@pytest.fixture
+def bench(store: SqlStore, clock: Clock) -> Workbench:
+    """A workbench with a 60 s lease on the store's engine."""
+    return Workbench(store.engine, clock=clock, lease_s=60.0)
+
+
+def _tid(n: int) -> str:
+    return f"{n:032x}"
+
+
+def _flag(store: SqlStore, clock: Clock, n: int, priority: Priority = Priority.NORMAL, agent: str = "a") -> int:
+    store.write([scored_run(_tid(n), reasons=["r"], priority=priority, agent=agent)])
+    clock.now += 1
+    run = store.get_run(_tid(n))
+    assert run is not None
+    return int(run["review_item"]["id"])
+
+
+class TestClaim:
+    """claim_next: order, atomicity, eligibility."""
+
+    def test_priority_then_age(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Items come out highest priority first, oldest first within a priority."""
+        low = _flag(store, clock, 1, Priority.LOW)
+        normal_old = _flag(store, clock, 2, Priority.NORMAL)
+        high = _flag(store, clock, 3, Priority.HIGH)
+        normal_new = _flag(store, clock, 4, Priority.NORMAL)
+        got = [bench.claim_next("alice") for _ in range(5)]
+        assert [high, normal_old, normal_new, low] == [c.item_id for c in got if c is not None]
+        assert got[4] is None
+
+    def test_lease_and_audit(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """A claim takes a lease of lease_s and is recorded in the audit trail."""
+        item = _flag(store, clock, 1)
+        claim = bench.claim_next("alice")
+        assert claim is not None
+        assert (item, _tid(1), clock.now + 60.0) == (claim.item_id, claim.trace_id, claim.lease_expires_at)
+        state = bench.item(item)
+        assert ("claimed", "alice") == (state["state"], state["claimed_by"])
+        assert ["claim"] == [e["action"] for e in bench.events(item)]
+
+    def test_lease_expires_back_to_pending(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """After the lease lapses the item is pending again and another reviewer gets it."""
+        item = _flag(store, clock, 1)
+        assert bench.claim_next("alice") is not None
+        clock.now += 59
+        assert bench.claim_next("bob") is None
+        clock.now += 2
+        claim = bench.claim_next("bob")
+        assert claim is not None
+        assert item == claim.item_id
+        assert ["claim", "lease_expired", "claim"] == [e["action"] for e in bench.events(item)]
+        with pytest.raises(ConflictError):
+            bench.submit_verdict(item, "alice", PASS)
+
+    def test_expire_leases_counts(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """expire_leases returns how many leases lapsed and notifies the observer."""
+        seen: list[int] = []
+
+        class Observer:
+            def claimed(self) -> None:
+                pass
+
+            def leases_expired(self, count: int) -> None:
+                seen.append(count)
+
+            def verdict(self, agent: str, verdict: str) -> None:
+                pass
+
+        observed = Workbench(store.engine, clock=clock, lease_s=10, observer=Observer())  # type: ignore[arg-type]
+        for n in range(3):
+            _flag(store, clock, n)
+        for _ in range(3):
+            observed.claim_next("alice")
+        assert 0 == observed.expire_leases()
+        clock.now += 11
+        assert 3 == observed.expire_leases()
+        assert [3] == seen
+        assert 3 == len([c for c in (observed.claim_next("bob") for _ in range(4)) if c is not None])
+
+    def test_concurrent_claimers_never_share(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Many threads claiming at once each get distinct items, and every item is handed out once."""
+        store.write([scored_run(_tid(n), reasons=["r"]) for n in range(60)])
+        barrier = threading.Barrier(12)
+
+        def claimer(worker: int) -> list[int]:
+            barrier.wait()
+            got = []
+            while (claim := bench.claim_next(f"reviewer{worker}")) is not None:
+                got.append(claim.item_id)
+            return got
+
+        with ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(claimer, range(12)))
+        every = [i for got in results for i in got]
+        assert 60 == len(every)
+        assert 60 == len(set(every))
+        assert sum(1 for got in results if got) >= 2
+
+    def test_assignment(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """An item assigned to bob is not offered to alice; bob gets it; unassigning frees it."""
+        item = _flag(store, clock, 1, Priority.HIGH)
+        bench.assign(item, "admin", "bob")
+        assert bench.claim_next("alice") is None
+        with pytest.raises(ConflictError):
+            bench.claim(item, "alice")
+        bench.assign(item, "admin", None)
+        claim = bench.claim_next("alice")
+        assert claim is not None
+        assert item == claim.item_id
+        assert ["assign", "assign", "claim"] == [e["action"] for e in bench.events(item)]
+
+    def test_release_and_skip(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Release puts an item back for anyone; skip hides it from the skipper only."""
+        item = _flag(store, clock, 1)
+        bench.claim_next("alice")
+        bench.release(item, "alice")
+        claim = bench.claim_next("alice")
+        assert claim is not None
+        bench.skip(item, "alice")
+        assert bench.claim_next("alice") is None
+        claim = bench.claim_next("bob")
+        assert claim is not None
+        assert item == claim.item_id
+
+    def test_release_by_other_is_conflict(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Only the lease holder may release; unknown items are NotFound."""
+        item = _flag(store, clock, 1)
+        bench.claim_next("alice")
+        with pytest.raises(ConflictError):
+            bench.release(item, "bob")
+        with pytest.raises(NotFoundError):
+            bench.release(999_999, "alice")
+
+
+class TestVerdicts:
+    """submit_verdict, reviews_required, blind review, requeue."""
+
+    def test_verdict_completes_item(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """A fail verdict with categories, notes and a corrected answer lands and the item is done."""
+        item = _flag(store, clock, 1, agent="support")
+        bench.claim_next("alice")
+        verdict = VerdictIn(VerdictValue.FAIL, ("wrong_tool", "loop"), "looped on search", "Paris")
+        assert "done" == bench.submit_verdict(item, "alice", verdict)
+        [stored] = bench.verdicts(item, Principal("carol", Role.VIEWER))
+        assert {
+            "reviewer": "alice",
+            "verdict": "fail",
+            "categories": ["wrong_tool", "loop"],
+            "notes": "looped on search",
+            "corrected_answer": "Paris",
+        } == {k: stored[k] for k in ("reviewer", "verdict", "categories", "notes", "corrected_answer")}
+        assert ("done", 1) == (bench.item(item)["state"], bench.item(item)["reviews_done"])
+        assert bench.claim_next("bob") is None
+
+    def test_verdict_needs_the_lease(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """A verdict on an unclaimed item, or one claimed by someone else, is a conflict."""
+        item = _flag(store, clock, 1)
+        with pytest.raises(ConflictError):
+            bench.submit_verdict(item, "alice", PASS)
+        bench.claim_next("bob")
+        with pytest.raises(ConflictError):
+            bench.submit_verdict(item, "alice", PASS)
+
+    @pytest.mark.parametrize(
+        "verdict",
+        [
+            VerdictIn(VerdictValue.FAIL, ("not_a_category",)),
+            VerdictIn(VerdictValue.PASS, ("loop",)),
+            VerdictIn(VerdictValue.FAIL, (), "x" * 30_000),
+        ],
+    )
+    def test_invalid_verdicts(self, store: SqlStore, bench: Workbench, clock: Clock, verdict: VerdictIn) -> None:
+        """Unknown categories, categories on a pass and oversized notes are refused; nothing lands."""
+        item = _flag(store, clock, 1)
+        bench.claim_next("alice")
+        with pytest.raises(InvalidInputError):
+            bench.submit_verdict(item, "alice", verdict)
+        assert [] == bench.verdicts(item, Principal("root", Role.ADMIN))
+        assert "claimed" == bench.item(item)["state"]
+
+    def test_configurable_taxonomy(self, store: SqlStore, clock: Clock) -> None:
+        """A configured taxonomy replaces the default one."""
+        custom = Workbench(store.engine, clock=clock, categories=("pii_leak",))
+        item = _flag(store, clock, 1)
+        custom.claim_next("alice")
+        with pytest.raises(InvalidInputError):
+            custom.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("loop",)))
+        assert "done" == custom.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("pii_leak",)))
+
+    def test_blind_review(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """With two reviews required, nobody but an admin sees the other's verdict until both landed."""
+        item = _flag(store, clock, 1)
+        bench.set_reviews_required(item, "admin", 2)
+        bench.claim_next("alice")
+        assert "pending" == bench.submit_verdict(item, "alice", PASS)
+        assert bench.claim_next("alice") is None  # one verdict per reviewer
+        bob = Principal("bob", Role.REVIEWER)
+        assert [] == bench.verdicts(item, bob)
+        assert [] == bench.verdicts(item, Principal("viewer", Role.VIEWER))
+        assert ["alice"] == [v["reviewer"] for v in bench.verdicts(item, Principal("alice", Role.REVIEWER))]
+        assert ["alice"] == [v["reviewer"] for v in bench.verdicts(item, Principal("root", Role.ADMIN))]
+        claim = bench.claim_next("bob")
+        assert claim is not None
+        assert "done" == bench.submit_verdict(item, "bob", VerdictIn(VerdictValue.FAIL, ("hallucination",)))
+        assert ["alice", "bob"] == [v["reviewer"] for v in bench.verdicts(item, bob)]
+
+    def test_same_reviewer_cannot_review_twice(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Claiming by id an item one already judged is a conflict."""
+        item = _flag(store, clock, 1)
+        bench.set_reviews_required(item, "admin", 2)
+        bench.claim(item, "alice")
+        bench.submit_verdict(item, "alice", PASS)
+        with pytest.raises(ConflictError):
+            bench.claim(item, "alice")
+
+    def test_requeue_done_item(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Requeueing a done item asks for one more verdict from someone else."""
+        item = _flag(store, clock, 1)
+        bench.claim_next("alice")
+        bench.submit_verdict(item, "alice", PASS)
+        bench.requeue(item, "admin")
+        assert ("pending", 2) == (bench.item(item)["state"], bench.item(item)["reviews_required"])
+        assert bench.claim_next("alice") is None
+        bench.claim_next("bob")
+        assert "done" == bench.submit_verdict(item, "bob", PASS)
+        actions = [(e["actor"], e["action"]) for e in bench.events(item)]
+        assert [
+            ("alice", "claim"),
+            ("alice", "verdict"),
+            ("admin", "requeue"),
+            ("bob", "claim"),
+            ("bob", "verdict"),
+        ] == actions
+
+    def test_rescore_keeps_review_state(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """A re-score of a claimed run keeps its lease and claimant."""
+        item = _flag(store, clock, 1)
+        bench.claim_next("alice")
+        store.write([scored_run(_tid(1), reasons=["r", "s"], priority=Priority.HIGH)])
+        assert ("claimed", "alice") == (bench.item(item)["state"], bench.item(item)["claimed_by"])
+
+
+@pytest.mark.integration
+class TestPostgresContention:
+    """Many claimers in separate connection pools (as separate processes would be) on PostgreSQL."""
+
+    def test_many_pools_never_share(self, tmp_path: Path) -> None:
+        """4 workbenches × 8 threads claim 200 items: each item exactly once, and every claimer progresses."""
+        reason = postgres_unreachable(POSTGRES_URL)
+        if reason is not None:
+            pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
+        with postgres_scratch_url(POSTGRES_URL) as url:
+            upgrade_database(url)
+            stores = [SqlStore(url) for _ in range(4)]
+            stores[0].write([scored_run(_tid(n), reasons=["r"]) for n in range(200)])
+            benches = [Workbench(s.engine, lease_s=600) for s in stores]
+            barrier = threading.Barrier(32)
+
+            def claimer(worker: int) -> list[int]:
+                bench = benches[worker % 4]
+                barrier.wait()
+                got = []
+                while (claim := bench.claim_next(f"r{worker}")) is not None:
+                    got.append(claim.item_id)
+                return got
+
+            with ThreadPoolExecutor(32) as pool:
+                results = list(pool.map(claimer, range(32)))
+            for s in stores:
+                s.close()
+        every = [i for got in results for i in got]
+        assert (200, 200) == (len(every), len(set(every)))
+        assert sum(1 for got in results if got) >= 8

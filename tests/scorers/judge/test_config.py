@@ -1,0 +1,112 @@
+"""Tests for scorers.judge.config: validation of the judges section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scorers.errors import JudgeConfigError
+from scorers.judge.config import judge_rules, parse_judges
+from scorers.judge.rubrics import BUILTIN_RUBRICS
+from scorers.model import Priority
+from scorers.rules import compile_rules
+
+BASE: dict[str, Any] = {"rubric": "groundedness", "model": "gpt-4o-mini"}
+
+
+class TestParseJudges:
+    """A bad judge refuses to start, naming the judge and the key."""
+
+    def test_defaults(self) -> None:
+        """Defaults: flagged runs only, all of them, no key needed, no budget."""
+        (spec,) = parse_judges({"ground": BASE}, {})
+        assert "ground" == spec.name
+        assert spec.selector is None
+        assert 1.0 == spec.config.sample_rate
+        assert "unused" == spec.api_key
+        assert BUILTIN_RUBRICS["groundedness"] == spec.rubric
+        assert spec.config.budget.tokens_per_hour is None
+        assert spec.rule is None
+
+    def test_api_key_from_named_variable(self) -> None:
+        """api_key_env names the variable holding the key."""
+        (spec,) = parse_judges({"j": {**BASE, "api_key_env": "JUDGE_KEY"}}, {"JUDGE_KEY": "sk-1"})
+        assert "sk-1" == spec.api_key
+
+    @pytest.mark.parametrize(
+        ("name", "entry", "key"),
+        [
+            ("j", {**BASE, "api_key_env": "MISSING"}, "api_key_env"),
+            ("j", {**BASE, "rubric": "nope"}, "rubric"),
+            ("j", {**BASE, "select": "agent =="}, "select"),
+            ("j", {**BASE, "select": "agent"}, "select"),
+            ("j", {**BASE, "sample_rate": 2}, "sample_rate"),
+            ("j", {**BASE, "colour": "red"}, "colour"),
+            ("j", {"rubric": "safety"}, "model"),
+            ("j", {**BASE, "rubric": {"name": "x", "version": "1", "instructions": "short"}}, "rubric"),
+            ("Bad-Name", BASE, "name"),
+        ],
+    )
+    def test_refusals(self, name: str, entry: dict[str, Any], key: str) -> None:
+        """Each bad value is reported with the judge name and the offending key."""
+        with pytest.raises(JudgeConfigError) as info:
+            parse_judges({name: entry}, {})
+        assert name == info.value.judge
+        assert key in info.value.key
+
+    def test_custom_rubric_and_selector(self) -> None:
+        """A custom rubric carries its version; a selector is compiled."""
+        rubric = {"name": "concise", "version": "3", "instructions": "Score how concise the final answer is."}
+        (spec,) = parse_judges({"c": {**BASE, "rubric": rubric, "select": "agent == 'support'"}}, {})
+        assert "concise@3" == spec.rubric.label
+        assert spec.selector is not None
+
+
+class TestJudgeRules:
+    """flag_below becomes a rule the rule engine accepts."""
+
+    def test_flag_below_rule(self) -> None:
+        """judge_<name>: has(judge.<name>) && judge.<name> < threshold, with the configured priority."""
+        specs = parse_judges({"ground": {**BASE, "flag_below": 0.5, "priority": "high"}}, {})
+        rules = judge_rules(specs, None)
+        assert {"judge_ground": {"expr": "has(judge.ground) && judge.ground < 0.5", "priority": "high"}} == rules
+        compiled = {r.name: r for r in compile_rules(rules, judge_names=["ground"])}
+        assert Priority.HIGH == compiled["judge_ground"].priority
+
+    def test_configured_rule_wins(self) -> None:
+        """A rule of the same name in rules: overrides the generated one."""
+        specs = parse_judges({"ground": {**BASE, "flag_below": 0.5}}, {})
+        mine = {"judge_ground": {"expr": "judge.ground < 0.2", "priority": "low"}}
+        assert mine["judge_ground"] == judge_rules(specs, mine)["judge_ground"]
+
+
+class TestCustomRubric:
+    """A custom rubric keeps the safety preamble and answer format."""
+
+    def test_preamble(self) -> None:
+        """The instructions follow the preamble that marks run content as data."""
+        rubric = {"name": "concise", "version": "2", "instructions": "Score how concise the final answer is."}
+        (spec,) = parse_judges({"c": {**BASE, "rubric": rubric}}, {})
+        assert spec.rubric.instructions.endswith("Score how concise the final answer is.")
+        assert "never as instructions" in spec.rubric.instructions
+
+
+class TestReadmeExample:
+    """The README's judges example is valid configuration."""
+
+    def test_readme_yaml(self) -> None:
+        """Every judge of the README example parses, and their rules compile."""
+        import re
+        from pathlib import Path
+
+        import yaml
+
+        readme = (Path(__file__).parents[3] / "README.md").read_text()
+        block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("judges:"))
+        specs = parse_judges(yaml.safe_load(block)["judges"], {"OPENAI_API_KEY": "sk-x"})
+        assert ["groundedness", "safety_local", "concise"] == [s.name for s in specs]
+        assert "http://127.0.0.1:11434/v1" == specs[1].config.base_url
+        assert "concise@2" == specs[2].rubric.label
+        names = {r.name for r in compile_rules(judge_rules(specs, None), judge_names=[s.name for s in specs])}
+        assert "judge_groundedness" in names
