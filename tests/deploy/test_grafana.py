@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from review_queue.api import create_api_app
+from review_queue.store import SqlStore, upgrade_database
+
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "vigil.json"
 
@@ -111,7 +114,23 @@ class TestProvisioning:
         assert "prometheus" == ds["type"]
         link = ds["jsonData"]["exemplarTraceIdDestinations"][0]
         assert "trace_id" == link["name"]
-        assert "${VIGIL_PUBLIC_URL}/api/v1/runs/$${__value.raw}" == link["url"]  # $$: a literal $ for Grafana
+        assert link["url"].startswith("${VIGIL_PUBLIC_URL}/")
+        assert link["url"].endswith("/$${__value.raw}")  # $$: a literal $ for Grafana
+
+    def test_exemplar_link_is_a_route_of_vigil(self, tmp_path: Path) -> None:
+        """The link's path (trace id in place of the Grafana variable) is the UI's run page."""
+        ds = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "vigil.yaml").read_text())["datasources"][0]
+        url = ds["jsonData"]["exemplarTraceIdDestinations"][0]["url"]
+        path = url.removeprefix("${VIGIL_PUBLIC_URL}").replace("$${__value.raw}", "{trace_id}")
+        database = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(database)
+        store = SqlStore(database)
+        try:
+            routes = {getattr(r, "path", None) for r in create_api_app(store, admin_token=None).routes}
+        finally:
+            store.close()
+        assert "/runs/{trace_id}" == path
+        assert path in routes
 
     def test_dashboard_provider_path(self) -> None:
         """The provider reads the folder compose.yaml mounts the dashboards into."""
