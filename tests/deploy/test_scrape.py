@@ -36,15 +36,7 @@ RULE_FILES = ("recording_rules.yml", "alert_rules.yml")
 
 OTHER_ROLE_METRICS = frozenset(
     {
-        # review queue (issue 4: `vigil review` / the store's scrape-time collector)
-        "vigil_review_items",
-        "vigil_review_oldest_pending_age_seconds",
-        "vigil_review_verdicts_total",
-        "vigil_review_pass_rate",
-        "vigil_review_claims_total",
-        "vigil_review_lease_expiries_total",
-        "vigil_feedback_received_total",
-        # LLM judge (issue 7)
+        # LLM judges: registered only when `judges:` is configured
         "vigil_judge_requests_total",
         "vigil_judge_latency_seconds_bucket",
         "vigil_judge_tokens_total",
@@ -62,8 +54,8 @@ OTHER_ROLE_METRICS = frozenset(
         "vigil_kafka_delivery_failures_total",
     }
 )
-"""Metrics of roles or features this ``vigil run --demo`` does not exercise. Their queries must
-still be valid; they are required to return data as soon as Vigil exports them here."""
+"""Metrics of roles or features this ``vigil run --demo`` does not export. Their queries must still
+be valid; they are required to return data as soon as Vigil exports samples of them here."""
 
 BUILTIN_METRICS = frozenset({"up"})
 """Series Prometheus itself creates for every target."""
