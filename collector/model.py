@@ -12,15 +12,45 @@ This module imports only the standard library.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 AttrValue: TypeAlias = "str | bool | int | float | bytes | list[AttrValue] | dict[str, AttrValue] | None"
 Attributes: TypeAlias = Mapping[str, AttrValue]
 
 _EMPTY: Mapping[str, AttrValue] = {}
+
+_T = TypeVar("_T")
+
+
+def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
+    """Return a positional constructor for the frozen, slotted dataclass ``cls`` — for hot paths.
+
+    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``,
+    which costs ~150 ns a field (2.8 µs for a 13-field :class:`Span`). The returned
+    function takes **every** field positionally, in declaration order (no defaults, no
+    validation), fills a mutable twin class with the same slot layout and then turns the
+    object into a genuine ``cls`` instance by assigning ``__class__`` (~0.5 µs). The
+    result is indistinguishable from ``cls(*values)``: same type, equality, repr,
+    immutability and ``dataclasses.replace`` support.
+
+    Raises:
+        TypeError: ``cls`` is not a slotted dataclass.
+    """
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if tuple(getattr(cls, "__slots__", ())) != names:
+        raise TypeError(f"{cls.__name__} must be a slotted dataclass")
+    twin = type(f"_{cls.__name__}Builder", (), {"__slots__": names})
+    params = ", ".join(names)
+    body = "".join(f"    o.{name} = {name}\n" for name in names)
+    source = f"def make({params}):\n    o = new(twin)\n{body}    o.__class__ = cls\n    return o\n"
+    namespace: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
+    exec(source, namespace)  # generated from the field names, as dataclasses itself does
+    make: Callable[..., _T] = namespace["make"]
+    make.__doc__ = f"Build a {cls.__name__} from all its fields, positionally."
+    return make
 
 
 class SpanKind(IntEnum):
@@ -122,3 +152,8 @@ class DecodeResult:
     def accepted(self) -> int:
         """Number of spans accepted."""
         return sum(len(b.spans) for b in self.batches)
+
+
+new_span = fast_constructor(Span)
+"""``new_span(trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, status_code,
+status_message, attributes, events, resource, scope)``: the decoders' fast :class:`Span` constructor."""

@@ -19,9 +19,22 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
+from collector._otlp_wire import WireRequest
 from collector.errors import DecodeError
-from collector.model import Attributes, AttrValue, DecodeResult, Span, SpanEvent, SpanKind, StatusCode, TraceBatch
+from collector.model import (
+    Attributes,
+    AttrValue,
+    DecodeResult,
+    Span,
+    SpanEvent,
+    SpanKind,
+    StatusCode,
+    TraceBatch,
+    fast_constructor,
+    new_span,
+)
 
 __all__ = ["MAX_DEPTH", "MAX_ERRORS", "decode_json", "decode_protobuf", "encode_batch"]
 
@@ -35,6 +48,9 @@ _CODES: dict[object, StatusCode] = {int(c): c for c in StatusCode}
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _INT64 = range(-(2**63), 2**63)
+
+
+_new_batch = fast_constructor(TraceBatch)
 
 
 class _Invalid(ValueError):
@@ -61,7 +77,7 @@ class _Accumulator:
 
     def result(self) -> DecodeResult:
         now = time.time_ns()
-        batches = tuple(TraceBatch(tid, tuple(spans), now) for tid, spans in self.traces.items())
+        batches = tuple(_new_batch(tid, tuple(spans), now) for tid, spans in self.traces.items())
         return DecodeResult(batches, self.rejected, tuple(self.errors))
 
 
@@ -96,51 +112,159 @@ def decode_protobuf(body: bytes) -> DecodeResult:
         DecodeError: (``reason="protobuf"``) when the body is not a parseable message.
     """
     try:
-        request = ExportTraceServiceRequest.FromString(body)
+        request = WireRequest.FromString(body)
+        acc = _Accumulator()
+        for rs in request.resource_spans:
+            resource = _raw_attrs(rs.resource.attributes)
+            for ss in rs.scope_spans:
+                _pb_scope_spans(ss, resource, acc)
     except _ProtobufError as exc:
         raise DecodeError("protobuf", f"invalid OTLP protobuf body: {exc}") from exc
-    acc = _Accumulator()
-    for rs in request.resource_spans:
-        resource = _pb_attrs(rs.resource.attributes)
-        for ss in rs.scope_spans:
-            _pb_scope_spans(ss, resource, acc)
     return acc.result()
 
 
 def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
+    """Decode the spans of one ``ScopeSpans`` (see :mod:`collector._otlp_wire`)."""
     scope = ss.scope.name
+    traces = acc.traces
+    kinds, codes = _KINDS, _CODES
+    last_trace = b""
+    hex_trace = ""
+    spans: list[Span] = []
     for sp in ss.spans:
         trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
-        problem = _id_problem(trace_id, span_id, parent_id)
-        if problem is not None:
-            acc.reject(problem)
+        if (
+            len(trace_id) != 16
+            or len(span_id) != 8
+            or trace_id == _ZERO_TRACE
+            or span_id == _ZERO_SPAN
+            or (parent_id and len(parent_id) != 8)
+        ):
+            acc.reject(_id_problem(trace_id, span_id, parent_id) or "invalid ids")
             continue
         status = sp.status
-        acc.add(
-            Span(
-                trace_id.hex(),
-                span_id.hex(),
-                parent_id.hex() if parent_id and parent_id != _ZERO_SPAN else None,
-                sp.name,
-                _KINDS.get(sp.kind, SpanKind.UNSPECIFIED),
-                sp.start_time_unix_nano,
-                sp.end_time_unix_nano,
-                _CODES.get(status.code, StatusCode.UNSET),
-                status.message,
-                {kv.key: _pb_value(kv.value, 0) for kv in sp.attributes},
-                tuple(_pb_event(e) for e in sp.events) if sp.events else (),
-                resource,
-                scope,
-            )
+        if trace_id != last_trace:  # spans of one trace usually come together: hex and look up once
+            last_trace, hex_trace = trace_id, trace_id.hex()
+            known = traces.get(hex_trace)
+            spans = known if known is not None else traces.setdefault(hex_trace, [])
+        span = new_span(
+            hex_trace,
+            span_id.hex(),
+            parent_id.hex() if parent_id and parent_id != _ZERO_SPAN else None,
+            sp.name,
+            kinds.get(sp.kind, SpanKind.UNSPECIFIED),
+            sp.start_time_unix_nano,
+            sp.end_time_unix_nano,
+            codes.get(status.code, StatusCode.UNSET),
+            status.message,
+            _raw_attrs(sp.attributes),
+            tuple(_pb_event(e) for e in sp.events) if sp.events else (),
+            resource,
+            scope,
         )
+        spans.append(span)
 
 
 def _pb_event(event: Any) -> SpanEvent:
-    return SpanEvent(event.name, event.time_unix_nano, _pb_attrs(event.attributes))
+    return SpanEvent(event.name, event.time_unix_nano, _raw_attrs(event.attributes))
 
 
-def _pb_attrs(kvs: Iterable[Any]) -> dict[str, AttrValue]:
-    return {kv.key: _pb_value(kv.value, 0) for kv in kvs}
+_PAIRS: dict[bytes, tuple[str, AttrValue]] = {}
+"""Memo of serialized ``KeyValue`` → ``(key, value)`` for scalar values. Agent traces repeat
+most attribute pairs verbatim (operation names, models, systems, span kinds, tool names,
+token counts), and a dict look-up costs far less than parsing."""
+_ARRAYS: dict[bytes, tuple[str, tuple[AttrValue, ...]]] = {}
+"""The same for flat arrays, kept as tuples and copied into a fresh list for every span, so
+no two spans share a mutable value."""
+_SEEN: dict[bytes, None] = {}
+"""Pairs seen once: a pair enters a memo on its second sighting, so unique values (call ids,
+conversation ids) never crowd out the repeated ones."""
+MEMO_MAX_PAIRS = 8192
+"""Entries kept in each memo; a memo is emptied when full (bounds memory to a few MB)."""
+MEMO_MAX_BYTES = 160
+"""Longest serialized pair memoised: long values (content, arguments) rarely repeat."""
+
+
+def _raw_attrs(raws: Iterable[bytes]) -> dict[str, AttrValue]:
+    """Attribute dict of serialized ``KeyValue`` messages (later duplicates win, as in a dict)."""
+    out: dict[str, AttrValue] = {}
+    memo = _PAIRS
+    for raw in raws:
+        pair = memo.get(raw)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+            continue
+        array = _ARRAYS.get(raw)
+        if array is not None:
+            out[array[0]] = list(array[1])
+            continue
+        key, value = _raw_pair(raw)
+        out[key] = value
+    return out
+
+
+def _short_pair(raw: bytes) -> tuple[str, AttrValue] | None:
+    """Read a ``KeyValue`` whose key and value are a short string or a non-negative int by hand.
+
+    That is the usual shape (``0A klen key 12 vlen (0A slen text | 18 varint)``, lengths
+    < 128); anything else returns ``None`` for the generic parser.
+    """
+    size = len(raw)
+    if size < 6 or raw[0] != 0x0A or raw[1] >= 0x80:
+        return None
+    at = raw[1] + 2
+    if at + 3 >= size or raw[at] != 0x12 or raw[at + 1] != size - at - 2:
+        return None
+    tag = raw[at + 2]
+    if tag == 0x0A:
+        if raw[at + 3] != size - at - 4:
+            return None
+        return raw[2:at].decode(), raw[at + 4 :].decode()
+    if tag == 0x18 and not raw[-1] & 0x80 and size - at - 3 <= 9:  # int64 < 2**63: at most 9 bytes
+        number = 0
+        for shift, byte in enumerate(raw[at + 3 :]):
+            number |= (byte & 0x7F) << (7 * shift)
+        return raw[2:at].decode(), number
+    return None
+
+
+def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
+    """Parse one serialized ``KeyValue`` and memoise it when it is short and immutable (or a flat array).
+
+    Raises:
+        google.protobuf.message.DecodeError: malformed pair, or text that is not UTF-8.
+    """
+    try:
+        simple = _short_pair(raw)
+    except UnicodeDecodeError as exc:
+        raise _ProtobufError(f"attribute text is not valid UTF-8: {exc}") from exc
+    if simple is not None:
+        key, value = simple
+    else:
+        kv = KeyValue.FromString(raw)
+        key = kv.key
+        value = _pb_value(kv.value, 0)
+    if len(raw) <= MEMO_MAX_BYTES and not isinstance(value, dict):
+        _remember(raw, key, value)
+    return key, value
+
+
+def _remember(raw: bytes, key: str, value: AttrValue) -> None:
+    """Memoise a short pair the second time it is seen (flat arrays as tuples; nested ones never)."""
+    if raw not in _SEEN:
+        if len(_SEEN) >= MEMO_MAX_PAIRS:
+            _SEEN.clear()
+        _SEEN[raw] = None
+        return
+    if isinstance(value, list):
+        if not any(isinstance(v, list | dict) for v in value):
+            if len(_ARRAYS) >= MEMO_MAX_PAIRS:
+                _ARRAYS.clear()
+            _ARRAYS[raw] = (key, tuple(value))
+        return
+    if len(_PAIRS) >= MEMO_MAX_PAIRS:
+        _PAIRS.clear()
+    _PAIRS[raw] = (key, value)
 
 
 def _pb_value(value: Any, depth: int) -> AttrValue:

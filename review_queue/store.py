@@ -11,9 +11,11 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 import structlog
 from alembic import command
@@ -121,6 +123,7 @@ class SqlStore:
         self._retry_after = retry_after_s
         dialect = self._engine.dialect.name
         self._upsert_runs, self._upsert_items = _upserts(dialect)
+        self._raw: dict[tuple[str, tuple[str, ...]], _RawUpsert | None] = {}
         self._versions = _versions_query(dialect)
         self._reason_filter = queries.reason_filter_for(dialect)
 
@@ -249,18 +252,32 @@ class SqlStore:
         self, conn: sa.Connection, batch: list[tuple[int, ScoredRun]], now: float
     ) -> list[tuple[int, WriteOutcome]]:
         run_rows = sorted((run_row(scored, now) for _, scored in batch), key=_by_trace_id)
-        conn.execute(self._upsert_runs, run_rows)
+        trace_ids = [row["trace_id"] for row in run_rows]
+        self._execute_many(conn, self._upsert_runs, runs, run_rows)
         item_rows = [item_row(scored, scored.flag, now) for _, scored in batch if scored.flag is not None]
         if item_rows:
             item_rows.sort(key=_by_trace_id)
-            conn.execute(self._upsert_items, item_rows)
-        versions = _versions(conn, self._versions, [row["trace_id"] for row in run_rows])
+            self._execute_many(conn, self._upsert_items, review_items, item_rows)
+        versions = _versions(conn, self._versions, trace_ids)
         outcomes = []
         for position, scored in batch:
             run_version, item_version = versions[scored.run.trace_id]
             new_flag = scored.flag is not None and item_version == 1
             outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
         return outcomes
+
+    def _execute_many(
+        self, conn: sa.Connection, statement: sa.Executable, table: sa.Table, rows: list[dict[str, Any]]
+    ) -> None:
+        """executemany of an upsert: the raw driver path on SQLite (see :class:`_RawUpsert`)."""
+        shape = (table.name, tuple(rows[0]))
+        if shape not in self._raw:
+            self._raw[shape] = _RawUpsert.build(statement, table, self._engine.dialect, shape[1])
+        raw = self._raw[shape]
+        if raw is None:
+            conn.execute(statement, rows)
+        else:
+            conn.exec_driver_sql(raw.sql, raw.parameters(rows))
 
     def _guard(self, operation: str) -> AbstractContextManager[None]:
         return guard(operation, self._retry_after)
@@ -351,6 +368,51 @@ def _rounds(batch: Sequence[ScoredRun]) -> list[list[tuple[int, ScoredRun]]]:
     return rounds
 
 
+class _RawUpsert:
+    """An upsert compiled once to SQLite driver SQL, executed without per-row SQLAlchemy processing.
+
+    SQLAlchemy's executemany converts every row through its bind processors (~10 µs a run
+    row). On SQLite the only conversion that matters is JSON encoding (booleans, numbers,
+    text and NULL go through the driver unchanged), so rows are turned into tuples here:
+    JSON columns encoded with the engine's serializer (``None`` becomes ``'null'``, as
+    SQLAlchemy's JSON type stores it), constants of the statement (``version + 1``)
+    appended. PostgreSQL keeps SQLAlchemy's path.
+    """
+
+    __slots__ = ("constants", "json_columns", "pick", "sql")
+
+    def __init__(self, sql: str, columns: Sequence[str], json_columns: Sequence[str], constants: tuple[Any, ...]):
+        self.sql = sql
+        self.pick = itemgetter(*columns)
+        self.json_columns = tuple(json_columns)
+        self.constants = constants
+
+    @classmethod
+    def build(
+        cls, statement: sa.Executable, table: sa.Table, dialect: sa.Dialect, keys: Sequence[str]
+    ) -> _RawUpsert | None:
+        """The raw form of ``statement`` for rows with ``keys`` on SQLite; ``None`` elsewhere or for other shapes."""
+        if dialect.name != "sqlite":
+            return None
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys))  # type: ignore[attr-defined]
+        names: list[str] = list(compiled.positiontup or ())
+        columns = [name for name in names if name in table.c]
+        extra = names[len(columns) :]
+        if not columns or names[: len(columns)] != columns or any(name in table.c for name in extra):
+            return None  # binds are not "every column, then constants": let SQLAlchemy handle it
+        json_columns = [name for name in columns if isinstance(table.c[name].type, sa.JSON)]
+        return cls(str(compiled), columns, json_columns, tuple(compiled.params[name] for name in extra))
+
+    def parameters(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        """Driver parameters of ``rows`` (the row dicts' JSON values are replaced by their text)."""
+        out = []
+        for row in rows:
+            for name in self.json_columns:
+                row[name] = _dumps(row[name])
+            out.append((*self.pick(row), *self.constants))
+        return out
+
+
 def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     """Build the run and item upsert statements of a dialect once."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -402,10 +464,22 @@ def _sqlite_on_begin(conn: sa.Connection) -> None:
     conn.exec_driver_sql(conn.get_execution_options().get(_SQLITE_BEGIN, "BEGIN"))
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact UTF-8 JSON text of a column value.
+
+    orjson first (a flagged run's snapshot encodes ~8x faster); the standard library for
+    what orjson refuses (integers beyond 64 bits, lone surrogates, non-string keys).
+    Non-finite floats never reach here (see :mod:`review_queue.snapshot`).
+    """
+    try:
+        text = orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = _JSON.encode(value)
     if "\\u0000" in text:  # PostgreSQL JSONB cannot hold NUL: replace it (rare, so checked after)
-        text = json.dumps(_without_nul(value), separators=(",", ":"), ensure_ascii=False)
+        text = _JSON.encode(_without_nul(value))
     return text
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collector.model import Span, TraceBatch
+from collector.model import Span, TraceBatch, fast_constructor
 
 
 class AssemblerObserver(Protocol):
@@ -50,6 +50,9 @@ class ClosedTrace:
     spans: tuple[Span, ...]
     complete: bool
     rescore: bool = False
+
+
+_new_closed = fast_constructor(ClosedTrace)
 
 
 @dataclass(slots=True)
@@ -238,7 +241,7 @@ class Assembler:
         spans = tuple(pending.spans.values())
         self._remember_closed(trace_id, spans)
         complete = pending.root_ended and not forced
-        return ClosedTrace(trace_id, spans, complete=complete, rescore=pending.rescore)
+        return _new_closed(trace_id, spans, complete, pending.rescore)
 
     def _remember_closed(self, trace_id: str, spans: tuple[Span, ...]) -> None:
         closed = self._closed

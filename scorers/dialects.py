@@ -220,7 +220,7 @@ def classify(span: Span) -> tuple[StepKind, str]:
     attrs = span.attributes
     op = attrs.get("gen_ai.operation.name")
     if isinstance(op, str):
-        kind = _GENAI_OPS.get(op.strip().lower())
+        kind = _GENAI_OPS.get(op) or _GENAI_OPS.get(op.strip().lower())  # exact spelling first: no new strings
         if kind is not None:
             # OpenLLMetry ≥ 0.5 emits GenAI names; its processor stamps the workflow on every span.
             return kind, TRACELOOP if "traceloop.workflow.name" in attrs else GENAI

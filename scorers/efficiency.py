@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
+from collector.model import fast_constructor
 from scorers.model import Run, RunStatus, Score, StepKind
+
+_score = fast_constructor(Score)
 
 
 class StepEfficiency:
@@ -63,7 +66,7 @@ class StepEfficiency:
         if optimal is None or steps <= 0:
             return None
         value = min(1.0, optimal / steps)
-        return Score(self.name, value, f"{steps} steps, optimal {optimal} ({source})")
+        return _score(self.name, value, f"{steps} steps, optimal {optimal} ({source})", ())
 
     def _optimal(self, run: Run) -> tuple[int | None, str]:
         if run.optimal_steps is not None and run.optimal_steps >= 1:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scorers.model import ScoredRun
+from scorers.model import Run, ScoredRun
 from scorers.pricing import Price, PriceTable
 
 OVERFLOW = "other"
@@ -124,6 +124,10 @@ class RunMetrics:
         # Both caches are bounded by the label caps (plus the overflow value).
         self._by_agent: dict[str, _AgentChildren] = {}
         self._by_tool: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+        # Bounded too: agents x 4 outcomes x 2, and (agent or rule name) x 3 priorities.
+        self._by_outcome: dict[tuple[str, str, bool], Counter] = {}
+        self._flagged_by: dict[tuple[str, str], Counter] = {}
+        self._reason_by: dict[tuple[str, str], Counter] = {}
 
     def bind_inflight(self, fn: Callable[[], float]) -> None:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
@@ -156,7 +160,11 @@ class RunMetrics:
         agent = self.agent(run.agent)
         c = self._agent_children(agent)
         exemplar = {"trace_id": run.trace_id}
-        self.runs.labels(agent, run.status.value, "true" if run.complete else "false").inc()
+        outcome = (agent, run.status.value, run.complete)
+        runs = self._by_outcome.get(outcome)
+        if runs is None:
+            runs = self._by_outcome[outcome] = self.runs.labels(agent, outcome[1], "true" if run.complete else "false")
+        runs.inc()
         c.duration.observe(run.duration_s, exemplar)
         c.steps.observe(run.llm_calls, exemplar)
         c.run_tokens.observe(run.input_tokens + run.output_tokens, exemplar)
@@ -173,24 +181,44 @@ class RunMetrics:
                 c.cost.inc(cost.usd)
             if cost.unpriced_tokens:
                 c.unpriced.inc(cost.unpriced_tokens)
-        for tool in run.tools:
-            calls, errors = self._tool_children(agent, self.tool(tool.name))
-            calls.inc()
-            if tool.error is not None:
-                errors.inc()
+        if run.tools:
+            self._observe_tools(agent, run)
         if run.safety_blocked:
             c.safety_blocks.inc()
         if run.hit_max_iterations:
             c.max_iter.inc()
+
+    def _observe_tools(self, agent: str, run: Run) -> None:
+        """Count a run's tool calls and errors: one increment per distinct tool, not per call."""
+        calls: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        for tool in run.tools:
+            calls[tool.name] = calls.get(tool.name, 0) + 1
+            if tool.error is not None:
+                errors[tool.name] = errors.get(tool.name, 0) + 1
+        for name, count in calls.items():
+            call_counter, error_counter = self._tool_children(agent, self.tool(name))
+            call_counter.inc(count)
+            failed = errors.get(name)
+            if failed:
+                error_counter.inc(failed)
 
     def observe_flag(self, scored: ScoredRun) -> None:
         """Record a flag decision new to the queue."""
         flag = scored.flag
         if flag is None:
             return
-        self.flagged.labels(self.agent(scored.run.agent), flag.priority.value).inc()
+        priority = flag.priority.value
+        key = (self.agent(scored.run.agent), priority)
+        flagged = self._flagged_by.get(key)
+        if flagged is None:
+            flagged = self._flagged_by[key] = self.flagged.labels(*key)
+        flagged.inc()
         for reason in flag.reasons:
-            self.flags.labels(reason, flag.priority.value).inc()
+            child = self._reason_by.get((reason, priority))
+            if child is None:
+                child = self._reason_by[(reason, priority)] = self.flags.labels(reason, priority)
+            child.inc()
 
 
 class _AgentChildren:

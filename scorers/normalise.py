@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Final
 
-from collector.model import Span, StatusCode
+from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, signals
 from scorers.dialects import (
     DIALECTS,
@@ -43,6 +43,7 @@ RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployme
 _MAX_RULE_ATTRIBUTES: Final = 64
 _MAX_RULE_TEXT: Final = 1024
 _START: Final = attrgetter("start_ns")
+_new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
 
 
 def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
@@ -191,8 +192,9 @@ class _Tally:
         kind = tree.kinds[span.span_id][0]
         err = signals.error_info(span)
         reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
-        self.limit = self.limit or signals.hit_limit(span, kind, err)
-        self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
+        if not signals.unremarkable(span.attributes, err, reasons):
+            self.limit = self.limit or signals.hit_limit(span, kind, err)
+            self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
         if kind is StepKind.LLM:
             self.steps.append(self._llm_step(span, tree, err, reasons))
             return
@@ -200,7 +202,7 @@ class _Tally:
             call, failed = to_tool_call(span, err)
             self.tools.append(call)
             self.tool_errors += failed
-        self.steps.append(to_step(span, kind, err, reasons=reasons))
+        self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
@@ -213,7 +215,7 @@ class _Tally:
             self.llm_calls += 1
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
-        return to_step(span, kind, err, model=model, tokens_in=tokens_in, tokens_out=tokens_out, reasons=reasons)
+        return to_step(span, kind, err, model, tokens_in, tokens_out, reasons)
 
 
 def _raised(tree: _Tree) -> Span | None:
@@ -254,7 +256,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     raised = culprit is not None
     messages = _conversation(tree)
     start_ns, end_ns = _bounds(tree)
-    return Run(
+    return _new_run(
         trace_id=head.trace_id,
         agent=agent_name(tree.root, tree.top_down),
         service=service_name(head) or next((n for s in tree.ordered if (n := service_name(s))), ""),

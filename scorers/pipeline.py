@@ -12,12 +12,15 @@ from dataclasses import dataclass
 
 import structlog
 
+from collector.model import fast_constructor
 from scorers.assemble import ClosedTrace
 from scorers.model import Run, ScoredRun, Scorer
 from scorers.normalise import normalise
 from scorers.rules import Rule, decide
 
 log = structlog.get_logger(__name__)
+
+_new_scored_run = fast_constructor(ScoredRun)
 
 OnError = Callable[[str, str, Exception], None]
 """``on_error(stage, name, exc)``: stage is ``scorer``, ``rule`` or ``normalise``."""
@@ -80,7 +83,7 @@ class Pipeline:
             on_error=self._rule_error,
             judge=None if self.judge_scores is None else self.judge_scores(run.trace_id),
         )
-        return ScoredRun(run, scores, flag, scorer_errors=failed, rescored=closed.rescore)
+        return _new_scored_run(run, scores, flag, failed, closed.rescore)
 
     def _normalise(self, closed: ClosedTrace) -> Run:
         try:

@@ -125,6 +125,8 @@ class Redactor:
 
     def run(self, run: Run) -> Run:
         """A copy of ``run`` with its free text redacted and its root attributes filtered."""
+        if self._regex is None and not self._deny and not self._allow:
+            return run
         return dataclasses.replace(
             run,
             final_output=self.maybe(run.final_output),
@@ -147,6 +149,8 @@ class Redactor:
         )
 
     def _tool(self, tool: ToolCall) -> ToolCall:
+        if tool.arguments is None and tool.result is None and tool.error is None:
+            return tool
         return dataclasses.replace(
             tool, arguments=self.maybe(tool.arguments), result=self.maybe(tool.result), error=self.maybe(tool.error)
         )

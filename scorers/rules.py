@@ -20,6 +20,8 @@ every replica and every replay agrees.
 from __future__ import annotations
 
 import hashlib
+import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +74,10 @@ class Rule:
         variables: the identifiers the expression references.
         flag_name: set when the whole expression is one boolean run variable (``errored``):
             it is then read directly, with the same result as CEL and a fraction of the cost.
+        score_test: set when the expression is ``has(scores.X) && scores.X <op> <double literal>``
+            (the shape of the default score rules): ``(X, comparison, literal)``, evaluated in
+            Python with the same result as CEL — building a CEL context for the scores map
+            costs ~12 µs a run, more than the rest of the decision.
     """
 
     name: str
@@ -80,6 +86,7 @@ class Rule:
     program: cel.Program
     variables: tuple[str, ...]
     flag_name: str | None = None
+    score_test: tuple[str, Callable[[float, float], bool], float] | None = None
 
     def matches(self, act: Mapping[str, Any], context: cel.Context | None = None) -> bool:
         """Evaluate against an activation (or a prebuilt CEL context holding its variables).
@@ -89,7 +96,16 @@ class Rule:
         """
         if self.flag_name is not None:
             return act[self.flag_name] is True
-        if context is not None:
+        if self.score_test is not None:
+            name, compare, literal = self.score_test
+            scores = act["scores"]
+            if name not in scores:
+                return False  # has() is false
+            value = scores[name]
+            if (type(value) is float and value == value) or type(value) is int:  # noqa: PLR0124 - NaN test
+                return compare(value, literal)
+            # NaN, bools, other types: CEL decides (it raises on some of them), as without the shortcut
+        if context is not None and self.score_test is None:
             return self.program.execute(context) is True
         return self.program.execute({k: act[k] for k in self.variables if k in act}) is True
 
@@ -153,7 +169,32 @@ def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
     except (ValueError, RuntimeError) as exc:
         raise RuleError(name, f"CEL syntax error: {exc}") from exc
     flag_name = expr.strip() if expr.strip() in BOOLEAN_VARIABLES else None
-    return Rule(name, expr, priority, program, variables, flag_name)
+    return Rule(name, expr, priority, program, variables, flag_name, _score_test(expr))
+
+
+_SCORE_TEST = re.compile(
+    r"\s*has\(\s*scores\.([A-Za-z_]\w*)\s*\)\s*&&\s*scores\.\1\s*(<=|>=|<|>|==|!=)\s*(-?\d+\.\d+(?:[eE][-+]?\d+)?)\s*"
+)
+_COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def _score_test(expr: str) -> tuple[str, Callable[[float, float], bool], float] | None:
+    """``(score, comparison, literal)`` when ``expr`` is a guarded comparison of one score with a double literal.
+
+    Only double literals (``0.3``, ``3.0``) qualify: scores are doubles, and a double compared
+    with a double means the same in CEL and Python (NaN compares false, except ``!=``).
+    """
+    match = _SCORE_TEST.fullmatch(expr)
+    if match is None:
+        return None
+    return match[1], _COMPARISONS[match[2]], float(match[3])
 
 
 def _dry_run(rule: Rule, score_names: Sequence[str], judge_names: Sequence[str] = ()) -> None:
@@ -215,7 +256,7 @@ def decide(
     )
     # One CEL context per run for every non-trivial rule: converting the variables once
     # costs far less than converting them for each rule.
-    needed = {v for r in rules if r.flag_name is None for v in r.variables if v in act}
+    needed = {v for r in rules if r.flag_name is None and r.score_test is None for v in r.variables if v in act}
     context = cel.Context({k: act[k] for k in needed}) if needed else None
     matched: list[Rule] = []
     for rule in rules:

