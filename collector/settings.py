@@ -105,6 +105,15 @@ class Settings(BaseModel):
         default_factory=dict,
         description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
     )
+    review_queue_capacity: int = Field(
+        10_000, ge=0, description="Pending review items beyond which random-sample-only flags are shed; 0: never."
+    )
+    retention_days: float = Field(
+        30.0, ge=0, description="Days before runs (with items, feedback, judge verdicts) are deleted; 0: never."
+    )
+    retention_keep_reviewed: bool = Field(
+        True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
+    )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )

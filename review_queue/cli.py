@@ -136,6 +136,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def _cmd_purge(args: argparse.Namespace) -> int:
+    import json
+
+    from review_queue.retention import purge_traces
+    from review_queue.store import create_store_engine
+
+    bad = [t for t in args.trace_id if len(t) != 32 or any(c not in "0123456789abcdefABCDEF" for c in t)]
+    if bad:
+        print(f"vigil: not a trace id (32 hex characters): {bad[0]!r}", file=sys.stderr)
+        return EXIT_CONFIG
+    settings = Settings.load(config_file=args.config)
+    configure_logging(settings.log_level)  # JSON logs on stderr; stdout carries the result
+    engine = create_store_engine(settings.database_url)
+    try:
+        deleted = purge_traces(engine, args.trace_id)
+    finally:
+        engine.dispose()
+    print(json.dumps({"trace_ids": len(set(args.trace_id)), "deleted": deleted}))
+    return 0
+
+
 def _cmd_soak(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -289,6 +310,9 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
     bench.set_defaults(func=_cmd_bench)
+    purge = sub.add_parser("purge", help="delete everything stored about given traces (deletion requests)")
+    purge.add_argument("--trace-id", action="append", required=True, help="a trace id; repeat for several")
+    purge.set_defaults(func=_cmd_purge)
     soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
     soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")
     soak.add_argument("--rate", type=_positive, default=200.0, help="runs per second (default 200)")

@@ -44,7 +44,9 @@ from review_queue.maintenance import Maintenance
 from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
 from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.retention import Retention, deletion_counter
 from review_queue.services import ReviewServices, build_services
+from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
@@ -173,7 +175,8 @@ def build(
         on_error=run_metrics.error,
         judge_scores=None if judges is None else judges.judge_scores,
     )
-    sink = RedactingSink(store, redactor)
+    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
+    sink = RedactingSink(shedder, redactor)
     services = review_services(settings, store, registry, rules, redact=redactor.text)
     worker = StreamWorker(
         stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
@@ -308,6 +311,12 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
             token_check=token_check,
         )
     maintenance = Maintenance(emb.services.workbench, emb.services.feedback)
+    retention = Retention(
+        emb.store.engine,
+        days=s.retention_days,
+        keep_reviewed=s.retention_keep_reviewed,
+        on_deleted=deletion_counter(emb.registry),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -317,6 +326,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         emb.judges.start()
     emb.worker.start()
     maintenance.start()
+    retention.start()
     tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
     if grpc_receiver is not None:
         await grpc_receiver.start()
@@ -342,6 +352,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
         await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
     await asyncio.to_thread(maintenance.shutdown)
+    await asyncio.to_thread(retention.shutdown)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scorers.errors import ScorersError
 from scorers.model import Message, Run, Step, ToolCall
@@ -36,7 +36,7 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
         r"(?<![\w+])\+[1-9]\d{7,14}(?!\w)"
         r"|(?<![\w+])\+?(?:\d{1,3}[ .-])?\(?\d{2,4}\)?[ .-]\d{3,4}[ .-]\d{3,4}(?![\w-])"
     ),
-    "card": r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])",
+    "card": r"(?<![\d+-])\d(?:[ -]?\d){12,18}(?![\d-])",
     "api_key": (
         r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"
         r"|\bAKIA[0-9A-Z]{16}\b"
@@ -90,8 +90,7 @@ class Redactor:
             raise RedactionConfigError(
                 f"unknown redaction pattern {unknown[0]!r}: built-in names are {', '.join(BUILTIN_PATTERNS)}"
             )
-        # Cards first: a grouped card number would otherwise be taken for a phone number.
-        sources = {n: BUILTIN_PATTERNS[n] for n in sorted(names, key=lambda n: n != "card")}
+        sources = {n: BUILTIN_PATTERNS[n] for n in _ORDER if n in names}
         for name, regex in (custom or {}).items():
             if not re.fullmatch(r"[A-Za-z0-9_]+", name):
                 raise RedactionConfigError(f"redaction pattern name {name!r}: use letters, digits and _")
@@ -101,16 +100,26 @@ class Redactor:
                 raise RedactionConfigError(f"redaction pattern {name!r} does not compile: {exc}") from exc
             sources[name] = regex
         self.names = tuple(sources)
-        self._regex = _combine(sources)
-        self._not_card = _combine({n: r for n, r in sources.items() if n != "card"})
+        self._passes = tuple(
+            (re.compile(regex), _TRIGGERS.get(name) if name in BUILTIN_PATTERNS else None, _replacement(name))
+            for name, regex in sources.items()
+        )
         self._deny = tuple(deny)
         self._allow = tuple(allow)
 
     def text(self, value: str) -> str:
-        """``value`` with every match replaced by ``[REDACTED:<pattern name>]``."""
-        if self._regex is None or not value:
+        """``value`` with every match replaced by ``[REDACTED:<pattern name>]``.
+
+        Patterns run one after the other (keys, emails, cards, phones, then custom ones), each
+        only when its trigger — a substring every match must contain — is present, so text
+        without an ``@``, a digit or a key prefix costs a few substring tests.
+        """
+        if not value:
             return value
-        return self._regex.sub(self._replace, value)
+        for regex, trigger, replace in self._passes:
+            if trigger is None or trigger(value):
+                value = regex.sub(replace, value)
+        return value
 
     def maybe(self, value: str | None) -> str | None:
         """:meth:`text` of ``value``, passing ``None`` through."""
@@ -125,7 +134,7 @@ class Redactor:
 
     def run(self, run: Run) -> Run:
         """A copy of ``run`` with its free text redacted and its root attributes filtered."""
-        if self._regex is None and not self._deny and not self._allow:
+        if not self._passes and not self._deny and not self._allow:
             return run
         return dataclasses.replace(
             run,
@@ -155,16 +164,31 @@ class Redactor:
             tool, arguments=self.maybe(tool.arguments), result=self.maybe(tool.result), error=self.maybe(tool.error)
         )
 
-    def _replace(self, match: re.Match[str]) -> str:
-        name = str(match.lastgroup)[2:]
-        if name == "card" and not luhn_ok(match.group()):
-            # Not a card: the other patterns (a phone number, say) still apply to these digits.
-            return self._not_card.sub(self._replace, match.group()) if self._not_card else match.group()
-        return f"[REDACTED:{name}]"
+
+_ORDER = ("api_key", "email", "card", "phone")
+"""Built-ins run in this order: keys before phones (a key's digits must not be taken for a phone
+number), cards before phones (a grouped card number looks like one; digits that fail the Luhn
+check are left for the phone pattern)."""
+
+_KEY_MARKERS = ("sk-", "AKIA", "gh", "xox", "AIza", "eyJ", "earer", "EARER")
+_DIGIT = re.compile(r"\d")
 
 
-def _combine(sources: Mapping[str, str]) -> re.Pattern[str] | None:
-    """One alternation with a group ``p_<name>`` per pattern, in ``sources`` order."""
-    if not sources:
-        return None
-    return re.compile("|".join(f"(?P<p_{name}>{regex})" for name, regex in sources.items()))
+def _has_digits(text: str) -> bool:
+    return _DIGIT.search(text) is not None
+
+
+_TRIGGERS: Mapping[str, Callable[[str], bool]] = {
+    "api_key": lambda text: any(marker in text for marker in _KEY_MARKERS),
+    "email": lambda text: "@" in text,
+    "card": _has_digits,
+    "phone": _has_digits,
+}
+"""For each built-in, a cheap test every text containing a match passes."""
+
+
+def _replacement(name: str) -> Callable[[re.Match[str]], str]:
+    marker = f"[REDACTED:{name}]"
+    if name != "card":
+        return lambda match: marker
+    return lambda match: marker if luhn_ok(match.group()) else match.group()

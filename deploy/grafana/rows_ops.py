@@ -48,10 +48,11 @@ def review_row(g: Layout) -> None:
     )
     g.add(
         timeseries(
-            "Claims and lease expiries",
+            "Claims, lease expiries, shed flags",
             [
                 target(f"sum(rate(vigil_review_claims_total{{{ENV}}}[{RI}]))", "claims"),
                 target(f"sum(rate(vigil_review_lease_expiries_total{{{ENV}}}[{RI}]))", "lease expiries"),
+                target(f"sum by (reason) (rate(vigil_review_shed_total{{{ENV}}}[{RI}]))", "shed {{reason}}"),
             ],
             "ops",
         ),

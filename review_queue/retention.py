@@ -1,0 +1,185 @@
+"""Retention and deletion requests: what Vigil stores about a run, and for how long.
+
+- :func:`purge_traces` deletes everything about given trace ids (``vigil purge --trace-id``):
+  the run-index row, its review item with the snapshot, verdicts and audit events, user
+  feedback and judge verdicts. For deletion requests of data subjects.
+- :func:`apply_retention` deletes runs (and everything hanging off them) and feedback about
+  runs that never arrived, older than the retention period. Runs whose review item is done are kept when
+  ``keep_reviewed`` is set (they are the evaluation set and the audit trail); their
+  item's snapshot is kept with them.
+- :class:`Retention` runs :func:`apply_retention` on a daemon thread (hourly by default) in
+  the processes that serve the store.
+
+Deletions go child tables first, so they do not depend on the database enforcing cascades.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy.engine import Engine
+
+from review_queue.errors import StoreUnavailableError
+from review_queue.store import guard, write_transaction
+from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
+
+__all__ = ["Retention", "apply_retention", "deletion_counter", "purge_traces"]
+
+log = structlog.get_logger(__name__)
+
+_CHUNK = 500
+"""Trace ids deleted per statement (bounded IN lists, bounded transactions)."""
+
+
+def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, int]:
+    items = sa.select(review_items.c.id).where(review_items.c.trace_id.in_(trace_ids)).scalar_subquery()
+    counts = {
+        "review_verdicts": conn.execute(sa.delete(review_verdicts).where(review_verdicts.c.item_id.in_(items))),
+        "review_events": conn.execute(sa.delete(review_events).where(review_events.c.item_id.in_(items))),
+        "review_items": conn.execute(sa.delete(review_items).where(review_items.c.trace_id.in_(trace_ids))),
+        "judge_results": conn.execute(sa.delete(judge_results).where(judge_results.c.trace_id.in_(trace_ids))),
+        "feedback": conn.execute(sa.delete(feedback).where(feedback.c.trace_id.in_(trace_ids))),
+        "runs": conn.execute(sa.delete(runs).where(runs.c.trace_id.in_(trace_ids))),
+    }
+    return {table: int(result.rowcount or 0) for table, result in counts.items()}
+
+
+def _add(total: dict[str, int], part: dict[str, int]) -> None:
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + value
+
+
+def purge_traces(engine: Engine, trace_ids: Sequence[str], *, retry_after_s: float = 2.0) -> dict[str, int]:
+    """Delete every stored row about ``trace_ids``; returns rows deleted per table.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached; nothing was deleted.
+    """
+    ids = sorted({t.lower() for t in trace_ids})
+    total: dict[str, int] = {}
+    with guard("purge", retry_after_s), engine.connect() as conn, write_transaction(conn):
+        for start in range(0, len(ids), _CHUNK):
+            _add(total, _delete_traces(conn, ids[start : start + _CHUNK]))
+    log.info("traces_purged", traces=len(ids), **total)
+    return total
+
+
+def apply_retention(
+    engine: Engine, *, now: float, days: float, keep_reviewed: bool = True, retry_after_s: float = 2.0
+) -> dict[str, int]:
+    """Delete runs created more than ``days`` ago (and what hangs off them), and old unjoined feedback.
+
+    Returns:
+        Rows deleted per table.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached (what was deleted stays deleted:
+            each chunk is its own transaction).
+    """
+    cutoff = now - days * 86_400
+    old = sa.select(runs.c.trace_id).where(runs.c.created_at < cutoff)
+    if keep_reviewed:
+        reviewed = sa.select(review_items.c.trace_id).where(review_items.c.state == "done")
+        old = old.where(runs.c.trace_id.not_in(reviewed))
+    total: dict[str, int] = {}
+    with guard("retention", retry_after_s), engine.connect() as conn:
+        while True:
+            ids = [row[0] for row in conn.execute(old.limit(_CHUNK))]
+            conn.rollback()
+            if not ids:
+                break
+            with write_transaction(conn):
+                _add(total, _delete_traces(conn, ids))
+        with write_transaction(conn):
+            orphaned = feedback.c.trace_id.not_in(sa.select(runs.c.trace_id))  # never joined to a stored run
+            stale = conn.execute(sa.delete(feedback).where(feedback.c.created_at < cutoff, orphaned))
+            total["feedback"] = total.get("feedback", 0) + int(stale.rowcount or 0)
+    if any(total.values()):
+        log.info("retention_applied", days=days, **total)
+    return total
+
+
+def deletion_counter(registry: CollectorRegistry) -> Callable[[dict[str, int]], None]:
+    """``vigil_retention_deleted_rows_total{table}`` on ``registry``; returns the callback that counts."""
+    counter = Counter(
+        "vigil_retention_deleted_rows", "Rows deleted by the retention period, by table.", ["table"], registry=registry
+    )
+    for table in ("runs", "review_items", "review_verdicts", "review_events", "judge_results", "feedback"):
+        counter.labels(table)
+
+    def count(deleted: dict[str, int]) -> None:
+        for table, rows in deleted.items():
+            counter.labels(table).inc(rows)
+
+    return count
+
+
+class Retention:
+    """Applies the retention period every ``interval_s`` on a daemon thread.
+
+    Args:
+        engine: the store's engine.
+        days: the retention period; 0 disables the thread.
+        keep_reviewed: keep runs whose review is done.
+        interval_s: seconds between passes.
+        clock: Unix seconds.
+        on_deleted: called with each pass's counts (metrics).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        days: float,
+        keep_reviewed: bool = True,
+        interval_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+        on_deleted: Callable[[dict[str, int]], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._days = days
+        self._keep_reviewed = keep_reviewed
+        self._interval = interval_s
+        self._clock = clock
+        self._on_deleted = on_deleted
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> dict[str, int]:
+        """One pass (empty while the database is down: the next pass retries)."""
+        try:
+            counts = apply_retention(
+                self._engine, now=self._clock(), days=self._days, keep_reviewed=self._keep_reviewed
+            )
+        except StoreUnavailableError as exc:
+            log.warning("retention_skipped", error=str(exc))
+            return {}
+        if self._on_deleted is not None:
+            self._on_deleted(counts)
+        return counts
+
+    def start(self) -> None:
+        """Start the thread (a first pass runs right away); nothing when retention is off."""
+        if self._days <= 0:
+            return
+        self._thread = threading.Thread(target=self._loop, name="vigil-retention", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread (waits at most ``timeout_s``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # retention must never take the process down: log, retry next pass
+                log.exception("retention_failed")
+            self._stop.wait(self._interval)

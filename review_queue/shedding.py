@@ -1,0 +1,94 @@
+"""Load shedding in front of the review queue: random-sample work goes first.
+
+When more review items are pending than ``VIGIL_REVIEW_QUEUE_CAPACITY``, a run flagged *only*
+by the random sample is written without its flag — no review item — and counted in
+``vigil_review_shed_total{reason="random_sample"}``. Runs any rule flagged keep their flag
+(random_sample among their reasons included), so what reviewers must see still arrives while
+the backlog is drained. The pending count is read from the database at most every
+``refresh_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy.engine import Engine
+
+from review_queue.tables import review_items
+from scorers.model import RunSink, ScoredRun, WriteOutcome
+
+__all__ = ["SampleShedder", "pending_items"]
+
+RANDOM_SAMPLE = "random_sample"
+
+
+def pending_items(engine: Engine) -> int:
+    """Review items waiting for a reviewer."""
+    query = sa.select(sa.func.count()).select_from(review_items).where(review_items.c.state == "pending")
+    with engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+class SampleShedder:
+    """A :class:`~scorers.model.RunSink` that drops sample-only flags while the queue is over capacity.
+
+    Args:
+        inner: the sink that persists.
+        pending: returns the number of pending review items.
+        capacity: pending items above which sample-only flags are shed; 0 never sheds.
+        registry: where ``vigil_review_shed_total`` is registered.
+        refresh_s: how long a pending count is trusted.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        inner: RunSink,
+        pending: Callable[[], int],
+        capacity: int,
+        registry: CollectorRegistry,
+        *,
+        refresh_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._pending = pending
+        self._capacity = capacity
+        self._refresh = refresh_s
+        self._clock = clock
+        self._next = float("-inf")
+        self._over = False
+        self._lock = threading.Lock()
+        self._shed = Counter(
+            "vigil_review_shed", "Flags not turned into review items because the queue was over capacity.",
+            ["reason"], registry=registry,
+        )  # fmt: skip
+        self._shed.labels(RANDOM_SAMPLE)
+
+    def over_capacity(self) -> bool:
+        """Whether the last pending count (at most ``refresh_s`` old) exceeds the capacity."""
+        if self._capacity <= 0:
+            return False
+        now = self._clock()
+        with self._lock:
+            if now >= self._next:
+                self._over = self._pending() > self._capacity
+                self._next = now + self._refresh
+            return self._over
+
+    def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
+        """Shed sample-only flags when over capacity, then write through the inner sink."""
+        if any(_sample_only(s) for s in runs) and self.over_capacity():
+            shed = [dataclasses.replace(s, flag=None) if _sample_only(s) else s for s in runs]
+            self._shed.labels(RANDOM_SAMPLE).inc(sum(1 for s in runs if _sample_only(s)))
+            return self._inner.write(shed)
+        return self._inner.write(runs)
+
+
+def _sample_only(scored: ScoredRun) -> bool:
+    return scored.flag is not None and scored.flag.reasons == (RANDOM_SAMPLE,)
