@@ -101,6 +101,10 @@ class Settings(BaseModel):
     attributes_allow: tuple[str, ...] = Field(
         (), description="When set, only root attribute keys matching these globs are stored."
     )
+    model_prices: Mapping[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
+    )
     review_queue_capacity: int = Field(
         10_000, ge=0, description="Pending review items beyond which random-sample-only flags are shed; 0: never."
     )
@@ -164,6 +168,14 @@ class Settings(BaseModel):
         if v.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return v.lower()
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, v: Mapping[str, tuple[float, float]]) -> Mapping[str, tuple[float, float]]:
+        bad = [model for model, (inp, out) in v.items() if inp < 0 or out < 0]
+        if bad:
+            raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
+        return v
 
     @field_validator("review_categories", mode="before")
     @classmethod

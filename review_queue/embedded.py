@@ -137,7 +137,12 @@ def build(
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
     store = SqlStore(settings.database_url)
-    run_metrics = RunMetrics(registry, max_agents=settings.max_agent_labels, max_tools=settings.max_tool_labels)
+    run_metrics = RunMetrics(
+        registry,
+        max_agents=settings.max_agent_labels,
+        max_tools=settings.max_tool_labels,
+        prices=settings.model_prices,
+    )
     assembler = Assembler(
         quiet_period_s=settings.quiet_period_s,
         max_idle_s=settings.max_idle_s,

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,8 +84,12 @@ class VigilProcess:
 
 
 @contextmanager
-def start_vigil(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator[VigilProcess]:
-    """Start ``vigil run`` in ``workdir`` (SQLite there) with ``env`` overrides; stop it on exit.
+def start_vigil(
+    workdir: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+) -> Iterator[VigilProcess]:
+    """Start ``vigil run [args]`` in ``workdir`` (SQLite there) with ``env`` overrides; stop it on exit.
+
+    ``args`` are extra ``vigil run`` arguments, e.g. ``("--demo", "--demo-rate", "5")``.
 
     Raises:
         VigilProcessError: it did not become ready, or did not exit 0 after SIGTERM.
@@ -103,7 +107,7 @@ def start_vigil(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator
     full.update(env or {})
     with (workdir / "vigil.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "review_queue.cli", "run"], cwd=workdir, env=full, stdout=log, stderr=log
+            [sys.executable, "-m", "review_queue.cli", "run", *args], cwd=workdir, env=full, stdout=log, stderr=log
         )
         running = VigilProcess(
             process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir, ports["OTLP_GRPC"]

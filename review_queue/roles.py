@@ -179,7 +179,9 @@ def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tup
     chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
     redactor = redactor_from_settings(s)
-    run_metrics = RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels)
+    run_metrics = RunMetrics(
+        registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices
+    )
     pipeline = Pipeline(chain, rules, s.sample_rate, on_error=run_metrics.error)
     store = SqlStore(s.database_url)
     shedder = SampleShedder(store, partial(pending_items, store.engine), s.review_queue_capacity, registry)

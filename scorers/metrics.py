@@ -9,11 +9,12 @@ re-scored run is not counted twice).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scorers.model import Run, ScoredRun
+from scorers.pricing import Price, PriceTable
 
 OVERFLOW = "other"
 
@@ -21,6 +22,10 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 STEP_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100)
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+ASSEMBLER_EVENTS = ("late_spans", "late_evicted", "duplicate_spans", "spans_dropped_cap", "evicted_inflight")
+"""The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
+``increase()`` and alerts count the first event too)."""
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.25, 2.5, 3, 4, 5, 7.5, 10, 30, 60, 300)
 
 
@@ -50,9 +55,19 @@ class RunMetrics:
         registry: where to register.
         max_agents: distinct ``agent`` label values before ``other``.
         max_tools: distinct ``tool`` label values before ``other``.
+        prices: per-model prices merged over :data:`scorers.pricing.DEFAULT_PRICES`, for
+            ``vigil_estimated_cost_usd_total``.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, max_agents: int = 50, max_tools: int = 100) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        max_agents: int = 50,
+        max_tools: int = 100,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.prices = PriceTable(prices)
         self.agent = LabelCap(max_agents)
         self.tool = LabelCap(max_tools)
         r = registry
@@ -70,6 +85,12 @@ class RunMetrics:
         )
         self.run_tokens = Histogram("vigil_run_tokens", "Tokens per run.", ["agent"], buckets=TOKEN_BUCKETS, registry=r)
         self.tokens = Counter("vigil_tokens", "Tokens used by LLM calls.", ["agent", "direction"], registry=r)
+        self.cost = Counter(
+            "vigil_estimated_cost_usd", "Estimated USD spent on LLM calls (model price table).", ["agent"], registry=r
+        )
+        self.unpriced = Counter(
+            "vigil_unpriced_tokens", "Tokens of LLM calls whose model has no price.", ["agent"], registry=r
+        )
         self.tool_calls = Counter("vigil_tool_calls", "Tool calls executed.", ["agent", "tool"], registry=r)
         self.tool_errors = Counter("vigil_tool_errors", "Tool calls that failed.", ["agent", "tool"], registry=r)
         self.safety_blocks = Counter("vigil_safety_blocks", "Runs blocked by a safety filter.", ["agent"], registry=r)
@@ -88,6 +109,8 @@ class RunMetrics:
             ["event"],
             registry=r,
         )
+        for event in ASSEMBLER_EVENTS:
+            self.assembler.labels(event)
         self.flag_latency = Histogram(
             "vigil_flag_latency_seconds",
             "Root span end to review item committed.",
@@ -152,6 +175,12 @@ class RunMetrics:
             c.tokens_in.inc(run.input_tokens)
         if run.output_tokens:
             c.tokens_out.inc(run.output_tokens)
+        if run.input_tokens or run.output_tokens:
+            cost = self.prices.run_cost(run)
+            if cost.usd:
+                c.cost.inc(cost.usd)
+            if cost.unpriced_tokens:
+                c.unpriced.inc(cost.unpriced_tokens)
         if run.tools:
             self._observe_tools(agent, run)
         if run.safety_blocked:
@@ -196,6 +225,7 @@ class _AgentChildren:
     """The per-agent children of :class:`RunMetrics`' metrics."""
 
     __slots__ = (
+        "cost",
         "duration",
         "efficiency",
         "max_iter",
@@ -204,6 +234,7 @@ class _AgentChildren:
         "steps",
         "tokens_in",
         "tokens_out",
+        "unpriced",
     )
 
     def __init__(self, m: RunMetrics, agent: str) -> None:
@@ -215,3 +246,5 @@ class _AgentChildren:
         self.tokens_out = m.tokens.labels(agent, "output")
         self.safety_blocks = m.safety_blocks.labels(agent)
         self.max_iter = m.max_iter.labels(agent)
+        self.cost = m.cost.labels(agent)
+        self.unpriced = m.unpriced.labels(agent)

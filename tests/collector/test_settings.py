@@ -124,3 +124,20 @@ class TestKafkaSettings:
         with pytest.raises(SettingsError) as info:
             Settings.load({variable: value}, config_file=_empty(tmp_path))
         assert variable == info.value.variable
+
+
+class TestModelPrices:
+    """``model_prices`` (YAML only): USD per million tokens by model prefix."""
+
+    def test_yaml_prices_parsed(self, tmp_path: Path) -> None:
+        """A YAML mapping of model to [input, output] becomes a mapping of tuples."""
+        path = tmp_path / "vigil.yaml"
+        path.write_text("model_prices:\n  my-model: [1.5, 3]\n")
+        assert {"my-model": (1.5, 3.0)} == dict(Settings.load({}, config_file=path).model_prices)
+
+    def test_negative_price_refused(self, tmp_path: Path) -> None:
+        """A negative price refuses to start, naming the key."""
+        path = tmp_path / "vigil.yaml"
+        path.write_text("model_prices:\n  my-model: [-1, 3]\n")
+        with pytest.raises(SettingsError, match="model_prices"):
+            Settings.load({}, config_file=path)

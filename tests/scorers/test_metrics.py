@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from scorers.metrics import OVERFLOW, LabelCap, RunMetrics
-from scorers.model import Flag, Priority, Run, ScoredRun, ToolCall
+from scorers.model import Flag, Priority, Run, ScoredRun, Step, StepKind, ToolCall
 
 
 def scored(agent: str, tool: str = "search", *, flagged: bool = False) -> ScoredRun:
@@ -58,3 +58,25 @@ class TestRunMetrics:
         RunMetrics(registry).observe_run(scored("a"))
         assert b'trace_id="' + b"f" * 32 in generate_openmetrics(registry)
         assert b"trace_id" not in generate_latest(registry)
+
+    def test_estimated_cost_and_unpriced_tokens(self) -> None:
+        """Each run adds its estimated USD to the agent's cost counter; unknown models' tokens are counted apart."""
+        registry = CollectorRegistry()
+        metrics = RunMetrics(registry, prices={"house-model": (10.0, 20.0)})
+        steps = (
+            Step("1", None, "chat", StepKind.LLM, model="house-model", input_tokens=1000, output_tokens=500),
+            Step("2", None, "chat", StepKind.LLM, model="unknown-model", input_tokens=7, output_tokens=3),
+        )
+        run = Run(trace_id="e" * 32, agent="a", steps=steps, input_tokens=1007, output_tokens=503)
+        metrics.observe_run(ScoredRun(run, {}, None))
+        usd = registry.get_sample_value("vigil_estimated_cost_usd_total", {"agent": "a"})
+        assert usd is not None
+        assert abs(0.02 - usd) < 1e-12
+        assert 10.0 == registry.get_sample_value("vigil_unpriced_tokens_total", {"agent": "a"})
+
+    def test_assembler_events_exist_at_zero(self) -> None:
+        """Every assembler event series exists before its first event, so increase() sees it."""
+        registry = CollectorRegistry()
+        RunMetrics(registry)
+        for event in ("late_spans", "late_evicted", "duplicate_spans", "spans_dropped_cap", "evicted_inflight"):
+            assert 0.0 == registry.get_sample_value("vigil_assembler_events_total", {"event": event})
