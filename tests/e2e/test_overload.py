@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 PROTO = {"Content-Type": "application/x-protobuf"}
 RUNS_PER_BODY = 10
 BODIES_PER_SENDER = 60
-SENDERS = 4
+SENDERS = 6
 CEILING_MB = 512
 
 
@@ -52,7 +52,7 @@ def _stored(vigil: VigilProcess) -> set[str]:
 def test_sheds_with_503_and_scores_every_accepted_run(tmp_path: Path) -> None:
     """Accepted runs == stored runs exactly; refusals are 503 with Retry-After; memory under the ceiling."""
     env = {
-        "VIGIL_QUEUE_MAX_BATCHES": "40",
+        "VIGIL_QUEUE_MAX_BATCHES": "12",  # barely more than one 10-run body: senders must wait for the worker
         "VIGIL_QUIET_PERIOD_S": "0.5",
         "VIGIL_SAMPLE_RATE": "0",
         "VIGIL_MEMORY_LIMIT_MB": str(CEILING_MB),
