@@ -160,9 +160,10 @@ class Redactor:
     def _tool(self, tool: ToolCall) -> ToolCall:
         if tool.arguments is None and tool.result is None and tool.error is None:
             return tool
-        return dataclasses.replace(
-            tool, arguments=self.maybe(tool.arguments), result=self.maybe(tool.result), error=self.maybe(tool.error)
-        )
+        arguments, result, error = self.maybe(tool.arguments), self.maybe(tool.result), self.maybe(tool.error)
+        if arguments == tool.arguments and result == tool.result and error == tool.error:
+            return tool  # nothing to redact: no copy
+        return dataclasses.replace(tool, arguments=arguments, result=result, error=error)
 
 
 _ORDER = ("api_key", "email", "card", "phone")
@@ -170,19 +171,31 @@ _ORDER = ("api_key", "email", "card", "phone")
 number), cards before phones (a grouped card number looks like one; digits that fail the Luhn
 check are left for the phone pattern)."""
 
-_KEY_MARKERS = ("sk-", "AKIA", "gh", "xox", "AIza", "eyJ", "earer", "EARER")
 _DIGIT = re.compile(r"\d")
+_TWO_DIGITS = re.compile(r"\d\d")
 
 
-def _has_digits(text: str) -> bool:
-    return _DIGIT.search(text) is not None
+def _key_marker(text: str) -> bool:
+    return (
+        "sk-" in text or "AKIA" in text or "gh" in text or "xox" in text or "AIza" in text
+        or "eyJ" in text or "earer" in text or "EARER" in text
+    )  # fmt: skip
+
+
+def _card_candidate(text: str) -> bool:
+    return len(text) >= 13 and _DIGIT.search(text) is not None
+
+
+def _phone_candidate(text: str) -> bool:
+    # Both phone forms hold two adjacent digits: "+" and 8+ digits, or a first group of 2-4 digits.
+    return _TWO_DIGITS.search(text) is not None
 
 
 _TRIGGERS: Mapping[str, Callable[[str], bool]] = {
-    "api_key": lambda text: any(marker in text for marker in _KEY_MARKERS),
+    "api_key": _key_marker,
     "email": lambda text: "@" in text,
-    "card": _has_digits,
-    "phone": _has_digits,
+    "card": _card_candidate,
+    "phone": _phone_candidate,
 }
 """For each built-in, a cheap test every text containing a match passes."""
 
