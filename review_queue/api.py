@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
-from review_queue.api_review import review_router
+from review_queue.api_review import ErrorOut, review_router
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
@@ -158,12 +158,6 @@ class JudgeAgreementOut(BaseModel):
     cohen_kappa: float | None = Field(description="Chance-corrected agreement; null when undefined.")
 
 
-class ErrorOut(BaseModel):
-    """An error answer."""
-
-    detail: str
-
-
 def create_api_app(
     store: SqlStore,
     *,
@@ -192,8 +186,9 @@ def create_api_app(
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     app.add_exception_handler(InvalidCursorError, _bad_cursor)
     app.add_exception_handler(AuthFailure, _auth_failure)
-    for error, status in ((NotFoundError, 404), (ConflictError, 409), (InvalidInputError, 422)):
+    for error, status in ((NotFoundError, 404), (ConflictError, 409)):
         app.add_exception_handler(error, _status(status))
+    app.add_exception_handler(InvalidInputError, _invalid_input)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
@@ -308,6 +303,11 @@ async def _auth_failure(request: Request, exc: Exception) -> Any:
         return PlainTextResponse(f"403 Forbidden: {exc.detail}", status_code=403)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+
+
+async def _invalid_input(_request: Request, exc: Exception) -> JSONResponse:
+    """422 in FastAPI's own validation-error shape, so every 422 matches the documented schema."""
+    return JSONResponse({"detail": [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]}, status_code=422)
 
 
 def _status(status: int) -> Callable[[Request, Exception], Any]:

@@ -152,9 +152,32 @@ class TokenCreated(TokenOut):
     token: str
 
 
+MAX_ROW_ID = 2**63 - 1
+"""The largest row id either database stores (a signed 64-bit integer); larger ids are a 422, not a crash."""
+
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID)]
+"""A path id of an item or a token."""
+
+
+class ErrorOut(BaseModel):
+    """An error answer."""
+
+    detail: str
+
+
 def review_router(services: ReviewServices) -> APIRouter:
     """The ``/api/v1`` routes of the workbench."""
-    router = APIRouter(prefix="/api/v1")
+    router = APIRouter(
+        prefix="/api/v1",
+        responses={
+            400: {"model": ErrorOut},
+            401: {"model": ErrorOut},
+            403: {"model": ErrorOut},
+            404: {"model": ErrorOut},
+            409: {"model": ErrorOut},
+            503: {"model": ErrorOut},
+        },
+    )
     access = services.access
     reader = Depends(access.require(*READERS))
     reviewer = Depends(access.require(*REVIEWERS))
@@ -171,53 +194,53 @@ def review_router(services: ReviewServices) -> APIRouter:
         return {"item_id": claim.item_id, "trace_id": claim.trace_id, "lease_expires_at": claim.lease_expires_at}
 
     @router.get("/items/{item_id}", response_model=ItemOut)
-    def get_item(item_id: Annotated[int, Path(ge=1)], who: Principal = reader) -> dict[str, Any]:
+    def get_item(item_id: RowId, who: Principal = reader) -> dict[str, Any]:
         """One item, the verdicts the caller may see, and its audit trail."""
         item = bench.item(item_id)
         item.update(verdicts=bench.verdicts(item_id, who), events=bench.events(item_id))
         return item
 
     @router.post("/items/{item_id}/claim", response_model=ClaimOut)
-    def claim(item_id: Annotated[int, Path(ge=1)], who: Principal = reviewer) -> dict[str, Any]:
+    def claim(item_id: RowId, who: Principal = reviewer) -> dict[str, Any]:
         """Claim this item (409 when someone else holds it, it is done, or you reviewed it)."""
         got = bench.claim(item_id, who.name)
         return {"item_id": got.item_id, "trace_id": got.trace_id, "lease_expires_at": got.lease_expires_at}
 
     @router.post("/items/{item_id}/release", response_model=StateOut)
-    def release(item_id: Annotated[int, Path(ge=1)], who: Principal = reviewer) -> dict[str, Any]:
+    def release(item_id: RowId, who: Principal = reviewer) -> dict[str, Any]:
         """Give your claim back to the queue."""
         bench.release(item_id, who.name)
         return {"item_id": item_id, "state": "pending"}
 
     @router.post("/items/{item_id}/skip", response_model=StateOut)
-    def skip(item_id: Annotated[int, Path(ge=1)], who: Principal = reviewer) -> dict[str, Any]:
+    def skip(item_id: RowId, who: Principal = reviewer) -> dict[str, Any]:
         """Give your claim back and do not be offered this item again."""
         bench.skip(item_id, who.name)
         return {"item_id": item_id, "state": "pending"}
 
     @router.post("/items/{item_id}/verdict", response_model=StateOut)
-    def verdict(item_id: Annotated[int, Path(ge=1)], body: VerdictBody, who: Principal = reviewer) -> dict[str, Any]:
+    def verdict(item_id: RowId, body: VerdictBody, who: Principal = reviewer) -> dict[str, Any]:
         """Record your verdict on the item you hold."""
         given = VerdictIn(body.verdict, tuple(body.categories), body.notes, body.corrected_answer)
         return {"item_id": item_id, "state": bench.submit_verdict(item_id, who.name, given)}
 
     @router.post("/items/{item_id}/requeue", response_model=StateOut)
     def requeue(
-        item_id: Annotated[int, Path(ge=1)], who: Principal = admin, body: RequeueIn | None = None
+        item_id: RowId, who: Principal = admin, body: RequeueIn | None = None
     ) -> dict[str, Any]:
         """Put the item back to pending (admin)."""
         bench.requeue(item_id, who.name, reviews_required=body.reviews_required if body else None)
         return {"item_id": item_id, "state": "pending"}
 
     @router.post("/items/{item_id}/assign", response_model=StateOut)
-    def assign(item_id: Annotated[int, Path(ge=1)], body: AssignIn, who: Principal = admin) -> dict[str, Any]:
+    def assign(item_id: RowId, body: AssignIn, who: Principal = admin) -> dict[str, Any]:
         """Reserve the item for one reviewer, or unassign it (admin)."""
         bench.assign(item_id, who.name, body.assignee)
         return {"item_id": item_id, "state": bench.item(item_id)["state"]}
 
     @router.post("/items/{item_id}/reviews-required", response_model=StateOut)
     def reviews_required(
-        item_id: Annotated[int, Path(ge=1)], body: ReviewsRequiredIn, who: Principal = admin
+        item_id: RowId, body: ReviewsRequiredIn, who: Principal = admin
     ) -> dict[str, Any]:
         """Set how many distinct reviewers must judge the item (admin)."""
         bench.set_reviews_required(item_id, who.name, body.reviews_required)
@@ -257,7 +280,7 @@ def _token_routes(router: APIRouter, services: ReviewServices, admin: Any) -> No
         return {**record, "token": secret}
 
     @router.delete("/tokens/{token_id}", response_model=dict[str, int])
-    def revoke_token(token_id: Annotated[int, Path(ge=1)], who: Principal = admin) -> dict[str, int]:
+    def revoke_token(token_id: RowId, who: Principal = admin) -> dict[str, int]:
         """Revoke a token; its sessions end within seconds (admin)."""
         revoked = tokens.revoke(token_id)
         services.access.auth.forget()

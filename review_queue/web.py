@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from review_queue import listing, queries, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
+from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
@@ -169,7 +170,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
     bench = services.workbench
 
     @app.get("/items/{item_id}", include_in_schema=False)
-    def item_page(request: Request, item_id: int, who: Principal = reader, error: str = "") -> HTMLResponse:
+    def item_page(request: Request, item_id: RowId, who: Principal = reader, error: str = "") -> HTMLResponse:
         item = bench.item(item_id)
         run = services.store.get_run(item["trace_id"])
         snapshot = (run or {}).get("review_item", {}).get("snapshot") or {}
@@ -199,7 +200,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         return render("run.html", request, run=run)
 
     @app.post("/items/{item_id}/claim", include_in_schema=False)
-    def claim(item_id: int, who: Principal = reviewer) -> RedirectResponse:
+    def claim(item_id: RowId, who: Principal = reviewer) -> RedirectResponse:
         try:
             bench.claim(item_id, who.name)
         except ConflictError as exc:
@@ -207,13 +208,13 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         return RedirectResponse(f"/items/{item_id}", status_code=303)
 
     @app.post("/items/{item_id}/release", include_in_schema=False)
-    def release(item_id: int, who: Principal = reviewer, skip: Annotated[str, Form()] = "") -> RedirectResponse:
+    def release(item_id: RowId, who: Principal = reviewer, skip: Annotated[str, Form()] = "") -> RedirectResponse:
         (bench.skip if skip else bench.release)(item_id, who.name)
         return RedirectResponse("/queue", status_code=303)
 
     @app.post("/items/{item_id}/verdict", include_in_schema=False)
     def verdict(
-        item_id: int,
+        item_id: RowId,
         *,
         who: Principal = reviewer,
         verdict: Annotated[str, Form()] = "",
@@ -235,12 +236,12 @@ def _admin_forms(app: FastAPI, services: ReviewServices) -> None:
     bench = services.workbench
 
     @app.post("/items/{item_id}/assign", include_in_schema=False)
-    def assign(item_id: int, who: Principal = admin, assignee: Annotated[str, Form()] = "") -> RedirectResponse:
+    def assign(item_id: RowId, who: Principal = admin, assignee: Annotated[str, Form()] = "") -> RedirectResponse:
         bench.assign(item_id, who.name, assignee.strip()[:128] or None)
         return RedirectResponse(f"/items/{item_id}", status_code=303)
 
     @app.post("/items/{item_id}/requeue", include_in_schema=False)
-    def requeue(item_id: int, who: Principal = admin, reviews: Annotated[int, Form()] = 0) -> RedirectResponse:
+    def requeue(item_id: RowId, who: Principal = admin, reviews: Annotated[int, Form()] = 0) -> RedirectResponse:
         try:
             if reviews:
                 bench.set_reviews_required(item_id, who.name, reviews)
