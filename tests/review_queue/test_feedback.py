@@ -6,7 +6,6 @@ Store-level tests run on SQLite and on the local PostgreSQL; the pipeline is the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -15,16 +14,15 @@ from collector.model import Span, TraceBatch
 from review_queue.errors import InvalidInputError
 from review_queue.feedback import FeedbackStore, parse_score, summarize
 from review_queue.model import FeedbackIn
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore
 from review_queue.tables import review_events, review_items
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
+from review_queue.testing import scored_run
 from scorers.assemble import ClosedTrace
 from scorers.model import Priority
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T0 = 1_700_000_000.0
 ROOT = "0" * 15 + "1"
 
@@ -37,22 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty database: a SQLite file or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        yield url
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        yield url
 
 
 @pytest.fixture

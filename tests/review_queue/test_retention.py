@@ -14,13 +14,12 @@ from review_queue.cli import EXIT_CONFIG, main
 from review_queue.feedback import FeedbackStore
 from review_queue.model import FeedbackIn, VerdictIn, VerdictValue
 from review_queue.retention import Retention, apply_retention, deletion_counter, purge_traces
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore
 from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
+from review_queue.testing import scored_run
 from review_queue.workbench import Workbench
 from scorers.rules import compile_rules
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DAY = 86_400.0
 T0 = 1_700_000_000.0
 TABLES = (runs, review_items, review_verdicts, review_events, feedback, judge_results)
@@ -32,22 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty database: a SQLite file or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        yield url
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        yield url
 
 
 def _tid(n: int) -> str:

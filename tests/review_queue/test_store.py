@@ -19,10 +19,9 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, runs
-from review_queue.testing import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
+from review_queue.testing import InMemoryRunSink, scored_run
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
 T0 = 1_700_000_000.0
 
@@ -35,22 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty database: a SQLite file or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        yield url
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        yield url
 
 
 @pytest.fixture
