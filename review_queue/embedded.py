@@ -51,8 +51,9 @@ from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
-from scorers.model import ScoredRun
+from scorers.model import RunSink, ScoredRun
 from scorers.pipeline import Pipeline
+from scorers.redact import Redactor
 from scorers.registry import build_chain
 from scorers.rules import Rule, compile_rules
 from scorers.state import load_state, save_state
@@ -175,8 +176,7 @@ def build(
         on_error=run_metrics.error,
         judge_scores=None if judges is None else judges.judge_scores,
     )
-    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
-    sink = RedactingSink(shedder, redactor)
+    sink = store_sink(settings, store, registry, redactor)
     services = review_services(settings, store, registry, rules, redact=redactor.text)
     worker = StreamWorker(
         stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
@@ -198,6 +198,13 @@ def _then(
         second(batch)
 
     return both
+
+
+def store_sink(settings: Settings, store: SqlStore, registry: CollectorRegistry, redactor: Redactor) -> RunSink:
+    """What scored runs are written through, in every role that scores: redaction, then
+    random-sample shedding when the review queue is over capacity, then the store."""
+    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
+    return RedactingSink(shedder, redactor)
 
 
 def review_services(

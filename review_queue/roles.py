@@ -16,7 +16,6 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable, Coroutine
-from functools import partial
 from typing import Any
 
 import structlog
@@ -34,12 +33,11 @@ from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from review_queue.api import create_api_app
-from review_queue.embedded import GRPC_STOP_GRACE_S, _redact, _server, review_services, tune_gc
+from review_queue.embedded import GRPC_STOP_GRACE_S, _redact, _server, review_services, store_sink, tune_gc
 from review_queue.errors import StoreUnavailableError
 from review_queue.maintenance import Maintenance
-from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.privacy import redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
-from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer
@@ -184,8 +182,7 @@ def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tup
     )
     pipeline = Pipeline(chain, rules, s.sample_rate, on_error=run_metrics.error)
     store = SqlStore(s.database_url)
-    shedder = SampleShedder(store, partial(pending_items, store.engine), s.review_queue_capacity, registry)
-    sink = RedactingSink(shedder, redactor)  # as in vigil run: nothing unredacted is stored
+    sink = store_sink(s, store, registry, redactor)  # as in vigil run: nothing unredacted is stored
 
     def assembler() -> Assembler:
         return Assembler(
