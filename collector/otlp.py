@@ -13,8 +13,10 @@ first-seen order. :func:`encode_batch` is the inverse used for stream/Kafka reco
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufError
@@ -36,7 +38,7 @@ from collector.model import (
     new_span,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_ERRORS", "decode_json", "decode_protobuf", "encode_batch"]
+__all__ = ["MAX_DEPTH", "MAX_ERRORS", "compiled_decoder", "decode_json", "decode_protobuf", "encode_batch"]
 
 MAX_DEPTH = 32
 """Deepest ``array``/``kvlist`` nesting kept in attribute values; deeper values become ``None``."""
@@ -51,6 +53,23 @@ _INT64 = range(-(2**63), 2**63)
 
 
 _new_batch = fast_constructor(TraceBatch)
+
+
+
+def _load_compiled() -> ModuleType | None:
+    """The compiled decoder (collector/_otlp_fast.c), built by ``pip install`` where a C compiler exists."""
+    try:
+        return importlib.import_module("collector._otlp_fast")
+    except ImportError:  # pragma: no cover - no compiler at install time: the Python decoder does it all
+        return None
+
+
+_fast = _load_compiled()
+
+
+def compiled_decoder() -> bool:
+    """Whether protobuf bodies are decoded by the compiled decoder (else only by Python)."""
+    return _fast is not None
 
 
 class _Invalid(ValueError):
@@ -69,6 +88,10 @@ class _Accumulator:
 
     def add(self, span: Span) -> None:
         self.traces.setdefault(span.trace_id, []).append(span)
+
+    def reject_ids(self, trace_id: bytes, span_id: bytes, parent_id: bytes) -> None:
+        """Reject a span for its ids (the compiled decoder's callback)."""
+        self.reject(_id_problem(trace_id, span_id, parent_id) or "invalid ids")
 
     def reject(self, reason: str, count: int = 1) -> None:
         self.rejected += count
@@ -108,9 +131,22 @@ def decode_protobuf(body: bytes) -> DecodeResult:
     Returns:
         The accepted spans split by trace, plus the count and reasons of rejected spans.
 
+    Ordinary bodies are decoded by the compiled decoder when it is installed (about 3.5×
+    faster); it hands anything unusual (malformed data, bad UTF-8, merged messages, deep
+    nesting…) back, and the Python decoder below decodes it. Both give the same result.
+
     Raises:
         DecodeError: (``reason="protobuf"``) when the body is not a parseable message.
     """
+    if _fast is not None:
+        acc = _Accumulator()
+        if _fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, _KINDS, _CODES, MAX_DEPTH):
+            return acc.result()
+    return _decode_protobuf_python(body)
+
+
+def _decode_protobuf_python(body: bytes) -> DecodeResult:
+    """The Python decoder (the reference: every edge case, every error message)."""
     try:
         request = WireRequest.FromString(body)
         acc = _Accumulator()

@@ -89,6 +89,16 @@ def _decode(*spans: dict[str, Any]) -> Sequence[Span]:
     return [s for b in result.batches for s in b.spans]
 
 
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the compiled decoder and with the Python one (memo tests: Python only)."""
+    if request.param == "python" or request.node.get_closest_marker("python_decoder"):
+        monkeypatch.setattr(otlp, "_fast", None)
+        return "python"
+    assert otlp.compiled_decoder(), "collector._otlp_fast was not built by the install"
+    return str(request.param)
+
+
 @pytest.fixture
 def sdk_spans() -> Iterator[tuple[ReadableSpan, ...]]:
     """Two finished SDK spans (a root and a child with an exception event)."""
@@ -313,6 +323,7 @@ class TestAttributeMemo:
         (again,) = [s for b in decode_protobuf(body).batches for s in b.spans]
         assert ["stop"] == again.attributes["reasons"]
 
+    @pytest.mark.python_decoder
     def test_memo_is_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The memo never holds more than MEMO_MAX_PAIRS entries, and long pairs are never kept."""
         monkeypatch.setattr(otlp, "MEMO_MAX_PAIRS", 10)
@@ -327,6 +338,7 @@ class TestAttributeMemo:
         assert otlp._PAIRS
         assert otlp._ARRAYS
 
+    @pytest.mark.python_decoder
     def test_unique_values_do_not_enter_the_memo(self) -> None:
         """A pair seen once (an id) stays out of the memo; a repeated one gets in."""
         otlp._PAIRS.clear()

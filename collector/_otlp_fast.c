@@ -1,0 +1,745 @@
+/*
+ * collector._otlp_fast: a compiled decoder for the usual OTLP trace request.
+ *
+ * decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth) walks the
+ * protobuf wire format of an ExportTraceServiceRequest (or TracesData) and appends one
+ * collector.model.Span per accepted span to traces[hex trace id] (a dict of lists, in
+ * first-seen order), exactly as collector.otlp's Python decoder would build it. Spans with
+ * unacceptable ids are passed to reject(trace_id, span_id, parent_span_id) (raw bytes).
+ *
+ * It returns True when it decoded the whole body, and False when the body holds anything
+ * out of the ordinary: malformed wire data, text that is not UTF-8, group wire types, a
+ * known field with an unexpected wire type, a singular message field given twice (protobuf
+ * merges those), several members of the AnyValue oneof, nesting at MAX_DEPTH, the
+ * string_value_strindex member. The caller then throws away what was appended and decodes
+ * the body with the Python decoder, which owns every edge case (and the error messages).
+ * So this file only has to be right about well-formed, ordinary bodies, and it is checked
+ * against the Python decoder by property tests (tests/collector/test_otlp_fast.py).
+ *
+ * Field numbers: opentelemetry/proto/trace/v1/trace.proto and common/v1/common.proto.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define OK 0
+#define ERR (-1)    /* a Python exception is set */
+#define ODD 1       /* out of the ordinary: let the Python decoder handle the body */
+
+#define CHECK(expr) do { int rc_ = (expr); if (rc_ != OK) return rc_; } while (0)
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} Reader;
+
+typedef struct {
+    uint32_t field;
+    int wire;
+    uint64_t num;          /* varint, fixed64 and fixed32 values */
+    const uint8_t *data;   /* length-delimited values */
+    Py_ssize_t len;
+} Field;
+
+typedef struct {
+    PyObject *traces;      /* dict: hex trace id -> list of spans */
+    PyObject *reject;      /* callable(trace_id, span_id, parent_id) */
+    PyObject *new_span;    /* positional Span constructor (13 fields) */
+    PyObject *new_event;   /* SpanEvent(name, time_ns, attributes) */
+    PyObject *kinds;       /* dict: int -> SpanKind */
+    PyObject *codes;       /* dict: int -> StatusCode */
+    PyObject *kind_default;
+    PyObject *code_default;
+    PyObject *empty_tuple;
+    long max_depth;
+} Ctx;
+
+static int
+read_varint(Reader *r, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && r->p < r->end; shift += 7) {
+        uint8_t b = *r->p++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return OK;
+        }
+    }
+    return ODD;
+}
+
+/* Read the next field of a message. Returns OK, or ODD for anything malformed or unusual. */
+static int
+next_field(Reader *r, Field *f)
+{
+    uint64_t tag, len;
+    CHECK(read_varint(r, &tag));
+    f->field = (uint32_t)(tag >> 3);
+    f->wire = (int)(tag & 7);
+    if (f->field == 0 || (tag >> 3) > 0x1FFFFFFF)
+        return ODD;
+    switch (f->wire) {
+    case 0:
+        return read_varint(r, &f->num);
+    case 1:
+        if (r->end - r->p < 8)
+            return ODD;
+        f->num = 0;
+        for (int i = 7; i >= 0; i--)
+            f->num = (f->num << 8) | r->p[i];
+        r->p += 8;
+        return OK;
+    case 2:
+        CHECK(read_varint(r, &len));
+        if (len > (uint64_t)(r->end - r->p))
+            return ODD;
+        f->data = r->p;
+        f->len = (Py_ssize_t)len;
+        r->p += len;
+        return OK;
+    case 5:
+        if (r->end - r->p < 4)
+            return ODD;
+        f->num = (uint64_t)r->p[0] | ((uint64_t)r->p[1] << 8) | ((uint64_t)r->p[2] << 16) | ((uint64_t)r->p[3] << 24);
+        r->p += 4;
+        return OK;
+    default:
+        return ODD; /* groups (3, 4) and invalid wire types */
+    }
+}
+
+static inline Reader
+sub(const Field *f)
+{
+    Reader r = {f->data, f->data + f->len};
+    return r;
+}
+
+/* UTF-8 text of a field; NULL with no exception set means "not UTF-8" (ODD). */
+static PyObject *
+text(const uint8_t *data, Py_ssize_t len)
+{
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)data, len, NULL);
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        PyErr_Clear();
+    return s;
+}
+
+#define TEXT_OR_FAIL(out, data, len) do { \
+        (out) = text((data), (len)); \
+        if ((out) == NULL) return PyErr_Occurred() ? ERR : ODD; \
+    } while (0)
+
+static PyObject *
+hex(const uint8_t *data, Py_ssize_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    PyObject *s = PyUnicode_New(len * 2, 127);
+    if (s == NULL)
+        return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        out[2 * i] = (Py_UCS1)digits[data[i] >> 4];
+        out[2 * i + 1] = (Py_UCS1)digits[data[i] & 15];
+    }
+    return s;
+}
+
+static int attributes_into(Ctx *c, PyObject *dict, const Field *f, long depth);
+
+/* AnyValue -> Python value (new reference in *out). */
+static int
+any_value(Ctx *c, const uint8_t *data, Py_ssize_t len, long depth, PyObject **out)
+{
+    Reader r = {data, data + len};
+    Field f;
+    int members = 0;
+    PyObject *value = NULL;
+    while (r.p < r.end) {
+        int rc = next_field(&r, &f);
+        if (rc != OK)
+            goto odd;
+        if (f.field > 8)
+            continue; /* unknown field */
+        if (++members > 1 || f.field == 8)
+            goto odd; /* oneof given twice (last wins, messages merge) or string_value_strindex */
+        switch (f.field) {
+        case 1: /* string_value */
+        case 7: /* bytes_value */
+            if (f.wire != 2)
+                goto odd;
+            if (f.field == 1) {
+                value = text(f.data, f.len);
+                if (value == NULL)
+                    return PyErr_Occurred() ? ERR : ODD;
+            } else if ((value = PyBytes_FromStringAndSize((const char *)f.data, f.len)) == NULL) {
+                return ERR;
+            }
+            break;
+        case 2: /* bool_value */
+            if (f.wire != 0)
+                goto odd;
+            value = PyBool_FromLong(f.num != 0);
+            break;
+        case 3: /* int_value */
+            if (f.wire != 0)
+                goto odd;
+            if ((value = PyLong_FromLongLong((long long)(int64_t)f.num)) == NULL)
+                return ERR;
+            break;
+        case 4: /* double_value */
+            if (f.wire != 1)
+                goto odd;
+            {
+                double d;
+                memcpy(&d, &f.num, sizeof d); /* little-endian assembled above */
+                if ((value = PyFloat_FromDouble(d)) == NULL)
+                    return ERR;
+            }
+            break;
+        case 5: /* array_value: ArrayValue { repeated AnyValue values = 1; } */
+        case 6: /* kvlist_value: KeyValueList { repeated KeyValue values = 1; } */
+            if (f.wire != 2 || depth >= c->max_depth)
+                goto odd;
+            if (f.field == 5) {
+                if ((value = PyList_New(0)) == NULL)
+                    return ERR;
+                Reader ar = sub(&f);
+                Field af;
+                while (ar.p < ar.end) {
+                    PyObject *item;
+                    int irc = next_field(&ar, &af);
+                    if (irc == OK && af.field == 1 && af.wire != 2)
+                        irc = ODD;
+                    if (irc == OK && af.field == 1) {
+                        irc = any_value(c, af.data, af.len, depth + 1, &item);
+                        if (irc == OK) {
+                            irc = PyList_Append(value, item) ? ERR : OK;
+                            Py_DECREF(item);
+                        }
+                    }
+                    if (irc != OK) {
+                        Py_DECREF(value);
+                        return irc;
+                    }
+                }
+            } else {
+                if ((value = PyDict_New()) == NULL)
+                    return ERR;
+                int krc = attributes_into(c, value, &f, depth + 1);
+                if (krc != OK) {
+                    Py_DECREF(value);
+                    return krc;
+                }
+            }
+            break;
+        }
+    }
+    if (value == NULL) {
+        value = Py_None; /* unset */
+        Py_INCREF(value);
+    }
+    *out = value;
+    return OK;
+odd:
+    Py_XDECREF(value);
+    return ODD;
+}
+
+/* One KeyValue into dict (later duplicates win). */
+static int
+key_value_into(Ctx *c, PyObject *dict, const uint8_t *data, Py_ssize_t len, long depth)
+{
+    Reader r = {data, data + len};
+    Field f;
+    const uint8_t *key = (const uint8_t *)"";
+    Py_ssize_t key_len = 0;
+    const uint8_t *val = NULL;
+    Py_ssize_t val_len = 0;
+    while (r.p < r.end) {
+        CHECK(next_field(&r, &f));
+        if (f.field == 1) {
+            if (f.wire != 2)
+                return ODD;
+            key = f.data;
+            key_len = f.len;
+        } else if (f.field == 2) {
+            if (f.wire != 2 || val != NULL)
+                return ODD; /* a message given twice is merged by protobuf */
+            val = f.data;
+            val_len = f.len;
+        }
+    }
+    PyObject *k, *v;
+    TEXT_OR_FAIL(k, key, key_len);
+    if (val == NULL) {
+        v = Py_None;
+        Py_INCREF(v);
+    } else {
+        int rc = any_value(c, val, val_len, depth, &v);
+        if (rc != OK) {
+            Py_DECREF(k);
+            return rc;
+        }
+    }
+    int rc = PyDict_SetItem(dict, k, v) ? ERR : OK;
+    Py_DECREF(k);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The repeated KeyValue field 1 of a message (KeyValueList, Resource). */
+static int
+attributes_into(Ctx *c, PyObject *dict, const Field *msg, long depth)
+{
+    Reader r = sub(msg);
+    Field f;
+    while (r.p < r.end) {
+        CHECK(next_field(&r, &f));
+        if (f.field == 1) {
+            if (f.wire != 2)
+                return ODD;
+            CHECK(key_value_into(c, dict, f.data, f.len, depth));
+        }
+    }
+    return OK;
+}
+
+/* Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3; } */
+static int
+event(Ctx *c, const Field *msg, PyObject **out)
+{
+    Reader r = sub(msg);
+    Field f;
+    uint64_t time_ns = 0;
+    const uint8_t *name = (const uint8_t *)"";
+    Py_ssize_t name_len = 0;
+    PyObject *attrs = PyDict_New();
+    if (attrs == NULL)
+        return ERR;
+    int rc = OK;
+    while (rc == OK && r.p < r.end) {
+        rc = next_field(&r, &f);
+        if (rc != OK)
+            break;
+        if (f.field == 1) {
+            if (f.wire != 1)
+                rc = ODD;
+            time_ns = f.num;
+        } else if (f.field == 2) {
+            if (f.wire != 2)
+                rc = ODD;
+            name = f.data;
+            name_len = f.len;
+        } else if (f.field == 3) {
+            rc = f.wire != 2 ? ODD : key_value_into(c, attrs, f.data, f.len, 0);
+        }
+    }
+    if (rc != OK) {
+        Py_DECREF(attrs);
+        return rc;
+    }
+    PyObject *n = text(name, name_len);
+    if (n == NULL) {
+        Py_DECREF(attrs);
+        return PyErr_Occurred() ? ERR : ODD;
+    }
+    PyObject *t = PyLong_FromUnsignedLongLong(time_ns);
+    if (t == NULL) {
+        Py_DECREF(n);
+        Py_DECREF(attrs);
+        return ERR;
+    }
+    PyObject *args[3] = {n, t, attrs};
+    *out = PyObject_Vectorcall(c->new_event, args, 3, NULL);
+    Py_DECREF(n);
+    Py_DECREF(t);
+    Py_DECREF(attrs);
+    return *out == NULL ? ERR : OK;
+}
+
+static int
+lookup(PyObject *table, int32_t number, PyObject *fallback, PyObject **out)
+{
+    PyObject *key = PyLong_FromLong(number);
+    if (key == NULL)
+        return ERR;
+    PyObject *found = PyDict_GetItemWithError(table, key);
+    Py_DECREF(key);
+    if (found == NULL && PyErr_Occurred())
+        return ERR;
+    *out = found ? found : fallback;
+    return OK;
+}
+
+typedef struct {
+    uint8_t trace_id[16];
+    int have_trace;
+    PyObject *hex;  /* owned: the hex form of trace_id */
+    PyObject *list; /* borrowed from ctx->traces */
+} TraceCursor;
+
+/* Span (field numbers of trace.proto). Appends to the trace's list, or calls reject. */
+static int
+span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor *cur)
+{
+    Reader r = sub(msg);
+    Field f;
+    const uint8_t *trace_id = NULL, *span_id = NULL, *parent_id = NULL, *name = NULL;
+    Py_ssize_t trace_len = 0, span_len = 0, parent_len = 0, name_len = 0;
+    const uint8_t *status = NULL;
+    Py_ssize_t status_len = 0;
+    uint64_t kind = 0, start = 0, end = 0;
+    int rc = OK;
+    PyObject *attrs = PyDict_New(), *events = NULL;
+    if (attrs == NULL)
+        return ERR;
+    while (rc == OK && r.p < r.end) {
+        rc = next_field(&r, &f);
+        if (rc != OK)
+            break;
+        switch (f.field) {
+        case 1: case 2: case 4: case 5: case 15:
+            if (f.wire != 2) {
+                rc = ODD;
+                break;
+            }
+            if (f.field == 1) { trace_id = f.data; trace_len = f.len; }
+            else if (f.field == 2) { span_id = f.data; span_len = f.len; }
+            else if (f.field == 4) { parent_id = f.data; parent_len = f.len; }
+            else if (f.field == 5) { name = f.data; name_len = f.len; }
+            else {
+                if (status != NULL)
+                    rc = ODD; /* merged by protobuf */
+                status = f.data;
+                status_len = f.len;
+            }
+            break;
+        case 6:
+            if (f.wire != 0)
+                rc = ODD;
+            kind = f.num;
+            break;
+        case 7: case 8:
+            if (f.wire != 1)
+                rc = ODD;
+            else if (f.field == 7)
+                start = f.num;
+            else
+                end = f.num;
+            break;
+        case 9:
+            rc = f.wire != 2 ? ODD : key_value_into(c, attrs, f.data, f.len, 0);
+            break;
+        case 11:
+            if (f.wire != 2) {
+                rc = ODD;
+                break;
+            }
+            {
+                PyObject *ev;
+                rc = event(c, &f, &ev);
+                if (rc != OK)
+                    break;
+                if (events == NULL && (events = PyList_New(0)) == NULL) {
+                    Py_DECREF(ev);
+                    rc = ERR;
+                    break;
+                }
+                rc = PyList_Append(events, ev) ? ERR : OK;
+                Py_DECREF(ev);
+            }
+            break;
+        default:
+            break; /* unknown or unread field */
+        }
+    }
+    PyObject *tid = NULL, *sid = NULL, *pid = NULL, *nm = NULL, *msgtext = NULL, *ev_tuple = NULL;
+    PyObject *start_o = NULL, *end_o = NULL, *span_obj = NULL;
+    int32_t status_code = 0;
+    const uint8_t *status_msg = (const uint8_t *)"";
+    Py_ssize_t status_msg_len = 0;
+    if (rc != OK)
+        goto done;
+    if (status != NULL) {
+        Reader sr = {status, status + status_len};
+        Field sf;
+        while (rc == OK && sr.p < sr.end) {
+            rc = next_field(&sr, &sf);
+            if (rc != OK)
+                break;
+            if (sf.field == 2) {
+                if (sf.wire != 2)
+                    rc = ODD;
+                status_msg = sf.data;
+                status_msg_len = sf.len;
+            } else if (sf.field == 3) {
+                if (sf.wire != 0)
+                    rc = ODD;
+                status_code = (int32_t)(uint32_t)sf.num;
+            }
+        }
+        if (rc != OK)
+            goto done;
+    }
+    /* Texts first: protobuf rejects a body with bad UTF-8 in them even for spans with bad ids. */
+    nm = text(name ? name : (const uint8_t *)"", name_len);
+    if (nm == NULL) {
+        rc = PyErr_Occurred() ? ERR : ODD;
+        goto done;
+    }
+    msgtext = text(status_msg, status_msg_len);
+    if (msgtext == NULL) {
+        rc = PyErr_Occurred() ? ERR : ODD;
+        goto done;
+    }
+    static const uint8_t zeros[16] = {0};
+    if (trace_len != 16 || span_len != 8 || memcmp(trace_id, zeros, 16) == 0 || memcmp(span_id, zeros, 8) == 0
+        || (parent_len != 0 && parent_len != 8)) {
+        PyObject *t = PyBytes_FromStringAndSize((const char *)trace_id, trace_len);
+        PyObject *s = PyBytes_FromStringAndSize((const char *)span_id, span_len);
+        PyObject *p = PyBytes_FromStringAndSize((const char *)parent_id, parent_len);
+        PyObject *res = NULL;
+        if (t && s && p)
+            res = PyObject_CallFunctionObjArgs(c->reject, t, s, p, NULL);
+        Py_XDECREF(t);
+        Py_XDECREF(s);
+        Py_XDECREF(p);
+        rc = res == NULL ? ERR : OK;
+        Py_XDECREF(res);
+        goto done;
+    }
+    if (!cur->have_trace || memcmp(cur->trace_id, trace_id, 16) != 0) {
+        /* spans of one trace usually come together: hex and look up once */
+        PyObject *key = hex(trace_id, 16);
+        if (key == NULL) {
+            rc = ERR;
+            goto done;
+        }
+        PyObject *list = PyDict_GetItemWithError(c->traces, key);
+        if (list == NULL) {
+            if (PyErr_Occurred() || (list = PyList_New(0)) == NULL) {
+                Py_DECREF(key);
+                rc = ERR;
+                goto done;
+            }
+            int set = PyDict_SetItem(c->traces, key, list);
+            Py_DECREF(list); /* the dict holds it */
+            if (set) {
+                Py_DECREF(key);
+                rc = ERR;
+                goto done;
+            }
+        }
+        Py_XSETREF(cur->hex, key);
+        memcpy(cur->trace_id, trace_id, 16);
+        cur->have_trace = 1;
+        cur->list = list;
+    }
+    tid = cur->hex;
+    Py_INCREF(tid);
+    sid = hex(span_id, 8);
+    if (sid == NULL) {
+        rc = ERR;
+        goto done;
+    }
+    if (parent_len == 8 && memcmp(parent_id, zeros, 8) != 0) {
+        if ((pid = hex(parent_id, 8)) == NULL) {
+            rc = ERR;
+            goto done;
+        }
+    } else {
+        pid = Py_None;
+        Py_INCREF(pid);
+    }
+    PyObject *kind_o, *code_o;
+    if (lookup(c->kinds, (int32_t)(uint32_t)kind, c->kind_default, &kind_o) != OK
+        || lookup(c->codes, status_code, c->code_default, &code_o) != OK) {
+        rc = ERR;
+        goto done;
+    }
+    start_o = PyLong_FromUnsignedLongLong(start);
+    end_o = PyLong_FromUnsignedLongLong(end);
+    if (start_o == NULL || end_o == NULL) {
+        rc = ERR;
+        goto done;
+    }
+    if (events != NULL) {
+        ev_tuple = PyList_AsTuple(events);
+        if (ev_tuple == NULL) {
+            rc = ERR;
+            goto done;
+        }
+    } else {
+        ev_tuple = c->empty_tuple;
+        Py_INCREF(ev_tuple);
+    }
+    PyObject *args[13] = {tid, sid, pid, nm, kind_o, start_o, end_o, code_o, msgtext, attrs, ev_tuple, resource, scope};
+    span_obj = PyObject_Vectorcall(c->new_span, args, 13, NULL);
+    if (span_obj == NULL || PyList_Append(cur->list, span_obj)) {
+        rc = ERR;
+        goto done;
+    }
+done:
+    Py_XDECREF(span_obj);
+    Py_XDECREF(ev_tuple);
+    Py_XDECREF(start_o);
+    Py_XDECREF(end_o);
+    Py_XDECREF(pid);
+    Py_XDECREF(sid);
+    Py_XDECREF(tid);
+    Py_XDECREF(msgtext);
+    Py_XDECREF(nm);
+    Py_XDECREF(events);
+    Py_DECREF(attrs);
+    return rc;
+}
+
+/* ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; } */
+static int
+scope_spans(Ctx *c, const Field *msg, PyObject *resource)
+{
+    Reader r = sub(msg);
+    Field f;
+    const uint8_t *scope = NULL;
+    Py_ssize_t scope_len = 0;
+    while (r.p < r.end) { /* first pass: the scope may come after the spans */
+        CHECK(next_field(&r, &f));
+        if (f.field == 1) {
+            if (f.wire != 2 || scope != NULL)
+                return ODD;
+            scope = f.data;
+            scope_len = f.len;
+        } else if (f.field == 2 && f.wire != 2) {
+            return ODD;
+        }
+    }
+    const uint8_t *name = (const uint8_t *)"";
+    Py_ssize_t name_len = 0;
+    if (scope != NULL) {
+        Reader sr = {scope, scope + scope_len};
+        while (sr.p < sr.end) {
+            CHECK(next_field(&sr, &f));
+            if (f.field == 1) {
+                if (f.wire != 2)
+                    return ODD;
+                name = f.data;
+                name_len = f.len;
+            }
+        }
+    }
+    PyObject *scope_name;
+    TEXT_OR_FAIL(scope_name, name, name_len);
+    TraceCursor cur = {{0}, 0, NULL, NULL};
+    r = sub(msg);
+    int rc = OK;
+    while (rc == OK && r.p < r.end) {
+        rc = next_field(&r, &f);
+        if (rc == OK && f.field == 2)
+            rc = span(c, &f, resource, scope_name, &cur);
+    }
+    Py_XDECREF(cur.hex);
+    Py_DECREF(scope_name);
+    return rc;
+}
+
+/* ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; } */
+static int
+resource_spans(Ctx *c, const Field *msg)
+{
+    Reader r = sub(msg);
+    Field f, res = {0};
+    int have_resource = 0;
+    while (r.p < r.end) { /* first pass: the resource may come after its spans */
+        CHECK(next_field(&r, &f));
+        if (f.field == 1) {
+            if (f.wire != 2 || have_resource)
+                return ODD;
+            res = f;
+            have_resource = 1;
+        } else if (f.field == 2 && f.wire != 2) {
+            return ODD;
+        }
+    }
+    PyObject *resource = PyDict_New();
+    if (resource == NULL)
+        return ERR;
+    int rc = have_resource ? attributes_into(c, resource, &res, 0) : OK;
+    r = sub(msg);
+    while (rc == OK && r.p < r.end) {
+        rc = next_field(&r, &f);
+        if (rc == OK && f.field == 2)
+            rc = scope_spans(c, &f, resource);
+    }
+    Py_DECREF(resource);
+    return rc;
+}
+
+static PyObject *
+decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (!PyDict_Check(args[1]) || !PyDict_Check(args[5]) || !PyDict_Check(args[6])) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "traces, kinds and codes must be dicts");
+        return NULL;
+    }
+    Ctx c = {args[1], args[2], args[3], args[4], args[5], args[6], NULL, NULL, NULL, 0};
+    c.max_depth = PyLong_AsLong(args[7]);
+    if (c.max_depth == -1 && PyErr_Occurred()) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    c.empty_tuple = PyTuple_New(0);
+    int rc = (zero && c.empty_tuple) ? OK : ERR;
+    if (rc == OK) {
+        c.kind_default = PyDict_GetItemWithError(c.kinds, zero);
+        c.code_default = PyDict_GetItemWithError(c.codes, zero);
+        if (c.kind_default == NULL || c.code_default == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "kinds and codes must map 0");
+            rc = ERR;
+        }
+    }
+    Reader r = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
+    Field f;
+    while (rc == OK && r.p < r.end) {
+        rc = next_field(&r, &f);
+        if (rc == OK && f.field == 1)
+            rc = f.wire != 2 ? ODD : resource_spans(&c, &f);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(c.empty_tuple);
+    PyBuffer_Release(&view);
+    if (rc == ERR)
+        return NULL;
+    return PyBool_FromLong(rc == OK);
+}
+
+static PyMethodDef methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
+     "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth) -> bool\n\n"
+     "Append the spans of an OTLP trace request to traces; False: decode it in Python instead."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "collector._otlp_fast", "Compiled decoder for ordinary OTLP trace requests.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__otlp_fast(void)
+{
+    return PyModule_Create(&module);
+}

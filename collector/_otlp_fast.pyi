@@ -1,0 +1,14 @@
+from collections.abc import Callable, Mapping
+from typing import Any
+
+def decode(
+    body: bytes,
+    traces: dict[str, list[Any]],
+    reject: Callable[[bytes, bytes, bytes], None],
+    new_span: Callable[..., Any],
+    new_event: Callable[[str, int, dict[str, Any]], Any],
+    kinds: Mapping[object, Any],
+    codes: Mapping[object, Any],
+    max_depth: int,
+    /,
+) -> bool: ...

@@ -1,0 +1,113 @@
+"""The compiled OTLP decoder (collector/_otlp_fast.c) against the Python decoder, the reference.
+
+Properties: on any body the compiled decoder either hands the body back (returns False) or
+produces exactly what the Python decoder produces (same spans, same order, same rejections);
+on ordinary traffic (synthetic agent runs, real SDK exports, real instrumentors' traces) it
+never hands a body back, so the fast path is the one production traffic takes.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector import otlp
+from collector.errors import DecodeError
+from collector.fuzzing import otlp_requests, protobuf_bodies
+from collector.model import DecodeResult, SpanEvent, new_span
+from collector.otlp import decode_json, encode_batch
+from review_queue.synth import bodies
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
+FUZZ = settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _compiled(body: bytes) -> DecodeResult | None:
+    """The compiled decoder's result, or None when it hands the body back."""
+    fast = otlp._fast
+    assert fast is not None, "collector._otlp_fast was not built by the install"
+    acc = otlp._Accumulator()
+    if not fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, otlp._KINDS, otlp._CODES, otlp.MAX_DEPTH):
+        return None
+    return acc.result()
+
+
+def _python(body: bytes) -> DecodeResult | DecodeError:
+    try:
+        return otlp._decode_protobuf_python(body)
+    except DecodeError as exc:
+        return exc
+
+
+def _same(compiled: DecodeResult, reference: DecodeResult | DecodeError) -> None:
+    assert isinstance(reference, DecodeResult), f"the Python decoder refused a body the compiled one took: {reference}"
+    assert [(b.trace_id, b.spans) for b in reference.batches] == [(b.trace_id, b.spans) for b in compiled.batches]
+    assert (reference.rejected, reference.errors) == (compiled.rejected, compiled.errors)
+
+
+def test_installed() -> None:
+    """The install built the extension (a C compiler is part of the test machine)."""
+    assert otlp.compiled_decoder()
+
+
+@FUZZ
+@given(otlp_requests())
+def test_hostile_requests_same_as_python(request: ExportTraceServiceRequest) -> None:
+    """Bad ids, huge strings, deep nesting, odd timestamps: same result, or handed back."""
+    body = request.SerializeToString()
+    compiled = _compiled(body)
+    if compiled is not None:
+        _same(compiled, _python(body))
+
+
+@FUZZ
+@given(protobuf_bodies())
+def test_corrupt_bodies_same_as_python_or_handed_back(body: bytes) -> None:
+    """Truncated, corrupted and random bytes never produce a result Python would not."""
+    compiled = _compiled(body)
+    if compiled is not None:
+        _same(compiled, _python(body))
+
+
+def test_synthetic_agent_runs_take_the_fast_path() -> None:
+    """The benchmark's agent runs (OTel GenAI, 10-29 spans, tool errors, events)."""
+    for body, _, _ in bodies(300, seed=3):
+        compiled = _compiled(body)
+        assert compiled is not None
+        _same(compiled, _python(body))
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.json") if ".truth." not in p.name))
+def test_real_instrumentor_traces_take_the_fast_path(fixture: str) -> None:
+    """Traces captured from LangGraph/OpenInference, the OpenAI Agents SDK and openai-v2."""
+    raw = (FIXTURES / fixture).read_bytes()
+    batches = decode_json(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).batches
+    assert batches
+    for batch in batches:
+        body = encode_batch(batch)
+        compiled = _compiled(body)
+        assert compiled is not None
+        _same(compiled, _python(body))
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"\x0a\x05\x12\x03\x12\x01", "truncated"),
+        (b"\x0b", "group wire type"),
+        (b"\x0a\x02\x08\x01", "a known message field with a varint"),
+        (bytes.fromhex("0a0c12") + bytes([10]) + bytes.fromhex("12082a06") + b"\xff\xfe\xfd\xfc\xfb\xfa", "bad UTF-8"),
+    ],
+)
+def test_unusual_bodies_are_handed_back(body: bytes, why: str) -> None:
+    """What the compiled decoder does not own, the Python decoder decides (here: a 400)."""
+    assert _compiled(body) is None, why
+    assert isinstance(_python(body), DecodeError | DecodeResult)
