@@ -269,7 +269,7 @@ class SqlStore:
     def _execute_many(
         self, conn: sa.Connection, statement: sa.Executable, table: sa.Table, rows: list[dict[str, Any]]
     ) -> None:
-        """executemany of an upsert: the raw driver path on SQLite (see :class:`_RawUpsert`)."""
+        """executemany of an upsert: the raw driver path (see :class:`_RawUpsert`)."""
         shape = (table.name, tuple(rows[0]))
         if shape not in self._raw:
             self._raw[shape] = _RawUpsert.build(statement, table, self._engine.dialect, shape[1])
@@ -277,7 +277,7 @@ class SqlStore:
         if raw is None:
             conn.execute(statement, rows)
         else:
-            conn.exec_driver_sql(raw.sql, raw.parameters(rows))
+            raw.execute(conn, rows)
 
     def _guard(self, operation: str) -> AbstractContextManager[None]:
         return guard(operation, self._retry_after)
@@ -369,30 +369,64 @@ def _rounds(batch: Sequence[ScoredRun]) -> list[list[tuple[int, ScoredRun]]]:
 
 
 class _RawUpsert:
-    """An upsert compiled once to SQLite driver SQL, executed without per-row SQLAlchemy processing.
+    """An upsert compiled once to driver SQL, executed without per-row SQLAlchemy processing.
 
     SQLAlchemy's executemany converts every row through its bind processors (~10 µs a run
-    row). On SQLite the only conversion that matters is JSON encoding (booleans, numbers,
-    text and NULL go through the driver unchanged), so rows are turned into tuples here:
-    JSON columns encoded with the engine's serializer (``None`` becomes ``'null'``, as
-    SQLAlchemy's JSON type stores it), constants of the statement (``version + 1``)
-    appended. PostgreSQL keeps SQLAlchemy's path.
+    row). The only conversion that matters here is JSON encoding (booleans, numbers, text
+    and NULL go through both drivers unchanged), so rows are turned into tuples here: JSON
+    columns encoded with :func:`_dumps` (``None`` becomes ``'null'``, as SQLAlchemy's JSON
+    type stores it), constants of the statement (``version + 1``) appended.
+
+    * SQLite: one ``executemany`` of the single-row statement.
+    * PostgreSQL: one multi-row ``INSERT … VALUES (…), (…) … ON CONFLICT`` per
+      :attr:`rows_per_statement` rows — a single round trip whose parameters psycopg dumps
+      in one pass, instead of a pipelined statement per row (the JSON text goes in with
+      psycopg's "unknown" type, which PostgreSQL casts to JSONB). :func:`_rounds` guarantees
+      that no statement holds a trace id twice, which ``ON CONFLICT DO UPDATE`` requires.
     """
 
-    __slots__ = ("constants", "json_columns", "pick", "sql")
+    __slots__ = (
+        "_statements",
+        "constants",
+        "head",
+        "json_columns",
+        "multi_row",
+        "pick",
+        "row",
+        "rows_per_statement",
+        "sql",
+        "tail",
+    )
+
+    MAX_ROWS_PER_STATEMENT = 500
+    """Rows per PostgreSQL statement (fewer for wide tables: at most 30,000 parameters)."""
 
     def __init__(self, sql: str, columns: Sequence[str], json_columns: Sequence[str], constants: tuple[Any, ...]):
         self.sql = sql
         self.pick = itemgetter(*columns)
         self.json_columns = tuple(json_columns)
         self.constants = constants
+        self.multi_row = False
+        self.head = self.row = self.tail = ""
+        self.rows_per_statement = 1
+        self._statements: dict[int, str] = {}
+        values = sql.find(" VALUES (")
+        end = sql.find(")", values + 9)
+        if sql.count(" VALUES (") == 1 and end > values >= 0 and sql[values + 9 : end].count("%s") == len(columns):
+            self.head, self.row, self.tail = sql[: values + 8], sql[values + 8 : end + 1], sql[end + 1 :]
+            self.multi_row = "%s" not in self.head
+            self.rows_per_statement = max(1, min(self.MAX_ROWS_PER_STATEMENT, 30_000 // len(columns)))
 
     @classmethod
     def build(
         cls, statement: sa.Executable, table: sa.Table, dialect: sa.Dialect, keys: Sequence[str]
     ) -> _RawUpsert | None:
-        """The raw form of ``statement`` for rows with ``keys`` on SQLite; ``None`` elsewhere or for other shapes."""
-        if dialect.name != "sqlite":
+        """The raw form of ``statement`` for rows with ``keys``; ``None`` for other dialects or shapes."""
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+            dialect = PGDialect_psycopg(paramstyle="format")  # type: ignore[no-untyped-call]  # positional %s
+        elif dialect.name != "sqlite":
             return None
         compiled = statement.compile(dialect=dialect, column_keys=list(keys))  # type: ignore[attr-defined]
         names: list[str] = list(compiled.positiontup or ())
@@ -401,7 +435,10 @@ class _RawUpsert:
         if not columns or names[: len(columns)] != columns or any(name in table.c for name in extra):
             return None  # binds are not "every column, then constants": let SQLAlchemy handle it
         json_columns = [name for name in columns if isinstance(table.c[name].type, sa.JSON)]
-        return cls(str(compiled), columns, json_columns, tuple(compiled.params[name] for name in extra))
+        raw = cls(str(compiled), columns, json_columns, tuple(compiled.params[name] for name in extra))
+        if dialect.name == "postgresql" and not raw.multi_row:
+            return None
+        return raw
 
     def parameters(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         """Driver parameters of ``rows`` (the row dicts' JSON values are replaced by their text)."""
@@ -411,6 +448,55 @@ class _RawUpsert:
                 row[name] = _dumps(row[name])
             out.append((*self.pick(row), *self.constants))
         return out
+
+    def execute(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """Upsert ``rows``: executemany (SQLite) or multi-row statements (PostgreSQL)."""
+        if not self.multi_row:
+            conn.exec_driver_sql(self.sql, self.parameters(rows))
+            return
+        import psycopg
+
+        per = self.rows_per_statement
+        width = len(self.constants)
+        # A raw cursor takes PostgreSQL's own $n placeholders: psycopg's %s conversion (a
+        # regular expression over the whole text, not cached for long statements) would
+        # cost more than the rows themselves. Same connection, same transaction.
+        driver = conn.connection.driver_connection
+        if not isinstance(driver, psycopg.Connection):
+            raise TypeError(f"PostgreSQL store needs psycopg 3, got {type(driver).__name__}")
+        with psycopg.RawCursor(driver) as cursor:
+            for start in range(0, len(rows), per):
+                chunk = self.parameters(rows[start : start + per])
+                flat: list[Any] = []
+                for params in chunk:
+                    flat.extend(params[: len(params) - width] if width else params)
+                flat.extend(self.constants)
+                cursor.execute(self._numbered(len(chunk)), flat)
+
+    def _numbered(self, n_rows: int) -> str:
+        """The statement for ``n_rows`` rows with ``$1…$N`` placeholders (the last two built are cached)."""
+        cached = self._statements.get(n_rows)
+        if cached is not None:
+            return cached
+        pieces = [p.replace("%%", "%") for p in self.row.split("%s")]
+        numbers = iter(range(1, 1 << 30))
+        rows = []
+        for _ in range(n_rows):
+            out = [pieces[0]]
+            for piece in pieces[1:]:
+                out.append(f"${next(numbers)}")
+                out.append(piece)
+            rows.append("".join(out))
+        tail_pieces = [p.replace("%%", "%") for p in self.tail.split("%s")]
+        tail = [tail_pieces[0]]
+        for piece in tail_pieces[1:]:
+            tail.append(f"${next(numbers)}")
+            tail.append(piece)
+        sql = self.head.replace("%%", "%") + ", ".join(rows) + "".join(tail)
+        if len(self._statements) >= 2:
+            self._statements.pop(next(iter(self._statements)))
+        self._statements[n_rows] = sql
+        return sql
 
 
 def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, runs
-from review_queue.testing import InMemoryRunSink, scored_run
+from review_queue.testing import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
 T0 = 1_700_000_000.0
@@ -238,32 +241,44 @@ class TestWrite:
             assert "\\u0000" not in text
             assert " " not in text.replace("half \ud800 pair", "")
 
-    def test_raw_sqlite_path_stores_what_sqlalchemy_stores(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+    def test_raw_path_stores_what_sqlalchemy_stores(
+        self, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """SQLite's driver-level upsert leaves exactly the rows SQLAlchemy's executemany leaves."""
+        """The driver-level upsert (SQLite executemany, PostgreSQL multi-row VALUES in chunks)
+        leaves exactly the rows and outcomes SQLAlchemy's executemany leaves."""
+        monkeypatch.setattr(store_module._RawUpsert, "MAX_ROWS_PER_STATEMENT", 2)  # several chunks per batch
         tools = (ToolCall("s1", "read", result="bin\x00ary", error="E: x"),)
         batches = [
             [scored_run(_tid(20), reasons=["r"], tools=tools), scored_run(_tid(21), agent="b" * 300)],
             [scored_run(_tid(21), reasons=["s", "t"]), scored_run(_tid(20)), scored_run(_tid(22), scores={"x": 0.5})],
+            [scored_run(_tid(n), reasons=["r"] if n % 2 else ()) for n in range(30, 37)]
+            + [scored_run(_tid(22), scores={"x": 0.25}), scored_run(_tid(22))],
         ]
         tables = []
-        for name, raw in (("raw", True), ("sqlalchemy", False)):
-            url = f"sqlite:///{tmp_path / name}.db"
-            upgrade_database(url)
-            if not raw:
-                monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
-            one = SqlStore(url, clock=Clock())
-            outcomes = [one.write(batch) for batch in batches]
-            assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
-            with one.engine.connect() as conn:
-                rows = [
-                    conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
-                    for t in ("runs", "review_items")
-                ]
-            tables.append((outcomes, rows))
-            one.close()
+        with ExitStack() as stack:
+            for name, raw in (("raw", True), ("sqlalchemy", False)):
+                if backend == "sqlite":
+                    url = f"sqlite:///{tmp_path / name}.db"
+                else:
+                    reason = postgres_unreachable(POSTGRES_URL)
+                    assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
+                    url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
+                upgrade_database(url)
+                if not raw:
+                    monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
+                one = SqlStore(url, clock=Clock())
+                outcomes = [one.write(batch) for batch in batches]
+                assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+                with one.engine.connect() as conn:
+                    rows = [
+                        conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
+                        for t in ("runs", "review_items")
+                    ]
+                tables.append((outcomes, rows))
+                one.close()
         assert tables[0] == tables[1]
+        assert 10 == len(tables[0][1][0])
 
     def test_concurrent_writers(self, store: SqlStore) -> None:
         """Threads writing overlapping batches leave one row per trace id and lose no update."""
