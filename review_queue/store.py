@@ -422,7 +422,7 @@ class _RawUpsert:
         cls, statement: sa.Executable, table: sa.Table, dialect: sa.Dialect, keys: Sequence[str]
     ) -> _RawUpsert | None:
         """The raw form of ``statement`` for rows with ``keys``; ``None`` for other dialects or shapes."""
-        if dialect.name == "postgresql":
+        if dialect.name == "postgresql" and dialect.driver == "psycopg":
             from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
             dialect = PGDialect_psycopg(paramstyle="format")  # type: ignore[no-untyped-call]  # positional %s
