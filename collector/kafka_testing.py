@@ -87,6 +87,11 @@ class TansuBroker:
         """``host:port`` for clients."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (benchmarks read its CPU time)."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
     def start(self) -> None:
         """Start the broker and wait until it accepts connections."""
         url = f"tcp://127.0.0.1:{self.port}"

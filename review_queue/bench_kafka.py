@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -49,14 +50,15 @@ POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @contextmanager
-def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
+def _broker(bootstrap: str | None, workdir: Path) -> Iterator[tuple[str, int | None]]:
+    """``(bootstrap, broker pid or None)``: the given Kafka, or a tansu started for the run."""
     if bootstrap:
-        yield bootstrap
+        yield bootstrap, None
         return
     from collector.kafka_testing import start_tansu
 
     with start_tansu(workdir) as broker:
-        yield broker.bootstrap
+        yield broker.bootstrap, broker.pid
 
 
 @contextmanager
@@ -88,24 +90,50 @@ def _create_topic(bootstrap: str, partitions: int) -> str:
     return topic
 
 
-def _prefill(bootstrap: str, topic: str, n_runs: int, seed: int) -> int:
-    """Write ``n_runs`` runs as the collector would (one record per trace). Returns spans written."""
+def _records(n_runs: int, seed: int) -> tuple[list[tuple[bytes, bytes]], int]:
+    """``n_runs`` runs as the collector writes them: ``(key, value)`` records (one per trace), and their span count."""
+    records: list[tuple[bytes, bytes]] = []
+    spans = 0
+    for data, n, _ in bodies(n_runs, seed=seed):
+        records.extend((record_key(b.trace_id), encode_batch(b)) for b in decode_protobuf(data).batches)
+        spans += n
+    return records, spans
+
+
+def _send(bootstrap: str, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=256 * 1024)
-    spans = 0
-    for data, n, _ in bodies(n_runs, seed=seed):
-        for batch in decode_protobuf(data).batches:
-            producer.send(topic, key=record_key(batch.trace_id), value=encode_batch(batch))
-        spans += n
+    for key, value in records:
+        producer.send(topic, key=key, value=value)
     producer.flush()
     producer.close()
+
+
+def _prefill(bootstrap: str, topic: str, n_runs: int, seed: int) -> int:
+    """Write ``n_runs`` runs as the collector would (one record per trace). Returns spans written."""
+    records, spans = _records(n_runs, seed)
+    _send(bootstrap, topic, records)
     return spans
 
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _postgres_cpu_seconds() -> float:
+    """CPU seconds of every local ``postgres`` process (server and backends) so far."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited meanwhile
+        if text[text.find("(") + 1 : text.rfind(")")].startswith("postgres"):
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _env(bootstrap: str, topic: str, db_url: str, workdir: Path, **extra: str) -> dict[str, str]:
@@ -224,20 +252,55 @@ def _empty_yaml() -> Path:
     return path
 
 
-def bench_scaling(bootstrap: str, db_url_for: ExitStack, n_runs: int, workdir: Path, base: str | None) -> list[float]:
-    """Spans/s (wall, first to last run written) with one and with two scorer processes."""
+@dataclass(frozen=True)
+class Scaling:
+    """One scaling measurement: ``processes`` scorers on a pre-filled 4-partition topic.
+
+    Attributes:
+        processes: scorer processes.
+        wall: spans/s from the first to the last run written (store timestamps).
+        per_scorer_cpu: spans per CPU-second of the scorer processes (together).
+        busy_cores: CPU-seconds per wall second of the scorers, the broker (when started by
+            the bench) and PostgreSQL over the same window: how much of the machine was in use.
+        others_share: the broker's and PostgreSQL's part of ``busy_cores``.
+    """
+
+    processes: int
+    wall: float
+    per_scorer_cpu: float
+    busy_cores: float
+    others_share: float
+
+
+def bench_scaling(
+    bootstrap: str, db_url_for: ExitStack, n_runs: int, workdir: Path, base: str | None, *, broker_pid: int | None
+) -> list[Scaling]:
+    """One, then two ``vigil scorer`` processes consuming the same stream of records.
+
+    The scorers join the group on an empty topic first; once every partition is assigned
+    (and, with two, each process has some), the records — encoded beforehand — are written,
+    so the figures hold no start-up and no rebalance.
+    """
     results = []
+    records, spans = _records(n_runs, seed=23)
     for processes in (1, 2):
         db_url = db_url_for.enter_context(_database(base, workdir))
         topic = _create_topic(bootstrap, 4)
-        spans = _prefill(bootstrap, topic, n_runs, seed=23)
         from review_queue.store import upgrade_database
 
         upgrade_database(db_url)
         env = _env(bootstrap, topic, db_url, workdir, VIGIL_QUIET_PERIOD_S="0.2")
         scorers = [spawn_role("scorer", workdir, env, name=f"bench-scorer-{processes}-{i}") for i in range(processes)]
         try:
+            _wait_assigned(scorers, partitions=4)
+            cpu0 = [_cpu_seconds(s.process.pid) for s in scorers]
+            others0 = _postgres_cpu_seconds() + (_cpu_seconds(broker_pid) if broker_pid else 0.0)
+            wall0 = time.perf_counter()
+            _send(bootstrap, topic, records)
             _wait_count(db_url, "runs", n_runs, 600)
+            wall = time.perf_counter() - wall0
+            scorer_cpu = sum(_cpu_seconds(s.process.pid) for s in scorers) - sum(cpu0)
+            others = _postgres_cpu_seconds() + (_cpu_seconds(broker_pid) if broker_pid else 0.0) - others0
         finally:
             for s in scorers:
                 s.stop()
@@ -245,8 +308,31 @@ def bench_scaling(bootstrap: str, db_url_for: ExitStack, n_runs: int, workdir: P
         with engine.connect() as conn:
             first, last = conn.execute(sa.text("SELECT min(created_at), max(created_at) FROM runs")).one()
         engine.dispose()
-        results.append(spans / max(1e-6, float(last) - float(first)))
+        results.append(
+            Scaling(
+                processes,
+                spans / max(1e-6, float(last) - float(first)),
+                spans / max(1e-6, scorer_cpu),
+                (scorer_cpu + others) / wall,
+                others / max(1e-6, scorer_cpu + others),
+            )
+        )
     return results
+
+
+def _wait_assigned(scorers: Sequence[RoleProcess], partitions: int, timeout_s: float = 120.0) -> None:
+    """Wait until the scorers hold all ``partitions`` between them, each at least one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            held = [s.metric("vigil_consumer_assigned_partitions") for s in scorers]
+        except httpx.HTTPError:
+            held = []  # not serving yet
+        if len(held) == len(scorers) and sum(held) == partitions and min(held) > 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"scorers hold {held} of {partitions} partitions after {timeout_s} s")
+        time.sleep(0.1)
 
 
 def bench_latency(bootstrap: str, db_url: str, workdir: Path, rate: float, seconds: float) -> list[float]:
@@ -293,7 +379,7 @@ def main(args: argparse.Namespace) -> int:
     repeat = 1 if args.quick else args.repeat
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        bootstrap = stack.enter_context(_broker(args.kafka_bootstrap, workdir))
+        bootstrap, broker_pid = stack.enter_context(_broker(args.kafka_bootstrap, workdir))
         base = args.database_url
         table = Table(title=f"vigil bench --kafka ({os.cpu_count()} cores, {n_runs} runs, medians of {repeat})")
         table.add_column("measurement")
@@ -310,9 +396,18 @@ def main(args: argparse.Namespace) -> int:
         backend = "PostgreSQL" if db_url.startswith("postgresql") else "SQLite"
         table.add_row(f"scorer ({backend}), spans/s per core", f"{statistics.median(s[0] for s in scored):,.0f}")
         console.print("scaling…")
-        one, two = bench_scaling(bootstrap, stack, n_runs, workdir, base)
-        table.add_row("1 scorer process, spans/s wall", f"{one:,.0f}")
-        table.add_row("2 scorer processes, spans/s wall", f"{two:,.0f} ({two / one:.2f}×)")
+        one, two = bench_scaling(bootstrap, stack, n_runs, workdir, base, broker_pid=broker_pid)
+        table.add_row("1 scorer process, spans/s wall", f"{one.wall:,.0f}")
+        table.add_row("2 scorer processes, spans/s wall", f"{two.wall:,.0f} ({two.wall / one.wall:.2f}×)")
+        table.add_row(
+            "  spans per scorer CPU-second, 1 / 2 processes",
+            f"{one.per_scorer_cpu:,.0f} / {two.per_scorer_cpu:,.0f} ({two.per_scorer_cpu / one.per_scorer_cpu:.2f})",
+        )
+        for s in (one, two):
+            table.add_row(
+                f"  cores busy with {s.processes} scorer(s) (scorers + broker + PostgreSQL)",
+                f"{s.busy_cores:.2f} of {os.cpu_count()} (broker + PostgreSQL {s.others_share:.0%})",
+            )
         console.print("end-to-end latency…")
         seconds = 5.0 if args.quick else 20.0
         lat = bench_latency(bootstrap, stack.enter_context(_database(base, workdir)), workdir, 100.0, seconds)
