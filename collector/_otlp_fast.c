@@ -20,6 +20,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -727,10 +729,157 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(rc == OK);
 }
 
+
+/* ---- constructor(cls, names): a positional constructor for slotted classes -------------
+ *
+ * collector.model.fast_constructor's compiled form. The returned object, called with one
+ * value per name (positionally or by keyword), allocates an instance of cls and stores each value straight into its
+ * slot (the offsets are read from the class's member descriptors once), without __init__
+ * or __setattr__: ~0.1 µs instead of ~0.8 µs for a 13-field Span. The class must be a
+ * plain slotted class whose every name is an object slot (dataclasses with slots=True).
+ */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    PyObject *names;
+    Py_ssize_t n;
+    vectorcallfunc vectorcall;
+    Py_ssize_t offsets[1];
+} Constructor;
+
+static PyObject *
+constructor_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Constructor *c = (Constructor *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw != c->n) {
+        PyErr_Format(PyExc_TypeError, "%s constructor takes exactly %zd arguments (%zd given)",
+                     c->cls->tp_name, c->n, nargs + nkw);
+        return NULL;
+    }
+    PyObject *obj = c->cls->tp_alloc(c->cls, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject **slot = (PyObject **)((char *)obj + c->offsets[i]);
+        Py_INCREF(args[i]);
+        Py_XSETREF(*slot, args[i]);
+    }
+    for (Py_ssize_t k = 0; k < nkw; k++) { /* keywords: by name, each slot exactly once */
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t i = nargs;
+        while (i < c->n && PyTuple_GET_ITEM(c->names, i) != key) /* interned: identity first */
+            i++;
+        if (i == c->n) {
+            for (i = nargs; i < c->n; i++) {
+                int eq = PyUnicode_Compare(PyTuple_GET_ITEM(c->names, i), key);
+                if (eq == -1 && PyErr_Occurred()) {
+                    Py_DECREF(obj);
+                    return NULL;
+                }
+                if (eq == 0)
+                    break;
+            }
+        }
+        PyObject **slot = i < c->n ? (PyObject **)((char *)obj + c->offsets[i]) : NULL;
+        if (slot == NULL || *slot != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s constructor: unexpected or repeated argument %R", c->cls->tp_name, key);
+            Py_DECREF(obj);
+            return NULL;
+        }
+        Py_INCREF(args[nargs + k]);
+        *slot = args[nargs + k];
+    }
+    return obj;
+}
+
+static int
+constructor_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((Constructor *)self)->cls);
+    Py_VISIT(((Constructor *)self)->names);
+    return 0;
+}
+
+static int
+constructor_clear(PyObject *self)
+{
+    Py_CLEAR(((Constructor *)self)->cls);
+    Py_CLEAR(((Constructor *)self)->names);
+    return 0;
+}
+
+static void
+constructor_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    constructor_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyTypeObject ConstructorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collector._otlp_fast.Constructor",
+    .tp_basicsize = sizeof(Constructor) - sizeof(Py_ssize_t),
+    .tp_itemsize = sizeof(Py_ssize_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Constructor, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = constructor_traverse,
+    .tp_clear = constructor_clear,
+    .tp_dealloc = constructor_dealloc,
+    .tp_doc = "Positional constructor of a slotted class (see collector.model.fast_constructor).",
+};
+
+static PyObject *
+constructor(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "constructor(cls, names: tuple[str, ...])");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *names = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (cls->tp_dictoffset != 0 || cls->tp_alloc == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be a slotted class without __dict__", cls->tp_name);
+        return NULL;
+    }
+    Constructor *c = PyObject_GC_NewVar(Constructor, &ConstructorType, n > 0 ? n : 1);
+    if (c == NULL)
+        return NULL;
+    c->cls = NULL;
+    c->names = NULL;
+    c->n = n;
+    c->vectorcall = constructor_call;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s.%S is not an object slot", cls->tp_name, name);
+            Py_DECREF(c);
+            return NULL;
+        }
+        c->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_INCREF(cls);
+    c->cls = cls;
+    Py_INCREF(names);
+    c->names = names;
+    PyObject_GC_Track((PyObject *)c);
+    return (PyObject *)c;
+}
+
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
      "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth) -> bool\n\n"
      "Append the spans of an OTLP trace request to traces; False: decode it in Python instead."},
+    {"constructor", (PyCFunction)(void (*)(void))constructor, METH_FASTCALL,
+     "constructor(cls, names) -> callable taking one value per slot name, positionally."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -741,5 +890,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__otlp_fast(void)
 {
+    if (PyType_Ready(&ConstructorType) < 0)
+        return NULL;
     return PyModule_Create(&module);
 }
