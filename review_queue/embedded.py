@@ -255,12 +255,54 @@ def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
     )
 
 
+HTTP_STOP_GRACE_S = 5.0
+"""Seconds in-flight HTTP requests get to finish when a role stops. Connections still open
+after it (a client stalled mid-upload) are aborted without a response: the request was not
+accepted, and the sender retries it. Without this bound one stalled client kept the process
+from ever exiting, until the orchestrator's SIGKILL lost everything not yet drained."""
+
+HTTP_STOP_CANCEL_S = 5.0
+"""Further seconds request handlers get after their connections were aborted, before they are cancelled."""
+
+
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to :func:`serve`."""
+    """A uvicorn server that leaves signal handling to :func:`serve` and bounds its graceful stop.
+
+    Stopping closes the listening socket (new connections are refused) and idle keep-alive
+    connections, lets requests in flight finish for ``stop_grace_s``, then aborts the
+    connections still open (no response is written: no 500 for a request that was never
+    accepted) and gives their handlers ``cancel_s`` to notice before cancelling them.
+    """
+
+    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S,
+                 cancel_s: float = HTTP_STOP_CANCEL_S) -> None:  # fmt: skip
+        super().__init__(config)
+        self.stop_grace_s = stop_grace_s
+        self.cancel_s = cancel_s
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    async def _wait_tasks_to_complete(self) -> None:
+        """uvicorn's wait for in-flight requests, bounded by ``stop_grace_s`` (called by ``shutdown``)."""
+        wait = super()._wait_tasks_to_complete
+        try:
+            await asyncio.wait_for(wait(), self.stop_grace_s)
+            return
+        except TimeoutError:
+            pass
+        state = self.server_state
+        log.warning("http_stop_grace_exceeded", connections=len(state.connections), grace_s=self.stop_grace_s)
+        for connection in list(state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
+        try:
+            await asyncio.wait_for(wait(), self.cancel_s)
+        except TimeoutError:
+            for task in list(state.tasks):
+                task.cancel()
 
 
 def _server(app: object, host: str, port: int) -> _Server:
@@ -364,7 +406,9 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
     emb.store.close()
-    log.info("vigil_stopped", drained=drained)
+    # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
+    # after a restart, the next process counts only runs new to the index.
+    log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)
     return drained
 
 

@@ -88,6 +88,10 @@ class StreamWorker:
         self._thread: threading.Thread | None = None
         self._healthy = True
         self._pending_forced: list[ClosedTrace] = []
+        self.new_runs = 0
+        """Runs this worker inserted into the index (what it counted in ``vigil_runs_total``)."""
+        self.new_flags = 0
+        """Review items this worker created (what it counted in ``vigil_flagged_runs_total``)."""
         metrics.bind_inflight(lambda: float(assembler.inflight))
 
     @property
@@ -198,6 +202,8 @@ class StreamWorker:
 
     def _account(self, scored: list[ScoredRun], outcomes: Sequence[WriteOutcome]) -> None:
         account(self._metrics, scored, outcomes, self._wall())
+        self.new_runs += sum(1 for o in outcomes if o.new_run)
+        self.new_flags += sum(1 for o in outcomes if o.new_flag)
 
 
 def account(metrics: RunMetrics, scored: Sequence[ScoredRun], outcomes: Sequence[WriteOutcome], now_ns: int) -> None:

@@ -128,6 +128,7 @@ class TestFlow:
         assert 1.0 == registry.get_sample_value(
             "vigil_flagged_runs_total", {"agent": "support", "priority": "high"}
         )
+        assert (1, 1) == (worker.new_runs, worker.new_flags)  # what vigil run logs at vigil_stopped
 
     def test_crashing_scorer_is_isolated_and_counted(self) -> None:
         """A scorer that raises is skipped, counted, and the run is still written."""
