@@ -127,7 +127,10 @@ class StreamWorker:
             if not records:
                 break
             self._ingest(records)
-        closed = self._assembler.drain(finished_only=save is not None)
+        # Runs the loop closed but could not write (store down when the stop came), and runs
+        # evicted by the last records ingested, are written with the others.
+        closed = self._pending_forced + self._assembler.drain(finished_only=save is not None)
+        self._pending_forced = []
         written = self._write_all(closed, deadline)
         if save is not None:
             if not written:  # the store stayed down: keep these runs as unfinished work
@@ -145,7 +148,9 @@ class StreamWorker:
             self._pending_forced = []
         if not closed:
             return 0
-        self._write_all(closed, None)
+        if not self._write_all(closed, None):  # stopping while the store is down: the drain retries them
+            self._pending_forced = closed + self._pending_forced
+            return 0
         return len(closed)
 
     def _ingest(self, records: list[TraceBatch]) -> None:
@@ -183,7 +188,10 @@ class StreamWorker:
                 log.warning("store_unavailable", runs=len(scored), retry_in=backoff, error=str(exc))
                 if deadline is not None and time.monotonic() + backoff > deadline:
                     return False
-                time.sleep(backoff)
+                if deadline is None and self._stop.wait(backoff):
+                    return False  # the loop is stopping: shutdown() takes these runs over
+                if deadline is not None:
+                    time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
         self._healthy = True
         self._account(scored, outcomes)

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.kafka_testing import TansuBroker
 from collector.otlp import decode_protobuf
-from review_queue.process import VigilProcess, start_vigil
+from review_queue.process import start_vigil
 from review_queue.role_process import RoleProcess, spawn_role
 from review_queue.synth import SynthRun, body
 from scorers.assemble import Assembler
@@ -43,7 +43,6 @@ from .scaleout import (
     SAMPLE_RATE,
     Sender,
     check_exact,
-    created_since,
     expected,
     generate,
     make_cluster,
@@ -110,6 +109,8 @@ class Poster:
     transport_errors: int = 0
     error: BaseException | None = None
     pace_s: float = 0.0
+    grpc_target: str | None = None
+    give_up: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -128,6 +129,9 @@ class Poster:
 
     def _run(self) -> None:
         try:
+            if self.grpc_target is not None:
+                self._run_grpc(self.grpc_target)
+                return
             with httpx.Client(timeout=30) as client:
                 for item in self.bodies:
                     self._post(client, item)
@@ -135,8 +139,29 @@ class Poster:
         except Exception as exc:  # noqa: BLE001 - reported by join()
             self.error = exc
 
+    def _run_grpc(self, target: str) -> None:
+        """Export over OTLP/gRPC; ``statuses`` then counts gRPC status codes by value."""
+        with grpc.insecure_channel(target) as channel:
+            export = channel.unary_unary(EXPORT_METHOD)
+            for item in self.bodies:
+                while not self.give_up.is_set():
+                    try:
+                        export(item.data, timeout=30)
+                    except grpc.RpcError as exc:
+                        code = exc.code().value[0]
+                        self.statuses[code] = self.statuses.get(code, 0) + 1
+                        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                            raise AssertionError(f"gRPC answered {exc.code()}: {exc.details()}") from exc
+                        time.sleep(0.05)
+                        continue
+                    self.accepted.append((target, item))
+                    break
+                time.sleep(self.pace_s)
+
     def _post(self, client: httpx.Client, item: Body) -> None:
         for _ in range(2000):
+            if self.give_up.is_set():
+                return
             endpoint = self.target()
             try:
                 response = client.post(f"{endpoint}/v1/traces", content=item.data, headers=PROTO)
@@ -154,6 +179,32 @@ class Poster:
         raise AssertionError("a body was never accepted")
 
 
+def _read_topic(bootstrap: str, topic: str) -> tuple[dict[str, set[str]], int]:
+    """Span ids per trace id of every record on ``topic``, and the record count."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    spans: dict[str, set[str]] = {}
+    records = 0
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        idle = 0
+        while idle < 3 and any(consumer.position(tp) < ends[tp] for tp in tps):
+            polled = consumer.poll(timeout_ms=1000)
+            idle = 0 if polled else idle + 1
+            for batch in polled.values():
+                for record in batch:
+                    records += 1
+                    for trace in decode_protobuf(record.value).batches:
+                        spans.setdefault(trace.trace_id, set()).update(s.span_id for s in trace.spans)
+    finally:
+        consumer.close(autocommit=False)
+    return spans, records
+
+
 def _sum_metric(url: str, name: str) -> float:
     text = httpx.get(url, timeout=10).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
@@ -168,6 +219,169 @@ def _log_event(path: Path, event: str) -> dict[str, Any]:
 
 def _log_events(path: Path, event: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if f'"{event}"' in line]
+
+
+# --- vigil collector -------------------------------------------------------------------------
+
+
+class TestCollector:
+    """``vigil collector`` SIGTERMed while three HTTP senders and one gRPC sender post."""
+
+    def test_every_accepted_span_is_in_kafka(self, tansu: TansuBroker, workdir: Path) -> None:
+        """Spans of every request answered 200/OK are on the topic after exit; refusals are 503/UNAVAILABLE."""
+        cluster = make_cluster(tansu, "sqlite://", workdir)
+        collector = cluster.spawn("collector")
+        rng = random.Random(83)
+        runs = generate(2000, seed=84)
+        chunks = [runs[i::4] for i in range(4)]
+        try:
+            collector.wait_ready()
+            posters = [Poster(lambda: collector.otlp_endpoint, run_bodies(c, rng), pace_s=0.005) for c in chunks[:3]]
+            grpc_target = f"127.0.0.1:{collector.otlp_grpc_port}"
+            posters.append(Poster(lambda: "", run_bodies(chunks[3], rng), pace_s=0.005, grpc_target=grpc_target))
+            for poster in posters:
+                poster.start()
+            wait_for(lambda: sum(len(p.accepted) for p in posters) >= 60, 30, "the senders", collector.log_tail)
+            time.sleep(rng.uniform(0.1, 0.5))
+            assert 0 == collector.stop(timeout_s=45)  # within its drain timeouts (HTTP 5+5 s, gRPC 2 s, flush 30 s)
+        finally:
+            for poster in posters:
+                poster.give_up.set()
+            if collector.alive():
+                collector.kill()
+        for poster in posters:
+            poster.join(30)
+        assert _log_event(collector.log_path, "collector_stopped")["flushed"] is True
+        accepted: dict[str, set[str]] = {}
+        for poster in posters:
+            for _, item in poster.accepted:
+                for trace_id, ids in item.spans.items():
+                    accepted.setdefault(trace_id, set()).update(ids)
+        assert any(len(p.accepted) < len(p.bodies) for p in posters), "everything was sent before SIGTERM"
+        assert all(p.accepted for p in posters)
+        on_topic, records = _read_topic(tansu.bootstrap, cluster.topic)
+        missing = {t: ids - on_topic.get(t, set()) for t, ids in accepted.items() if ids - on_topic.get(t, set())}
+        print("accepted traces", len(accepted), "records", records, "refusals",
+              [(p.transport_errors, p.statuses) for p in posters])  # fmt: skip
+        assert {} == missing
+        assert all(set(p.statuses) <= {503} for p in posters[:3]), [p.statuses for p in posters]
+        assert set(posters[3].statuses) <= {grpc.StatusCode.UNAVAILABLE.value[0]}
+
+
+# --- vigil scorer ----------------------------------------------------------------------------
+
+
+class TestScorer:
+    """``vigil scorer`` SIGTERMed at random moments while runs flow, restarted each time."""
+
+    def test_three_sigterms_exact_store_and_counters(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
+        """Three graceful stops during 1,500 runs: store exact, each stop clean, every run and flag counted once."""
+        cluster = make_cluster(tansu, pg_url, workdir)
+        collector = cluster.spawn("collector")
+        scorer = cluster.spawn("scorer", name="scorer-0")
+        processes = [collector, scorer]
+        try:
+            collector.wait_ready()
+            scorer.wait_ready()
+            wait_assigned([scorer], cluster.partitions)
+            runs = generate(1500, seed=85)
+            truth = expected(runs)
+            sender = Sender(collector.otlp_endpoint, runs, seconds=12).start()
+            rng = random.Random(86)
+            stopped: list[RoleProcess] = []
+            for restart in range(1, 4):
+                if restart > 1:  # stop only a scorer that is consuming, at a random moment after it started
+                    scorer.wait_ready()
+                    wait_assigned([scorer], cluster.partitions)
+                time.sleep(rng.uniform(0.5, 2.0))
+                assert 0 == scorer.stop()
+                stopped.append(scorer)
+                scorer = cluster.spawn("scorer", name=f"scorer-{restart}")
+                processes.append(scorer)
+            sender.join()
+            wait_runs(pg_url, truth, 90, scorer.log_tail)
+            _, items = check_exact(pg_url, truth)
+            scorer.wait_ready()
+            wait_assigned([scorer], cluster.partitions)
+            events = [_log_events(p.log_path, "scorer_stopped") for p in stopped]
+            assert all(len(e) == 1 and e[0]["clean"] is True for e in events), events
+            counts = [stopped_counts(p) for p in stopped]
+            assert all(runs_ > 0 for runs_, _ in counts), counts  # each stop interrupted real work
+
+            def counted() -> bool:  # the last scorer's counters move just after its writes
+                return sum(r for r, _ in counts) + scorer.metric("vigil_runs_total") >= len(truth)
+
+            wait_for(counted, 30, "every run counted", scorer.log_tail)
+            # Graceful stops commit what was written: nothing written is counted twice.
+            assert len(truth) == sum(r for r, _ in counts) + scorer.metric("vigil_runs_total")
+            assert len(items) == sum(f for _, f in counts) + scorer.metric("vigil_flagged_runs_total")
+        finally:
+            for process in processes:
+                if process.alive():
+                    process.stop()
+
+
+# --- vigil review ----------------------------------------------------------------------------
+
+
+class TestReview:
+    """``vigil review`` SIGTERMed while readers poll and a write is half uploaded."""
+
+    def test_inflight_requests_finish(self, pg_url: str, workdir: Path) -> None:
+        """The half-sent feedback completes after SIGTERM and is stored; no reader ever gets a 500."""
+        (workdir / "empty.yaml").write_text("{}\n")
+        env = {"VIGIL_DATABASE_URL": pg_url, "VIGIL_ADMIN_TOKEN": "s3cret", "VIGIL_CONFIG": str(workdir / "empty.yaml")}
+        review = spawn_role("review", workdir, env)
+        auth = {"Authorization": "Bearer s3cret"}
+        statuses: list[int] = []
+        errors: list[str] = []
+        done = threading.Event()
+
+        def read() -> None:
+            with httpx.Client(timeout=10, headers=auth) as client:
+                while not done.is_set():
+                    try:
+                        statuses.append(client.get(f"{review.api}/api/v1/runs").status_code)
+                    except httpx.TransportError as exc:
+                        errors.append(type(exc).__name__)
+                        time.sleep(0.05)
+
+        readers = [threading.Thread(target=read, daemon=True) for _ in range(3)]
+        try:
+            review.wait_ready()
+            for reader in readers:
+                reader.start()
+            wait_for(lambda: len(statuses) >= 20, 30, "the readers", review.log_tail)
+            payload = json.dumps({"trace_id": "ab" * 16, "score": "down", "feedback_id": "in-flight-1"}).encode()
+            head = (
+                f"POST /api/v1/feedback HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            ).encode()
+            with socket.create_connection(("127.0.0.1", review.http_port)) as writer:
+                writer.sendall(head + payload[:10])
+                time.sleep(0.3)  # the request is in flight: headers read, body pending
+                review.process.send_signal(15)
+                time.sleep(0.5)
+                writer.sendall(payload[10:])
+                writer.settimeout(10)
+                answer = _recv_all(writer)
+            assert 0 == review.stop()
+        finally:
+            done.set()
+            if review.alive():
+                review.kill()
+        for reader in readers:
+            reader.join(15)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert set(statuses) == {200}, sorted(set(statuses))
+        assert errors, "no reader saw the listener close: SIGTERM did not land mid-stream"
+        engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                stored = conn.execute(sa.text("SELECT trace_id FROM feedback WHERE feedback_id = 'in-flight-1'")).all()
+        finally:
+            engine.dispose()
+        assert [("ab" * 16,)] == [tuple(row) for row in stored]
 
 
 # --- vigil run -------------------------------------------------------------------------------
@@ -194,10 +408,11 @@ class TestEmbedded:
         with start_vigil(tmp_path, env) as first:
             endpoint["url"] = first.otlp_endpoint
             children = [s for r in held for s in r.spans if s.parent_span_id]
-            assert 200 == httpx.post(f"{first.otlp_endpoint}/v1/traces", content=body(children), headers=PROTO).status_code
+            answer = httpx.post(f"{first.otlp_endpoint}/v1/traces", content=body(children), headers=PROTO)
+            assert 200 == answer.status_code
             for poster in posters:
                 poster.start()
-            wait_for(lambda: sum(len(p.accepted) for p in posters) >= 40, 30, "the senders to get going", first.log_tail)
+            wait_for(lambda: sum(len(p.accepted) for p in posters) >= 40, 30, "the senders", first.log_tail)
             time.sleep(rng.uniform(0.1, 0.5))
             assert 0 == first.stop()
             first_url = first.otlp_endpoint
@@ -221,7 +436,8 @@ class TestEmbedded:
             assert not (tmp_path / "vigil.state").exists()
             endpoint["url"] = second.otlp_endpoint
             roots = [s for r in held for s in r.spans if not s.parent_span_id]
-            assert 200 == httpx.post(f"{second.otlp_endpoint}/v1/traces", content=body(roots), headers=PROTO).status_code
+            answer = httpx.post(f"{second.otlp_endpoint}/v1/traces", content=body(roots), headers=PROTO)
+            assert 200 == answer.status_code
             for poster in posters:
                 poster.join()
             url = f"sqlite:///{tmp_path / 'vigil.db'}"
@@ -236,8 +452,17 @@ class TestEmbedded:
             second_flags = _sum_metric(second.metrics_url, "vigil_flagged_runs_total")
         refusals = [p.transport_errors + sum(p.statuses.values()) for p in posters]
         print(  # shown when an assertion below fails
-            "accepted by the first process", len(accepted_first), "whole", len(roots_first), "saved", len(saved),
-            "refusals", [(p.transport_errors, p.statuses) for p in posters], "counted", stopped, second_runs,
+            "accepted by the first process",
+            len(accepted_first),
+            "whole",
+            len(roots_first),
+            "saved",
+            len(saved),
+            "refusals",
+            [(p.transport_errors, p.statuses) for p in posters],
+            "counted",
+            stopped,
+            second_runs,
         )
         assert sum(refusals) > 0, "no request was refused: SIGTERM did not land mid-stream"
         assert all(set(p.statuses) <= {503} for p in posters), [p.statuses for p in posters]
@@ -247,14 +472,16 @@ class TestEmbedded:
 
     def test_stalled_client_does_not_hold_the_stop(self, tmp_path: Path) -> None:
         """A client stuck mid-upload at SIGTERM: the connection is aborted without a response, the process exits 0."""
-        with start_vigil(tmp_path, {}) as running:
-            with socket.create_connection(("127.0.0.1", running.otlp_http_port)) as stuck:
-                head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                stuck.sendall(head + b"Content-Length: 100\r\n\r\nab")
-                time.sleep(0.3)
-                assert 0 == running.stop(timeout_s=25)
-                stuck.settimeout(5)
-                assert b"" == _recv_all(stuck)  # closed with no answer: no 500 for what was never accepted
+        with (
+            start_vigil(tmp_path, {}) as running,
+            socket.create_connection(("127.0.0.1", running.otlp_http_port)) as stuck,
+        ):
+            head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            stuck.sendall(head + b"Content-Length: 100\r\n\r\nab")
+            time.sleep(0.3)
+            assert 0 == running.stop(timeout_s=25)
+            stuck.settimeout(5)
+            assert b"" == _recv_all(stuck)  # closed with no answer: no 500 for what was never accepted
         assert "http_stop_grace_exceeded" in (tmp_path / "vigil.log").read_text()
 
 
