@@ -96,6 +96,14 @@ JUDGE_DRAIN_S = 10.0
 GRPC_STOP_GRACE_S = 2.0
 """Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
 
+DRAIN_TIMEOUT_S = 30.0
+"""Seconds a stopping role gets for its drain once its receivers are closed: ``vigil run``
+scores and writes (or saves) what it accepted, ``vigil collector`` flushes its producer,
+``vigil scorer`` writes what is closed and commits. See :func:`review_queue.roles.stop_budget_s`."""
+
+UPKEEP_STOP_S = 5.0
+"""Seconds each background upkeep thread (lease expiry, retention) gets to stop."""
+
 GC_THRESHOLDS = (100_000, 50, 1000)
 """Generation-0 threshold raised from 700: the pipeline allocates many short-lived objects
 per run, and the default makes the collector run (and walk the live heap) thousands of
@@ -261,8 +269,8 @@ after it (a client stalled mid-upload) are aborted without a response: the reque
 accepted, and the sender retries it. Without this bound one stalled client kept the process
 from ever exiting, until the orchestrator's SIGKILL lost everything not yet drained."""
 
-HTTP_STOP_CANCEL_S = 5.0
-"""Further seconds request handlers get after their connections were aborted, before they are cancelled."""
+PROBE_STOP_GRACE_S = 1.0
+"""The stop grace of the ``/metrics``, ``/healthz``, ``/readyz`` servers (tiny requests)."""
 
 
 class _Server(uvicorn.Server):
@@ -274,11 +282,10 @@ class _Server(uvicorn.Server):
     accepted) and gives their handlers ``cancel_s`` to notice before cancelling them.
     """
 
-    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S,
-                 cancel_s: float = HTTP_STOP_CANCEL_S) -> None:  # fmt: skip
+    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S) -> None:
         super().__init__(config)
         self.stop_grace_s = stop_grace_s
-        self.cancel_s = cancel_s
+        self.cancel_s = stop_grace_s
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -305,12 +312,12 @@ class _Server(uvicorn.Server):
                 task.cancel()
 
 
-def _server(app: object, host: str, port: int) -> _Server:
+def _server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP_STOP_GRACE_S) -> _Server:
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")  # type: ignore[arg-type]
-    return _Server(config)
+    return _Server(config, stop_grace_s)
 
 
-async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: float | None = None) -> bool:
+async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
     With ``demo_rate`` the demo fleet (:mod:`collector.demo`) also runs, on a thread, sending
@@ -346,7 +353,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         s.http_host,
         s.http_port,
     )
-    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
+    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port, stop_grace_s=PROBE_STOP_GRACE_S)
     grpc_receiver = None
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_receiver = await create_grpc_server(
@@ -400,8 +407,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
         await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
-    await asyncio.to_thread(maintenance.shutdown)
-    await asyncio.to_thread(retention.shutdown)
+    await asyncio.to_thread(maintenance.shutdown, UPKEEP_STOP_S)
+    await asyncio.to_thread(retention.shutdown, UPKEEP_STOP_S)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
