@@ -98,7 +98,7 @@ class TestAgainstCode:
                 assert ROLES[name] == leaf, name
 
     def test_stop_grace_covers_the_roles_stop(self) -> None:
-        """Each role's stop_grace_period (Docker's default: 10 s) outlasts its worst-case stop (else SIGKILL cuts it)."""
+        """Each role's stop_grace_period (Docker default 10 s) outlasts its worst-case stop (else SIGKILL cuts it)."""
         from review_queue.roles import stop_budget_s
 
         for name, s in vigil_services().items():
