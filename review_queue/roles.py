@@ -134,8 +134,9 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
         limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
     )
     receiver = _server(app, s.otlp_http_host, s.otlp_http_port)
+    stopping = asyncio.Event()
     probes = _server(
-        probe_app(registry, lambda: {"kafka": publisher.ready()}),
+        probe_app(registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()}),
         s.http_host,
         s.metrics_port,
         stop_grace_s=PROBE_STOP_GRACE_S,
@@ -162,7 +163,10 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
         topic=s.kafka_topic,
     )
     await _until_signal(tasks)
-    log.info("collector_stopping")
+    stopping.set()
+    log.info("collector_stopping", delay_s=s.shutdown_delay_s)
+    if s.shutdown_delay_s:  # still receiving: the agent next to us is flushing its last spans
+        await asyncio.wait(tasks, timeout=s.shutdown_delay_s)
     receiver.should_exit = True
     if grpc_server is not None:
         await grpc_server.stop(GRPC_STOP_GRACE_S)
@@ -324,13 +328,14 @@ async def serve_review(s: Settings) -> bool:
     return True
 
 
-def stop_budget_s(role: str) -> float:
+def stop_budget_s(role: str, shutdown_delay_s: float = 0.0) -> float:
     """Longest ``vigil <role>`` can take from SIGTERM to exit: the sum of its stop sequence's bounds.
 
     The orchestrator's grace period (Kubernetes ``terminationGracePeriodSeconds``, compose
     ``stop_grace_period``) must exceed it, or its SIGKILL cuts the drain short: the collector's
     unflushed records and ``vigil run``'s undrained runs would be lost (the scorer's would only be
     re-delivered). An HTTP server gets its grace, then as long again for aborted requests.
+    ``shutdown_delay_s`` is the collector's ``VIGIL_SHUTDOWN_DELAY_S``.
 
     Raises:
         KeyError: not a role (``run``, ``collector``, ``scorer``, ``review``).
@@ -339,7 +344,7 @@ def stop_budget_s(role: str) -> float:
     probes = 2 * PROBE_STOP_GRACE_S
     receivers = max(http, GRPC_STOP_GRACE_S)  # the gRPC receiver stops while the HTTP one does
     return {
-        "collector": receivers + DRAIN_TIMEOUT_S + probes,
+        "collector": shutdown_delay_s + receivers + DRAIN_TIMEOUT_S + probes,
         "scorer": DRAIN_TIMEOUT_S + probes,
         "review": max(http, probes) + 2 * UPKEEP_STOP_S,
         "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 2 * UPKEEP_STOP_S + max(http, probes),

@@ -138,7 +138,8 @@ class TestContainers:
         for name, spec, c in vigil_containers():
             role = c["args"][0]
             if role in {"collector", "scorer", "review", "run"}:
-                assert spec.get("terminationGracePeriodSeconds", 30) > stop_budget_s(role), (name, role)
+                delay = float(container_env(c).get("VIGIL_SHUTDOWN_DELAY_S", "0"))
+                assert spec.get("terminationGracePeriodSeconds", 30) > stop_budget_s(role, delay), (name, role)
 
     def test_commands_exist_in_cli(self, vigil_command: Any) -> None:
         """Each container's args are a full `vigil` sub-command."""

@@ -268,6 +268,26 @@ class TestCollector:
         assert set(posters[3].statuses) <= {grpc.StatusCode.UNAVAILABLE.value[0]}
 
 
+    def test_shutdown_delay_keeps_receiving(self, tansu: TansuBroker, workdir: Path) -> None:
+        """With VIGIL_SHUTDOWN_DELAY_S, after SIGTERM /readyz says 503 but a sidecar's last export is still taken."""
+        cluster = make_cluster(tansu, "sqlite://", workdir)
+        collector = cluster.spawn("collector", VIGIL_SHUTDOWN_DELAY_S="2")
+        try:
+            collector.wait_ready()
+            collector.process.send_signal(15)
+            ready = f"http://127.0.0.1:{collector.metrics_port}/readyz"
+            wait_for(lambda: httpx.get(ready, timeout=5).status_code == 503, 10, "not ready", collector.log_tail)
+            last = generate(1, seed=87)[0]
+            response = httpx.post(f"{collector.otlp_endpoint}/v1/traces", content=body(list(last.spans)), headers=PROTO)
+            assert 200 == response.status_code
+            assert 0 == collector.stop(timeout_s=45)
+        finally:
+            if collector.alive():
+                collector.kill()
+        on_topic, _ = _read_topic(tansu.bootstrap, cluster.topic)
+        assert {last.trace_id: {s.span_id.hex() for s in last.spans}} == on_topic
+
+
 # --- vigil scorer ----------------------------------------------------------------------------
 
 
