@@ -5,9 +5,12 @@ score, decide) → store (SQLite by default) → REST API, and Prometheus ``/met
 its own port. SIGTERM/SIGINT stop the receivers first, then the worker drains every
 record and in-flight run into the store, then the API stops.
 
-In-flight runs are not persisted across restarts: a run whose spans were accepted but
-which had not closed when the process was killed with SIGKILL is lost; a SIGTERM drains
-it (scored, possibly as incomplete). The Kafka deployment re-delivers instead.
+On SIGTERM every run whose root span ended is scored and written; runs still waiting for
+their root are saved to ``VIGIL_STATE_PATH`` (:mod:`scorers.state`) and resumed by the next
+start, which loads the file only once its own signal handlers are in place. Requests refused
+while stopping get 503 or a closed connection, and the sender's retry delivers them to the next
+process. A SIGKILL or a crash loses what was accepted and not yet written; the Kafka
+deployment re-delivers instead. Stop budget: :func:`review_queue.roles.stop_budget_s`.
 """
 
 from __future__ import annotations
@@ -160,8 +163,6 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
-    if settings.state_path:
-        load_state(settings.state_path, assembler)
     judges = agreement = None
     if specs:
         judges = JudgeService(
@@ -377,6 +378,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if s.state_path:  # only now: loading deletes the file, and from here on a SIGTERM saves it again
+        load_state(s.state_path, emb.worker.assembler)
     tune_gc()
     if emb.judges is not None:
         emb.judges.start()

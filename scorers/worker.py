@@ -95,6 +95,11 @@ class StreamWorker:
         metrics.bind_inflight(lambda: float(assembler.inflight))
 
     @property
+    def assembler(self) -> Assembler:
+        """The worker's assembler (the state of a previous run is loaded into it before :meth:`start`)."""
+        return self._assembler
+
+    @property
     def healthy(self) -> bool:
         """False while the sink is failing (readiness)."""
         return self._healthy
