@@ -268,6 +268,36 @@ class TestCollector:
         assert all(set(p.statuses) <= {503} for p in posters[:3]), [p.statuses for p in posters]
         assert set(posters[3].statuses) <= {grpc.StatusCode.UNAVAILABLE.value[0]}
 
+    def test_flush_waits_for_a_slow_broker(self, workdir: Path) -> None:
+        """Records accepted while Kafka does not answer are delivered by the stop's flush once it answers again."""
+        from collector.kafka_testing import start_tansu
+
+        with start_tansu(workdir) as broker:
+            cluster = make_cluster(broker, "sqlite://", workdir, partitions=2)
+            collector = cluster.spawn("collector")
+            try:
+                collector.wait_ready()
+                runs = generate(60, seed=88)
+                url = f"{collector.otlp_endpoint}/v1/traces"
+                assert 200 == httpx.post(url, content=body(list(runs[0].spans)), headers=PROTO).status_code
+                broker.pause()
+                try:
+                    for run in runs[1:]:
+                        assert 200 == httpx.post(url, content=body(list(run.spans)), headers=PROTO).status_code
+                    assert collector.metric("vigil_kafka_buffer_bytes") > 0  # unacknowledged at SIGTERM
+                    collector.process.send_signal(15)
+                    time.sleep(1.5)  # the collector is flushing against a broker that does not answer
+                    assert collector.alive()
+                finally:
+                    broker.resume()
+                assert 0 == collector.stop(timeout_s=45)
+            finally:
+                if collector.alive():
+                    collector.kill()
+            assert _log_event(collector.log_path, "collector_stopped")["flushed"] is True
+            on_topic, _ = _read_topic(broker.bootstrap, cluster.topic)
+        assert {r.trace_id: {s.span_id.hex() for s in r.spans} for r in runs} == on_topic
+
     def test_shutdown_delay_keeps_receiving(self, tansu: TansuBroker, workdir: Path) -> None:
         """With VIGIL_SHUTDOWN_DELAY_S, after SIGTERM /readyz says 503 but a sidecar's last export is still taken."""
         cluster = make_cluster(tansu, "sqlite://", workdir)
