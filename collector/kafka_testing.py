@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -118,6 +119,16 @@ class TansuBroker:
             self._process.kill()
             self._process.wait(10)
         self._process = None
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections stay open, nothing is answered — a slow Kafka."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo :meth:`pause` (SIGCONT)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
     def create_topic(self, name: str, partitions: int) -> None:
         """Create ``name`` with ``partitions`` partitions (replication 1)."""

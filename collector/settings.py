@@ -55,6 +55,13 @@ class Settings(BaseModel):
     )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
+    shutdown_delay_s: float = Field(
+        0.0,
+        ge=0,
+        le=60,
+        description="vigil collector: seconds it keeps receiving after SIGTERM (/readyz answers 503) before it "
+        "drains, so that an agent stopped at the same time (a sidecar) can still export its last spans.",
+    )
     max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
     max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
     state_path: str = Field(

@@ -5,9 +5,12 @@ score, decide) → store (SQLite by default) → REST API, and Prometheus ``/met
 its own port. SIGTERM/SIGINT stop the receivers first, then the worker drains every
 record and in-flight run into the store, then the API stops.
 
-In-flight runs are not persisted across restarts: a run whose spans were accepted but
-which had not closed when the process was killed with SIGKILL is lost; a SIGTERM drains
-it (scored, possibly as incomplete). The Kafka deployment re-delivers instead.
+On SIGTERM every run whose root span ended is scored and written; runs still waiting for
+their root are saved to ``VIGIL_STATE_PATH`` (:mod:`scorers.state`) and resumed by the next
+start, which loads the file only once its own signal handlers are in place. Requests refused
+while stopping get 503 or a closed connection, and the sender's retry delivers them to the next
+process. A SIGKILL or a crash loses what was accepted and not yet written; the Kafka
+deployment re-delivers instead. Stop budget: :func:`review_queue.roles.stop_budget_s`.
 """
 
 from __future__ import annotations
@@ -96,6 +99,14 @@ JUDGE_DRAIN_S = 10.0
 GRPC_STOP_GRACE_S = 2.0
 """Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
 
+DRAIN_TIMEOUT_S = 30.0
+"""Seconds a stopping role gets for its drain once its receivers are closed: ``vigil run``
+scores and writes (or saves) what it accepted, ``vigil collector`` flushes its producer,
+``vigil scorer`` writes what is closed and commits. See :func:`review_queue.roles.stop_budget_s`."""
+
+UPKEEP_STOP_S = 5.0
+"""Seconds each background upkeep thread (lease expiry, retention) gets to stop."""
+
 GC_THRESHOLDS = (100_000, 50, 1000)
 """Generation-0 threshold raised from 700: the pipeline allocates many short-lived objects
 per run, and the default makes the collector run (and walk the live heap) thousands of
@@ -152,8 +163,6 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
-    if settings.state_path:
-        load_state(settings.state_path, assembler)
     judges = agreement = None
     if specs:
         judges = JudgeService(
@@ -255,20 +264,61 @@ def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
     )
 
 
+HTTP_STOP_GRACE_S = 5.0
+"""Seconds in-flight HTTP requests get to finish when a role stops. Connections still open
+after it (a client stalled mid-upload) are aborted without a response: the request was not
+accepted, and the sender retries it. Without this bound one stalled client kept the process
+from ever exiting, until the orchestrator's SIGKILL lost everything not yet drained."""
+
+PROBE_STOP_GRACE_S = 1.0
+"""The stop grace of the ``/metrics``, ``/healthz``, ``/readyz`` servers (tiny requests)."""
+
+
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to :func:`serve`."""
+    """A uvicorn server that leaves signal handling to :func:`serve` and bounds its graceful stop.
+
+    Stopping closes the listening socket (new connections are refused) and idle keep-alive
+    connections, lets requests in flight finish for ``stop_grace_s``, then aborts the
+    connections still open (no response is written: no 500 for a request that was never
+    accepted) and gives their handlers ``cancel_s`` to notice before cancelling them.
+    """
+
+    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S) -> None:
+        super().__init__(config)
+        self.stop_grace_s = stop_grace_s
+        self.cancel_s = stop_grace_s
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
 
+    async def _wait_tasks_to_complete(self) -> None:
+        """uvicorn's wait for in-flight requests, bounded by ``stop_grace_s`` (called by ``shutdown``)."""
+        wait = super()._wait_tasks_to_complete
+        try:
+            await asyncio.wait_for(wait(), self.stop_grace_s)
+            return
+        except TimeoutError:
+            pass
+        state = self.server_state
+        log.warning("http_stop_grace_exceeded", connections=len(state.connections), grace_s=self.stop_grace_s)
+        for connection in list(state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
+        try:
+            await asyncio.wait_for(wait(), self.cancel_s)
+        except TimeoutError:
+            for task in list(state.tasks):
+                task.cancel()
 
-def _server(app: object, host: str, port: int) -> _Server:
+
+def _server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP_STOP_GRACE_S) -> _Server:
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")  # type: ignore[arg-type]
-    return _Server(config)
+    return _Server(config, stop_grace_s)
 
 
-async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: float | None = None) -> bool:
+async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
     With ``demo_rate`` the demo fleet (:mod:`collector.demo`) also runs, on a thread, sending
@@ -304,7 +354,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
         s.http_host,
         s.http_port,
     )
-    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port)
+    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port, stop_grace_s=PROBE_STOP_GRACE_S)
     grpc_receiver = None
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_receiver = await create_grpc_server(
@@ -328,6 +378,8 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if s.state_path:  # only now: loading deletes the file, and from here on a SIGTERM saves it again
+        load_state(s.state_path, emb.worker.assembler)
     tune_gc()
     if emb.judges is not None:
         emb.judges.start()
@@ -358,13 +410,15 @@ async def serve(emb: Embedded, drain_timeout_s: float = 30.0, *, demo_rate: floa
     drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
     if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
         await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
-    await asyncio.to_thread(maintenance.shutdown)
-    await asyncio.to_thread(retention.shutdown)
+    await asyncio.to_thread(maintenance.shutdown, UPKEEP_STOP_S)
+    await asyncio.to_thread(retention.shutdown, UPKEEP_STOP_S)
     for srv in (api, metrics):
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
     emb.store.close()
-    log.info("vigil_stopped", drained=drained)
+    # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
+    # after a restart, the next process counts only runs new to the index.
+    log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)
     return drained
 
 

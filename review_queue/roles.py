@@ -33,7 +33,19 @@ from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from review_queue.api import create_api_app
-from review_queue.embedded import GRPC_STOP_GRACE_S, _redact, _server, review_services, store_sink, tune_gc
+from review_queue.embedded import (
+    DRAIN_TIMEOUT_S,
+    GRPC_STOP_GRACE_S,
+    HTTP_STOP_GRACE_S,
+    JUDGE_DRAIN_S,
+    PROBE_STOP_GRACE_S,
+    UPKEEP_STOP_S,
+    _redact,
+    _server,
+    review_services,
+    store_sink,
+    tune_gc,
+)
 from review_queue.errors import StoreUnavailableError
 from review_queue.maintenance import Maintenance
 from review_queue.privacy import redactor_from_settings
@@ -46,7 +58,15 @@ from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 
-__all__ = ["build_scorer", "probe_app", "serve_collector", "serve_review", "serve_scorer", "upgrade_with_retry"]
+__all__ = [
+    "build_scorer",
+    "probe_app",
+    "serve_collector",
+    "serve_review",
+    "serve_scorer",
+    "stop_budget_s",
+    "upgrade_with_retry",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +122,7 @@ def build_publisher(s: Settings, registry: CollectorRegistry, metrics: Collector
     return KafkaPublisher(config, retry_after_s=s.retry_after_s, metrics=metrics, registry=registry)
 
 
-async def serve_collector(s: Settings, drain_timeout_s: float = 30.0) -> bool:
+async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
     """Run ``vigil collector`` until SIGTERM/SIGINT. Returns True when every record was acknowledged."""
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
@@ -114,7 +134,13 @@ async def serve_collector(s: Settings, drain_timeout_s: float = 30.0) -> bool:
         limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
     )
     receiver = _server(app, s.otlp_http_host, s.otlp_http_port)
-    probes = _server(probe_app(registry, lambda: {"kafka": publisher.ready()}), s.http_host, s.metrics_port)
+    stopping = asyncio.Event()
+    probes = _server(
+        probe_app(registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()}),
+        s.http_host,
+        s.metrics_port,
+        stop_grace_s=PROBE_STOP_GRACE_S,
+    )
     grpc_server = None
     if s.otlp_grpc_port:
         grpc_server = await create_grpc_server(
@@ -137,7 +163,10 @@ async def serve_collector(s: Settings, drain_timeout_s: float = 30.0) -> bool:
         topic=s.kafka_topic,
     )
     await _until_signal(tasks)
-    log.info("collector_stopping")
+    stopping.set()
+    log.info("collector_stopping", delay_s=s.shutdown_delay_s)
+    if s.shutdown_delay_s:  # still receiving: the agent next to us is flushing its last spans
+        await asyncio.wait(tasks, timeout=s.shutdown_delay_s)
     receiver.should_exit = True
     if grpc_server is not None:
         await grpc_server.stop(GRPC_STOP_GRACE_S)
@@ -214,7 +243,7 @@ def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tup
     return scorer, store
 
 
-async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
+async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
     """Run ``vigil scorer`` until SIGTERM/SIGINT. Returns True when the final commit went through."""
     registry = CollectorRegistry()
     await asyncio.to_thread(upgrade_with_retry, s.database_url)
@@ -223,6 +252,7 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
         probe_app(registry, lambda: {"consumer": scorer.healthy}),
         s.http_host,
         s.metrics_port,
+        stop_grace_s=PROBE_STOP_GRACE_S,
     )
     tune_gc()
     tasks = [asyncio.create_task(probes.serve())]
@@ -271,7 +301,12 @@ async def serve_review(s: Settings) -> bool:
     api = _server(
         create_api_app(store, admin_token=token, ready=store.ping, services=services), s.http_host, s.http_port
     )
-    probes = _server(probe_app(registry, lambda: {"database": store.ping()}), s.http_host, s.metrics_port)
+    probes = _server(
+        probe_app(registry, lambda: {"database": store.ping()}),
+        s.http_host,
+        s.metrics_port,
+        stop_grace_s=PROBE_STOP_GRACE_S,
+    )
     # Lease expiry, late feedback joins (feedback that arrived before its run was scored by a
     # vigil scorer) and the retention period run beside the API.
     upkeep = Maintenance(services.workbench, services.feedback)
@@ -287,10 +322,33 @@ async def serve_review(s: Settings) -> bool:
     log.info("review_started", api=s.http_port, metrics=s.metrics_port, database=_redact(s.database_url))
     await _until_signal(tasks)
     await _stop_servers([api, probes], tasks)
-    await asyncio.to_thread(upkeep.shutdown)
-    await asyncio.to_thread(retention.shutdown)
+    await asyncio.to_thread(upkeep.shutdown, UPKEEP_STOP_S)
+    await asyncio.to_thread(retention.shutdown, UPKEEP_STOP_S)
     store.close()
     return True
+
+
+def stop_budget_s(role: str, shutdown_delay_s: float = 0.0) -> float:
+    """Longest ``vigil <role>`` can take from SIGTERM to exit: the sum of its stop sequence's bounds.
+
+    The orchestrator's grace period (Kubernetes ``terminationGracePeriodSeconds``, compose
+    ``stop_grace_period``) must exceed it, or its SIGKILL cuts the drain short: the collector's
+    unflushed records and ``vigil run``'s undrained runs would be lost (the scorer's would only be
+    re-delivered). An HTTP server gets its grace, then as long again for aborted requests.
+    ``shutdown_delay_s`` is the collector's ``VIGIL_SHUTDOWN_DELAY_S``.
+
+    Raises:
+        KeyError: not a role (``run``, ``collector``, ``scorer``, ``review``).
+    """
+    http = 2 * HTTP_STOP_GRACE_S
+    probes = 2 * PROBE_STOP_GRACE_S
+    receivers = max(http, GRPC_STOP_GRACE_S)  # the gRPC receiver stops while the HTTP one does
+    return {
+        "collector": shutdown_delay_s + receivers + DRAIN_TIMEOUT_S + probes,
+        "scorer": DRAIN_TIMEOUT_S + probes,
+        "review": max(http, probes) + 2 * UPKEEP_STOP_S,
+        "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 2 * UPKEEP_STOP_S + max(http, probes),
+    }[role]
 
 
 def run_role(main: Callable[[], Coroutine[Any, Any, bool]]) -> int:

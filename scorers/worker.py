@@ -88,7 +88,16 @@ class StreamWorker:
         self._thread: threading.Thread | None = None
         self._healthy = True
         self._pending_forced: list[ClosedTrace] = []
+        self.new_runs = 0
+        """Runs this worker inserted into the index (what it counted in ``vigil_runs_total``)."""
+        self.new_flags = 0
+        """Review items this worker created (what it counted in ``vigil_flagged_runs_total``)."""
         metrics.bind_inflight(lambda: float(assembler.inflight))
+
+    @property
+    def assembler(self) -> Assembler:
+        """The worker's assembler (the state of a previous run is loaded into it before :meth:`start`)."""
+        return self._assembler
 
     @property
     def healthy(self) -> bool:
@@ -123,7 +132,10 @@ class StreamWorker:
             if not records:
                 break
             self._ingest(records)
-        closed = self._assembler.drain(finished_only=save is not None)
+        # Runs the loop closed but could not write (store down when the stop came), and runs
+        # evicted by the last records ingested, are written with the others.
+        closed = self._pending_forced + self._assembler.drain(finished_only=save is not None)
+        self._pending_forced = []
         written = self._write_all(closed, deadline)
         if save is not None:
             if not written:  # the store stayed down: keep these runs as unfinished work
@@ -141,7 +153,9 @@ class StreamWorker:
             self._pending_forced = []
         if not closed:
             return 0
-        self._write_all(closed, None)
+        if not self._write_all(closed, None):  # stopping while the store is down: the drain retries them
+            self._pending_forced = closed + self._pending_forced
+            return 0
         return len(closed)
 
     def _ingest(self, records: list[TraceBatch]) -> None:
@@ -179,7 +193,10 @@ class StreamWorker:
                 log.warning("store_unavailable", runs=len(scored), retry_in=backoff, error=str(exc))
                 if deadline is not None and time.monotonic() + backoff > deadline:
                     return False
-                time.sleep(backoff)
+                if deadline is None and self._stop.wait(backoff):
+                    return False  # the loop is stopping: shutdown() takes these runs over
+                if deadline is not None:
+                    time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
         self._healthy = True
         self._account(scored, outcomes)
@@ -198,6 +215,8 @@ class StreamWorker:
 
     def _account(self, scored: list[ScoredRun], outcomes: Sequence[WriteOutcome]) -> None:
         account(self._metrics, scored, outcomes, self._wall())
+        self.new_runs += sum(1 for o in outcomes if o.new_run)
+        self.new_flags += sum(1 for o in outcomes if o.new_flag)
 
 
 def account(metrics: RunMetrics, scored: Sequence[ScoredRun], outcomes: Sequence[WriteOutcome], now_ns: int) -> None:

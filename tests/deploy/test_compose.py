@@ -97,6 +97,17 @@ class TestAgainstCode:
             if name in ROLES:
                 assert ROLES[name] == leaf, name
 
+    def test_stop_grace_covers_the_roles_stop(self) -> None:
+        """Each role's stop_grace_period (Docker default 10 s) outlasts its worst-case stop (else SIGKILL cuts it)."""
+        from review_queue.roles import stop_budget_s
+
+        for name, s in vigil_services().items():
+            if name in ROLES and name != "migrate":
+                grace = str(s.get("stop_grace_period", "10s"))
+                assert grace.endswith("s"), f"{name}: write stop_grace_period in seconds"
+                assert grace[:-1].isdigit(), f"{name}: write stop_grace_period in seconds"
+                assert int(grace[:-1]) > stop_budget_s(ROLES[name][0]), name
+
     def test_env_names_are_settings(self, settings_env: set[str]) -> None:
         """Every VIGIL_* variable given to a Vigil service is a field of the settings model, and validates."""
         for name, s in vigil_services().items():

@@ -131,6 +131,16 @@ class TestContainers:
             ("vigil-db-upgrade", ("db", "upgrade")),
         } == roles
 
+    def test_grace_period_covers_the_roles_stop(self) -> None:
+        """terminationGracePeriodSeconds (default 30) outlasts each role's worst-case stop (else SIGKILL cuts it)."""
+        from review_queue.roles import stop_budget_s
+
+        for name, spec, c in vigil_containers():
+            role = c["args"][0]
+            if role in {"collector", "scorer", "review", "run"}:
+                delay = float(container_env(c).get("VIGIL_SHUTDOWN_DELAY_S", "0"))
+                assert spec.get("terminationGracePeriodSeconds", 30) > stop_budget_s(role, delay), (name, role)
+
     def test_commands_exist_in_cli(self, vigil_command: Any) -> None:
         """Each container's args are a full `vigil` sub-command."""
         for name, _, c in vigil_containers():

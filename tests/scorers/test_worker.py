@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
@@ -14,6 +15,7 @@ from scorers.model import Run, Score, ScoredRun, WriteOutcome
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from scorers.worker import StreamWorker
 
 ROOT = "0" * 15 + "1"
 
@@ -128,6 +130,7 @@ class TestFlow:
         assert 1.0 == registry.get_sample_value(
             "vigil_flagged_runs_total", {"agent": "support", "priority": "high"}
         )
+        assert (1, 1) == (worker.new_runs, worker.new_flags)  # what vigil run logs at vigil_stopped
 
     def test_crashing_scorer_is_isolated_and_counted(self) -> None:
         """A scorer that raises is skipped, counted, and the run is still written."""
@@ -184,6 +187,49 @@ class TestShutdown:
         assert {"f" * 32} == set(sink.rows)
         assert [["9" * 32]] == saved
 
+    def test_stop_while_the_loop_retries_a_down_store_saves_its_runs(self) -> None:
+        """SIGTERM while the worker thread backs off on a down store: its closed runs are saved, not lost.
+
+        (The thread used to retry forever: ``shutdown`` timed out on the join and saved nothing.)
+        """
+        sink = FlakySink(failures=10_000)
+        worker, source, clock, _ = make(sink)
+        source.items.append(run_spans("6" * 32))
+        worker.start()
+        _advance_when_ingested(worker, clock)
+        deadline = time.monotonic() + 5
+        while sink.calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sink.calls >= 2
+        saved: list[list[str]] = []
+        assert not worker.shutdown(1.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        assert [["6" * 32]] == saved
+
+    def test_stop_while_the_store_recovers_writes_the_loops_runs(self) -> None:
+        """Runs the loop could not write before the stop are written by the drain once the store is back."""
+        sink = FlakySink(failures=3)
+        worker, source, clock, _ = make(sink)
+        source.items.append(run_spans("5" * 32))
+        worker.start()
+        _advance_when_ingested(worker, clock)
+        deadline = time.monotonic() + 5
+        while sink.calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        saved: list[list[str]] = []
+        assert worker.shutdown(5.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        assert ["5" * 32] == list(sink.rows)
+        assert [[]] == saved
+        assert 1 == worker.new_runs
+
+    def test_shutdown_writes_runs_evicted_by_the_last_records(self) -> None:
+        """A run force-closed (in-flight cap) while the drain ingests the last records is written, not dropped."""
+        sink = FlakySink()
+        worker, source, _clock, _ = make(sink)
+        worker._assembler._max_inflight = 1
+        source.items.extend([run_spans("4" * 32), run_spans("3" * 32)])
+        assert worker.shutdown(5.0)
+        assert {"4" * 32, "3" * 32} == set(sink.rows)
+
     def test_shutdown_with_save_keeps_runs_the_store_refused(self) -> None:
         """When the store stays down past the deadline, finished runs are saved as unfinished work."""
         sink = FlakySink(failures=10_000)
@@ -193,6 +239,14 @@ class TestShutdown:
         assert not worker.shutdown(0.2, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
         assert [["7" * 32]] == saved
 
+
+
+def _advance_when_ingested(worker: StreamWorker, clock: Clock) -> None:
+    """Once the worker thread assembles the run, move the clock past the quiet period."""
+    deadline = time.monotonic() + 5
+    while worker._assembler.inflight < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    clock.t += 3
 
 
 class TestFeedbackLookup:
