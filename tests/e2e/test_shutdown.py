@@ -57,6 +57,10 @@ pytestmark = pytest.mark.integration
 
 PROTO = {"Content-Type": "application/x-protobuf"}
 
+RETRYABLE_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+"""Refusals a sender retries (OTLP/gRPC spec: both are retryable). CANCELLED is what an export
+still running when the server's stop grace ends gets; it was not acknowledged, so it is resent."""
+
 
 # --- load: senders that retry what was refused, remembering who accepted what ----------------
 
@@ -151,7 +155,7 @@ class Poster:
                     except grpc.RpcError as exc:
                         code = exc.code().value[0]
                         self.statuses[code] = self.statuses.get(code, 0) + 1
-                        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        if exc.code() not in RETRYABLE_GRPC:
                             raise AssertionError(f"gRPC answered {exc.code()}: {exc.details()}") from exc
                         time.sleep(0.05)
                         continue
@@ -266,7 +270,7 @@ class TestCollector:
               [(p.transport_errors, p.statuses) for p in posters])  # fmt: skip
         assert {} == missing
         assert all(set(p.statuses) <= {503} for p in posters[:3]), [p.statuses for p in posters]
-        assert set(posters[3].statuses) <= {grpc.StatusCode.UNAVAILABLE.value[0]}
+        assert set(posters[3].statuses) <= {code.value[0] for code in RETRYABLE_GRPC}
 
     def test_flush_waits_for_a_slow_broker(self, workdir: Path) -> None:
         """Records accepted while Kafka does not answer are delivered by the stop's flush once it answers again."""
