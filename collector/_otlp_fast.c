@@ -129,6 +129,50 @@ text(const uint8_t *data, Py_ssize_t len)
     return s;
 }
 
+
+/* A cache of short texts (attribute keys and short string values repeat across spans:
+ * operation names, models, systems, finish reasons). A hit returns the same str object
+ * (keys interned, so the normaliser's look-ups by constant compare by identity) with its
+ * hash already computed, instead of decoding, allocating and hashing a new one. Direct
+ * mapped, 4,096 entries of at most 48 bytes; a collision replaces the entry. */
+#define CACHE_SIZE 4096
+#define CACHE_MAX_LEN 48
+
+typedef struct {
+    Py_ssize_t len;
+    uint8_t bytes[CACHE_MAX_LEN];
+    PyObject *str;
+} CacheEntry;
+
+static CacheEntry cache[CACHE_SIZE];
+
+static PyObject *
+cached_text(const uint8_t *data, Py_ssize_t len, int intern)
+{
+    if (len > CACHE_MAX_LEN || len == 0)
+        return text(data, len);
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < len; i++)
+        h = (h ^ data[i]) * 16777619u;
+    h ^= (uint32_t)intern;
+    CacheEntry *e = &cache[(h ^ (h >> 16)) & (CACHE_SIZE - 1)];
+    if (e->str != NULL && e->len == len && memcmp(e->bytes, data, (size_t)len) == 0) {
+        Py_INCREF(e->str);
+        return e->str;
+    }
+    PyObject *s = text(data, len);
+    if (s == NULL)
+        return NULL;
+    if (intern)
+        PyUnicode_InternInPlace(&s);
+    (void)PyObject_Hash(s); /* computed once, kept in the object */
+    Py_INCREF(s);
+    Py_XSETREF(e->str, s);
+    e->len = len;
+    memcpy(e->bytes, data, (size_t)len);
+    return s;
+}
+
 #define TEXT_OR_FAIL(out, data, len) do { \
         (out) = text((data), (len)); \
         if ((out) == NULL) return PyErr_Occurred() ? ERR : ODD; \
@@ -173,7 +217,7 @@ any_value(Ctx *c, const uint8_t *data, Py_ssize_t len, long depth, PyObject **ou
             if (f.wire != 2)
                 goto odd;
             if (f.field == 1) {
-                value = text(f.data, f.len);
+                value = cached_text(f.data, f.len, 0);
                 if (value == NULL)
                     return PyErr_Occurred() ? ERR : ODD;
             } else if ((value = PyBytes_FromStringAndSize((const char *)f.data, f.len)) == NULL) {
@@ -275,7 +319,9 @@ key_value_into(Ctx *c, PyObject *dict, const uint8_t *data, Py_ssize_t len, long
         }
     }
     PyObject *k, *v;
-    TEXT_OR_FAIL(k, key, key_len);
+    k = cached_text(key, key_len, 1);
+    if (k == NULL)
+        return PyErr_Occurred() ? ERR : ODD;
     if (val == NULL) {
         v = Py_None;
         Py_INCREF(v);
