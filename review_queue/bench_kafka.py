@@ -262,14 +262,16 @@ class Scaling:
         per_scorer_cpu: spans per CPU-second of the scorer processes (together).
         busy_cores: CPU-seconds per wall second of the scorers, the broker (when started by
             the bench) and PostgreSQL over the same window: how much of the machine was in use.
-        others_share: the broker's and PostgreSQL's part of ``busy_cores``.
+        broker_share: the broker's part of ``busy_cores``.
+        postgres_share: PostgreSQL's part of ``busy_cores``.
     """
 
     processes: int
     wall: float
     per_scorer_cpu: float
     busy_cores: float
-    others_share: float
+    broker_share: float
+    postgres_share: float
 
 
 def bench_scaling(
@@ -294,13 +296,14 @@ def bench_scaling(
         try:
             _wait_assigned(scorers, partitions=4)
             cpu0 = [_cpu_seconds(s.process.pid) for s in scorers]
-            others0 = _postgres_cpu_seconds() + (_cpu_seconds(broker_pid) if broker_pid else 0.0)
+            pg0, broker0 = _postgres_cpu_seconds(), (_cpu_seconds(broker_pid) if broker_pid else 0.0)
             wall0 = time.perf_counter()
             _send(bootstrap, topic, records)
             _wait_count(db_url, "runs", n_runs, 600)
             wall = time.perf_counter() - wall0
             scorer_cpu = sum(_cpu_seconds(s.process.pid) for s in scorers) - sum(cpu0)
-            others = _postgres_cpu_seconds() + (_cpu_seconds(broker_pid) if broker_pid else 0.0) - others0
+            pg = _postgres_cpu_seconds() - pg0
+            broker = (_cpu_seconds(broker_pid) if broker_pid else 0.0) - broker0
         finally:
             for s in scorers:
                 s.stop()
@@ -313,8 +316,9 @@ def bench_scaling(
                 processes,
                 spans / max(1e-6, float(last) - float(first)),
                 spans / max(1e-6, scorer_cpu),
-                (scorer_cpu + others) / wall,
-                others / max(1e-6, scorer_cpu + others),
+                (scorer_cpu + pg + broker) / wall,
+                broker / max(1e-6, scorer_cpu + pg + broker),
+                pg / max(1e-6, scorer_cpu + pg + broker),
             )
         )
     return results
@@ -406,7 +410,8 @@ def main(args: argparse.Namespace) -> int:
         for s in (one, two):
             table.add_row(
                 f"  cores busy with {s.processes} scorer(s) (scorers + broker + PostgreSQL)",
-                f"{s.busy_cores:.2f} of {os.cpu_count()} (broker + PostgreSQL {s.others_share:.0%})",
+                f"{s.busy_cores:.2f} of {os.cpu_count()} "
+                f"(broker {s.broker_share:.0%}, PostgreSQL {s.postgres_share:.0%})",
             )
         console.print("end-to-end latency…")
         seconds = 5.0 if args.quick else 20.0

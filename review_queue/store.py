@@ -375,54 +375,42 @@ class _RawUpsert:
     row). The only conversion that matters here is JSON encoding (booleans, numbers, text
     and NULL go through both drivers unchanged), so rows are turned into tuples here: JSON
     columns encoded with :func:`_dumps` (``None`` becomes ``'null'``, as SQLAlchemy's JSON
-    type stores it), constants of the statement (``version + 1``) appended.
+    type stores it), constants of the statement (``version + 1``) appended. One
+    ``executemany`` of the single-row statement runs them:
 
-    * SQLite: one ``executemany`` of the single-row statement.
-    * PostgreSQL: one multi-row ``INSERT … VALUES (…), (…) … ON CONFLICT`` per
-      :attr:`rows_per_statement` rows — a single round trip whose parameters psycopg dumps
-      in one pass, instead of a pipelined statement per row (the JSON text goes in with
-      psycopg's "unknown" type, which PostgreSQL casts to JSONB). :func:`_rounds` guarantees
-      that no statement holds a trace id twice, which ``ON CONFLICT DO UPDATE`` requires.
+    * SQLite: through SQLAlchemy's driver connection (``exec_driver_sql``).
+    * PostgreSQL (psycopg 3): on a raw cursor with PostgreSQL's own ``$n`` placeholders
+      (psycopg then skips its per-statement ``%s`` conversion), pipelined and prepared by
+      psycopg; the JSON text goes in with psycopg's "unknown" type, which PostgreSQL casts
+      to JSONB. Same connection, same transaction. (Multi-row ``VALUES`` statements were
+      tried: less client CPU, but PostgreSQL planned each 500-row statement afresh and
+      spent ~55 µs more per run than on the prepared single-row one.)
     """
 
-    __slots__ = (
-        "_statements",
-        "constants",
-        "head",
-        "json_columns",
-        "multi_row",
-        "pick",
-        "row",
-        "rows_per_statement",
-        "sql",
-        "tail",
-    )
+    __slots__ = ("constants", "json_columns", "pick", "raw_cursor", "sql")
 
-    MAX_ROWS_PER_STATEMENT = 500
-    """Rows per PostgreSQL statement (fewer for wide tables: at most 30,000 parameters)."""
-
-    def __init__(self, sql: str, columns: Sequence[str], json_columns: Sequence[str], constants: tuple[Any, ...]):
-        self.sql = sql
+    def __init__(
+        self,
+        sql: str,
+        columns: Sequence[str],
+        json_columns: Sequence[str],
+        constants: tuple[Any, ...],
+        *,
+        raw_cursor: bool = False,
+    ):
+        self.sql = _numbered(sql) if raw_cursor else sql
         self.pick = itemgetter(*columns)
         self.json_columns = tuple(json_columns)
         self.constants = constants
-        self.multi_row = False
-        self.head = self.row = self.tail = ""
-        self.rows_per_statement = 1
-        self._statements: dict[int, str] = {}
-        values = sql.find(" VALUES (")
-        end = sql.find(")", values + 9)
-        if sql.count(" VALUES (") == 1 and end > values >= 0 and sql[values + 9 : end].count("%s") == len(columns):
-            self.head, self.row, self.tail = sql[: values + 8], sql[values + 8 : end + 1], sql[end + 1 :]
-            self.multi_row = "%s" not in self.head
-            self.rows_per_statement = max(1, min(self.MAX_ROWS_PER_STATEMENT, 30_000 // len(columns)))
+        self.raw_cursor = raw_cursor
 
     @classmethod
     def build(
         cls, statement: sa.Executable, table: sa.Table, dialect: sa.Dialect, keys: Sequence[str]
     ) -> _RawUpsert | None:
         """The raw form of ``statement`` for rows with ``keys``; ``None`` for other dialects or shapes."""
-        if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        raw_cursor = dialect.name == "postgresql" and dialect.driver == "psycopg"
+        if raw_cursor:
             from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
             dialect = PGDialect_psycopg(paramstyle="format")  # type: ignore[no-untyped-call]  # positional %s
@@ -435,10 +423,8 @@ class _RawUpsert:
         if not columns or names[: len(columns)] != columns or any(name in table.c for name in extra):
             return None  # binds are not "every column, then constants": let SQLAlchemy handle it
         json_columns = [name for name in columns if isinstance(table.c[name].type, sa.JSON)]
-        raw = cls(str(compiled), columns, json_columns, tuple(compiled.params[name] for name in extra))
-        if dialect.name == "postgresql" and not raw.multi_row:
-            return None
-        return raw
+        constants = tuple(compiled.params[name] for name in extra)
+        return cls(str(compiled), columns, json_columns, constants, raw_cursor=raw_cursor)
 
     def parameters(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         """Driver parameters of ``rows`` (the row dicts' JSON values are replaced by their text)."""
@@ -450,53 +436,27 @@ class _RawUpsert:
         return out
 
     def execute(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
-        """Upsert ``rows``: executemany (SQLite) or multi-row statements (PostgreSQL)."""
-        if not self.multi_row:
+        """Upsert ``rows`` with one executemany."""
+        if not self.raw_cursor:
             conn.exec_driver_sql(self.sql, self.parameters(rows))
             return
         import psycopg
 
-        per = self.rows_per_statement
-        width = len(self.constants)
-        # A raw cursor takes PostgreSQL's own $n placeholders: psycopg's %s conversion (a
-        # regular expression over the whole text, not cached for long statements) would
-        # cost more than the rows themselves. Same connection, same transaction.
         driver = conn.connection.driver_connection
         if not isinstance(driver, psycopg.Connection):
             raise TypeError(f"PostgreSQL store needs psycopg 3, got {type(driver).__name__}")
         with psycopg.RawCursor(driver) as cursor:
-            for start in range(0, len(rows), per):
-                chunk = self.parameters(rows[start : start + per])
-                flat: list[Any] = []
-                for params in chunk:
-                    flat.extend(params[: len(params) - width] if width else params)
-                flat.extend(self.constants)
-                cursor.execute(self._numbered(len(chunk)), flat)
+            cursor.executemany(self.sql, self.parameters(rows))
 
-    def _numbered(self, n_rows: int) -> str:
-        """The statement for ``n_rows`` rows with ``$1…$N`` placeholders (the last two built are cached)."""
-        cached = self._statements.get(n_rows)
-        if cached is not None:
-            return cached
-        pieces = [p.replace("%%", "%") for p in self.row.split("%s")]
-        numbers = iter(range(1, 1 << 30))
-        rows = []
-        for _ in range(n_rows):
-            out = [pieces[0]]
-            for piece in pieces[1:]:
-                out.append(f"${next(numbers)}")
-                out.append(piece)
-            rows.append("".join(out))
-        tail_pieces = [p.replace("%%", "%") for p in self.tail.split("%s")]
-        tail = [tail_pieces[0]]
-        for piece in tail_pieces[1:]:
-            tail.append(f"${next(numbers)}")
-            tail.append(piece)
-        sql = self.head.replace("%%", "%") + ", ".join(rows) + "".join(tail)
-        if len(self._statements) >= 2:
-            self._statements.pop(next(iter(self._statements)))
-        self._statements[n_rows] = sql
-        return sql
+
+def _numbered(sql: str) -> str:
+    """``%s`` placeholders of a ``format``-style statement as PostgreSQL's ``$1…$n`` (``%%`` → ``%``)."""
+    pieces = sql.split("%s")
+    out = [pieces[0].replace("%%", "%")]
+    for number, piece in enumerate(pieces[1:], start=1):
+        out.append(f"${number}")
+        out.append(piece.replace("%%", "%"))
+    return "".join(out)
 
 
 def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:

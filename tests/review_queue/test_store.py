@@ -245,9 +245,8 @@ class TestWrite:
     def test_raw_path_stores_what_sqlalchemy_stores(
         self, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """The driver-level upsert (SQLite executemany, PostgreSQL multi-row VALUES in chunks)
+        """The driver-level upsert (SQLite executemany, PostgreSQL executemany on a raw cursor)
         leaves exactly the rows and outcomes SQLAlchemy's executemany leaves."""
-        monkeypatch.setattr(store_module._RawUpsert, "MAX_ROWS_PER_STATEMENT", 2)  # several chunks per batch
         tools = (ToolCall("s1", "read", result="bin\x00ary", error="E: x"),)
         batches = [
             [scored_run(_tid(20), reasons=["r"], tools=tools), scored_run(_tid(21), agent="b" * 300)],
