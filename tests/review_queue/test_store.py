@@ -104,6 +104,32 @@ class TestMigration:
         engine.dispose()
         assert [] == diffs
 
+    @pytest.mark.integration
+    def test_snapshots_compressed_with_lz4_on_postgresql(self) -> None:
+        """PostgreSQL stores new review snapshots with lz4 (cheaper than pglz)."""
+        reason = postgres_unreachable(POSTGRES_URL)
+        assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
+        with postgres_scratch_url(POSTGRES_URL) as url:
+            upgrade_database(url)
+            self._check_lz4(url)
+
+    @staticmethod
+    def _check_lz4(database_url: str) -> None:
+        store = SqlStore(database_url)
+        store.write([scored_run(_tid(7), reasons=["r"], final_output="x" * 20_000)])  # large enough for TOAST
+        with store.engine.connect() as conn:
+            column = conn.execute(
+                sa.text(
+                    "SELECT attcompression FROM pg_attribute"
+                    " WHERE attrelid = 'review_items'::regclass AND attname = 'snapshot'"
+                )
+            ).scalar_one()
+            method = conn.execute(
+                sa.text("SELECT pg_column_compression(snapshot) FROM review_items WHERE trace_id = :t"), {"t": _tid(7)}
+            ).scalar_one()
+        store.close()
+        assert ("l", "lz4") == (column, method)
+
     def test_upgrade_is_idempotent(self, database_url: str) -> None:
         """Running the migration again changes nothing and does not fail."""
         upgrade_database(database_url)
