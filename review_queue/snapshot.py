@@ -68,6 +68,7 @@ def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
         created_at=now,
         updated_at=now,
         version=1,
+        span_count=scored.run.span_count,
     )
     return row
 
@@ -94,6 +95,7 @@ def item_row(scored: ScoredRun, flag: Flag, now: float) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
         "version": 1,
+        "span_count": scored.run.span_count,
     }
 
 

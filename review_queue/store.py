@@ -125,6 +125,7 @@ class SqlStore:
         self._upsert_runs, self._upsert_items = _upserts(dialect)
         self._raw: dict[tuple[str, tuple[str, ...]], _RawUpsert | None] = {}
         self._versions = _versions_query(dialect)
+        self._span_counts = _span_counts_query(dialect)
         self._reason_filter = queries.reason_filter_for(dialect)
 
     @property
@@ -147,6 +148,8 @@ class SqlStore:
         1. Upsert run rows (executemany, in trace-id order so concurrent writers lock rows in
            one order): a known trace id updates every column, bumps ``version`` and keeps
            ``created_at``. A flag is sticky: a re-score without a flag keeps the earlier one.
+           A re-score from fewer spans than the stored one changes nothing (run and item):
+           it is a re-delivered tail of the trace, not new information.
         2. Upsert review items of flagged runs: an existing item takes the new priority,
            reasons, sample rate and snapshot, bumps its ``version`` and keeps its state (a done
            item stays done).
@@ -254,7 +257,12 @@ class SqlStore:
         run_rows = sorted((run_row(scored, now) for _, scored in batch), key=_by_trace_id)
         trace_ids = [row["trace_id"] for row in run_rows]
         self._execute_many(conn, self._upsert_runs, runs, run_rows)
-        item_rows = [item_row(scored, scored.flag, now) for _, scored in batch if scored.flag is not None]
+        flagged = [scored for _, scored in batch if scored.flag is not None]
+        if flagged:  # a tail re-score (fewer spans than stored) must not create or change an item
+            stored = _span_counts(conn, self._span_counts, [s.run.trace_id for s in flagged])
+            flagged = [s for s in flagged if stored.get(s.run.trace_id, 0) <= s.run.span_count]
+        item_rows = [item_row(scored, scored.flag, now) for scored in flagged if scored.flag is not None]
+        written_items = {row["trace_id"] for row in item_rows}
         if item_rows:
             item_rows.sort(key=_by_trace_id)
             self._execute_many(conn, self._upsert_items, review_items, item_rows)
@@ -262,7 +270,7 @@ class SqlStore:
         outcomes = []
         for position, scored in batch:
             run_version, item_version = versions[scored.run.trace_id]
-            new_flag = scored.flag is not None and item_version == 1
+            new_flag = scored.run.trace_id in written_items and item_version == 1
             outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
         return outcomes
 
@@ -353,6 +361,25 @@ def _versions(
         for trace_id, run_version, item_version in conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]}):
             found[trace_id] = (run_version, item_version)
     return found
+
+
+def _span_counts(conn: sa.Connection, query: sa.Select[str, int], trace_ids: list[str]) -> dict[str, int]:
+    """Stored span count of each of ``trace_ids`` (read inside the write transaction)."""
+    found: dict[str, int] = {}
+    for start in range(0, len(trace_ids), _IN_CHUNK):
+        for trace_id, count in conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]}):
+            found[trace_id] = count
+    return found
+
+
+def _span_counts_query(dialect: str) -> sa.Select[str, int]:
+    """Build "stored span count of each of :ids" for a dialect (see :func:`_versions_query`)."""
+    columns = (runs.c.trace_id, runs.c.span_count)
+    if dialect != "postgresql":
+        return sa.select(*columns).where(runs.c.trace_id.in_(sa.bindparam("ids", expanding=True)))
+    id_array = sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))
+    ids = sa.func.unnest(id_array).table_valued("trace_id").render_derived(name="ids")
+    return sa.select(*columns).select_from(ids.join(runs, runs.c.trace_id == ids.c.trace_id))
 
 
 def _rounds(batch: Sequence[ScoredRun]) -> list[list[tuple[int, ScoredRun]]]:
@@ -460,20 +487,34 @@ def _numbered(sql: str) -> str:
 
 
 def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
-    """Build the run and item upsert statements of a dialect once."""
+    """Build the run and item upsert statements of a dialect once.
+
+    A re-score from fewer spans than the stored one keeps every stored column (``CASE``
+    per column rather than a ``WHERE`` on the conflict, so ``version`` still grows and
+    "version 1 = inserted by this transaction" stays exact): after a crash or rebalance the
+    new owner of a partition re-reads from the committed offset, which may lie past the
+    first records of a run already written, and re-assembles that run from its tail only.
+    """
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     run_insert = insert(runs)
     new = run_insert.excluded
+    newer = runs.c.span_count <= new.span_count
     sticky = ("flag_priority", "flag_reasons", "sample_rate")
     fixed = {"trace_id", "created_at", "version", "flagged", *sticky}
-    run_set: dict[str, Any] = {c.name: new[c.name] for c in runs.c if c.name not in fixed}
+    run_set: dict[str, Any] = {
+        c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed
+    }
     run_set["version"] = runs.c.version + 1
-    run_set["flagged"] = sa.or_(runs.c.flagged, new.flagged)
+    run_set["flagged"] = sa.or_(runs.c.flagged, sa.and_(newer, new.flagged))
     for name in sticky:
-        run_set[name] = sa.case((new.flagged, new[name]), else_=runs.c[name])
+        run_set[name] = sa.case((sa.and_(newer, new.flagged), new[name]), else_=runs.c[name])
     item_insert = insert(review_items)
-    item_cols = ("priority", "priority_rank", "reasons", "sample_rate", "snapshot", "updated_at")
-    item_set: dict[str, Any] = {name: item_insert.excluded[name] for name in item_cols}
+    item_new = item_insert.excluded
+    item_newer = review_items.c.span_count <= item_new.span_count
+    item_cols = ("priority", "priority_rank", "reasons", "sample_rate", "snapshot", "updated_at", "span_count")
+    item_set: dict[str, Any] = {
+        name: sa.case((item_newer, item_new[name]), else_=review_items.c[name]) for name in item_cols
+    }
     item_set["version"] = review_items.c.version + 1
     return (
         run_insert.on_conflict_do_update(index_elements=[runs.c.trace_id], set_=run_set),

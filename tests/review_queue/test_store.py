@@ -305,6 +305,31 @@ class TestWrite:
         assert tables[0] == tables[1]
         assert 10 == len(tables[0][1][0])
 
+    def test_fewer_spans_never_replace_a_stored_scoring(self, store: SqlStore) -> None:
+        """A re-delivered tail (fewer spans) changes neither the run nor its item; more spans do."""
+        tid = _tid(40)
+        full = scored_run(tid, reasons=["r"], span_count=12, llm_calls=5, agent="full")
+        tail = scored_run(tid, reasons=["s"], span_count=3, llm_calls=1, agent="tail")
+        more = scored_run(tid, reasons=["t"], span_count=13, llm_calls=6, agent="more")
+        assert [WriteOutcome(tid, True, True)] == store.write([full])
+        before = store.get_run(tid) or {}
+        assert [WriteOutcome(tid, False, False)] == store.write([tail])
+        run = store.get_run(tid) or {}
+        assert ("full", 5, 2, ["r"]) == (run["agent"], run["llm_calls"], run["version"], run["flag"]["reasons"])
+        assert before["review_item"]["snapshot"] == run["review_item"]["snapshot"]
+        assert [WriteOutcome(tid, False, False)] == store.write([more])
+        run = store.get_run(tid) or {}
+        assert ("more", 6, 3, ["t"]) == (run["agent"], run["llm_calls"], run["version"], run["flag"]["reasons"])
+        assert before["review_item"]["snapshot"] != run["review_item"]["snapshot"]
+
+    def test_tail_never_creates_an_item(self, store: SqlStore) -> None:
+        """A flagged tail of a run stored unflagged from more spans creates no review item."""
+        tid = _tid(41)
+        store.write([scored_run(tid, span_count=12)])
+        assert [WriteOutcome(tid, False, False)] == store.write([scored_run(tid, reasons=["r"], span_count=2)])
+        run = store.get_run(tid) or {}
+        assert (None, None) == (run["flag"], run.get("review_item"))
+
     def test_concurrent_writers(self, store: SqlStore) -> None:
         """Threads writing overlapping batches leave one row per trace id and lose no update."""
         batches = [[scored_run(_tid(n), reasons=["r"]) for n in range(k, k + 20)] for k in range(0, 80, 10)]
