@@ -257,15 +257,17 @@ class FakeConsumer:
         self.topic = topic
         self.tps = [FakeTopicPartition(topic, p) for p in range(partitions)]
         self.log: dict[FakeTopicPartition, list[bytes]] = {tp: [] for tp in self.tps}
+        self.keys: dict[FakeTopicPartition, list[bytes | None]] = {tp: [] for tp in self.tps}
         self.position: dict[FakeTopicPartition, int] = dict.fromkeys(self.tps, 0)
         self.paused_set: set[FakeTopicPartition] = set()
         self.commits: list[dict[int, int]] = []
         self.listener: Any = None
         self.closed = False
 
-    def append(self, partition: int, value: bytes) -> None:
-        """Produce ``value`` to ``partition``."""
+    def append(self, partition: int, value: bytes, key: bytes | None = None) -> None:
+        """Produce ``value`` (with ``key``) to ``partition``."""
         self.log[self.tps[partition]].append(value)
+        self.keys[self.tps[partition]].append(key)
 
     def subscribe(self, topics: list[str], listener: Any = None) -> None:
         """Join the one-member group: every partition is assigned at once."""
@@ -282,7 +284,11 @@ class FakeConsumer:
             start = self.position[tp]
             values = self.log[tp][start : start + (max_records or 10**9)]
             if values:
-                out[tp] = [FakeRecord(start + i, v) for i, v in enumerate(values)]
+                keys = self.keys[tp]  # values written straight into ``log`` have no key
+                out[tp] = [
+                    FakeRecord(start + i, v, keys[start + i] if start + i < len(keys) else None)
+                    for i, v in enumerate(values)
+                ]
                 self.position[tp] = start + len(values)
         return out
 
@@ -291,6 +297,10 @@ class FakeConsumer:
         self.commits.append({tp.partition: meta.offset for tp, meta in offsets.items()})
 
     commit_async = commit
+
+    def seek(self, tp: FakeTopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` on next."""
+        self.position[tp] = offset
 
     def assignment(self) -> set[FakeTopicPartition]:
         """Every partition."""

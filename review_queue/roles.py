@@ -52,7 +52,7 @@ from review_queue.privacy import redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
-from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer
+from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
 from scorers.metrics import RunMetrics
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
@@ -231,6 +231,15 @@ def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tup
         max_poll_records=s.kafka_max_poll_records,
         commit_interval_s=s.kafka_commit_interval_s,
     )
+    rekey = Rekeyer(
+        ProducerConfig(
+            bootstrap=s.kafka_bootstrap,
+            topic=s.kafka_topic,
+            compression=s.kafka_compression,
+            idempotent=s.kafka_idempotent,
+        )
+    )
+    kwargs.setdefault("rekey", rekey)
     scorer = KafkaScorer(
         config,
         assembler,

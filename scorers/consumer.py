@@ -13,6 +13,12 @@ Commit protocol (what makes "nothing lost, nothing counted twice" hold):
 1. A polled record is decoded and its traces are added to the partition's assembler; the
    record's offset is remembered as the *first offset* of every trace in it that was not
    pending yet. An undecodable record is counted, logged with its coordinates and passed.
+   A *mixed* record — several traces, or one trace under another key (a stock exporter
+   without ``partition_traces_by_id``: the spans of one trace can then land in several
+   partitions) — is re-published as keyed one-trace records (the collector's format) and
+   passed once Kafka acknowledged them all; its traces are assembled where their keyed
+   records land. If re-publishing fails, the partition is rewound to that record and
+   nothing after it is taken this tick (retried on the next one).
 2. Runs whose quiet period (or idle time) has passed are closed, normalised, scored and
    decided, and written to the store in one transaction per tick.
 3. Only after the store's ``write`` returned (the runs are durable) are those runs
@@ -42,7 +48,8 @@ Commit protocol (what makes "nothing lost, nothing counted twice" hold):
 Metrics (besides the run metrics): ``vigil_consumer_lag_records{partition}`` (high
 watermark minus the next offset to read), ``vigil_runs_in_flight_partition{partition}``
 (runs pending per partition), ``vigil_consumer_assigned_partitions``, ``vigil_consumer_records_total``,
-``vigil_consumer_bad_records_total``, ``vigil_consumer_commits_total``,
+``vigil_consumer_bad_records_total``, ``vigil_consumer_rekeyed_records_total`` (mixed
+records re-published), ``vigil_consumer_rekey_errors_total``, ``vigil_consumer_commits_total``,
 ``vigil_consumer_rebalances_total`` and ``vigil_consumer_paused`` (1 while the store is
 down). The ``partition`` label is bounded by the topic's partition count.
 """
@@ -63,7 +70,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from collector.errors import BackpressureError, DecodeError
-from collector.otlp import decode_protobuf
+from collector.kafka import ProducerConfig, record_key
+from collector.model import TraceBatch
+from collector.otlp import decode_protobuf, encode_batch
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun
@@ -71,7 +80,7 @@ from scorers.offsets import PartitionRuns
 from scorers.pipeline import Pipeline
 from scorers.worker import account
 
-__all__ = ["ConsumerConfig", "ConsumerMetrics", "KafkaScorer"]
+__all__ = ["ConsumerConfig", "ConsumerMetrics", "KafkaScorer", "Rekeyer"]
 
 log = structlog.get_logger(__name__)
 
@@ -132,6 +141,14 @@ class ConsumerMetrics:
             "vigil_consumer_rejected_spans", "Spans of consumed records rejected by validation.", registry=r
         )
         self.commits = Counter("vigil_consumer_commits", "Offset commits.", registry=r)
+        self.rekeyed = Counter(
+            "vigil_consumer_rekeyed_records",
+            "Records holding several traces or a foreign key, re-published as keyed one-trace records.",
+            registry=r,
+        )
+        self.rekey_errors = Counter(
+            "vigil_consumer_rekey_errors", "Failed re-publications (the record is retried).", registry=r
+        )
         self.rebalances = Counter("vigil_consumer_rebalances", "Partition revocations and assignments.", registry=r)
         self.paused = Gauge("vigil_consumer_paused", "1 while consumption is paused (store down).", registry=r)
         self.partitions: _PartitionCollector = _PartitionCollector()
@@ -177,6 +194,8 @@ class KafkaScorer:
         wall_clock_ns: wall clock for flag latency.
         on_written: called with each durably written batch (benchmarks).
         tick_s: longest wait in ``poll``.
+        rekey: publishes trace batches as keyed one-trace records and returns once Kafka
+            acknowledged them (raises otherwise); ``None`` assembles mixed records in place.
     """
 
     def __init__(
@@ -192,6 +211,7 @@ class KafkaScorer:
         wall_clock_ns: Callable[[], int] = time.time_ns,
         on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
         tick_s: float = 0.1,
+        rekey: Callable[[Sequence[TraceBatch]], None] | None = None,
     ) -> None:
         self._config = config
         self._new_assembler = assembler_factory
@@ -203,6 +223,7 @@ class KafkaScorer:
         self._wall = wall_clock_ns
         self._on_written = on_written
         self._tick_ms = int(tick_s * 1000)
+        self._rekey = rekey
         self._consumer: Any = None
         self._parts: dict[Any, PartitionRuns] = {}
         self._limbo: dict[Any, PartitionRuns] = {}
@@ -290,6 +311,12 @@ class KafkaScorer:
             log.warning("final_commit_failed", error=repr(exc))
             ok = False
         self._parts.clear()
+        close_rekey = getattr(self._rekey, "close", None)
+        if callable(close_rekey):
+            try:
+                close_rekey()
+            except Exception as exc:  # noqa: BLE001 - what it held was acknowledged before its records were passed
+                log.warning("rekey_close_failed", error=repr(exc))
         try:
             self._consumer.close(autocommit=False)
         except Exception as exc:  # noqa: BLE001 - leaving the group is best effort at shutdown
@@ -311,6 +338,17 @@ class KafkaScorer:
                 continue
             if result.rejected:
                 self._cm.rejected_spans.inc(result.rejected)
+            if self._rekey is not None and _mixed(record.key, result.batches):
+                try:
+                    self._rekey(result.batches)
+                except Exception as exc:  # noqa: BLE001 - Kafka errors of any kind: retry the record
+                    self._cm.rekey_errors.inc()
+                    log.warning("rekey_failed", partition=tp.partition, offset=record.offset, error=repr(exc))
+                    self._consumer.seek(tp, record.offset)
+                    return
+                self._cm.rekeyed.inc()
+                part.skip(record.offset)
+                continue
             forced = part.add(record.offset, result.batches)
             self._backlog.extend((tp, part, self._pipeline.process(c)) for c in forced)
 
@@ -442,6 +480,56 @@ class KafkaScorer:
         from kafka import KafkaConsumer
 
         return KafkaConsumer(**self._config.consumer_options())
+
+
+def _mixed(key: bytes | None, batches: Sequence[TraceBatch]) -> bool:
+    """Whether a record must be re-keyed: several traces, or one trace under another key."""
+    if not batches:
+        return False
+    return len(batches) > 1 or key != record_key(batches[0].trace_id)
+
+
+class Rekeyer:
+    """Re-publishes traces as keyed one-trace records (the collector's format), synchronously.
+
+    Args:
+        config: the producer settings (topic = the topic being consumed).
+        producer_factory: builds the producer from keyword options (default ``KafkaProducer``).
+        timeout_s: longest wait for Kafka's acknowledgement of one call.
+    """
+
+    def __init__(
+        self, config: ProducerConfig, producer_factory: Callable[..., Any] | None = None, timeout_s: float = 10.0
+    ) -> None:
+        self._config = config
+        self._factory = producer_factory
+        self._timeout_s = timeout_s
+        self._producer: Any = None
+
+    def __call__(self, batches: Sequence[TraceBatch]) -> None:
+        """Publish ``batches``; return once every record is acknowledged.
+
+        Raises:
+            Exception: the producer's error when a record was not acknowledged in time.
+        """
+        if self._producer is None:
+            if self._factory is not None:
+                self._producer = self._factory(**self._config.producer_options())
+            else:
+                from kafka import KafkaProducer
+
+                self._producer = KafkaProducer(**self._config.producer_options())
+        topic = self._config.topic
+        futures = [self._producer.send(topic, key=record_key(b.trace_id), value=encode_batch(b)) for b in batches]
+        self._producer.flush(self._timeout_s)
+        for future in futures:
+            future.get(timeout=0)  # raises the delivery error, if any
+
+    def close(self) -> None:
+        """Close the producer (flushing what is left)."""
+        if self._producer is not None:
+            self._producer.close(self._timeout_s)
+            self._producer = None
 
 
 def _offset_and_metadata(offset: int) -> Any:

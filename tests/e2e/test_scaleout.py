@@ -75,7 +75,8 @@ class TestStockExporterRecords:
     """Records as the OpenTelemetry Collector's kafka exporter writes them are consumed correctly."""
 
     def test_one_trace_per_record_and_many_per_record(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
-        """Keyed one-trace records (partition_traces_by_id) and unkeyed many-trace records both land exactly."""
+        """Keyed one-trace records (partition_traces_by_id) and unkeyed many-trace records — each run's
+        spans split over two partitions — both land exactly: the mixed records are re-keyed."""
         from kafka import KafkaProducer
 
         from review_queue.synth import body
@@ -90,15 +91,21 @@ class TestStockExporterRecords:
             for run in keyed:  # partition_traces_by_id: true — key = lowercase hex trace id
                 producer.send(cluster.topic, key=run.trace_id.encode(), value=body(list(run.spans)))
             for i in range(0, len(batched), 10):  # the default: one record per batch, no key, many traces
-                chunk = batched[i : i + 10]
-                producer.send(cluster.topic, value=body([s for run in chunk for s in run.spans]))
+                chunk = batched[i : i + 10]  # and each run's spans split over two partitions
+                first = [s for run in chunk for s in run.spans[: len(run.spans) // 2]]
+                second = [s for run in chunk for s in run.spans[len(run.spans) // 2 :]]
+                producer.send(cluster.topic, value=body(first), partition=0)
+                producer.send(cluster.topic, value=body(second), partition=1)
             producer.flush()
             producer.close()
             truth = expected(keyed + batched)
             wait_for(lambda: len(db_rows(pg_url)[0]) >= len(truth), 60, "runs in PostgreSQL", scorer.log_tail)
             runs, _ = check_exact(pg_url, truth)
             assert {1} == {row["version"] for row in runs.values()}
-            assert len(keyed) + len(batched) // 10 == scorer.metric("vigil_consumer_records_total")
+            mixed = 2 * len(batched) // 10
+            assert mixed == scorer.metric("vigil_consumer_rekeyed_records_total")
+            # the keyed records, the mixed ones, and one keyed record per trace of each mixed record
+            assert len(keyed) + mixed + 2 * len(batched) == scorer.metric("vigil_consumer_records_total")
             assert len(truth) == scorer.metric("vigil_runs_total")
         finally:
             _stop_all([scorer])

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
+from collector.kafka import record_key
 from collector.kafka_testing import FakeConsumer
+from collector.model import TraceBatch
+from collector.otlp import encode_batch
 from review_queue.synth import SynthRun, body, make_run
 from review_queue.testing import InMemoryRunSink
 from scorers.assemble import Assembler
@@ -31,7 +35,12 @@ class Clock:
 class Harness:
     """A KafkaScorer over a FakeConsumer and an in-memory sink."""
 
-    def __init__(self, consumer: FakeConsumer, sink: InMemoryRunSink | None = None) -> None:
+    def __init__(
+        self,
+        consumer: FakeConsumer,
+        sink: InMemoryRunSink | None = None,
+        rekey: Callable[[Sequence[TraceBatch]], None] | None = None,
+    ) -> None:
         self.consumer = consumer
         self.sink = sink or InMemoryRunSink()
         self.clock = Clock()
@@ -46,6 +55,7 @@ class Harness:
             metrics=RunMetrics(self.registry),
             consumer_metrics=ConsumerMetrics(self.registry),
             consumer_factory=lambda **_: consumer,
+            rekey=rekey,
         )
         self.scorer._consumer = consumer
         consumer.subscribe([consumer.topic], listener=_listener(self.scorer))
@@ -186,3 +196,61 @@ class TestRebalance:
         assert 0 == h.tick(advance=2.0)
         assert {} == h.sink.runs
         assert 0 == consumer.committed_offset(1)
+
+
+class TestMixedRecords:
+    """Records holding several traces, or one trace under a foreign key, are re-keyed."""
+
+    @staticmethod
+    def _rekey_into(consumer: FakeConsumer, fail: list[bool]) -> Callable[[Sequence[TraceBatch]], None]:
+        def rekey(batches: Sequence[TraceBatch]) -> None:
+            if fail and fail.pop(0):
+                raise RuntimeError("broker down")
+            for batch in batches:  # as the producer's partitioner would: by key
+                partition = int(batch.trace_id, 16) % len(consumer.tps)
+                consumer.append(partition, encode_batch(batch), key=record_key(batch.trace_id))
+
+        return rekey
+
+    def test_trace_split_over_partitions_is_assembled_whole(self) -> None:
+        """The spans of each run spread over two unkeyed records in two partitions: one complete run each."""
+        consumer = FakeConsumer(partitions=2)
+        h = Harness(consumer, rekey=self._rekey_into(consumer, []))
+        runs = _runs(6, seed=5)
+        halves = [(list(r.spans[: len(r.spans) // 2]), list(r.spans[len(r.spans) // 2 :])) for r in runs]
+        consumer.append(0, body([s for first, _ in halves for s in first]))
+        consumer.append(1, body([s for _, second in halves for s in second]))
+        h.tick()  # re-keys both records
+        h.tick()  # assembles the keyed records
+        assert 6 == h.tick(advance=2.0)
+        assert {r.trace_id: len(r.spans) for r in runs} == {t: s.run.span_count for t, s in h.sink.runs.items()}
+        assert 2 == h.value("vigil_consumer_rekeyed_records_total")
+        h.tick(advance=2.0)
+        assert {0: len(consumer.log[consumer.tps[0]]), 1: len(consumer.log[consumer.tps[1]])} == {
+            p: consumer.committed_offset(p) for p in (0, 1)
+        }
+
+    def test_keyed_record_is_not_rekeyed(self) -> None:
+        """The collector's own records (one trace, keyed by it) are assembled where they are."""
+        consumer = FakeConsumer(partitions=1)
+        h = Harness(consumer, rekey=self._rekey_into(consumer, []))
+        (run,) = _runs(1, seed=6)
+        consumer.append(0, body(list(run.spans)), key=record_key(run.trace_id))
+        h.tick()
+        assert 1 == h.tick(advance=2.0)
+        assert (0, 1) == (h.value("vigil_consumer_rekeyed_records_total"), len(consumer.log[consumer.tps[0]]))
+
+    def test_failed_rekey_is_retried_and_holds_the_offset(self) -> None:
+        """Kafka refusing the re-publication rewinds to the record; nothing past it is committed."""
+        consumer = FakeConsumer(partitions=1)
+        h = Harness(consumer, rekey=self._rekey_into(consumer, [True]))
+        runs = _runs(2, seed=7)
+        consumer.append(0, body([s for r in runs for s in r.spans]))
+        h.tick()
+        assert (1, 0) == (h.value("vigil_consumer_rekey_errors_total"), h.value("vigil_consumer_rekeyed_records_total"))
+        assert consumer.committed_offset(0) in (None, 0)
+        h.tick()
+        h.tick()
+        assert 2 == h.tick(advance=2.0)
+        assert {r.trace_id for r in runs} == set(h.sink.runs)
+        assert 1 == h.value("vigil_consumer_rekeyed_records_total")
