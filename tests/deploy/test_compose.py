@@ -44,6 +44,8 @@ def published(service: dict[str, Any]) -> dict[int, int]:
     return out
 
 
+
+
 class TestSchema:
     """The file validates against the Compose Specification (check-jsonschema's vendored compose-spec)."""
 

@@ -70,6 +70,8 @@ def container_env(c: Doc) -> dict[str, str]:
     return env
 
 
+
+
 class TestFiles:
     """Every manifest parses and kustomization lists them all."""
 

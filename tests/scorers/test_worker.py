@@ -125,7 +125,9 @@ class TestFlow:
         clock.t += 2.5
         worker.run_once()
         assert 1.0 == registry.get_sample_value("vigil_runs_total", labels)
-        assert 1.0 == registry.get_sample_value("vigil_flagged_runs_total", {"agent": "support", "priority": "high"})
+        assert 1.0 == registry.get_sample_value(
+            "vigil_flagged_runs_total", {"agent": "support", "priority": "high"}
+        )
 
     def test_crashing_scorer_is_isolated_and_counted(self) -> None:
         """A scorer that raises is skipped, counted, and the run is still written."""
@@ -192,6 +194,7 @@ class TestShutdown:
         assert [["7" * 32]] == saved
 
 
+
 class TestFeedbackLookup:
     """User feedback that arrived before the run reaches the rules."""
 
@@ -207,7 +210,9 @@ class TestFeedbackLookup:
             asked.append(list(trace_ids))
             return {"f" * 32: {"count": 1, "thumbs_down": True}}
 
-        worker = StreamWorker(source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup)
+        worker = StreamWorker(
+            source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup
+        )
         source.items.extend([run_spans("f" * 32, capped=True), run_spans("9" * 32)])
         worker.run_once()
         clock.t += 3
