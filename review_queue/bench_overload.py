@@ -460,7 +460,8 @@ def main(args: argparse.Namespace) -> int:
     results = []
     if args.role in ("run", "both"):
         console.print(f"overloading vigil run for {seconds:g} s…")
-        results.append(overload_run(seconds, **kwargs))
+        queue = {"VIGIL_QUEUE_MAX_BATCHES": str(args.queue_max_batches)} if args.queue_max_batches else {}
+        results.append(overload_run(seconds, **kwargs, extra_env=queue))
     if args.role in ("collector", "both"):
         console.print(f"overloading vigil collector for {seconds:g} s…")
         buffer = {"VIGIL_KAFKA_BUFFER_BYTES": str(int(args.kafka_buffer_mb * 1024 * 1024))}

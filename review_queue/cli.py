@@ -281,6 +281,9 @@ def _add_overload_arguments(bench: argparse.ArgumentParser) -> None:
     overload.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
     overload.add_argument("--memory-limit-mb", type=int, default=768, help="VIGIL_MEMORY_LIMIT_MB (default 768)")
     overload.add_argument(
+        "--queue-max-batches", type=int, default=None, help="vigil run VIGIL_QUEUE_MAX_BATCHES (default: its default)"
+    )
+    overload.add_argument(
         "--kafka-buffer-mb", type=float, default=32.0, help="collector VIGIL_KAFKA_BUFFER_BYTES in MiB (default 32)"
     )
 
