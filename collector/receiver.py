@@ -215,8 +215,11 @@ class _Receiver:
         return b"".join(chunks)
 
     def _check_room(self, request: Request, encoding: Encoding) -> None:
-        """503 before the body is read when the publisher would refuse it anyway."""
+        """503 before the body is read when the publisher would refuse it anyway (a body declared
+        over the limit is left to :meth:`_read_body`: 413 is final, 503 would only be retried)."""
         declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            return
         plain = encoding == "protobuf" and not request.headers.get("content-encoding", "").strip()
         try:
             check_room(self._publisher, int(declared) if plain and declared.isdigit() else 0)

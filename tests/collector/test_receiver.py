@@ -315,6 +315,8 @@ class TestRejections:
             h.rejected("backpressure"),
             h.sample("vigil_spans_rejected_total", reason="backpressure"),
         )
+        too_large = h.post(b"x" * (LIMIT + 1), media)
+        assert 413 == too_large.status_code  # final, so it wins over a 503 that would be retried
         h.stream.get_many(10, 0)
         assert 400 == h.post(b"\x0a\xff\xff garbage", media).status_code  # with room, it is decoded
         h.assert_still_works()
