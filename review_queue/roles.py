@@ -33,7 +33,15 @@ from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.settings import Settings
 from review_queue.api import create_api_app
-from review_queue.embedded import GRPC_STOP_GRACE_S, _redact, _server, review_services, store_sink, tune_gc
+from review_queue.embedded import (
+    GRPC_STOP_GRACE_S,
+    YoungCollector,
+    _redact,
+    _server,
+    review_services,
+    store_sink,
+    tune_gc,
+)
 from review_queue.errors import StoreUnavailableError
 from review_queue.maintenance import Maintenance
 from review_queue.privacy import redactor_from_settings
@@ -225,6 +233,8 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
         s.metrics_port,
     )
     tune_gc()
+    young_gc = YoungCollector()
+    young_gc.start()
     tasks = [asyncio.create_task(probes.serve())]
     await _start_consumer(scorer)
     log.info(
@@ -240,6 +250,7 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = 30.0) -> bool:
     ok = await asyncio.to_thread(scorer.shutdown, drain_timeout_s)
     await _stop_servers([probes], tasks)
     store.close()
+    young_gc.stop()
     return ok
 
 
