@@ -10,7 +10,8 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
 * ``INVALID_ARGUMENT`` undecodable body, ``UNAUTHENTICATED`` missing/wrong ingest token:
   never retried by clients;
 * ``UNAVAILABLE`` when the publisher is full, with a ``google.rpc.RetryInfo`` in the
-  trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter);
+  trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter); before
+  the message is decoded when the publisher can tell (:func:`collector.stream.check_room`);
 * ``RESOURCE_EXHAUSTED`` for a message over ``max_message_bytes`` (raw or decompressed).
   The gRPC library answers it before the handler runs, so it is **not counted** in
   :class:`CollectorMetrics`. The Python exporter retries it (up to 6 tries), unlike the
@@ -40,7 +41,7 @@ from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
 from collector.receiver import THREADPOOL_DECODE_BYTES, bearer_accepted
-from collector.stream import Publisher
+from collector.stream import Publisher, check_room
 
 __all__ = ["EXPORT_METHOD", "HTTP_EQUIVALENT", "RETRY_INFO_KEY", "SERVICE", "create_grpc_server"]
 
@@ -161,6 +162,10 @@ class _GrpcReceiver:
     async def _accept(self, body: bytes, context: grpc.aio.ServicerContext) -> DecodeResult:
         self._authorize(context.invocation_metadata() or ())
         try:
+            check_room(self._publisher, len(body))
+        except BackpressureError as exc:
+            raise self._backpressure(exc, spans=0) from exc
+        try:
             if len(body) >= THREADPOOL_DECODE_BYTES:
                 result = await asyncio.to_thread(decode_protobuf, body)
             else:
@@ -184,13 +189,15 @@ class _GrpcReceiver:
         try:
             self._publisher.publish(result.batches)
         except BackpressureError as exc:
-            rejection = _Rejection(
-                grpc.StatusCode.UNAVAILABLE, "backpressure", f"{exc}; retry later", spans=result.accepted
-            )
-            delay = max(self._retry_after_s, math.ceil(exc.retry_after))
-            info = RetryInfo(retry_delay=Duration(seconds=delay))
-            rejection.trailers = ((RETRY_INFO_KEY, info.SerializeToString()),)
-            raise rejection from exc
+            raise self._backpressure(exc, spans=result.accepted) from exc
+
+    def _backpressure(self, exc: BackpressureError, *, spans: int) -> _Rejection:
+        """``UNAVAILABLE`` with ``RetryInfo``; ``spans`` is 0 when refused before decoding."""
+        rejection = _Rejection(grpc.StatusCode.UNAVAILABLE, "backpressure", f"{exc}; retry later", spans=spans)
+        delay = max(self._retry_after_s, math.ceil(exc.retry_after))
+        info = RetryInfo(retry_delay=Duration(seconds=delay))
+        rejection.trailers = ((RETRY_INFO_KEY, info.SerializeToString()),)
+        return rejection
 
     def _count(self, rejection: _Rejection) -> None:
         """Count and log ``rejection`` before the call is aborted with its status."""

@@ -225,6 +225,22 @@ class KafkaPublisher:
             self._refuse(batches, "full")
         self._send(producer, records, size)
 
+    def check_room(self, size_hint: int = 0) -> None:
+        """Refuse early when not connected, or when ``size_hint`` more bytes would overflow the budget.
+
+        A publish re-encodes each trace as its own record (spans plus a copy of their resource),
+        so a raw protobuf body's size is about what it would add to the budget. Refusing is
+        always safe (503: nothing kept, the sender retries); the exact check stays in :meth:`publish`.
+
+        Raises:
+            BackpressureError: a publish would be refused now (nothing counted: spans unknown).
+        """
+        if self._producer is None or self._closed.is_set():
+            raise BackpressureError(self._retry_after)
+        pending = self._pending
+        if pending and pending + max(1, size_hint) > self._config.buffer_bytes:
+            raise BackpressureError(self._retry_after)
+
     def flush(self, timeout_s: float) -> bool:
         """Wait until every record was acknowledged or failed; True when nothing is pending."""
         producer = self._producer

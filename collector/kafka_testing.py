@@ -33,6 +33,7 @@ __all__ = [
     "start_tansu",
     "tansu_binary",
     "tansu_missing",
+    "topic_keys",
 ]
 
 START_TIMEOUT_S = 20.0
@@ -158,6 +159,32 @@ def start_tansu(log_dir: Path | None = None) -> Iterator[TansuBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+def topic_keys(bootstrap: str, topic: str, timeout_s: float = 300.0) -> list[str]:
+    """Every record key of ``topic`` (decoded), read from the beginning up to the end offsets.
+
+    Raises:
+        TimeoutError: the end was not reached within ``timeout_s``.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=16 << 20)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        keys: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(p) < ends[p] for p in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(keys)} records of {topic} in {timeout_s} s, not the end")
+            for records in consumer.poll(timeout_ms=1000, max_records=10_000).values():
+                keys.extend(r.key.decode() for r in records)
+        return keys
+    finally:
+        consumer.close()
 
 
 # --- fakes of the kafka-python clients, for unit tests ----------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
-from collector.stream import Publisher
+from collector.stream import Publisher, check_room
 
 __all__ = ["LimitedPublisher", "MemoryLimiter", "rss_bytes"]
 
@@ -101,6 +101,16 @@ class LimitedPublisher:
             self._metrics.dropped.labels("receiver", "memory_limit").inc(sum(len(b.spans) for b in batches))
             raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
         self._inner.publish(batches)
+
+    def check_room(self, size_hint: int = 0) -> None:
+        """Refuse early while memory is over the ceiling or the inner publisher is full.
+
+        Raises:
+            BackpressureError: a publish would be refused now (nothing counted: spans unknown).
+        """
+        if self._limiter.over():
+            raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
+        check_room(self._inner, size_hint)
 
     def ready(self) -> bool:
         """Ready when the inner publisher is (memory pressure is transient, not unreadiness)."""

@@ -10,7 +10,10 @@ trace. Answers, per the OTLP/HTTP specification:
   limit (before or after decompression), 415 unsupported ``Content-Type`` or
   ``Content-Encoding``: never retried by clients;
 * 503 with ``Retry-After`` when the publisher is full: retried by every Python exporter
-  version (older ones do not retry 429).
+  version (older ones do not retry 429). A publisher that can tell it is full before the
+  request is read (:class:`~collector.stream.RoomCheck`) refuses it before its body is read
+  or decoded, so that shedding costs microseconds, not a decode; such requests are counted
+  in ``vigil_otlp_rejected_requests_total{reason="backpressure"}`` (their spans are unknown).
 
 Error bodies are a ``google.rpc.Status`` (protobuf) or ``{"code", "message"}`` (JSON),
 with a gRPC status code. Every request is counted in :class:`CollectorMetrics`.
@@ -39,7 +42,7 @@ from collector.errors import BackpressureError, BodyTooLargeError, DecodeError
 from collector.metrics import CollectorMetrics, Encoding, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_json, decode_protobuf
-from collector.stream import Publisher
+from collector.stream import Publisher, check_room
 
 __all__ = ["THREADPOOL_DECODE_BYTES", "create_otlp_app"]
 
@@ -168,6 +171,7 @@ class _Receiver:
                 "unsupported_media_type",
                 f"unsupported Content-Type {media_type!r}: use application/x-protobuf or application/json",
             )
+        self._check_room(request, encoding)
         body = await self._read_body(request)
         decode = _DECODERS[encoding]
         try:
@@ -210,16 +214,30 @@ class _Receiver:
             raise _Rejection(400, "decode", str(exc)) from exc
         return b"".join(chunks)
 
+    def _check_room(self, request: Request, encoding: Encoding) -> None:
+        """503 before the body is read when the publisher would refuse it anyway (a body declared
+        over the limit is left to :meth:`_read_body`: 413 is final, 503 would only be retried)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            return
+        plain = encoding == "protobuf" and not request.headers.get("content-encoding", "").strip()
+        try:
+            check_room(self._publisher, int(declared) if plain and declared.isdigit() else 0)
+        except BackpressureError as exc:
+            raise self._backpressure(exc, spans=0) from exc
+
     def _publish(self, result: DecodeResult) -> None:
         if not result.batches:
             return
         try:
             self._publisher.publish(result.batches)
         except BackpressureError as exc:
-            rejection = _Rejection(503, "backpressure", f"{exc}; retry later", spans=result.accepted)
-            retry_after = max(self._retry_after_s, math.ceil(exc.retry_after))
-            rejection.headers["Retry-After"] = str(retry_after)
-            raise rejection from exc
+            raise self._backpressure(exc, spans=result.accepted) from exc
+
+    def _backpressure(self, exc: BackpressureError, *, spans: int) -> _Rejection:
+        rejection = _Rejection(503, "backpressure", f"{exc}; retry later", spans=spans)
+        rejection.headers["Retry-After"] = str(max(self._retry_after_s, math.ceil(exc.retry_after)))
+        return rejection
 
     def _refuse(self, encoding: Encoding, rejection: _Rejection) -> Response:
         self._metrics.rejected(rejection.reason, spans=rejection.spans)

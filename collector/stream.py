@@ -11,13 +11,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 
-__all__ = ["InProcessStream", "Publisher"]
+__all__ = ["InProcessStream", "Publisher", "RoomCheck", "check_room"]
 
 
 class Publisher(Protocol):
@@ -32,6 +32,39 @@ class Publisher(Protocol):
             BackpressureError: there is no room for all of them; nothing was taken.
         """
         ...
+
+
+@runtime_checkable
+class RoomCheck(Protocol):
+    """A publisher that can say, before a request is read or decoded, that it would refuse it.
+
+    Under overload most requests are refused; decoding a body (milliseconds for a few hundred
+    spans) only to be refused makes shedding as expensive as accepting. Receivers call
+    :meth:`check_room` first and answer 503 / ``UNAVAILABLE`` at once when it raises. It is an
+    early answer, never a promise: a request that passes is still published all-or-nothing.
+    """
+
+    def check_room(self, size_hint: int) -> None:
+        """Raise when a publish of about ``size_hint`` bytes would be refused right now.
+
+        ``size_hint`` is the raw request size when known (0 when not); it must only make the
+        check stricter when it is accurate. Counting of refused spans is the caller's (their
+        number is unknown before decoding).
+
+        Raises:
+            BackpressureError: nothing would be taken now.
+        """
+        ...
+
+
+def check_room(publisher: Publisher, size_hint: int = 0) -> None:
+    """:meth:`RoomCheck.check_room` of ``publisher`` when it has one; otherwise never refuses.
+
+    Raises:
+        BackpressureError: the publisher would refuse a publish now.
+    """
+    if isinstance(publisher, RoomCheck):
+        publisher.check_room(size_hint)
 
 
 class InProcessStream:
@@ -90,6 +123,15 @@ class InProcessStream:
         if self._metrics is not None:
             self._metrics.stream_full(sum(len(b.spans) for b in batches))
         raise BackpressureError(self._retry_after)
+
+    def check_room(self, size_hint: int = 0) -> None:
+        """Refuse early when the stream is at capacity (or closed): any publish would be refused.
+
+        Raises:
+            BackpressureError: the stream is full or closed (nothing counted: spans unknown).
+        """
+        if self._closed or len(self._items) >= self._max:
+            raise BackpressureError(self._retry_after)
 
     def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
         """Remove and return up to ``max_items`` records, oldest first.

@@ -131,6 +131,11 @@ def _positive(text: str) -> float:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "overload", False):
+        from review_queue.bench_overload import main as overload_main
+
+        configure_logging("warning")
+        return overload_main(args)
     if getattr(args, "kafka", False):
         from review_queue.bench_kafka import main as kafka_main
 
@@ -266,6 +271,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_overload_arguments(bench: argparse.ArgumentParser) -> None:
+    """``vigil bench --overload`` and its options."""
+    overload = bench.add_argument_group("--overload", "10x overload with wrk (apt-get install wrk)")
+    overload.add_argument("--overload", action="store_true", help="offer far more than the pipeline takes (wrk)")
+    overload.add_argument("--role", choices=("run", "collector", "both"), default="both", help="what to overload")
+    overload.add_argument("--seconds", type=_positive, default=45.0, help="load duration (default 45)")
+    overload.add_argument("--connections", type=int, default=64, help="wrk connections (default 64)")
+    overload.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
+    overload.add_argument("--memory-limit-mb", type=int, default=768, help="VIGIL_MEMORY_LIMIT_MB (default 768)")
+    overload.add_argument(
+        "--queue-max-batches", type=int, default=None, help="vigil run VIGIL_QUEUE_MAX_BATCHES (default: its default)"
+    )
+    overload.add_argument(
+        "--kafka-buffer-mb", type=float, default=32.0, help="collector VIGIL_KAFKA_BUFFER_BYTES in MiB (default 32)"
+    )
+
+
 def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``vigil tokens …`` and ``vigil export``."""
     tokens = sub.add_parser("tokens", help="API tokens with roles (admin, reviewer, viewer, ingest)")
@@ -283,6 +305,8 @@ def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     export.add_argument("--agent", default=None, help="only this agent's runs")
     export.add_argument("--eval-set-id", default="vigil_reviewed", help="eval_set_id of the EvalSet")
     export.set_defaults(func=_cmd_export)
+
+
 def _cmd_collector(args: argparse.Namespace) -> int:
     from review_queue.roles import run_role, serve_collector
 
@@ -400,6 +424,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
     bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
+    _add_overload_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
     purge = sub.add_parser("purge", help="delete everything stored about given traces (deletion requests)")
     purge.add_argument("--trace-id", action="append", required=True, help="a trace id; repeat for several")

@@ -113,11 +113,54 @@ per run, and the default makes the collector run (and walk the live heap) thousa
 times a second. Measured +30–50 % pipeline throughput (see BENCHMARKS.md)."""
 
 
+YOUNG_GC_INTERVAL_S = 10.0
+"""How often :class:`YoungCollector` collects generations 0 and 1 (in ``vigil run`` and ``vigil scorer``)."""
+
+
 def tune_gc() -> None:
     """Freeze start-up objects out of the collector's way and raise its thresholds."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+class YoungCollector:
+    """Collects the young generations every ``interval_s`` on a daemon thread.
+
+    With :data:`GC_THRESHOLDS` a generation-0 collection comes only every 100,000 net container
+    allocations. Each store write leaves a few hundred objects in reference cycles (SQLAlchemy
+    statement objects), so at a modest rate (100 runs/s) garbage piled up for ~9 minutes
+    between collections and resident memory rose by its high-water mark (obmalloc keeps the
+    arenas). A young collection every few seconds walks only the container objects allocated
+    since the last one (never more than the 100,000 of the threshold) and keeps the heap flat
+    (BENCHMARKS.md, "overload at 10× and memory").
+
+    Args:
+        interval_s: seconds between collections.
+        collect: the collection function (``gc.collect``; injected in tests).
+    """
+
+    def __init__(self, interval_s: float = YOUNG_GC_INTERVAL_S, collect: Callable[[int], int] = gc.collect) -> None:
+        self._interval = interval_s
+        self._collect = collect
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start collecting (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="vigil-young-gc", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop collecting and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._collect(1)
 
 
 def build(
@@ -318,6 +361,15 @@ def _server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP_STO
     return _Server(config, stop_grace_s)
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (handlers on the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
@@ -374,13 +426,12 @@ async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo
         keep_reviewed=s.retention_keep_reviewed,
         on_deleted=deletion_counter(emb.registry),
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     if s.state_path:  # only now: loading deletes the file, and from here on a SIGTERM saves it again
         load_state(s.state_path, emb.worker.assembler)
     tune_gc()
+    young_gc = YoungCollector()
+    young_gc.start()
     if emb.judges is not None:
         emb.judges.start()
     emb.worker.start()
@@ -416,6 +467,7 @@ async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo
         srv.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
     emb.store.close()
+    young_gc.stop()
     # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
     # after a restart, the next process counts only runs new to the index.
     log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)

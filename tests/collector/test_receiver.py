@@ -47,6 +47,15 @@ def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0) -> ExportTrace
     return request
 
 
+def _two_traces(n_spans: int) -> ExportTraceServiceRequest:
+    """``n_spans`` spans in each of two traces."""
+    request = _request(n_spans)
+    more = request.resource_spans[0].scope_spans[0].spans
+    for i in range(n_spans):
+        more.add(trace_id=b"\x02" * 16, span_id=(100 + i).to_bytes(8, "big"), name="chat")
+    return request
+
+
 def _json(n_spans: int = 2, *, bad: int = 0) -> bytes:
     spans = [{"traceId": "01" * 16, "spanId": f"{i + 1:016x}", "name": "chat"} for i in range(n_spans)]
     spans += [{"traceId": "00" * 16, "spanId": "01" * 8}] * bad
@@ -276,18 +285,40 @@ class TestRejections:
         assert 1.0 == h.rejected("decode")
         h.assert_still_works()
 
-    def test_stream_full(self, harness_factory: Callable[..., Harness]) -> None:
-        """A full stream is 503 with Retry-After; nothing is taken and the spans are counted."""
-        h = harness_factory(max_batches=1)
+    def test_no_room_for_every_trace(self, harness_factory: Callable[..., Harness]) -> None:
+        """A stream with room for fewer traces than the request holds: 503 with Retry-After after
+        decoding; nothing of the request is taken and its spans are counted."""
+        h = harness_factory(max_batches=2)
         assert 200 == h.post(_request(1).SerializeToString(), PROTOBUF).status_code
-        response = h.post(_request(4).SerializeToString(), PROTOBUF)
+        response = h.post(_two_traces(3).SerializeToString(), PROTOBUF)
         assert (503, "3") == (response.status_code, response.headers["retry-after"])
         assert "retry later" in Status.FromString(response.content).message
         assert 1 == h.stream.qsize()
-        assert 4.0 == h.sample("vigil_spans_rejected_total", reason="backpressure")
-        assert 4.0 == h.sample("vigil_dropped_total", stage="stream", reason="full")
+        assert 6.0 == h.sample("vigil_spans_rejected_total", reason="backpressure")
+        assert 6.0 == h.sample("vigil_dropped_total", stage="stream", reason="full")
         assert (1.0, 1.0) == (h.requests("protobuf", 503), h.rejected("backpressure"))
         h.stream.get_many(10, 0)
+        h.assert_still_works()
+
+    @pytest.mark.parametrize("media", [PROTOBUF, JSON])
+    def test_full_stream_refuses_before_decoding(
+        self, harness_factory: Callable[..., Harness], media: dict[str, str]
+    ) -> None:
+        """A stream at capacity: 503 + Retry-After without reading the body (an undecodable body
+        is refused as 503, not 400); counted as a backpressure request, spans unknown."""
+        h = harness_factory(max_batches=1)
+        assert 200 == h.post(_request(1).SerializeToString(), PROTOBUF).status_code
+        response = h.post(b"\x0a\xff\xff garbage", media)
+        assert (503, "3") == (response.status_code, response.headers["retry-after"])
+        assert (1, 1.0, 0.0) == (
+            h.stream.qsize(),
+            h.rejected("backpressure"),
+            h.sample("vigil_spans_rejected_total", reason="backpressure"),
+        )
+        too_large = h.post(b"x" * (LIMIT + 1), media)
+        assert 413 == too_large.status_code  # final, so it wins over a 503 that would be retried
+        h.stream.get_many(10, 0)
+        assert 400 == h.post(b"\x0a\xff\xff garbage", media).status_code  # with room, it is decoded
         h.assert_still_works()
 
     def test_ingest_token(self, harness_factory: Callable[..., Harness]) -> None:

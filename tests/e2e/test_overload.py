@@ -1,9 +1,10 @@
-"""Overload of a real ``vigil run``: senders faster than the pipeline, no sender-side retry.
+"""Overload of a real ``vigil run`` and ``vigil collector``: senders faster than they take, no retry.
 
 The receivers must shed with 503 + Retry-After (never 500, never a hang), take each
 request whole or not at all, and every span of every accepted request must end up scored
-and stored — exactly the accepted runs, nothing more, nothing less — while resident memory
-stays under the configured ceiling.
+and stored (``vigil run``) or in Kafka (``vigil collector``) — exactly the accepted runs,
+nothing more, nothing less — while resident memory stays under the configured ceiling.
+The 10× measurement with wrk is ``vigil bench --overload`` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from collector.kafka_testing import TansuBroker, topic_keys
 from review_queue.process import VigilProcess, start_vigil
+from review_queue.role_process import spawn_role
 from review_queue.synth import body, make_run
 
 pytestmark = pytest.mark.integration
@@ -98,3 +101,69 @@ def test_sheds_with_503_and_scores_every_accepted_run(tmp_path: Path) -> None:
     assert accepted == stored, (len(accepted), len(stored), len(accepted - stored), len(stored - accepted))
     assert not refused & stored
     assert peak < CEILING_MB, f"peak RSS {peak:.0f} MiB over the {CEILING_MB} MiB ceiling"
+
+
+def _send_all(url: str, seed: int) -> tuple[dict[int, int], set[str], set[str], list[str]]:
+    """``SENDERS`` threads POST their bodies once each; returns statuses, accepted and refused
+    trace ids, and the Retry-After of every 503 that did not carry one of at least 1 s."""
+    accepted: set[str] = set()
+    refused: set[str] = set()
+    statuses: dict[int, int] = {}
+    bad_retry_after: list[str] = []
+    lock = threading.Lock()
+
+    def send(sender: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            for trace_ids, payload in _bodies(seed + sender):
+                r = client.post(url, content=payload, headers=PROTO)
+                with lock:
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                    (accepted if r.status_code == 200 else refused).update(trace_ids)
+                    retry_after = r.headers.get("Retry-After", "")
+                    if r.status_code == 503 and not (retry_after.isdigit() and int(retry_after) >= 1):
+                        bad_retry_after.append(retry_after)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(SENDERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses, accepted, refused, bad_retry_after
+
+
+def test_collector_sheds_and_every_accepted_trace_is_in_kafka(tmp_path: Path, tansu: TansuBroker) -> None:
+    """``vigil collector`` with the smallest producer budget: concurrent senders overflow it, the
+    overflow is 503 + Retry-After (refused before decoding while the budget is spent), and the
+    topic holds exactly one record per accepted trace and none of a refused request."""
+    topic = f"overload_{tmp_path.name[-12:]}"
+    tansu.create_topic(topic, 2)
+    (tmp_path / "empty.yaml").write_text("{}\n")
+    env = {
+        "VIGIL_KAFKA_BOOTSTRAP": tansu.bootstrap,
+        "VIGIL_KAFKA_TOPIC": topic,
+        "VIGIL_KAFKA_BUFFER_BYTES": "65536",  # about one 10-run body: concurrent bodies overflow it
+        "VIGIL_CONFIG": str(tmp_path / "empty.yaml"),
+        "VIGIL_MEMORY_LIMIT_MB": str(CEILING_MB),
+        "VIGIL_RETRY_AFTER_S": "1",
+    }
+    collector = spawn_role("collector", tmp_path, env)
+    try:
+        collector.wait_ready()
+        statuses, accepted, refused, bad_retry_after = _send_all(f"{collector.otlp_endpoint}/v1/traces", 100)
+        early = collector.metric("vigil_otlp_rejected_requests_total", {"reason": "backpressure"})
+        peak = _peak_rss_mb(collector.process.pid)
+        assert 0 == collector.stop(), collector.log_tail()  # SIGTERM flushes every accepted record
+    finally:
+        if collector.alive():
+            collector.kill()
+    keys = topic_keys(tansu.bootstrap, topic, timeout_s=60)
+    print(f"collector overload: statuses={statuses} accepted={len(accepted)} records={len(keys)} peak={peak:.0f}")
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.get(503, 0) > 0, statuses
+    assert statuses.get(200, 0) > 0, statuses
+    assert [] == bad_retry_after
+    assert statuses[503] == early  # every refusal counted as backpressure
+    assert len(keys) == len(set(keys)), "a trace was produced twice"
+    assert accepted == set(keys), (len(accepted), len(keys), len(accepted - set(keys)), len(set(keys) - accepted))
+    assert not refused & set(keys)
+    assert peak < CEILING_MB

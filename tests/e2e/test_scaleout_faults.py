@@ -218,7 +218,8 @@ class TestKafkaUnreachable:
             with channel, pytest.raises(grpc.RpcError) as info:
                 channel.unary_unary(EXPORT_METHOD)(payload, timeout=10)
             assert grpc.StatusCode.UNAVAILABLE == info.value.code()
-            assert collector.metric("vigil_dropped_total", {"stage": "kafka", "reason": "unavailable"}) > 0
+            # refused before the body is read (the producer is not connected): counted per request
+            assert 301 == collector.metric("vigil_otlp_rejected_requests_total", {"reason": "backpressure"})
         finally:
             _stop_all([collector])
 

@@ -1,0 +1,69 @@
+"""Tests for the periodic young-generation collection of the scoring processes (issue 8 memory)."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from review_queue.embedded import YoungCollector
+
+
+class _Node:
+    """An object in a reference cycle (only the cyclic collector frees it)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def gc_disabled() -> Iterator[None]:
+    """Automatic collection off (like GC_THRESHOLDS that are never reached), restored afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _garbage(n: int) -> list[weakref.ref[_Node]]:
+    return [weakref.ref(_Node()) for _ in range(n)]
+
+
+@pytest.mark.usefixtures("gc_disabled")
+def test_cyclic_garbage_is_freed_without_thresholds_being_reached() -> None:
+    """Cycles left behind are freed within a few intervals even though no automatic collection
+    runs (the memory creep of the soak: garbage piling up between rare collections)."""
+    refs = _garbage(1000)
+    time.sleep(0.2)
+    assert all(r() is not None for r in refs)  # nobody frees them on their own
+    young = YoungCollector(0.05)
+    young.start()
+    try:
+        deadline = time.monotonic() + 10
+        while any(r() is not None for r in refs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        young.stop()
+    assert all(r() is None for r in refs)
+
+
+def test_collects_young_generations_until_stopped() -> None:
+    """It collects generation 1 (0 and 1) periodically, and stops."""
+    calls: list[int] = []
+    young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0)
+    young.start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    young.stop()
+    stopped_at = len(calls)
+    time.sleep(0.05)
+    assert stopped_at >= 3
+    assert set(calls) == {1}
+    assert stopped_at == len(calls)
