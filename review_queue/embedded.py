@@ -52,7 +52,7 @@ from review_queue.services import ReviewServices, build_services
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
-from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, judge_rules, parse_judges
+from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun
 from scorers.pipeline import Pipeline
@@ -182,12 +182,7 @@ def build(
     chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
     redactor = redactor_from_settings(settings)
     specs = parse_judges(settings.judges, os.environ if environ is None else environ)
-    rules = compile_rules(
-        judge_rules(specs, settings.rules),
-        [name for name, _ in chain],
-        repeat_threshold=settings.repeat_threshold,
-        judge_names=[spec.name for spec in specs],
-    )
+    rules = pipeline_rules(settings, chain, specs)
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
@@ -206,20 +201,10 @@ def build(
         closed_cache_size=settings.closed_run_cache,
         observer=run_metrics,
     )
-    judges = agreement = None
-    if specs:
-        judges = JudgeService(
-            specs,
-            SqlJudgeSink(store.engine),
-            rules=rules,
-            sample_rate=settings.sample_rate,
-            metrics=JudgeMetrics(registry),
-            on_new_flag=run_metrics.observe_flag,
-            max_tracked_runs=settings.closed_run_cache,
-            prepare=redactor.run,
-        )
-        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
-        registry.register(agreement)
+    judges, agreement = judging(
+        settings, specs, store, registry, rules=rules, run_metrics=run_metrics, redactor=redactor
+    )
+    if judges is not None:
         on_written = _then(judges.submit, on_written)
     pipeline = Pipeline(
         chain,
@@ -236,6 +221,50 @@ def build(
     return Embedded(
         settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement
     )
+
+
+def pipeline_rules(
+    settings: Settings, chain: Sequence[tuple[str, object]], specs: Sequence[JudgeSpec]
+) -> tuple[Rule, ...]:
+    """The flag rules of a pipeline: the configured ones plus one per judge with ``flag_below``."""
+    return compile_rules(
+        judge_rules(specs, settings.rules),
+        [name for name, _ in chain],
+        repeat_threshold=settings.repeat_threshold,
+        judge_names=[spec.name for spec in specs],
+    )
+
+
+def judging(
+    settings: Settings,
+    specs: Sequence[JudgeSpec],
+    store: SqlStore,
+    registry: CollectorRegistry,
+    *,
+    rules: tuple[Rule, ...],
+    run_metrics: RunMetrics,
+    redactor: Redactor,
+) -> tuple[JudgeService | None, AgreementCollector | None]:
+    """The LLM judges of ``specs`` (not started) and their judge–human agreement gauges, or ``(None, None)``.
+
+    Written batches go to :meth:`JudgeService.submit`; the judges see redacted runs; verdicts,
+    late flags and costs go to the store (``vigil run`` and ``vigil scorer`` alike).
+    """
+    if not specs:
+        return None, None
+    judges = JudgeService(
+        specs,
+        SqlJudgeSink(store.engine),
+        rules=rules,
+        sample_rate=settings.sample_rate,
+        metrics=JudgeMetrics(registry),
+        on_new_flag=run_metrics.observe_flag,
+        max_tracked_runs=settings.closed_run_cache,
+        prepare=redactor.run,
+    )
+    agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+    registry.register(agreement)
+    return judges, agreement
 
 
 def _then(

@@ -13,9 +13,11 @@ owner of their partitions).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -43,6 +45,9 @@ from review_queue.embedded import (
     YoungCollector,
     _redact,
     _server,
+    _then,
+    judging,
+    pipeline_rules,
     review_services,
     store_sink,
     tune_gc,
@@ -54,6 +59,7 @@ from review_queue.retention import Retention, deletion_counter
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
+from scorers.judge import JudgeService, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
@@ -196,22 +202,50 @@ def upgrade_with_retry(url: str, stop: Callable[[], bool] = lambda: False, max_w
             backoff = min(backoff * 2, max_wait_s)
 
 
+@dataclass(frozen=True)
+class ScorerRole:
+    """``vigil scorer`` wired: the consumer, its store and its LLM judges (``None`` without any)."""
+
+    scorer: KafkaScorer
+    store: SqlStore
+    judges: JudgeService | None
+
+
 def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tuple[KafkaScorer, SqlStore]:
-    """Wire ``vigil scorer`` (not started): the same pipeline and store as ``vigil run``.
+    """Wire ``vigil scorer`` (not started) and return the consumer and its store (see :func:`build_scorer_role`)."""
+    role = build_scorer_role(s, registry, **kwargs)
+    return role.scorer, role.store
+
+
+def build_scorer_role(
+    s: Settings, registry: CollectorRegistry, environ: Mapping[str, str] | None = None, **kwargs: Any
+) -> ScorerRole:
+    """Wire ``vigil scorer`` (not started): the same pipeline, store and LLM judges as ``vigil run``.
 
     Args:
         s: the settings.
         registry: metrics registry.
-        **kwargs: passed to :class:`KafkaScorer` (``on_written``, ``consumer_factory``, ``tick_s``).
+        environ: where the judges' ``api_key_env`` variables are read (default ``os.environ``).
+        **kwargs: passed to :class:`KafkaScorer` (``on_written``, ``consumer_factory``, ``tick_s``, ``rekey``).
     """
     chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
-    rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
+    specs = parse_judges(s.judges, os.environ if environ is None else environ)
+    rules = pipeline_rules(s, chain, specs)
     redactor = redactor_from_settings(s)
     run_metrics = RunMetrics(
         registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices
     )
-    pipeline = Pipeline(chain, rules, s.sample_rate, on_error=run_metrics.error)
     store = SqlStore(s.database_url)
+    judges, _ = judging(s, specs, store, registry, rules=rules, run_metrics=run_metrics, redactor=redactor)
+    if judges is not None:  # written runs go to the judges, as in vigil run
+        kwargs["on_written"] = _then(judges.submit, kwargs.get("on_written"))
+    pipeline = Pipeline(
+        chain,
+        rules,
+        s.sample_rate,
+        on_error=run_metrics.error,
+        judge_scores=None if judges is None else judges.judge_scores,
+    )
     sink = store_sink(s, store, registry, redactor)  # as in vigil run: nothing unredacted is stored
 
     def assembler() -> Assembler:
@@ -250,14 +284,17 @@ def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tup
         consumer_metrics=ConsumerMetrics(registry),
         **kwargs,
     )
-    return scorer, store
+    return ScorerRole(scorer, store, judges)
 
 
 async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
     """Run ``vigil scorer`` until SIGTERM/SIGINT. Returns True when the final commit went through."""
     registry = CollectorRegistry()
     await asyncio.to_thread(upgrade_with_retry, s.database_url)
-    scorer, store = build_scorer(s, registry)
+    role = build_scorer_role(s, registry)
+    scorer, store = role.scorer, role.store
+    if role.judges is not None:
+        role.judges.start()
     probes = _server(
         probe_app(registry, lambda: {"consumer": scorer.healthy}),
         s.http_host,
@@ -280,6 +317,8 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     await _until_signal(tasks)
     log.info("scorer_stopping")
     ok = await asyncio.to_thread(scorer.shutdown, drain_timeout_s)
+    if role.judges is not None:  # after the consumer: its last written batches were submitted
+        await asyncio.to_thread(role.judges.shutdown, JUDGE_DRAIN_S)
     await _stop_servers([probes], tasks)
     store.close()
     young_gc.stop()
@@ -358,7 +397,7 @@ def stop_budget_s(role: str, shutdown_delay_s: float = 0.0) -> float:
     receivers = max(http, GRPC_STOP_GRACE_S)  # the gRPC receiver stops while the HTTP one does
     return {
         "collector": shutdown_delay_s + receivers + DRAIN_TIMEOUT_S + probes,
-        "scorer": DRAIN_TIMEOUT_S + probes,
+        "scorer": DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + probes,
         "review": max(http, probes) + 2 * UPKEEP_STOP_S,
         "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 2 * UPKEEP_STOP_S + max(http, probes),
     }[role]

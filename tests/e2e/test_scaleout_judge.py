@@ -1,0 +1,88 @@
+"""LLM judges in ``vigil scorer``: runs from Kafka are judged on the fake OpenAI-compatible server,
+verdicts and the flags they cause land in PostgreSQL, judge metrics on the scorer's /metrics."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from kafka import KafkaProducer
+
+from collector.fakeopenai import FakeOpenAI, TextTurn, Usage
+from collector.kafka import record_key
+from collector.kafka_testing import TansuBroker
+from review_queue.synth import body, make_run
+
+from .scaleout import make_cluster, wait_assigned, wait_for
+
+pytestmark = pytest.mark.integration
+
+LOW = TextTurn(json.dumps({"reasoning": "Not in any tool result.", "score": 0.1}), Usage(400, 30))
+HIGH = TextTurn(json.dumps({"reasoning": "Every claim is supported.", "score": 0.95}), Usage(400, 30))
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    """The judge's model."""
+    with FakeOpenAI({"low": [LOW], "high": [HIGH]}) as server:
+        yield server
+
+
+def _judged(db_url: str) -> dict[str, tuple[float, bool | None]]:
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT trace_id, score, passed FROM judge_results WHERE judge = 'ground'")).all()
+    engine.dispose()
+    return {trace_id: (score, passed) for trace_id, score, passed in rows}
+
+
+def _flag_reasons(db_url: str) -> dict[str, list[str]]:
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT trace_id, reasons FROM review_items")).all()
+    engine.dispose()
+    return {trace_id: list(reasons) for trace_id, reasons in rows}
+
+
+def test_scorer_judges_runs_from_kafka(tansu: TansuBroker, pg_url: str, workdir: Path, fake: FakeOpenAI) -> None:
+    """A low groundedness score flags its run (item with reason judge_ground); a high one does not."""
+    judge = {
+        "rubric": "groundedness",
+        "model": "judge-model",
+        "base_url": fake.base_url,
+        "api_key_env": "JUDGE_API_KEY",
+        "select": "true",
+        "flag_below": 0.5,
+    }
+    defaults = ("hit_max_iterations", "safety_blocked", "low_step_efficiency", "errored", "tool_loop", "random_sample")
+    rules = {name: {"enabled": False} for name in defaults}  # only the judge flags: the test is exact
+    (workdir / "judges.yaml").write_text(json.dumps({"judges": {"ground": judge}, "rules": rules}))
+    cluster = make_cluster(tansu, pg_url, workdir)
+    scorer = cluster.spawn(
+        "scorer", VIGIL_CONFIG=str(workdir / "judges.yaml"), VIGIL_SAMPLE_RATE="0", JUDGE_API_KEY="sk-test"
+    )
+    try:
+        scorer.wait_ready()
+        wait_assigned([scorer], cluster.partitions)
+        runs = {
+            scenario: make_run(random.Random(seed), answer=f"[[scenario:{scenario}]] Your refund of $40 was issued.")
+            for seed, scenario in ((1, "low"), (2, "high"))
+        }
+        producer = KafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
+        for run in runs.values():
+            producer.send(cluster.topic, key=record_key(run.trace_id), value=body(list(run.spans)))
+        producer.flush()
+        producer.close()
+        wait_for(lambda: len(_judged(pg_url)) == 2, 60, "two verdicts in judge_results", scorer.log_tail)
+        low, high = runs["low"].trace_id, runs["high"].trace_id
+        assert {low: (0.1, False), high: (0.95, True)} == _judged(pg_url)
+        wait_for(lambda: low in _flag_reasons(pg_url), 30, "the judge's flag", scorer.log_tail)
+        assert {low: ["judge_ground"]} == _flag_reasons(pg_url)
+        assert 2.0 == scorer.metric("vigil_judge_requests_total", {"judge": "ground", "outcome": "ok"})
+        assert 1.0 == scorer.metric("vigil_flags_total", {"reason": "judge_ground", "priority": "normal"})
+    finally:
+        scorer.stop()
