@@ -53,6 +53,7 @@ from review_queue.embedded import (
     tune_gc,
 )
 from review_queue.errors import StoreUnavailableError
+from review_queue.feedback import FeedbackStore
 from review_queue.maintenance import Maintenance
 from review_queue.privacy import redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
@@ -275,6 +276,9 @@ def build_scorer_role(
         )
     )
     kwargs.setdefault("rekey", rekey)
+    # Feedback that arrived (through vigil review) before a run was scored joins its decision.
+    feedback = FeedbackStore(store.engine, rules, s.sample_rate, retry_after_s=store.retry_after_s)
+    kwargs.setdefault("feedback", feedback.summaries)
     scorer = KafkaScorer(
         config,
         assembler,

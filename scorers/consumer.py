@@ -73,12 +73,12 @@ from collector.errors import BackpressureError, DecodeError
 from collector.kafka import ProducerConfig, record_key
 from collector.model import TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
-from scorers.assemble import Assembler
+from scorers.assemble import Assembler, ClosedTrace
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun
 from scorers.offsets import PartitionRuns
 from scorers.pipeline import Pipeline
-from scorers.worker import account
+from scorers.worker import FeedbackLookup, account
 
 __all__ = ["ConsumerConfig", "ConsumerMetrics", "KafkaScorer", "Rekeyer"]
 
@@ -196,6 +196,8 @@ class KafkaScorer:
         tick_s: longest wait in ``poll``.
         rekey: publishes trace batches as keyed one-trace records and returns once Kafka
             acknowledged them (raises otherwise); ``None`` assembles mixed records in place.
+        feedback: looks up user feedback that arrived before the runs were scored (the
+            rules' ``feedback`` variable), once per tick, as the embedded stream worker does.
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class KafkaScorer:
         on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
         tick_s: float = 0.1,
         rekey: Callable[[Sequence[TraceBatch]], None] | None = None,
+        feedback: FeedbackLookup | None = None,
     ) -> None:
         self._config = config
         self._new_assembler = assembler_factory
@@ -224,6 +227,8 @@ class KafkaScorer:
         self._on_written = on_written
         self._tick_ms = int(tick_s * 1000)
         self._rekey = rekey
+        self._feedback = feedback
+        self._closed: list[tuple[Any, PartitionRuns, ClosedTrace]] = []
         self._consumer: Any = None
         self._parts: dict[Any, PartitionRuns] = {}
         self._limbo: dict[Any, PartitionRuns] = {}
@@ -300,6 +305,7 @@ class KafkaScorer:
 
     def _finish(self) -> bool:
         ok = True
+        self._score_closed()
         if self._backlog:
             try:
                 self._write_backlog()
@@ -350,14 +356,15 @@ class KafkaScorer:
                 part.skip(record.offset)
                 continue
             forced = part.add(record.offset, result.batches)
-            self._backlog.extend((tp, part, self._pipeline.process(c)) for c in forced)
+            self._closed.extend((tp, part, c) for c in forced)
 
     def _write_due(self) -> int:
         if self._retry_at and time.monotonic() < self._retry_at:
             self._pause_all()  # partitions assigned meanwhile must wait too
             return 0
         for tp, part in self._parts.items():
-            self._backlog.extend((tp, part, self._pipeline.process(c)) for c in part.close_due())
+            self._closed.extend((tp, part, c) for c in part.close_due())
+        self._score_closed()
         if not self._backlog:
             return 0
         try:
@@ -365,6 +372,19 @@ class KafkaScorer:
         except BackpressureError as exc:
             self._store_down(exc)
             return 0
+
+    def _score_closed(self) -> None:
+        """Score the closed runs (with the feedback that arrived before them) into the backlog."""
+        if not self._closed:
+            return
+        closed, self._closed = self._closed, []
+        found: Mapping[str, Mapping[str, object]] = {}
+        if self._feedback is not None:
+            try:
+                found = self._feedback([c.trace_id for _, _, c in closed])
+            except BackpressureError as exc:  # scored without it; the store joins late feedback itself
+                log.warning("feedback_lookup_failed", runs=len(closed), error=str(exc))
+        self._backlog.extend((tp, part, self._pipeline.process(c, found.get(c.trace_id))) for tp, part, c in closed)
 
     def _write_backlog(self) -> int:
         batch = self._backlog
@@ -462,6 +482,7 @@ class KafkaScorer:
             log.info("partition_revoked", partition=tp.partition, dropped_runs=part.pending_runs)
         self._limbo.clear()
         self._backlog = [entry for entry in self._backlog if self._parts.get(entry[0]) is entry[1]]
+        self._closed = [entry for entry in self._closed if self._parts.get(entry[0]) is entry[1]]
         log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions), kept=sorted(kept))
 
     def _snapshot(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -40,6 +40,7 @@ class Harness:
         consumer: FakeConsumer,
         sink: InMemoryRunSink | None = None,
         rekey: Callable[[Sequence[TraceBatch]], None] | None = None,
+        feedback: Callable[[Sequence[str]], Mapping[str, Mapping[str, object]]] | None = None,
     ) -> None:
         self.consumer = consumer
         self.sink = sink or InMemoryRunSink()
@@ -56,6 +57,7 @@ class Harness:
             consumer_metrics=ConsumerMetrics(self.registry),
             consumer_factory=lambda **_: consumer,
             rekey=rekey,
+            feedback=feedback,
         )
         self.scorer._consumer = consumer
         consumer.subscribe([consumer.topic], listener=_listener(self.scorer))
@@ -254,3 +256,32 @@ class TestMixedRecords:
         assert 2 == h.tick(advance=2.0)
         assert {r.trace_id for r in runs} == set(h.sink.runs)
         assert 1 == h.value("vigil_consumer_rekeyed_records_total")
+
+
+class TestFeedback:
+    """User feedback that arrived before a run was scored joins its flag decision."""
+
+    def test_thumbs_down_before_scoring_flags_the_run(self) -> None:
+        """The lookup is asked once per tick for the runs about to be scored; a thumbs-down flags."""
+        consumer = FakeConsumer(partitions=2)
+        runs = _runs(4, seed=8)
+        asked: list[list[str]] = []
+        down = {"count": 1, "thumbs_down": True, "thumbs_up": False}
+
+        def lookup(trace_ids: Sequence[str]) -> Mapping[str, Mapping[str, object]]:
+            asked.append(list(trace_ids))
+            return {runs[0].trace_id: down}
+
+        h = Harness(consumer, feedback=lookup)
+        for i, run in enumerate(runs):
+            consumer.append(i % 2, body(list(run.spans)))
+        h.tick()
+        assert 4 == h.tick(advance=2.0)
+        assert [sorted(r.trace_id for r in runs)] == [sorted(ids) for ids in asked]
+        flag = h.sink.runs[runs[0].trace_id].flag
+        assert flag is not None
+        assert "user_thumbs_down" in flag.reasons
+        assert all(
+            h.sink.runs[r.trace_id].flag is None or "user_thumbs_down" not in h.sink.runs[r.trace_id].flag.reasons
+            for r in runs[1:]
+        )
