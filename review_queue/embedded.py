@@ -54,7 +54,7 @@ from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
-from scorers.model import RunSink, ScoredRun
+from scorers.model import RunSink, ScoredRun, Scorer
 from scorers.pipeline import Pipeline
 from scorers.redact import Redactor
 from scorers.registry import build_chain
@@ -179,42 +179,19 @@ def build(
         environ: where the judges' ``api_key_env`` variables are read (default ``os.environ``).
     """
     registry = registry or CollectorRegistry()
-    chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-    redactor = redactor_from_settings(settings)
-    specs = parse_judges(settings.judges, os.environ if environ is None else environ)
-    rules = pipeline_rules(settings, chain, specs)
+    scoring = Scoring.from_settings(settings, environ)
     collector_metrics = CollectorMetrics(registry)
     stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
     upgrade_database(settings.database_url)
     store = SqlStore(settings.database_url)
-    run_metrics = RunMetrics(
-        registry,
-        max_agents=settings.max_agent_labels,
-        max_tools=settings.max_tool_labels,
-        prices=settings.model_prices,
-    )
-    assembler = Assembler(
-        quiet_period_s=settings.quiet_period_s,
-        max_idle_s=settings.max_idle_s,
-        max_inflight=settings.max_inflight_runs,
-        max_spans_per_run=settings.max_spans_per_run,
-        closed_cache_size=settings.closed_run_cache,
-        observer=run_metrics,
-    )
-    judges, agreement = judging(
-        settings, specs, store, registry, rules=rules, run_metrics=run_metrics, redactor=redactor
-    )
+    run_metrics = scoring.run_metrics(registry)
+    assembler = scoring.assembler(run_metrics)
+    judges, agreement = scoring.judging(store, registry, run_metrics)
     if judges is not None:
         on_written = _then(judges.submit, on_written)
-    pipeline = Pipeline(
-        chain,
-        rules,
-        settings.sample_rate,
-        on_error=run_metrics.error,
-        judge_scores=None if judges is None else judges.judge_scores,
-    )
-    sink = store_sink(settings, store, registry, redactor)
-    services = review_services(settings, store, registry, rules, redact=redactor.text)
+    pipeline = scoring.pipeline(run_metrics, judges)
+    sink = store_sink(settings, store, registry, scoring.redactor)
+    services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
     worker = StreamWorker(
         stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
     )
@@ -223,48 +200,90 @@ def build(
     )
 
 
-def pipeline_rules(
-    settings: Settings, chain: Sequence[tuple[str, object]], specs: Sequence[JudgeSpec]
-) -> tuple[Rule, ...]:
-    """The flag rules of a pipeline: the configured ones plus one per judge with ``flag_below``."""
-    return compile_rules(
-        judge_rules(specs, settings.rules),
-        [name for name, _ in chain],
-        repeat_threshold=settings.repeat_threshold,
-        judge_names=[spec.name for spec in specs],
-    )
+@dataclass(frozen=True)
+class Scoring:
+    """How closed traces become scored runs, built the same way by ``vigil run`` and ``vigil scorer``.
 
+    :meth:`from_settings` validates the configuration (scorers, rules, judges, redaction) without
+    any I/O; the other methods build the parts that need a registry or a store.
 
-def judging(
-    settings: Settings,
-    specs: Sequence[JudgeSpec],
-    store: SqlStore,
-    registry: CollectorRegistry,
-    *,
-    rules: tuple[Rule, ...],
-    run_metrics: RunMetrics,
-    redactor: Redactor,
-) -> tuple[JudgeService | None, AgreementCollector | None]:
-    """The LLM judges of ``specs`` (not started) and their judge–human agreement gauges, or ``(None, None)``.
-
-    Written batches go to :meth:`JudgeService.submit`; the judges see redacted runs; verdicts,
-    late flags and costs go to the store (``vigil run`` and ``vigil scorer`` alike).
+    Attributes:
+        settings: the process settings.
+        chain: the scorers, by name.
+        specs: the LLM judges configured.
+        rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
+        redactor: what is applied before anything is stored or judged.
     """
-    if not specs:
-        return None, None
-    judges = JudgeService(
-        specs,
-        SqlJudgeSink(store.engine),
-        rules=rules,
-        sample_rate=settings.sample_rate,
-        metrics=JudgeMetrics(registry),
-        on_new_flag=run_metrics.observe_flag,
-        max_tracked_runs=settings.closed_run_cache,
-        prepare=redactor.run,
-    )
-    agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
-    registry.register(agreement)
-    return judges, agreement
+
+    settings: Settings
+    chain: tuple[tuple[str, Scorer], ...]
+    specs: tuple[JudgeSpec, ...]
+    rules: tuple[Rule, ...]
+    redactor: Redactor
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
+        """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
+        chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
+        specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
+        rules = compile_rules(
+            judge_rules(specs, settings.rules),
+            [name for name, _ in chain],
+            repeat_threshold=settings.repeat_threshold,
+            judge_names=[spec.name for spec in specs],
+        )
+        return cls(settings, chain, specs, rules, redactor_from_settings(settings))
+
+    def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
+        """The run metrics, with the configured label caps and model prices."""
+        s = self.settings
+        return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
+
+    def assembler(self, run_metrics: RunMetrics) -> Assembler:
+        """A fresh run assembler (one per process, or one per Kafka partition)."""
+        s = self.settings
+        return Assembler(
+            quiet_period_s=s.quiet_period_s,
+            max_idle_s=s.max_idle_s,
+            max_inflight=s.max_inflight_runs,
+            max_spans_per_run=s.max_spans_per_run,
+            closed_cache_size=s.closed_run_cache,
+            observer=run_metrics,
+        )
+
+    def judging(
+        self, store: SqlStore, registry: CollectorRegistry, run_metrics: RunMetrics
+    ) -> tuple[JudgeService | None, AgreementCollector | None]:
+        """The LLM judges (not started) and their judge–human agreement gauges, or ``(None, None)``.
+
+        Written batches go to :meth:`JudgeService.submit`; the judges see redacted runs; verdicts,
+        late flags and costs go to the store.
+        """
+        if not self.specs:
+            return None, None
+        judges = JudgeService(
+            self.specs,
+            SqlJudgeSink(store.engine),
+            rules=self.rules,
+            sample_rate=self.settings.sample_rate,
+            metrics=JudgeMetrics(registry),
+            on_new_flag=run_metrics.observe_flag,
+            max_tracked_runs=self.settings.closed_run_cache,
+            prepare=self.redactor.run,
+        )
+        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+        registry.register(agreement)
+        return judges, agreement
+
+    def pipeline(self, run_metrics: RunMetrics, judges: JudgeService | None) -> Pipeline:
+        """Normalise → score → decide, with the judges' known scores in the decision."""
+        return Pipeline(
+            self.chain,
+            self.rules,
+            self.settings.sample_rate,
+            on_error=run_metrics.error,
+            judge_scores=None if judges is None else judges.judge_scores,
+        )
 
 
 def _then(

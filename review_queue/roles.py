@@ -13,11 +13,11 @@ owner of their partitions).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -42,12 +42,11 @@ from review_queue.embedded import (
     JUDGE_DRAIN_S,
     PROBE_STOP_GRACE_S,
     UPKEEP_STOP_S,
+    Scoring,
     YoungCollector,
     _redact,
     _server,
     _then,
-    judging,
-    pipeline_rules,
     review_services,
     store_sink,
     tune_gc,
@@ -58,11 +57,8 @@ from review_queue.maintenance import Maintenance
 from review_queue.privacy import redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
 from review_queue.store import SqlStore, upgrade_database
-from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
-from scorers.judge import JudgeService, parse_judges
-from scorers.metrics import RunMetrics
-from scorers.pipeline import Pipeline
+from scorers.judge import JudgeService
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 
@@ -229,35 +225,15 @@ def build_scorer_role(
         environ: where the judges' ``api_key_env`` variables are read (default ``os.environ``).
         **kwargs: passed to :class:`KafkaScorer` (``on_written``, ``consumer_factory``, ``tick_s``, ``rekey``).
     """
-    chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
-    specs = parse_judges(s.judges, os.environ if environ is None else environ)
-    rules = pipeline_rules(s, chain, specs)
-    redactor = redactor_from_settings(s)
-    run_metrics = RunMetrics(
-        registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices
-    )
+    scoring = Scoring.from_settings(s, environ)
+    run_metrics = scoring.run_metrics(registry)
     store = SqlStore(s.database_url)
-    judges, _ = judging(s, specs, store, registry, rules=rules, run_metrics=run_metrics, redactor=redactor)
+    judges, _ = scoring.judging(store, registry, run_metrics)
     if judges is not None:  # written runs go to the judges, as in vigil run
         kwargs["on_written"] = _then(judges.submit, kwargs.get("on_written"))
-    pipeline = Pipeline(
-        chain,
-        rules,
-        s.sample_rate,
-        on_error=run_metrics.error,
-        judge_scores=None if judges is None else judges.judge_scores,
-    )
-    sink = store_sink(s, store, registry, redactor)  # as in vigil run: nothing unredacted is stored
-
-    def assembler() -> Assembler:
-        return Assembler(
-            quiet_period_s=s.quiet_period_s,
-            max_idle_s=s.max_idle_s,
-            max_inflight=s.max_inflight_runs,
-            max_spans_per_run=s.max_spans_per_run,
-            closed_cache_size=s.closed_run_cache,
-            observer=run_metrics,
-        )
+    pipeline = scoring.pipeline(run_metrics, judges)
+    sink = store_sink(s, store, registry, scoring.redactor)  # as in vigil run: nothing unredacted is stored
+    assembler = partial(scoring.assembler, run_metrics)  # one per assigned partition
 
     config = ConsumerConfig(
         bootstrap=s.kafka_bootstrap,
@@ -277,7 +253,7 @@ def build_scorer_role(
     )
     kwargs.setdefault("rekey", rekey)
     # Feedback that arrived (through vigil review) before a run was scored joins its decision.
-    feedback = FeedbackStore(store.engine, rules, s.sample_rate, retry_after_s=store.retry_after_s)
+    feedback = FeedbackStore(store.engine, scoring.rules, s.sample_rate, retry_after_s=store.retry_after_s)
     kwargs.setdefault("feedback", feedback.summaries)
     scorer = KafkaScorer(
         config,
