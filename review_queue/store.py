@@ -124,8 +124,11 @@ class SqlStore:
         dialect = self._engine.dialect.name
         self._upsert_runs, self._upsert_items = _upserts(dialect)
         self._raw: dict[tuple[str, tuple[str, ...]], _RawUpsert | None] = {}
-        self._versions = _versions_query(dialect)
-        self._span_counts = _span_counts_query(dialect)
+        # Read inside the write transaction: (run version, item version or NULL), and stored span counts.
+        self._versions = _by_ids_query(
+            dialect, runs.c.trace_id, runs.c.version, review_items.c.version, with_items=True
+        )
+        self._span_counts = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count)
         self._reason_filter = queries.reason_filter_for(dialect)
 
     @property
@@ -259,14 +262,15 @@ class SqlStore:
         self._execute_many(conn, self._upsert_runs, runs, run_rows)
         flagged = [scored for _, scored in batch if scored.flag is not None]
         if flagged:  # a tail re-score (fewer spans than stored) must not create or change an item
-            stored = _span_counts(conn, self._span_counts, [s.run.trace_id for s in flagged])
+            ids = [s.run.trace_id for s in flagged]
+            stored: dict[str, int] = dict(_rows_by_ids(conn, self._span_counts, ids))
             flagged = [s for s in flagged if stored.get(s.run.trace_id, 0) <= s.run.span_count]
         item_rows = [item_row(scored, scored.flag, now) for scored in flagged if scored.flag is not None]
         written_items = {row["trace_id"] for row in item_rows}
         if item_rows:
             item_rows.sort(key=_by_trace_id)
             self._execute_many(conn, self._upsert_items, review_items, item_rows)
-        versions = _versions(conn, self._versions, trace_ids)
+        versions = {tid: (run_v, item_v) for tid, run_v, item_v in _rows_by_ids(conn, self._versions, trace_ids)}
         outcomes = []
         for position, scored in batch:
             run_version, item_version = versions[scored.run.trace_id]
@@ -333,53 +337,26 @@ def _by_trace_id(row: dict[str, Any]) -> str:
     return str(row["trace_id"])
 
 
-def _versions_query(dialect: str) -> sa.Select[str, int, int | None]:
-    """Build "run version and item version (or NULL) of each of :ids" for a dialect."""
+def _by_ids_query(dialect: str, *columns: sa.ColumnElement[Any], with_items: bool = False) -> sa.Select[Any]:
+    """Build "``columns`` of each run in :ids" (review items outer-joined when ``with_items``)."""
     item_join = review_items.c.trace_id == runs.c.trace_id
-    columns = (runs.c.trace_id, runs.c.version, review_items.c.version)
     if dialect != "postgresql":
-        return (
-            sa.select(*columns)
-            .select_from(runs.outerjoin(review_items, item_join))
-            .where(runs.c.trace_id.in_(sa.bindparam("ids", expanding=True)))
-        )
+        source: sa.FromClause = runs.outerjoin(review_items, item_join) if with_items else runs
+        return sa.select(*columns).select_from(source).where(runs.c.trace_id.in_(sa.bindparam("ids", expanding=True)))
     # Join an unnest()ed array rather than IN (...): psycopg prepares repeated statements, and
     # PostgreSQL's generic plan for a long IN list of parameters is a quadratic sequential scan.
     id_array = sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))
     ids = sa.func.unnest(id_array).table_valued("trace_id").render_derived(name="ids")
-    return sa.select(*columns).select_from(
-        ids.join(runs, runs.c.trace_id == ids.c.trace_id).outerjoin(review_items, item_join)
-    )
+    source = ids.join(runs, runs.c.trace_id == ids.c.trace_id)
+    if with_items:
+        source = source.outerjoin(review_items, item_join)
+    return sa.select(*columns).select_from(source)
 
 
-def _versions(
-    conn: sa.Connection, query: sa.Select[str, int, int | None], trace_ids: list[str]
-) -> dict[str, tuple[int, int | None]]:
-    """Map trace ids to (run version, item version or None), read inside the write transaction."""
-    found: dict[str, tuple[int, int | None]] = {}
+def _rows_by_ids(conn: sa.Connection, query: sa.Select[Any], trace_ids: list[str]) -> Iterator[Any]:
+    """The rows of a :func:`_by_ids_query` for ``trace_ids``, in chunks of :data:`_IN_CHUNK` ids."""
     for start in range(0, len(trace_ids), _IN_CHUNK):
-        for trace_id, run_version, item_version in conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]}):
-            found[trace_id] = (run_version, item_version)
-    return found
-
-
-def _span_counts(conn: sa.Connection, query: sa.Select[str, int], trace_ids: list[str]) -> dict[str, int]:
-    """Stored span count of each of ``trace_ids`` (read inside the write transaction)."""
-    found: dict[str, int] = {}
-    for start in range(0, len(trace_ids), _IN_CHUNK):
-        for trace_id, count in conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]}):
-            found[trace_id] = count
-    return found
-
-
-def _span_counts_query(dialect: str) -> sa.Select[str, int]:
-    """Build "stored span count of each of :ids" for a dialect (see :func:`_versions_query`)."""
-    columns = (runs.c.trace_id, runs.c.span_count)
-    if dialect != "postgresql":
-        return sa.select(*columns).where(runs.c.trace_id.in_(sa.bindparam("ids", expanding=True)))
-    id_array = sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))
-    ids = sa.func.unnest(id_array).table_valued("trace_id").render_derived(name="ids")
-    return sa.select(*columns).select_from(ids.join(runs, runs.c.trace_id == ids.c.trace_id))
+        yield from conn.execute(query, {"ids": trace_ids[start : start + _IN_CHUNK]})
 
 
 def _rounds(batch: Sequence[ScoredRun]) -> list[list[tuple[int, ScoredRun]]]:
