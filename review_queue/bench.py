@@ -42,6 +42,7 @@ from collector.otlp import decode_protobuf
 from collector.settings import Settings
 from review_queue.embedded import build, tune_gc
 from review_queue.process import free_port
+from review_queue.role_process import cpu_seconds
 from review_queue.synth import bodies
 from scorers.model import ScoredRun
 
@@ -264,11 +265,6 @@ def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bench_ingest(n_runs: int, clients: int = 4) -> tuple[float, float]:
     """One ingest measurement. Returns ``(spans per server CPU second, spans per wall second)``."""
     payload = list(bodies(n_runs))
@@ -290,13 +286,13 @@ def bench_ingest(n_runs: int, clients: int = 4) -> tuple[float, float]:
                     with lock:
                         sent[0] += n
 
-    cpu0, wall0 = _cpu_seconds(proc.pid), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
     threads = [threading.Thread(target=client, args=(payload[i::clients],)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    cpu, wall = _cpu_seconds(proc.pid) - cpu0, time.perf_counter() - wall0
+    cpu, wall = cpu_seconds(proc.pid) - cpu0, time.perf_counter() - wall0
     proc.terminate()
     proc.join(10)
     return sent[0] / cpu, sent[0] / wall

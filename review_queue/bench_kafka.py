@@ -41,7 +41,7 @@ from collector.kafka import record_key
 from collector.otlp import decode_protobuf, encode_batch
 from collector.settings import Settings
 from review_queue.embedded import tune_gc
-from review_queue.role_process import RoleProcess, spawn_role
+from review_queue.role_process import RoleProcess, cpu_seconds, spawn_role, stat_cpu_seconds
 from review_queue.synth import bodies, body, make_run
 
 console = Console(stderr=True)
@@ -117,11 +117,6 @@ def _prefill(bootstrap: str, topic: str, n_runs: int, seed: int) -> int:
     return spans
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _postgres_cpu_seconds() -> float:
     """CPU seconds of every local ``postgres`` process (server and backends) so far."""
     total = 0.0
@@ -131,8 +126,7 @@ def _postgres_cpu_seconds() -> float:
         except OSError:
             continue  # exited meanwhile
         if text[text.find("(") + 1 : text.rfind(")")].startswith("postgres"):
-            fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += stat_cpu_seconds(text)
     return total
 
 
@@ -192,7 +186,7 @@ def bench_collector(bootstrap: str, n_runs: int, workdir: Path, clients: int = 4
                             break
                         time.sleep(float(response.headers.get("Retry-After", "1")))
 
-        cpu0, wall0 = _cpu_seconds(collector.process.pid), time.perf_counter()
+        cpu0, wall0 = cpu_seconds(collector.process.pid), time.perf_counter()
         threads = [threading.Thread(target=client, args=(payload[i::clients],)) for i in range(clients)]
         for t in threads:
             t.start()
@@ -200,7 +194,7 @@ def bench_collector(bootstrap: str, n_runs: int, workdir: Path, clients: int = 4
             t.join()
         while collector.metric("vigil_kafka_buffer_bytes") > 0:  # every record acknowledged
             time.sleep(0.05)
-        cpu, wall = _cpu_seconds(collector.process.pid) - cpu0, time.perf_counter() - wall0
+        cpu, wall = cpu_seconds(collector.process.pid) - cpu0, time.perf_counter() - wall0
     finally:
         collector.stop()
     return accepted[0] / cpu, accepted[0] / wall
@@ -295,15 +289,15 @@ def bench_scaling(
         scorers = [spawn_role("scorer", workdir, env, name=f"bench-scorer-{processes}-{i}") for i in range(processes)]
         try:
             _wait_assigned(scorers, partitions=4)
-            cpu0 = [_cpu_seconds(s.process.pid) for s in scorers]
-            pg0, broker0 = _postgres_cpu_seconds(), (_cpu_seconds(broker_pid) if broker_pid else 0.0)
+            cpu0 = [cpu_seconds(s.process.pid) for s in scorers]
+            pg0, broker0 = _postgres_cpu_seconds(), (cpu_seconds(broker_pid) if broker_pid else 0.0)
             wall0 = time.perf_counter()
             _send(bootstrap, topic, records)
             _wait_count(db_url, "runs", n_runs, 600)
             wall = time.perf_counter() - wall0
-            scorer_cpu = sum(_cpu_seconds(s.process.pid) for s in scorers) - sum(cpu0)
+            scorer_cpu = sum(cpu_seconds(s.process.pid) for s in scorers) - sum(cpu0)
             pg = _postgres_cpu_seconds() - pg0
-            broker = (_cpu_seconds(broker_pid) if broker_pid else 0.0) - broker0
+            broker = (cpu_seconds(broker_pid) if broker_pid else 0.0) - broker0
         finally:
             for s in scorers:
                 s.stop()

@@ -43,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from review_queue.role_process import cpu_seconds
 from review_queue.synth import body, make_run
 
 __all__ = [
@@ -249,13 +250,6 @@ def _status_kib(pid: int, key: str) -> float:
     return 0.0
 
 
-def _cpu_s(pid: int) -> float:
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _metrics(url: str) -> dict[str, float]:
     """Totals of the counters the check needs, from a Prometheus scrape."""
     wanted = {
@@ -302,13 +296,13 @@ def _load(pid: int, url: str, bodies: list[Path], load: _Load) -> tuple[WrkSumma
     samples: list[float] = []
     stop = threading.Event()
     sampler = _sampling(pid, samples, stop)
-    cpu0 = _cpu_s(pid)
+    cpu0 = cpu_seconds(pid)
     try:
         summary = _run_wrk(url, bodies, load.seconds, load.connections, load.threads)
     finally:
         stop.set()
         sampler.join()
-    return summary, samples, _cpu_s(pid) - cpu0
+    return summary, samples, cpu_seconds(pid) - cpu0
 
 
 def _wait_stable(count: Callable[[], int], target: int, timeout_s: float) -> int:

@@ -21,7 +21,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from review_queue.process import free_port
 
-__all__ = ["RoleProcess", "RoleProcessError", "spawn_role"]
+__all__ = ["RoleProcess", "RoleProcessError", "cpu_seconds", "spawn_role", "stat_cpu_seconds"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process (all its threads) has used so far (benchmarks)."""
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
+
+
+def stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU seconds from the text of a ``/proc/<pid>/stat``."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RoleProcessError(RuntimeError):
