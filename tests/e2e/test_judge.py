@@ -6,7 +6,6 @@ judge–human agreement gauges come back out of the REST API and the real /metri
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Iterator
@@ -16,14 +15,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.fakeopenai import FakeOpenAI, TextTurn, Usage
+from collector.fakeopenai import FakeOpenAI
 from review_queue.process import VigilProcess, start_vigil
 from review_queue.synth import body, make_run
 
+from .judge_config import HIGH, LOW, judge_yaml
+
 pytestmark = pytest.mark.integration
 
-LOW = TextTurn(json.dumps({"reasoning": "The refund is not in any tool result.", "score": 0.1}), Usage(400, 30))
-HIGH = TextTurn(json.dumps({"reasoning": "Every claim is supported.", "score": 0.95}), Usage(400, 30))
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +36,8 @@ def fake() -> Iterator[FakeOpenAI]:
 def vigil(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterator[VigilProcess]:
     """``vigil run`` with a groundedness judge on every run, flagging below 0.5; no other rule."""
     workdir = tmp_path_factory.mktemp("vigil-judge")
-    judge = {
-        "rubric": "groundedness",
-        "model": "judge-model",
-        "base_url": fake.base_url,
-        "api_key_env": "JUDGE_API_KEY",
-        "select": "true",
-        "flag_below": 0.5,
-        "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
-    }
-    defaults = ("hit_max_iterations", "safety_blocked", "low_step_efficiency", "errored", "tool_loop", "random_sample")
-    rules = {name: {"enabled": False} for name in defaults}  # only the judge flags, so the test is exact
-    (workdir / "vigil.yaml").write_text(json.dumps({"judges": {"ground": judge}, "rules": rules}))
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+    (workdir / "vigil.yaml").write_text(judge_yaml(fake.base_url, price=price))  # only the judge flags: exact
     env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": "0", "JUDGE_API_KEY": "sk-test"}
     with start_vigil(workdir, env) as running:
         yield running

@@ -3,7 +3,6 @@ verdicts and the flags they cause land in PostgreSQL, judge metrics on the score
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,17 +11,16 @@ import pytest
 import sqlalchemy as sa
 from kafka import KafkaProducer
 
-from collector.fakeopenai import FakeOpenAI, TextTurn, Usage
+from collector.fakeopenai import FakeOpenAI
 from collector.kafka import record_key
 from collector.kafka_testing import TansuBroker
 from review_queue.synth import body, make_run
 
+from .judge_config import HIGH, LOW, judge_yaml
 from .scaleout import make_cluster, wait_assigned, wait_for
 
 pytestmark = pytest.mark.integration
 
-LOW = TextTurn(json.dumps({"reasoning": "Not in any tool result.", "score": 0.1}), Usage(400, 30))
-HIGH = TextTurn(json.dumps({"reasoning": "Every claim is supported.", "score": 0.95}), Usage(400, 30))
 
 
 @pytest.fixture
@@ -50,17 +48,7 @@ def _flag_reasons(db_url: str) -> dict[str, list[str]]:
 
 def test_scorer_judges_runs_from_kafka(tansu: TansuBroker, pg_url: str, workdir: Path, fake: FakeOpenAI) -> None:
     """A low groundedness score flags its run (item with reason judge_ground); a high one does not."""
-    judge = {
-        "rubric": "groundedness",
-        "model": "judge-model",
-        "base_url": fake.base_url,
-        "api_key_env": "JUDGE_API_KEY",
-        "select": "true",
-        "flag_below": 0.5,
-    }
-    defaults = ("hit_max_iterations", "safety_blocked", "low_step_efficiency", "errored", "tool_loop", "random_sample")
-    rules = {name: {"enabled": False} for name in defaults}  # only the judge flags: the test is exact
-    (workdir / "judges.yaml").write_text(json.dumps({"judges": {"ground": judge}, "rules": rules}))
+    (workdir / "judges.yaml").write_text(judge_yaml(fake.base_url))  # only the judge flags: the test is exact
     cluster = make_cluster(tansu, pg_url, workdir)
     scorer = cluster.spawn(
         "scorer", VIGIL_CONFIG=str(workdir / "judges.yaml"), VIGIL_SAMPLE_RATE="0", JUDGE_API_KEY="sk-test"
