@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -182,8 +182,8 @@ class TestShutdown:
         finished = run_spans("f" * 32)
         unfinished = TraceBatch("9" * 32, tuple(s for s in run_spans("9" * 32).spans if s.parent_span_id))
         source.items.extend([finished, unfinished])
-        saved: list[list[str]] = []
-        assert worker.shutdown(5.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        saved, save = _saver()
+        assert worker.shutdown(5.0, save=save)
         assert {"f" * 32} == set(sink.rows)
         assert [["9" * 32]] == saved
 
@@ -195,14 +195,10 @@ class TestShutdown:
         sink = FlakySink(failures=10_000)
         worker, source, clock, _ = make(sink)
         source.items.append(run_spans("6" * 32))
-        worker.start()
-        _advance_when_ingested(worker, clock)
-        deadline = time.monotonic() + 5
-        while sink.calls < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _start_until_written(worker, clock, sink, calls=2)
         assert sink.calls >= 2
-        saved: list[list[str]] = []
-        assert not worker.shutdown(1.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        saved, save = _saver()
+        assert not worker.shutdown(1.0, save=save)
         assert [["6" * 32]] == saved
 
     def test_stop_while_the_store_recovers_writes_the_loops_runs(self) -> None:
@@ -210,13 +206,9 @@ class TestShutdown:
         sink = FlakySink(failures=3)
         worker, source, clock, _ = make(sink)
         source.items.append(run_spans("5" * 32))
-        worker.start()
-        _advance_when_ingested(worker, clock)
-        deadline = time.monotonic() + 5
-        while sink.calls < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        saved: list[list[str]] = []
-        assert worker.shutdown(5.0, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        _start_until_written(worker, clock, sink, calls=1)
+        saved, save = _saver()
+        assert worker.shutdown(5.0, save=save)
         assert ["5" * 32] == list(sink.rows)
         assert [[]] == saved
         assert 1 == worker.new_runs
@@ -235,10 +227,25 @@ class TestShutdown:
         sink = FlakySink(failures=10_000)
         worker, source, _clock, _ = make(sink)
         source.items.append(run_spans("7" * 32))
-        saved: list[list[str]] = []
-        assert not worker.shutdown(0.2, save=lambda asm: saved.append([t for t, _ in asm.export_state()[0]]))
+        saved, save = _saver()
+        assert not worker.shutdown(0.2, save=save)
         assert [["7" * 32]] == saved
 
+
+
+def _saver() -> tuple[list[list[str]], Callable[[Assembler], None]]:
+    """A ``save`` callback for ``shutdown`` and the trace ids of each state it was given."""
+    saved: list[list[str]] = []
+    return saved, lambda asm: saved.append([t for t, _ in asm.export_state()[0]])
+
+
+def _start_until_written(worker: StreamWorker, clock: Clock, sink: FlakySink, calls: int) -> None:
+    """Start the worker, let it close its run, and wait (5 s at most) for ``calls`` write attempts."""
+    worker.start()
+    _advance_when_ingested(worker, clock)
+    deadline = time.monotonic() + 5
+    while sink.calls < calls and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _advance_when_ingested(worker: StreamWorker, clock: Clock) -> None:
