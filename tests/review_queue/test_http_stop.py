@@ -48,17 +48,25 @@ async def _read_all(reader: asyncio.StreamReader) -> bytes:
         return b""
 
 
+async def _stop_during_upload(
+    length: int, sent: bytes
+) -> tuple[asyncio.Task[None], int, asyncio.StreamReader, asyncio.StreamWriter]:
+    """Start a server, send the head and ``sent`` of a ``length``-byte body, then ask it to stop."""
+    port = free_port()
+    task, server = await _started(port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_head(length) + sent)
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    server.should_exit = True  # type: ignore[attr-defined]
+    return task, port, reader, writer
+
+
 def test_stalled_upload_is_aborted_without_a_response() -> None:
     """A request whose body never completes: the stop finishes, the client gets no answer (no 500)."""
 
     async def scenario() -> tuple[bytes, bool]:
-        port = free_port()
-        task, server = await _started(port)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_head(100) + b"ab")
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        server.should_exit = True  # type: ignore[attr-defined]
+        task, _port, reader, writer = await _stop_during_upload(100, b"ab")
         await asyncio.wait_for(task, 10)
         answer = await _read_all(reader)
         writer.close()
@@ -73,13 +81,7 @@ def test_request_finishing_within_the_grace_is_answered() -> None:
     """A request in flight at the stop that completes within the grace gets its answer; new connections are refused."""
 
     async def scenario() -> tuple[bytes, bool]:
-        port = free_port()
-        task, server = await _started(port)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_head(4) + b"ab")
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        server.should_exit = True  # type: ignore[attr-defined]
+        task, port, reader, writer = await _stop_during_upload(4, b"ab")
         await asyncio.sleep(0.2)  # the listener is closed by now
         refused = False
         try:
