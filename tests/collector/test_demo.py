@@ -16,9 +16,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.demo import DemoFleet
-from collector.demo_agent import DemoAgent, latency_client
-from collector.demo_plan import (
+from collector.demo.agent import DemoAgent, latency_client
+from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
+from collector.demo.fleet import DemoFleet
+from collector.demo.plan import (
     AGENTS,
     DECK,
     MIX,
@@ -31,8 +32,7 @@ from collector.demo_plan import (
     scenario,
     scenarios,
 )
-from collector.demo_progress import FleetStats
-from collector.fakeopenai import ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
+from collector.demo.progress import FleetStats
 from collector.otlp import decode_protobuf
 from scorers.normalise import normalise
 

@@ -22,12 +22,12 @@ from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
 from collector.errors import DecodeError
-from collector.fuzzing import json_bodies, otlp_requests, protobuf_bodies
 from collector.metrics import CollectorMetrics
 from collector.model import DecodeResult
 from collector.otlp import decode_json, decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
+from tests.support.fuzzing import json_bodies, otlp_requests, protobuf_bodies
 
 EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(

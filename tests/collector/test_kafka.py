@@ -10,11 +10,11 @@ from prometheus_client import CollectorRegistry
 
 from collector.errors import BackpressureError
 from collector.kafka import KafkaPublisher, ProducerConfig, record_key
-from collector.kafka_testing import FakeProducer
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_protobuf
-from collector.testing import span
+from tests.support.kafka import FakeProducer
+from tests.support.spans import span
 
 
 class Harness:

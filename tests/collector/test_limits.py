@@ -13,7 +13,7 @@ from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
-from collector.testing import span
+from tests.support.spans import span
 
 
 class Memory:

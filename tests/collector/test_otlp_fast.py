@@ -17,10 +17,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collector import otlp
 from collector.errors import DecodeError
-from collector.fuzzing import otlp_requests, protobuf_bodies
 from collector.model import DecodeResult, SpanEvent, new_span
 from collector.otlp import decode_json, encode_batch
-from review_queue.synth import bodies
+from review_queue.app.bench.synth import bodies
+from tests.support.fuzzing import otlp_requests, protobuf_bodies
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 FUZZ = settings(

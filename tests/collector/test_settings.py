@@ -1,4 +1,4 @@
-"""Tests for collector.settings: precedence, YAML, and refusal of bad values."""
+"""Tests for review_queue.app.settings: precedence, YAML, and refusal of bad values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.errors import SettingsError
-from collector.settings import Settings
+from review_queue.app.settings import Settings
 
 
 class TestLoad:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from collector.settings import Settings
+from review_queue.app.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE = "vigil:0.1.0"
@@ -99,7 +99,7 @@ class TestAgainstCode:
 
     def test_stop_grace_covers_the_roles_stop(self) -> None:
         """Each role's stop_grace_period (Docker default 10 s) outlasts its worst-case stop (else SIGKILL cuts it)."""
-        from review_queue.roles import stop_budget_s
+        from review_queue.app.roles import stop_budget_s
 
         for name, s in vigil_services().items():
             if name in ROLES and name != "migrate":

@@ -8,8 +8,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from collector.settings import Settings
-from review_queue.cli import parser
+from review_queue.app.cli import parser
+from review_queue.app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from collector.settings import Settings
+from review_queue.app.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
@@ -133,7 +133,7 @@ class TestContainers:
 
     def test_grace_period_covers_the_roles_stop(self) -> None:
         """terminationGracePeriodSeconds (default 30) outlasts each role's worst-case stop (else SIGKILL cuts it)."""
-        from review_queue.roles import stop_budget_s
+        from review_queue.app.roles import stop_budget_s
 
         for name, spec, c in vigil_containers():
             role = c["args"][0]

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.process import VigilProcess, free_port, start_vigil
+from review_queue.app.process import VigilProcess, free_port, start_vigil
 
 pytestmark = pytest.mark.integration
 

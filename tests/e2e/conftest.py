@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.kafka_testing import TansuBroker, start_tansu, tansu_missing
-from review_queue.testing import postgres_scratch_url, postgres_unreachable
+from review_queue.app.bench.broker import TansuBroker, start_tansu, tansu_missing
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

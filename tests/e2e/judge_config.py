@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collector.fakeopenai import TextTurn, Usage
+from collector.demo.fakeopenai import TextTurn, Usage
 
 LOW = TextTurn(json.dumps({"reasoning": "The refund is not in any tool result.", "score": 0.1}), Usage(400, 30))
 HIGH = TextTurn(json.dumps({"reasoning": "Every claim is supported.", "score": 0.95}), Usage(400, 30))

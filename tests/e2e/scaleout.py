@@ -14,11 +14,11 @@ import grpc
 import httpx
 import sqlalchemy as sa
 
-from collector.kafka_testing import TansuBroker
 from collector.otlp import decode_protobuf
-from collector.settings import Settings
-from review_queue.role_process import RoleProcess, spawn_role
-from review_queue.synth import SynthRun, body, make_run
+from review_queue.app.bench.broker import TansuBroker
+from review_queue.app.bench.synth import SynthRun, body, make_run
+from review_queue.app.process import RoleProcess, spawn_role
+from review_queue.app.settings import Settings
 from scorers.assemble import ClosedTrace
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain

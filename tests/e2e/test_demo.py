@@ -1,6 +1,6 @@
 """End to end: the demo fleet against a real ``vigil run``, checked run by run against its ground truth.
 
-The fleet knows what each run was meant to be (:class:`collector.demo.DemoRun`). Every run
+The fleet knows what each run was meant to be (:class:`collector.demo.fleet.DemoRun`). Every run
 is read back from ``GET /api/v1/runs/{trace_id}`` and each derived field is compared with
 the truth; every cap hit and every safety block must be flagged high, and the share of
 runs in the random sample must match ``VIGIL_SAMPLE_RATE``. A second test starts
@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from collector.demo import DemoFleet, DemoRun
-from collector.demo_plan import Kind
-from review_queue.process import VigilProcess, free_port, start_vigil
+from collector.demo.fleet import DemoFleet, DemoRun
+from collector.demo.plan import Kind
+from review_queue.app.process import VigilProcess, free_port, start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -165,7 +165,7 @@ class TestDemoCommand:
     def test_runs_and_writes_truth(self, vigil: VigilProcess, tmp_path: Path) -> None:
         """``vigil demo --runs N --truth F`` sends N runs, writes their truth, and Vigil scores them."""
         out = tmp_path / "truth.json"
-        cmd = [sys.executable, "-m", "review_queue.cli", "demo", "--endpoint", vigil.otlp_endpoint]
+        cmd = [sys.executable, "-m", "review_queue.app.cli", "demo", "--endpoint", vigil.otlp_endpoint]
         cmd += ["--runs", "12", "--rate", "20", "--pace", "0", "--seed", "3", "--truth", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert 0 == done.returncode, done.stderr
@@ -187,7 +187,7 @@ class TestRunDemo:
         env |= {f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()}
         env |= {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_HTTP_HOST": "127.0.0.1"}
         env |= {"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
-        cmd = [sys.executable, "-m", "review_queue.cli", "run", "--demo"]
+        cmd = [sys.executable, "-m", "review_queue.app.cli", "run", "--demo"]
         with (tmp_path / "vigil.log").open("wb") as log:
             vigil = VigilProcess(
                 subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=log),

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from collector.fakeopenai import (
+from collector.demo.fakeopenai import (
     ContentFilterTurn,
     ErrorTurn,
     FakeOpenAI,

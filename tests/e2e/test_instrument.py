@@ -22,10 +22,10 @@ from opentelemetry import trace
 from opentelemetry.util._once import Once
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
+from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
 from collector.instrument import MaxIterationsExceeded, agent_run, guardrail, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
-from review_queue.process import VigilProcess, start_vigil
+from review_queue.app.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

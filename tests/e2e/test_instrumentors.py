@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from collector.fakeopenai import FakeOpenAI
-from review_queue.process import VigilProcess as Vigil
-from review_queue.process import start_vigil
+from collector.demo.fakeopenai import FakeOpenAI
+from review_queue.app.process import VigilProcess as Vigil
+from review_queue.app.process import start_vigil
 
 pytestmark = pytest.mark.integration
 

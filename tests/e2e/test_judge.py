@@ -15,9 +15,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.fakeopenai import FakeOpenAI
-from review_queue.process import VigilProcess, start_vigil
-from review_queue.synth import body, make_run
+from collector.demo.fakeopenai import FakeOpenAI
+from review_queue.app.bench.synth import body, make_run
+from review_queue.app.process import VigilProcess, start_vigil
 
 from .judge_config import HIGH, LOW, judge_yaml
 

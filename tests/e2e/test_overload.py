@@ -19,10 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.kafka_testing import TansuBroker, topic_keys
-from review_queue.process import VigilProcess, start_vigil
-from review_queue.role_process import spawn_role
-from review_queue.synth import body, make_run
+from review_queue.app.bench.broker import TansuBroker, topic_keys
+from review_queue.app.bench.synth import body, make_run
+from review_queue.app.process import VigilProcess, spawn_role, start_vigil
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_verdicts
-from review_queue.testing import scored_run
 from scorers.model import Message, Priority, Step, StepKind, ToolCall
+from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.kafka_testing import TansuBroker
-from review_queue.role_process import RoleProcess
+from review_queue.app.bench.broker import TansuBroker
+from review_queue.app.process import RoleProcess
 
 from .scaleout import (
     check_exact,
@@ -79,7 +79,7 @@ class TestStockExporterRecords:
         spans split over two partitions — both land exactly: the mixed records are re-keyed."""
         from kafka import KafkaProducer
 
-        from review_queue.synth import body
+        from review_queue.app.bench.synth import body
 
         cluster = make_cluster(tansu, pg_url, workdir)
         scorer = cluster.spawn("scorer")
@@ -114,7 +114,7 @@ class TestStockExporterRecords:
         """A record that is not OTLP is counted and passed; the records around it are scored."""
         from kafka import KafkaProducer
 
-        from review_queue.synth import body
+        from review_queue.app.bench.synth import body
 
         cluster = make_cluster(tansu, pg_url, workdir, partitions=1)
         scorer = cluster.spawn("scorer")

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from kafka import KafkaProducer
 
-from collector.fakeopenai import FakeOpenAI
+from collector.demo.fakeopenai import FakeOpenAI
 from collector.kafka import record_key
-from collector.kafka_testing import TansuBroker
-from review_queue.synth import body, make_run
+from review_queue.app.bench.broker import TansuBroker
+from review_queue.app.bench.synth import body, make_run
 
 from .judge_config import HIGH, LOW, judge_yaml
 from .scaleout import make_cluster, wait_assigned, wait_for

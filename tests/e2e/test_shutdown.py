@@ -31,11 +31,10 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.kafka_testing import TansuBroker
 from collector.otlp import decode_protobuf
-from review_queue.process import start_vigil
-from review_queue.role_process import RoleProcess, spawn_role
-from review_queue.synth import SynthRun, body
+from review_queue.app.bench.broker import TansuBroker
+from review_queue.app.bench.synth import SynthRun, body
+from review_queue.app.process import RoleProcess, spawn_role, start_vigil
 from scorers.assemble import Assembler
 from scorers.state import load_state
 
@@ -274,7 +273,7 @@ class TestCollector:
 
     def test_flush_waits_for_a_slow_broker(self, workdir: Path) -> None:
         """Records accepted while Kafka does not answer are delivered by the stop's flush once it answers again."""
-        from collector.kafka_testing import start_tansu
+        from review_queue.app.bench.broker import start_tansu
 
         with start_tansu(workdir) as broker:
             cluster = make_cluster(broker, "sqlite://", workdir, partitions=2)

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.process import VigilProcess, start_vigil
-from review_queue.synth import _kv, body, make_run
+from review_queue.app.bench.synth import _kv, body, make_run
+from review_queue.app.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

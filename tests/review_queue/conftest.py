@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from review_queue.store import upgrade_database
-from review_queue.testing import postgres_scratch_url, postgres_unreachable
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -13,7 +13,7 @@ from review_queue.access import CSP, SESSION_COOKIE
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import scored_run
+from tests.support.review_queue import scored_run
 
 ADMIN_TOKEN = "bootstrap-admin-secret"
 TRACE = "ab" * 16

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.model import Priority
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"

@@ -12,8 +12,8 @@ from review_queue.api import create_api_app
 from review_queue.maintenance import Maintenance
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.model import Priority
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ADMIN = {"Authorization": "Bearer api-admin"}

@@ -1,9 +1,9 @@
-"""Tests for review_queue.bench: the benchmark measures what it claims (no timing assertions)."""
+"""Tests for review_queue.app.bench.pipeline: the benchmark measures what it claims (no timing assertions)."""
 
 from __future__ import annotations
 
-from review_queue.bench import bench_pipeline, bench_stages
-from review_queue.synth import bodies
+from review_queue.app.bench.pipeline import bench_pipeline, bench_stages
+from review_queue.app.bench.synth import bodies
 
 
 class TestBench:
@@ -31,8 +31,8 @@ class TestJudgeBench:
         """Judge on: runs judged + dropped (flood, shutdown) + at most the in-flight ones = runs generated."""
         import json
 
-        from collector.fakeopenai import FakeOpenAI, TextTurn
-        from review_queue.bench import bench_judge_once
+        from collector.demo.fakeopenai import FakeOpenAI, TextTurn
+        from review_queue.app.bench.pipeline import bench_judge_once
 
         verdict = TextTurn(json.dumps({"reasoning": "ok", "score": 0.9}), delay_s=0.05)
         with FakeOpenAI({"verdict": [verdict]}) as fake:

@@ -1,12 +1,19 @@
-"""Tests for review_queue.bench_overload: the wrk-driven overload check of ``vigil bench --overload``."""
+"""Tests for review_queue.app.bench.overload: the wrk-driven overload check of ``vigil bench --overload``."""
 
 from __future__ import annotations
 
 import pytest
 
 from collector.otlp import decode_protobuf
-from review_queue import bench_overload
-from review_queue.bench_overload import MARKER, WrkMissingError, group_check, overload_run, parse_wrk, template_bodies
+from review_queue.app.bench import overload as bench_overload
+from review_queue.app.bench.overload import (
+    MARKER,
+    WrkMissingError,
+    group_check,
+    overload_run,
+    parse_wrk,
+    template_bodies,
+)
 
 WRK_LINE = (
     "Running 3s test\nVIGIL_OVERLOAD duration_us=3000000 requests=90 bytes=100 c200=60 c503=30 c503_retry_after=30 "

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.cli import main
+from review_queue.app.cli import main
 from review_queue.export import eval_case, eval_set, export_cases
 from review_queue.model import VerdictIn, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import scored_run
 from review_queue.workbench import Workbench
 from scorers.model import Message, ToolCall
+from tests.support.review_queue import scored_run
 
 
 @pytest.fixture

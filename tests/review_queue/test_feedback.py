@@ -16,12 +16,12 @@ from review_queue.feedback import FeedbackStore, parse_score, summarize
 from review_queue.model import FeedbackIn
 from review_queue.store import SqlStore
 from review_queue.tables import review_events, review_items
-from review_queue.testing import scored_run
 from scorers.assemble import ClosedTrace
 from scorers.model import Priority
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from tests.support.review_queue import scored_run
 
 T0 = 1_700_000_000.0
 ROOT = "0" * 15 + "1"

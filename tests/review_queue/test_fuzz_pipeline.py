@@ -6,7 +6,7 @@ crashes is isolated in production, but on well-formed-enough input it is a bug);
 trace the decoder accepted ends as exactly one stored run, readable through the store,
 with a snapshot (every run is flagged: sample rate 1). Parent cycles, duplicate span ids,
 zero and reversed timestamps, NaN numbers, invalid UTF-8, huge strings and deep nesting
-are all in the mix (``collector.fuzzing``).
+are all in the mix (``tests.support.fuzzing``).
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
-from collector.fuzzing import otlp_requests
 from collector.otlp import decode_protobuf
-from collector.settings import Settings
 from review_queue.api import create_api_app
+from review_queue.app.settings import Settings
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import postgres_scratch_url, postgres_unreachable
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from tests.support.fuzzing import otlp_requests
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
 
 EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "100"))
 POSTGRES_URL = os.environ.get("VIGIL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -1,4 +1,4 @@
-"""The bounded graceful stop of every role's HTTP servers (review_queue.embedded._Server).
+"""The bounded graceful stop of every role's HTTP servers (review_queue.app.run._Server).
 
 uvicorn waits without limit for open connections when it stops: one client stalled in the
 middle of an upload kept a SIGTERMed role from ever exiting. These run a real server on a
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from review_queue.embedded import _server
-from review_queue.process import free_port
+from review_queue.app.process import free_port
+from review_queue.app.run import _server
 
 
 async def _echo(request: Request) -> Response:

@@ -11,19 +11,19 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from collector.fakeopenai import FakeOpenAI, TextTurn, Usage
+from collector.demo.fakeopenai import FakeOpenAI, TextTurn, Usage
 from collector.otlp import decode_json
-from collector.settings import Settings
 from review_queue.api import create_api_app
-from review_queue.embedded import build
+from review_queue.app.run import build
+from review_queue.app.settings import Settings
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource, merge_reasons
 from review_queue.model import ItemState
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_items
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.judge.metrics import AgreementCollector
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 JUDGE_FLAG = Flag(("judge_ground",), Priority.NORMAL, 0.05)

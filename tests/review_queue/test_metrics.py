@@ -12,10 +12,10 @@ from review_queue.feedback import FeedbackStore
 from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import FeedbackIn, VerdictIn, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import scored_run
 from review_queue.workbench import Workbench
 from scorers.model import Priority
 from scorers.rules import compile_rules
+from tests.support.review_queue import scored_run
 
 T0 = 1_700_000_000.0
 

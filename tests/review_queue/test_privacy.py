@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from collector.settings import Settings
-from review_queue.cli import EXIT_CONFIG, main
-from review_queue.embedded import build
-from review_queue.privacy import RedactingSink, redactor_from_settings
-from review_queue.testing import InMemoryRunSink, scored_run
+from review_queue.app.cli import EXIT_CONFIG, main
+from review_queue.app.run import build
+from review_queue.app.scoring import redactor_from_settings
+from review_queue.app.settings import Settings
+from review_queue.privacy import RedactingSink
 from scorers.model import Message, ToolCall
 from scorers.redact import RedactionConfigError
+from tests.support.review_queue import InMemoryRunSink, scored_run
 
 SECRET = "alice@example.com"
 

@@ -10,15 +10,15 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from review_queue.cli import EXIT_CONFIG, main
+from review_queue.app.cli import EXIT_CONFIG, main
 from review_queue.feedback import FeedbackStore
 from review_queue.model import FeedbackIn, VerdictIn, VerdictValue
 from review_queue.retention import Retention, apply_retention, deletion_counter, purge_traces
 from review_queue.store import SqlStore
 from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
-from review_queue.testing import scored_run
 from review_queue.workbench import Workbench
 from scorers.rules import compile_rules
+from tests.support.review_queue import scored_run
 
 DAY = 86_400.0
 T0 = 1_700_000_000.0

@@ -22,8 +22,8 @@ from schemathesis.checks import allow_header_conformance, positive_data_acceptan
 from review_queue.api import create_api_app
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import scored_run
 from scorers.model import Priority
+from tests.support.review_queue import scored_run
 
 ADMIN_TOKEN = "schemathesis-admin-secret"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

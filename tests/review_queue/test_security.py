@@ -23,8 +23,8 @@ from review_queue.access import SESSION_COOKIE
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import scored_run
 from scorers.model import Message, Step, StepKind, ToolCall
+from tests.support.review_queue import scored_run
 
 ADMIN_TOKEN = "security-bootstrap-admin"
 TRACE = "cd" * 16
@@ -339,7 +339,7 @@ def any_store_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Te
         upgrade_database(url)
         yield from _client_over(url)
     else:
-        from review_queue.testing import postgres_scratch_url
+        from tests.support.review_queue import postgres_scratch_url
 
         with postgres_scratch_url(POSTGRES_URL) as url:
             upgrade_database(url)

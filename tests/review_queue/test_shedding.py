@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry
 
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import InMemoryRunSink, scored_run
 from scorers.model import Priority
+from tests.support.review_queue import InMemoryRunSink, scored_run
 
 
 class Pending:

@@ -1,10 +1,10 @@
-"""Tests for review_queue.soak: a short soak measures memory and accounts for every run."""
+"""Tests for review_queue.app.bench.soak: a short soak measures memory and accounts for every run."""
 
 from __future__ import annotations
 
 import pytest
 
-from review_queue.soak import _growth, soak
+from review_queue.app.bench.soak import _growth, soak
 
 pytestmark = pytest.mark.integration
 

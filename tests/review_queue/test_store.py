@@ -20,8 +20,8 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, runs
-from review_queue.testing import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
+from tests.support.review_queue import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

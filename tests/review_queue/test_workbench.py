@@ -15,9 +15,9 @@ import pytest
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import Principal, Role, VerdictIn, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.testing import postgres_scratch_url, postgres_unreachable, scored_run
 from review_queue.workbench import Workbench
 from scorers.model import Priority
+from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T0 = 1_700_000_000.0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from review_queue.embedded import YoungCollector
+from review_queue.app.run import YoungCollector
 
 
 class _Node:

@@ -9,17 +9,17 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import CollectorRegistry
 
 from collector.kafka import record_key
-from collector.kafka_testing import FakeConsumer
 from collector.model import TraceBatch
 from collector.otlp import encode_batch
-from review_queue.synth import SynthRun, body, make_run
-from review_queue.testing import InMemoryRunSink
+from review_queue.app.bench.synth import SynthRun, body, make_run
 from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer
 from scorers.metrics import RunMetrics
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from tests.support.kafka import FakeConsumer
+from tests.support.review_queue import InMemoryRunSink
 
 
 class Clock:

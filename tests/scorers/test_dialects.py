@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from collector.model import Span
-from collector.testing import node, span, trace
 from scorers.dialects import (
     GENAI,
     LANGSMITH,
@@ -22,6 +21,7 @@ from scorers.dialects import (
 )
 from scorers.model import StepKind
 from scorers.normalise import normalise
+from tests.support.spans import node, span, trace
 
 K = StepKind
 

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from collector.model import Span, SpanEvent, StatusCode
-from collector.testing import agent_run, node, trace
 from scorers.model import Message, Run, RunStatus, StepKind, ToolCall
 from scorers.normalise import normalise
+from tests.support.spans import agent_run, node, trace
 
 OI_LLM = {"openinference.span.kind": "LLM"}
 OI_TOOL = {"openinference.span.kind": "TOOL"}

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.model import Span, SpanEvent, StatusCode
-from collector.testing import agent_run, node, span, trace
 from scorers.model import Run, Step, StepKind, ToolCall
 from scorers.normalise import normalise
 from scorers.steps import STEP_FIELDS, TOOL_CALL_FIELDS
+from tests.support.spans import agent_run, node, span, trace
 
 
 class TestSpanSet:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collector.model import TraceBatch
-from collector.testing import span
 from scorers.assemble import Assembler
 from scorers.offsets import PartitionRuns
+from tests.support.spans import span
 
 
 class Clock:

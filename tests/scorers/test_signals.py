@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.model import SpanEvent, StatusCode
-from collector.testing import node, span, trace
 from scorers import signals
 from scorers.model import Run, RunStatus, StepKind
 from scorers.normalise import normalise
 from scorers.signals import error_info, finish_reasons, leading_phrase, soft_error
+from tests.support.spans import node, span, trace
 
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bot"}
 CHAT = {"gen_ai.operation.name": "chat"}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from collector.model import Span, TraceBatch
-from collector.testing import agent_run
 from scorers.assemble import Assembler
 from scorers.state import StateFileError, load_state, save_state
+from tests.support.spans import agent_run
 
 
 class Clock:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.fakeopenai import FakeOpenAI, TextTurn
+from collector.demo.fakeopenai import FakeOpenAI, TextTurn
 from collector.instrument import agent_run, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
 from collector.otlp import decode_protobuf

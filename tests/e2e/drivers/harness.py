@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.fakeopenai import FakeOpenAI, Turn, turn_to_json
+from collector.demo.fakeopenai import FakeOpenAI, Turn, turn_to_json
 
 API_KEY = "sk-vigil-e2e-fake"
 """The API key drivers hand to their clients; the fake server ignores it."""

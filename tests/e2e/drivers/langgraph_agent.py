@@ -29,7 +29,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from pydantic import SecretStr
 
-from collector.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 SORRY = "Sorry, need more steps to process this request."
 """What LangGraph's prebuilt ReAct agent answers when it runs out of steps."""

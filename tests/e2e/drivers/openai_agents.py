@@ -37,7 +37,7 @@ from harness import API_KEY, Harness, RunTruth
 from openai import AsyncOpenAI, OpenAIError
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-from collector.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 _current: dict[str, RunTruth] = {}
 

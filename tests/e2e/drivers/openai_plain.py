@@ -27,7 +27,7 @@ from openai import BadRequestError, OpenAI
 from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 from opentelemetry.util.genai.handler import TelemetryHandler
 
-from collector.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn, Turn
+from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn, Turn
 
 AGENT = "support_agent"
 MODEL = "gpt-4o-mini"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from collector.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
+from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.errors import JudgeCallError
 from scorers.judge.client import JudgeClient, retry_after
 from scorers.judge.rubrics import BUILTIN_RUBRICS, JudgeInput, render

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from collector.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
+from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.judge.config import judge_rules, parse_judges
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.service import JudgeService

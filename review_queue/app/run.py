@@ -10,7 +10,7 @@ their root are saved to ``VIGIL_STATE_PATH`` (:mod:`scorers.state`) and resumed 
 start, which loads the file only once its own signal handlers are in place. Requests refused
 while stopping get 503 or a closed connection, and the sender's retry delivers them to the next
 process. A SIGKILL or a crash loses what was accepted and not yet written; the Kafka
-deployment re-delivers instead. Stop budget: :func:`review_queue.roles.stop_budget_s`.
+deployment re-delivers instead. Stop budget: :func:`review_queue.app.roles.stop_budget_s`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import signal
 import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -39,31 +38,23 @@ from collector.grpc_receiver import create_grpc_server
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
-from collector.settings import Settings
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
-from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
+from review_queue.app.scoring import Scoring, review_services, store_sink, then
+from review_queue.app.settings import Settings
 from review_queue.maintenance import Maintenance
-from review_queue.metrics import QueueCollector, ReviewMetrics
-from review_queue.model import DEFAULT_CATEGORIES, FeedbackIn
-from review_queue.privacy import RedactingSink, redactor_from_settings
+from review_queue.model import FeedbackIn
 from review_queue.retention import Retention, deletion_counter
-from review_queue.services import ReviewServices, build_services
-from review_queue.shedding import SampleShedder, pending_items
+from review_queue.services import ReviewServices
 from review_queue.store import SqlStore, upgrade_database
-from scorers.assemble import Assembler
-from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
+from scorers.judge import AgreementCollector, JudgeService
 from scorers.metrics import RunMetrics
-from scorers.model import RunSink, ScoredRun, Scorer
-from scorers.pipeline import Pipeline
-from scorers.redact import Redactor
-from scorers.registry import build_chain
-from scorers.rules import Rule, compile_rules
+from scorers.model import ScoredRun
 from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 
 if TYPE_CHECKING:
-    from collector.demo import DemoFleet
+    from collector.demo.fleet import DemoFleet
 
 log = structlog.get_logger(__name__)
 
@@ -84,15 +75,6 @@ class Embedded:
     agreement: AgreementCollector | None = None
 
 
-HUMAN_VERDICTS: Mapping[str, str] = {
-    "table": "review_verdicts",
-    "trace_column": "trace_id",
-    "verdict_column": "verdict",
-    "latest_column": "created_at",
-}
-"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
-several reviewers on one run, the latest verdict is the human answer."""
-
 JUDGE_DRAIN_S = 10.0
 """Seconds queued judge requests get to finish when ``vigil run`` stops (the rest are counted as dropped)."""
 
@@ -102,7 +84,7 @@ GRPC_STOP_GRACE_S = 2.0
 DRAIN_TIMEOUT_S = 30.0
 """Seconds a stopping role gets for its drain once its receivers are closed: ``vigil run``
 scores and writes (or saves) what it accepted, ``vigil collector`` flushes its producer,
-``vigil scorer`` writes what is closed and commits. See :func:`review_queue.roles.stop_budget_s`."""
+``vigil scorer`` writes what is closed and commits. See :func:`review_queue.app.roles.stop_budget_s`."""
 
 UPKEEP_STOP_S = 5.0
 """Seconds each background upkeep thread (lease expiry, retention) gets to stop."""
@@ -188,7 +170,7 @@ def build(
     assembler = scoring.assembler(run_metrics)
     judges, agreement = scoring.judging(store, registry, run_metrics)
     if judges is not None:
-        on_written = _then(judges.submit, on_written)
+        on_written = then(judges.submit, on_written)
     pipeline = scoring.pipeline(run_metrics, judges)
     sink = store_sink(settings, store, registry, scoring.redactor)
     services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
@@ -197,138 +179,6 @@ def build(
     )
     return Embedded(
         settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement
-    )
-
-
-@dataclass(frozen=True)
-class Scoring:
-    """How closed traces become scored runs, built the same way by ``vigil run`` and ``vigil scorer``.
-
-    :meth:`from_settings` validates the configuration (scorers, rules, judges, redaction) without
-    any I/O; the other methods build the parts that need a registry or a store.
-
-    Attributes:
-        settings: the process settings.
-        chain: the scorers, by name.
-        specs: the LLM judges configured.
-        rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
-        redactor: what is applied before anything is stored or judged.
-    """
-
-    settings: Settings
-    chain: tuple[tuple[str, Scorer], ...]
-    specs: tuple[JudgeSpec, ...]
-    rules: tuple[Rule, ...]
-    redactor: Redactor
-
-    @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
-        """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
-        chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-        specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
-        rules = compile_rules(
-            judge_rules(specs, settings.rules),
-            [name for name, _ in chain],
-            repeat_threshold=settings.repeat_threshold,
-            judge_names=[spec.name for spec in specs],
-        )
-        return cls(settings, chain, specs, rules, redactor_from_settings(settings))
-
-    def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
-        """The run metrics, with the configured label caps and model prices."""
-        s = self.settings
-        return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
-
-    def assembler(self, run_metrics: RunMetrics) -> Assembler:
-        """A fresh run assembler (one per process, or one per Kafka partition)."""
-        s = self.settings
-        return Assembler(
-            quiet_period_s=s.quiet_period_s,
-            max_idle_s=s.max_idle_s,
-            max_inflight=s.max_inflight_runs,
-            max_spans_per_run=s.max_spans_per_run,
-            closed_cache_size=s.closed_run_cache,
-            observer=run_metrics,
-        )
-
-    def judging(
-        self, store: SqlStore, registry: CollectorRegistry, run_metrics: RunMetrics
-    ) -> tuple[JudgeService | None, AgreementCollector | None]:
-        """The LLM judges (not started) and their judge–human agreement gauges, or ``(None, None)``.
-
-        Written batches go to :meth:`JudgeService.submit`; the judges see redacted runs; verdicts,
-        late flags and costs go to the store.
-        """
-        if not self.specs:
-            return None, None
-        judges = JudgeService(
-            self.specs,
-            SqlJudgeSink(store.engine),
-            rules=self.rules,
-            sample_rate=self.settings.sample_rate,
-            metrics=JudgeMetrics(registry),
-            on_new_flag=run_metrics.observe_flag,
-            max_tracked_runs=self.settings.closed_run_cache,
-            prepare=self.redactor.run,
-        )
-        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
-        registry.register(agreement)
-        return judges, agreement
-
-    def pipeline(self, run_metrics: RunMetrics, judges: JudgeService | None) -> Pipeline:
-        """Normalise → score → decide, with the judges' known scores in the decision."""
-        return Pipeline(
-            self.chain,
-            self.rules,
-            self.settings.sample_rate,
-            on_error=run_metrics.error,
-            judge_scores=None if judges is None else judges.judge_scores,
-        )
-
-
-def _then(
-    first: Callable[[Sequence[ScoredRun]], None], second: Callable[[Sequence[ScoredRun]], None] | None
-) -> Callable[[Sequence[ScoredRun]], None]:
-    """Call ``first`` then ``second`` (if any) with each written batch."""
-    if second is None:
-        return first
-
-    def both(batch: Sequence[ScoredRun]) -> None:
-        first(batch)
-        second(batch)
-
-    return both
-
-
-def store_sink(settings: Settings, store: SqlStore, registry: CollectorRegistry, redactor: Redactor) -> RunSink:
-    """What scored runs are written through, in every role that scores: redaction, then
-    random-sample shedding when the review queue is over capacity, then the store."""
-    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
-    return RedactingSink(shedder, redactor)
-
-
-def review_services(
-    settings: Settings,
-    store: SqlStore,
-    registry: CollectorRegistry,
-    rules: tuple[Rule, ...],
-    *,
-    redact: Callable[[str], str] | None = None,
-) -> ReviewServices:
-    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
-    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
-    registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
-    return build_services(
-        store,
-        admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
-        rules=rules,
-        sample_rate=settings.sample_rate,
-        lease_s=settings.review_lease_s,
-        categories=settings.review_categories or DEFAULT_CATEGORIES,
-        session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
-        secure_cookies=settings.secure_cookies,
-        metrics=metrics,
-        redact=redact,
     )
 
 
@@ -421,7 +271,7 @@ def _stop_on_signals() -> asyncio.Event:
 async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
-    With ``demo_rate`` the demo fleet (:mod:`collector.demo`) also runs, on a thread, sending
+    With ``demo_rate`` the demo fleet (:mod:`collector.demo.fleet`) also runs, on a thread, sending
     that many runs per second to the OTLP/HTTP receiver; it is stopped and flushed first.
     """
     s = emb.settings
@@ -531,7 +381,7 @@ async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None]
 
     Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
     """
-    from collector.demo import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
+    from collector.demo.fleet import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
 
     s = emb.settings
 

@@ -1,7 +1,7 @@
 """``vigil soak``: a long steady-load run of a real ``vigil run`` that shows whether memory stays flat.
 
 A ``vigil run`` subprocess (SQLite in a temporary folder) receives synthetic agent runs
-(:mod:`review_queue.synth`, ~14 spans each) at a fixed rate over OTLP/HTTP for the given
+(:mod:`review_queue.app.bench.synth`, ~14 spans each) at a fixed rate over OTLP/HTTP for the given
 duration, while its resident memory (``VmRSS``) is sampled. Memory is "flat" when the median
 RSS of the last quarter of the run exceeds the median of the third quarter by less than the
 tolerance: the first half is warm-up (SQLite page cache, the late-span cache filling to its
@@ -29,8 +29,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from review_queue.process import start_vigil
-from review_queue.synth import body, make_run
+from review_queue.app.bench.synth import body, make_run
+from review_queue.app.process import start_vigil
 
 __all__ = ["SoakResult", "rss_mib", "soak"]
 

@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from collector.demo_plan import Kind
+from collector.demo.plan import Kind
 
 __all__ = ["FleetStats", "LiveProgress"]
 

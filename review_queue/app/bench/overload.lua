@@ -1,4 +1,4 @@
--- wrk script of `vigil bench --overload` (review_queue/bench_overload.py).
+-- wrk script of `vigil bench --overload` (review_queue/app/bench/overload.py).
 --
 -- POSTs pre-encoded OTLP protobuf bodies round-robin. Every trace id in a body starts with the
 -- 8-byte marker "VIGILTID"; each request replaces it with 4 bytes of thread number and 4 bytes

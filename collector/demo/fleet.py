@@ -1,8 +1,8 @@
 """``vigil demo``: a fleet of simulated LLM agents sending realistic traces to any OTLP endpoint.
 
-:class:`DemoFleet` embeds a scripted :class:`~collector.fakeopenai.FakeOpenAI`, instruments
+:class:`DemoFleet` embeds a scripted :class:`~collector.demo.fakeopenai.FakeOpenAI`, instruments
 itself with :func:`collector.instrument.vigil_setup` and plays runs of the scenarios of
-:mod:`collector.demo_plan` on a small thread pool at a steady rate: mostly good runs, some
+:mod:`collector.demo.plan` on a small thread pool at a steady rate: mostly good runs, some
 inefficient, looping to their iteration cap, content-filtered, guardrail-blocked, with tool
 failures, slow, raising to the caller, or earning a thumbs-down. It knows what every run was
 meant to be (:class:`DemoRun`), so a test can compare Vigil's verdicts with the truth.
@@ -26,10 +26,10 @@ from typing import Any, Final
 
 import structlog
 
-from collector.demo_agent import DemoAgent, latency_client, openai_instrumented
-from collector.demo_plan import RunPlan, expected, planner, scenarios
-from collector.demo_progress import FleetStats, LiveProgress
-from collector.fakeopenai import FakeOpenAI, Served
+from collector.demo.agent import DemoAgent, latency_client, openai_instrumented
+from collector.demo.fakeopenai import FakeOpenAI, Served
+from collector.demo.plan import RunPlan, expected, planner, scenarios
+from collector.demo.progress import FleetStats, LiveProgress
 from collector.instrument import vigil_setup
 
 __all__ = ["DemoFleet", "DemoRun"]
@@ -50,8 +50,8 @@ class DemoRun:
     Attributes:
         trace_id: the run's trace id (32 hex digits).
         agent: the agent name.
-        kind: what the run was meant to be (a :class:`~collector.demo_plan.Kind` value).
-        expected: what Vigil should derive (see :func:`collector.demo_plan.expected`):
+        kind: what the run was meant to be (a :class:`~collector.demo.plan.Kind` value).
+        expected: what Vigil should derive (see :func:`collector.demo.plan.expected`):
             ``agent``, ``llm_calls``, ``tool_calls``, ``tool_errors``, ``input_tokens``,
             ``output_tokens``, ``hit_max_iterations``, ``safety_blocked``, ``errored``,
             ``feedback``, ``optimal_steps``.

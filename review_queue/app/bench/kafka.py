@@ -39,10 +39,10 @@ from rich.table import Table
 
 from collector.kafka import record_key
 from collector.otlp import decode_protobuf, encode_batch
-from collector.settings import Settings
-from review_queue.embedded import tune_gc
-from review_queue.role_process import RoleProcess, cpu_seconds, spawn_role, stat_cpu_seconds
-from review_queue.synth import bodies, body, make_run
+from review_queue.app.bench.synth import bodies, body, make_run
+from review_queue.app.process import RoleProcess, cpu_seconds, spawn_role, stat_cpu_seconds
+from review_queue.app.run import tune_gc
+from review_queue.app.settings import Settings
 
 console = Console(stderr=True)
 
@@ -55,7 +55,7 @@ def _broker(bootstrap: str | None, workdir: Path) -> Iterator[tuple[str, int | N
     if bootstrap:
         yield bootstrap, None
         return
-    from collector.kafka_testing import start_tansu
+    from review_queue.app.bench.broker import start_tansu
 
     with start_tansu(workdir) as broker:
         yield broker.bootstrap, broker.pid
@@ -67,7 +67,7 @@ def _database(url: str | None, workdir: Path) -> Iterator[str]:
     if url and not url.startswith("postgresql"):
         yield url
         return
-    from review_queue.testing import postgres_scratch_url, postgres_unreachable
+    from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 
     base = url or POSTGRES_URL
     if postgres_unreachable(base) is not None:
@@ -202,7 +202,7 @@ def bench_collector(bootstrap: str, n_runs: int, workdir: Path, clients: int = 4
 
 def bench_scorer(bootstrap: str, db_url: str, n_runs: int) -> tuple[float, int]:
     """In-process scorer. Returns ``(spans per CPU second, runs written)``."""
-    from review_queue.roles import build_scorer
+    from review_queue.app.roles import build_scorer
     from review_queue.store import upgrade_database
 
     topic = _create_topic(bootstrap, 4)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from collector.errors import CollectorError
-from collector.settings import Settings
+from review_queue.app.settings import Settings
 from review_queue.errors import ReviewQueueError
 from scorers.errors import ScorersError
 
@@ -63,7 +63,7 @@ def configure_logging(level: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from review_queue.embedded import build, serve
+    from review_queue.app.run import build, serve
 
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
@@ -76,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from collector.demo import DemoFleet
+    from collector.demo.fleet import DemoFleet
 
     configure_logging("warning")  # the live progress display owns the terminal
     endpoint = args.endpoint or ("http://127.0.0.1:4317" if args.protocol == "grpc" else "http://127.0.0.1:4318")
@@ -132,16 +132,16 @@ def _positive(text: str) -> float:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "overload", False):
-        from review_queue.bench_overload import main as overload_main
+        from review_queue.app.bench.overload import main as overload_main
 
         configure_logging("warning")
         return overload_main(args)
     if getattr(args, "kafka", False):
-        from review_queue.bench_kafka import main as kafka_main
+        from review_queue.app.bench.kafka import main as kafka_main
 
         configure_logging("warning")
         return kafka_main(args)
-    from review_queue.bench import main as bench_main
+    from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
 
@@ -170,7 +170,7 @@ def _cmd_purge(args: argparse.Namespace) -> int:
 def _cmd_soak(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from review_queue.soak import soak
+    from review_queue.app.bench.soak import soak
 
     console = Console(stderr=True)
     result = soak(args.minutes * 60, args.rate, sample_every_s=args.sample_every, console=console)
@@ -308,7 +308,7 @@ def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _cmd_collector(args: argparse.Namespace) -> int:
-    from review_queue.roles import run_role, serve_collector
+    from review_queue.app.roles import run_role, serve_collector
 
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
@@ -316,7 +316,7 @@ def _cmd_collector(args: argparse.Namespace) -> int:
 
 
 def _cmd_scorer(args: argparse.Namespace) -> int:
-    from review_queue.roles import run_role, serve_scorer
+    from review_queue.app.roles import run_role, serve_scorer
 
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
@@ -325,7 +325,7 @@ def _cmd_scorer(args: argparse.Namespace) -> int:
 
 
 def _cmd_review(args: argparse.Namespace) -> int:
-    from review_queue.roles import run_role, serve_review
+    from review_queue.app.roles import run_role, serve_review
 
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)

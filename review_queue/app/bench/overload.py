@@ -1,7 +1,7 @@
 """``vigil bench --overload``: a real ``vigil run`` / ``vigil collector`` offered far more than it can take.
 
 `wrk <https://github.com/wg/wrk>`_ (Debian package ``wrk``) POSTs pre-encoded OTLP protobuf
-bodies of ~512 spans (:mod:`review_queue.synth`) round-robin over many connections for the
+bodies of ~512 spans (:mod:`review_queue.app.bench.synth`) round-robin over many connections for the
 given duration, through ``overload.lua``, which makes the trace ids of every request unique
 (an 8-byte per-request prefix). A Python load generator cannot offer ~500,000 spans/s on two
 cores; wrk does, as long as the receiver answers quickly (it is closed-loop: each connection
@@ -16,7 +16,7 @@ What is checked, and reported:
   stored runs grouped by their request prefix form exactly as many groups as there were 200
   answers, each complete (a 503-answered request stored in part, a lost accepted run, or a
   duplicate would break it); ``vigil_spans_received_total`` == 200 answers × spans per body;
-* ``vigil collector`` (tansu broker from :mod:`collector.kafka_testing`): records in the
+* ``vigil collector`` (tansu broker from :mod:`review_queue.app.bench.broker`): records in the
   topic == 200 answers × traces per body == ``vigil_kafka_records_sent_total``, and the record
   keys grouped by request prefix are complete groups, as many as 200 answers.
 """
@@ -43,8 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from review_queue.role_process import cpu_seconds
-from review_queue.synth import body, make_run
+from review_queue.app.bench.synth import body, make_run
+from review_queue.app.process import cpu_seconds
 
 __all__ = [
     "MARKER",
@@ -224,7 +224,7 @@ def _write_bodies(workdir: Path, n: int) -> tuple[list[Path], int, int]:
 
 
 def _run_wrk(url: str, bodies: list[Path], seconds: float, connections: int, threads: int) -> WrkSummary:
-    script = resources.files("review_queue").joinpath("overload.lua")
+    script = resources.files("review_queue.app.bench").joinpath("overload.lua")
     with resources.as_file(script) as lua:
         cmd = [
             wrk_binary(),
@@ -322,7 +322,7 @@ def overload_run(
     seconds: float, connections: int, threads: int, ceiling_mib: int, extra_env: Mapping[str, str] | None = None
 ) -> OverloadResult:
     """Overload a ``vigil run`` subprocess (SQLite) and check what it accepted was stored."""
-    from review_queue.process import start_vigil
+    from review_queue.app.process import start_vigil
 
     with tempfile.TemporaryDirectory(prefix="vigil-overload-") as tmp:
         workdir = Path(tmp)
@@ -363,8 +363,8 @@ def overload_collector(
     seconds: float, connections: int, threads: int, ceiling_mib: int, extra_env: Mapping[str, str] | None = None
 ) -> OverloadResult:
     """Overload a ``vigil collector`` subprocess on a tansu broker and check what it accepted is in Kafka."""
-    from collector.kafka_testing import start_tansu, topic_keys
-    from review_queue.role_process import spawn_role
+    from review_queue.app.bench.broker import start_tansu, topic_keys
+    from review_queue.app.process import spawn_role
 
     with tempfile.TemporaryDirectory(prefix="vigil-overload-") as tmp, start_tansu(Path(tmp)) as broker:
         workdir = Path(tmp)

@@ -2,7 +2,7 @@
 
 Users' tests and ours build spans the same way::
 
-    from collector.testing import node, span, trace
+    from tests.support.spans import node, span, trace
 
     one = span(name="chat gpt-4o", attributes={"gen_ai.operation.name": "chat"})
     spans = trace(

@@ -1,9 +1,9 @@
 """One simulated agent run: a hand-written tool loop on the real ``openai`` client.
 
-:class:`DemoAgent` plays a :class:`~collector.demo_plan.RunPlan` the way a production agent
+:class:`DemoAgent` plays a :class:`~collector.demo.plan.RunPlan` the way a production agent
 would: an ``agent_run`` root span, an iteration tick before every LLM call, the tools the
 model asks for inside ``tool_call`` spans, guardrails inside ``guardrail`` spans. The LLM
-calls go through ``openai.OpenAI`` to the fleet's :class:`~collector.fakeopenai.FakeOpenAI`,
+calls go through ``openai.OpenAI`` to the fleet's :class:`~collector.demo.fakeopenai.FakeOpenAI`,
 so the official OpenAI instrumentation (enabled by ``vigil_setup``) emits the LLM spans.
 The agent does not read the plan's ground truth; it only acts out what the world does to
 it (slow or failing tool backends, a guardrail that trips) and tallies what it saw.
@@ -26,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from collector.demo_plan import AgentSpec, Fault, RunPlan, Scenario
+from collector.demo.plan import AgentSpec, Fault, RunPlan, Scenario
 from collector.instrument import AgentRun, MaxIterationsExceeded, agent_run, guardrail, tool_call
 
 __all__ = ["BackendBugError", "DemoAgent", "Observed", "latency_client", "openai_instrumented"]

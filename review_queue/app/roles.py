@@ -33,28 +33,24 @@ from collector.kafka import KafkaPublisher, ProducerConfig
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
-from collector.settings import Settings
 from review_queue.api import create_api_app
-from review_queue.embedded import (
+from review_queue.app.run import (
     DRAIN_TIMEOUT_S,
     GRPC_STOP_GRACE_S,
     HTTP_STOP_GRACE_S,
     JUDGE_DRAIN_S,
     PROBE_STOP_GRACE_S,
     UPKEEP_STOP_S,
-    Scoring,
     YoungCollector,
     _redact,
     _server,
-    _then,
-    review_services,
-    store_sink,
     tune_gc,
 )
+from review_queue.app.scoring import Scoring, redactor_from_settings, review_services, store_sink, then
+from review_queue.app.settings import Settings
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
 from review_queue.maintenance import Maintenance
-from review_queue.privacy import redactor_from_settings
 from review_queue.retention import Retention, deletion_counter
 from review_queue.store import SqlStore, upgrade_database
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
@@ -230,7 +226,7 @@ def build_scorer_role(
     store = SqlStore(s.database_url)
     judges, _ = scoring.judging(store, registry, run_metrics)
     if judges is not None:  # written runs go to the judges, as in vigil run
-        kwargs["on_written"] = _then(judges.submit, kwargs.get("on_written"))
+        kwargs["on_written"] = then(judges.submit, kwargs.get("on_written"))
     pipeline = scoring.pipeline(run_metrics, judges)
     sink = store_sink(s, store, registry, scoring.redactor)  # as in vigil run: nothing unredacted is stored
     assembler = partial(scoring.assembler, run_metrics)  # one per assigned partition

@@ -39,11 +39,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from collector.otlp import decode_protobuf
-from collector.settings import Settings
-from review_queue.embedded import build, tune_gc
-from review_queue.process import free_port
-from review_queue.role_process import cpu_seconds
-from review_queue.synth import bodies
+from review_queue.app.bench.synth import bodies
+from review_queue.app.process import cpu_seconds, free_port
+from review_queue.app.run import build, tune_gc
+from review_queue.app.settings import Settings
 from scorers.model import ScoredRun
 
 console = Console(stderr=True)
@@ -112,7 +111,7 @@ JUDGE_ANSWER = "[[scenario:verdict]] Your refund was issued."
 def _serve_fake_judge(ports: multiprocessing.queues.Queue[int], stop: multiprocessing.synchronize.Event) -> None:
     import json
 
-    from collector.fakeopenai import FakeOpenAI, TextTurn
+    from collector.demo.fakeopenai import FakeOpenAI, TextTurn
 
     verdict = TextTurn(json.dumps({"reasoning": "Supported.", "score": 0.8}), delay_s=JUDGE_DELAY_S)
     with FakeOpenAI({"verdict": [verdict]}) as fake:
@@ -311,7 +310,7 @@ def bench_latency(runs_per_s: int, seconds: float) -> list[float]:
     """Feed the live pipeline at a steady rate; return flag latencies in seconds."""
     import random
 
-    from review_queue.synth import body, make_run
+    from review_queue.app.bench.synth import body, make_run
 
     latencies: list[float] = []
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
 from scorers.model import Flag, Priority, Run, ScoredRun
@@ -102,49 +102,3 @@ class InMemoryRunSink:
         if scored.flag is not None:
             self.flags[trace_id] = scored.flag
         return WriteOutcome(trace_id, new_run, new_flag)
-
-
-@contextmanager
-def postgres_scratch_url(base_url: str) -> Iterator[str]:
-    """Create a fresh schema in a PostgreSQL database and yield a URL that uses only it.
-
-    The schema is dropped (with everything in it) on exit. Needs ``psycopg``.
-
-    Args:
-        base_url: a SQLAlchemy PostgreSQL URL, e.g. ``postgresql+psycopg://postgres@127.0.0.1/test``.
-
-    Yields:
-        ``base_url`` with ``options=-csearch_path=<schema>``.
-
-    Raises:
-        sqlalchemy.exc.OperationalError: the database cannot be reached.
-    """
-    import sqlalchemy as sa
-
-    schema = f"vigil_test_{secrets.token_hex(6)}"
-    admin = sa.create_engine(base_url, poolclass=sa.pool.NullPool)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = sa.make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.dispose()
-
-
-def postgres_unreachable(url: str, timeout_s: float = 3.0) -> str | None:
-    """Return ``None`` when the database at ``url`` answers, else a one-line reason (for ``pytest.skip``)."""
-    import sqlalchemy as sa
-
-    from review_queue.store import create_store_engine
-
-    try:
-        engine = create_store_engine(url, connect_timeout_s=timeout_s)
-        with engine.connect():
-            pass
-        engine.dispose()
-    except sa.exc.SQLAlchemyError as exc:
-        return str(exc).splitlines()[0]
-    return None

@@ -1,0 +1,188 @@
+"""How closed traces become scored runs and where they go, for every role that scores or reviews.
+
+:class:`Scoring` compiles the scoring configuration (scorers, rules, judges, redaction) once and
+builds the parts that need a registry or a store; ``vigil run`` (:mod:`review_queue.app.run`) and
+``vigil scorer`` (:mod:`review_queue.app.roles`) both wire from it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from prometheus_client import CollectorRegistry
+
+from review_queue.app.settings import Settings
+from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
+from review_queue.metrics import QueueCollector, ReviewMetrics
+from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.privacy import RedactingSink
+from review_queue.services import ReviewServices, build_services
+from review_queue.shedding import SampleShedder, pending_items
+from review_queue.store import SqlStore
+from scorers.assemble import Assembler
+from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
+from scorers.metrics import RunMetrics
+from scorers.model import RunSink, ScoredRun, Scorer
+from scorers.pipeline import Pipeline
+from scorers.redact import Redactor
+from scorers.registry import build_chain
+from scorers.rules import Rule, compile_rules
+
+HUMAN_VERDICTS: Mapping[str, str] = {
+    "table": "review_verdicts",
+    "trace_column": "trace_id",
+    "verdict_column": "verdict",
+    "latest_column": "created_at",
+}
+"""Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
+several reviewers on one run, the latest verdict is the human answer."""
+
+def redactor_from_settings(settings: Settings) -> Redactor:
+    """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
+    ``attributes_deny``, ``attributes_allow``).
+
+    Raises:
+        scorers.redact.RedactionConfigError: an unknown pattern name or a bad regex.
+    """
+    return Redactor(
+        settings.redact,
+        settings.redact_patterns,
+        deny=settings.attributes_deny,
+        allow=settings.attributes_allow,
+    )
+
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How closed traces become scored runs, built the same way by ``vigil run`` and ``vigil scorer``.
+
+    :meth:`from_settings` validates the configuration (scorers, rules, judges, redaction) without
+    any I/O; the other methods build the parts that need a registry or a store.
+
+    Attributes:
+        settings: the process settings.
+        chain: the scorers, by name.
+        specs: the LLM judges configured.
+        rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
+        redactor: what is applied before anything is stored or judged.
+    """
+
+    settings: Settings
+    chain: tuple[tuple[str, Scorer], ...]
+    specs: tuple[JudgeSpec, ...]
+    rules: tuple[Rule, ...]
+    redactor: Redactor
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
+        """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
+        chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
+        specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
+        rules = compile_rules(
+            judge_rules(specs, settings.rules),
+            [name for name, _ in chain],
+            repeat_threshold=settings.repeat_threshold,
+            judge_names=[spec.name for spec in specs],
+        )
+        return cls(settings, chain, specs, rules, redactor_from_settings(settings))
+
+    def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
+        """The run metrics, with the configured label caps and model prices."""
+        s = self.settings
+        return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
+
+    def assembler(self, run_metrics: RunMetrics) -> Assembler:
+        """A fresh run assembler (one per process, or one per Kafka partition)."""
+        s = self.settings
+        return Assembler(
+            quiet_period_s=s.quiet_period_s,
+            max_idle_s=s.max_idle_s,
+            max_inflight=s.max_inflight_runs,
+            max_spans_per_run=s.max_spans_per_run,
+            closed_cache_size=s.closed_run_cache,
+            observer=run_metrics,
+        )
+
+    def judging(
+        self, store: SqlStore, registry: CollectorRegistry, run_metrics: RunMetrics
+    ) -> tuple[JudgeService | None, AgreementCollector | None]:
+        """The LLM judges (not started) and their judge–human agreement gauges, or ``(None, None)``.
+
+        Written batches go to :meth:`JudgeService.submit`; the judges see redacted runs; verdicts,
+        late flags and costs go to the store.
+        """
+        if not self.specs:
+            return None, None
+        judges = JudgeService(
+            self.specs,
+            SqlJudgeSink(store.engine),
+            rules=self.rules,
+            sample_rate=self.settings.sample_rate,
+            metrics=JudgeMetrics(registry),
+            on_new_flag=run_metrics.observe_flag,
+            max_tracked_runs=self.settings.closed_run_cache,
+            prepare=self.redactor.run,
+        )
+        agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
+        registry.register(agreement)
+        return judges, agreement
+
+    def pipeline(self, run_metrics: RunMetrics, judges: JudgeService | None) -> Pipeline:
+        """Normalise → score → decide, with the judges' known scores in the decision."""
+        return Pipeline(
+            self.chain,
+            self.rules,
+            self.settings.sample_rate,
+            on_error=run_metrics.error,
+            judge_scores=None if judges is None else judges.judge_scores,
+        )
+
+
+def then(
+    first: Callable[[Sequence[ScoredRun]], None], second: Callable[[Sequence[ScoredRun]], None] | None
+) -> Callable[[Sequence[ScoredRun]], None]:
+    """Call ``first`` then ``second`` (if any) with each written batch."""
+    if second is None:
+        return first
+
+    def both(batch: Sequence[ScoredRun]) -> None:
+        first(batch)
+        second(batch)
+
+    return both
+
+
+def store_sink(settings: Settings, store: SqlStore, registry: CollectorRegistry, redactor: Redactor) -> RunSink:
+    """What scored runs are written through, in every role that scores: redaction, then
+    random-sample shedding when the review queue is over capacity, then the store."""
+    shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
+    return RedactingSink(shedder, redactor)
+
+
+def review_services(
+    settings: Settings,
+    store: SqlStore,
+    registry: CollectorRegistry,
+    rules: tuple[Rule, ...],
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> ReviewServices:
+    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
+    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
+    return build_services(
+        store,
+        admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
+        rules=rules,
+        sample_rate=settings.sample_rate,
+        lease_s=settings.review_lease_s,
+        categories=settings.review_categories or DEFAULT_CATEGORIES,
+        session_secret=settings.session_secret.get_secret_value().encode() if settings.session_secret else None,
+        secure_cookies=settings.secure_cookies,
+        metrics=metrics,
+        redact=redact,
+    )
