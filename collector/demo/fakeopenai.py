@@ -3,7 +3,7 @@
 :class:`FakeOpenAI` serves ``POST /v1/chat/completions`` (plain and streamed as SSE) and
 ``POST /v1/responses`` (plain and streamed) on 127.0.0.1, on a free port. Every answer comes
 from a *script*: a list of turns, each a tool call, a final text answer, a ``content_filter``
-finish or an HTTP error. A request picks its script with a marker anywhere in its messages,
+finish, a refusal or an HTTP error. A request picks its script with a marker anywhere in its messages,
 ``[[scenario:NAME]]`` or ``[[scenario:NAME#TAG]]`` (the tag tells repeated runs of one script
 apart in the request log), and its turn with the number of assistant turns already in the
 conversation. So concurrent conversations are deterministic, and the server keeps no
@@ -46,6 +46,7 @@ __all__ = [
     "ContentFilterTurn",
     "ErrorTurn",
     "FakeOpenAI",
+    "RefusalTurn",
     "Served",
     "TextTurn",
     "ToolCall",
@@ -114,6 +115,19 @@ class ContentFilterTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusalTurn:
+    """The model declines to answer: the provider withholds the content and sends a refusal.
+
+    Chat Completions: ``message.refusal`` is the text, ``message.content`` is null, the finish
+    reason is ``stop`` (streamed as ``delta.refusal`` pieces). Responses API: a ``completed``
+    response whose output message has one ``refusal`` content part instead of ``output_text``.
+    """
+
+    refusal: str = "I'm sorry, but I can't help with that request."
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorTurn:
     """An HTTP error answer in OpenAI's error format; no tokens are reported."""
 
@@ -125,7 +139,7 @@ class ErrorTurn:
     delay_s: float = 0.0
 
 
-Turn: TypeAlias = ToolCallTurn | TextTurn | ContentFilterTurn | ErrorTurn
+Turn: TypeAlias = ToolCallTurn | TextTurn | ContentFilterTurn | ErrorTurn | RefusalTurn
 """One scripted model answer."""
 
 _DEFAULT_SCRIPT: Final[tuple[Turn, ...]] = (TextTurn("Hello from FakeOpenAI."),)
@@ -141,7 +155,7 @@ class Served:
         turn: 0-based turn index chosen from the conversation.
         api: ``chat.completions`` or ``responses``.
         stream: whether the answer was streamed.
-        kind: ``tool_calls``, ``text``, ``content_filter`` or ``error``.
+        kind: ``tool_calls``, ``text``, ``content_filter``, ``refusal`` or ``error``.
         tool_calls: names of the tools the answer asked for.
         prompt_tokens: prompt tokens reported to the client (0 for errors).
         completion_tokens: completion tokens reported to the client (0 for errors).
@@ -197,10 +211,11 @@ def turn_from_json(data: Mapping[str, Any]) -> Turn:
     raise ValueError(f"unknown turn type {kind!r}")
 
 
-_SIMPLE_TURNS: Final[Mapping[str, type[TextTurn | ContentFilterTurn | ErrorTurn]]] = {
+_SIMPLE_TURNS: Final[Mapping[str, type[TextTurn | ContentFilterTurn | ErrorTurn | RefusalTurn]]] = {
     "TextTurn": TextTurn,
     "ContentFilterTurn": ContentFilterTurn,
     "ErrorTurn": ErrorTurn,
+    "RefusalTurn": RefusalTurn,
 }
 
 
@@ -352,7 +367,8 @@ class FakeOpenAI:
 
 
 def _kind(turn: Turn) -> str:
-    return {ToolCallTurn: "tool_calls", TextTurn: "text", ContentFilterTurn: "content_filter"}.get(type(turn), "error")
+    kinds = {ToolCallTurn: "tool_calls", TextTurn: "text", ContentFilterTurn: "content_filter", RefusalTurn: "refusal"}
+    return kinds.get(type(turn), "error")
 
 
 def _find_marker(body: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -422,6 +438,10 @@ class _Reply:
     def text(self) -> str | None:
         return self.turn.text if isinstance(self.turn, TextTurn | ContentFilterTurn) else None
 
+    @property
+    def refusal(self) -> str | None:
+        return self.turn.refusal if isinstance(self.turn, RefusalTurn) else None
+
     def call_ids(self) -> list[tuple[str, ToolCall]]:
         calls = self.turn.calls if isinstance(self.turn, ToolCallTurn) else ()
         return [(f"call_{self.number}_{self.index}_{k}", c) for k, c in enumerate(calls)]
@@ -444,7 +464,7 @@ class _Reply:
             }
             for cid, c in self.call_ids()
         ]
-        message: Json = {"role": "assistant", "content": self.text, "refusal": None}
+        message: Json = {"role": "assistant", "content": self.text, "refusal": self.refusal}
         if tool_calls:
             message["tool_calls"] = tool_calls
         choice = {"index": 0, "message": message, "finish_reason": self.finish_reason, "logprobs": None}
@@ -469,6 +489,8 @@ class _Reply:
         yield chunk({"role": "assistant", "content": "" if self.text is not None else None})
         for piece in _pieces(self.text or ""):
             yield chunk({"content": piece})
+        for piece in _pieces(self.refusal or ""):
+            yield chunk({"refusal": piece})
         for k, (cid, call) in enumerate(self.call_ids()):
             head = {
                 "index": k,
@@ -526,6 +548,16 @@ class _Reply:
             }
             for cid, c in self.call_ids()
         ]
+        if self.refusal:
+            items.append(
+                {
+                    "type": "message",
+                    "id": f"msg_fake_{self.number}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "refusal", "refusal": self.refusal}],
+                }
+            )
         if self.text:
             items.append(
                 {

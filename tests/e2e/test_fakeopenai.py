@@ -15,6 +15,7 @@ from collector.demo.fakeopenai import (
     ContentFilterTurn,
     ErrorTurn,
     FakeOpenAI,
+    RefusalTurn,
     TextTurn,
     ToolCall,
     ToolCallTurn,
@@ -148,6 +149,7 @@ class TestScripts:
             TextTurn("t"),
             ContentFilterTurn(),
             ErrorTurn(500, "boom", "server_error"),
+            RefusalTurn("no", Usage(3, 4)),
         ]
         assert turns == [turn_from_json(json.loads(json.dumps(turn_to_json(t)))) for t in turns]
 
@@ -221,3 +223,46 @@ class TestJudgeFeatures:
             client.chat.completions.create(model="m", messages=messages).choices[0].message.content for _ in range(2)
         ]
         assert ["first", "second"] == got
+
+
+class TestRefusal:
+    """A refusal turn: the provider withholds the answer and says why, in both APIs."""
+
+    @pytest.fixture
+    def refusing(self, fake: FakeOpenAI) -> FakeOpenAI:
+        """``fake`` with a script whose only turn refuses."""
+        fake.register("refuse", [RefusalTurn("I can't help with that.")])
+        return fake
+
+    def test_chat_refusal_has_no_content(self, refusing: FakeOpenAI, client: openai.OpenAI) -> None:
+        """``message.refusal`` is the text, ``content`` is null, the finish reason is ``stop``."""
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:refuse]]"}])
+        message = reply.choices[0].message
+        assert ("I can't help with that.", None, "stop") == (
+            message.refusal,
+            message.content,
+            reply.choices[0].finish_reason,
+        )
+        assert ["refusal"] == [s.kind for s in refusing.served("refuse")]
+        assert 100 == refusing.served("refuse")[0].prompt_tokens
+
+    def test_chat_refusal_streams_as_refusal_deltas(self, refusing: FakeOpenAI, client: openai.OpenAI) -> None:
+        """Streamed, the refusal arrives in ``delta.refusal`` pieces and no content."""
+        chunks = list(
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "[[scenario:refuse]]"}], stream=True
+            )
+        )
+        refusal = "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices)
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert ("I can't help with that.", "") == (refusal, content)
+
+    def test_responses_refusal_is_a_refusal_part(self, refusing: FakeOpenAI, client: openai.OpenAI) -> None:
+        """The Responses API answer is ``completed`` with one message whose only part is a refusal."""
+        plain = client.responses.create(model="m", input="[[scenario:refuse]]")
+        with client.responses.stream(model="m", input="[[scenario:refuse]]") as stream:
+            final = stream.get_final_response()
+        for response in (plain, final):
+            message: Any = response.output[0]
+            assert ("completed", "message", "") == (response.status, message.type, response.output_text)
+            assert [("refusal", "I can't help with that.")] == [(p.type, p.refusal) for p in message.content]
