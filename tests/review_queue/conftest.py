@@ -1,4 +1,5 @@
-"""Fixtures shared by the review_queue tests."""
+"""Fixtures shared by the review_queue tests: a migrated database (SQLite and PostgreSQL), a
+hand-moved clock, and a store on both."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.store import upgrade_database
-from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
+from review_queue.store import SqlStore, upgrade_database
+from tests.support.review_queue import Clock, postgres_scratch_url, postgres_unreachable
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -27,3 +28,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     with postgres_scratch_url(POSTGRES_URL) as url:
         upgrade_database(url)
         yield url
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves by hand (starts at ``T0``)."""
+    return Clock()
+
+
+@pytest.fixture
+def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A SqlStore on the migrated database, stamping times from ``clock``."""
+    sql_store = SqlStore(database_url, clock=clock)
+    yield sql_store
+    sql_store.close()

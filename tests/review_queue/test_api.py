@@ -3,51 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from review_queue.api import create_api_app
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore
 from scorers.model import Priority
-from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.review_queue import Clock, scored_run
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
 TOKEN = "s3cret-token"
-T0 = 1_700_000_000.0
 
 
-class Clock:
+class TickingClock(Clock):
     """A clock that advances one second per reading."""
-
-    def __init__(self) -> None:
-        self.now = T0
 
     def __call__(self) -> float:
         self.now += 1
         return self.now
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    """A SqlStore on a migrated, empty SQLite file or PostgreSQL schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        sql_store = SqlStore(url, clock=Clock())
-        yield sql_store
-        sql_store.close()
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        sql_store = SqlStore(url, clock=Clock())
-        yield sql_store
-        sql_store.close()
+@pytest.fixture
+def clock() -> Clock:
+    """The store's clock: one second later at each reading."""
+    return TickingClock()
 
 
 @pytest.fixture

@@ -2,57 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from fastapi.testclient import TestClient
 
 from review_queue.api import create_api_app
 from review_queue.maintenance import Maintenance
 from review_queue.services import ReviewServices, build_services
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore
 from scorers.model import Priority
-from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.review_queue import Clock, scored_run
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ADMIN = {"Authorization": "Bearer api-admin"}
-
-
-class Clock:
-    """A settable clock."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    """A migrated store on SQLite or a PostgreSQL scratch schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        sql_store = SqlStore(url)
-        yield sql_store
-        sql_store.close()
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        sql_store = SqlStore(url)
-        yield sql_store
-        sql_store.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    """The services' clock."""
-    return Clock()
 
 
 @pytest.fixture

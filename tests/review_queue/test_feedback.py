@@ -5,8 +5,6 @@ Store-level tests run on SQLite and on the local PostgreSQL; the pipeline is the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 
@@ -21,28 +19,9 @@ from scorers.model import Priority
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
-from tests.support.review_queue import scored_run
+from tests.support.review_queue import Clock, scored_run
 
-T0 = 1_700_000_000.0
 ROOT = "0" * 15 + "1"
-
-
-class Clock:
-    """A settable clock."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[SqlStore]:
-    """A SqlStore on the migrated database."""
-    sql_store = SqlStore(database_url, clock=Clock())
-    yield sql_store
-    sql_store.close()
 
 
 CHAIN = build_chain(("max_iterations_hit", "tool_error_rate"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,35 +17,14 @@ from review_queue.app.run import build
 from review_queue.app.settings import Settings
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource, merge_reasons
 from review_queue.model import ItemState
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore
 from review_queue.tables import review_items
 from scorers.judge.metrics import AgreementCollector
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority
-from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.review_queue import scored_run
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 JUDGE_FLAG = Flag(("judge_ground",), Priority.NORMAL, 0.05)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    """A SqlStore on a migrated, empty SQLite file or PostgreSQL schema."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'vigil.db'}"
-        upgrade_database(url)
-        sql_store = SqlStore(url)
-        yield sql_store
-        sql_store.close()
-        return
-    reason = postgres_unreachable(POSTGRES_URL)
-    if reason is not None:
-        pytest.skip(f"!!! PostgreSQL at {POSTGRES_URL} is unreachable ({reason}); PostgreSQL tests SKIPPED")
-    with postgres_scratch_url(POSTGRES_URL) as url:
-        upgrade_database(url)
-        sql_store = SqlStore(url)
-        yield sql_store
-        sql_store.close()
 
 
 def _tid(n: int) -> str:

@@ -15,25 +15,7 @@ from review_queue.store import SqlStore, upgrade_database
 from review_queue.workbench import Workbench
 from scorers.model import Priority
 from scorers.rules import compile_rules
-from tests.support.review_queue import scored_run
-
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    """A settable clock."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    """The shared clock."""
-    return Clock()
+from tests.support.review_queue import Clock, scored_run
 
 
 @pytest.fixture

@@ -18,19 +18,10 @@ from review_queue.store import SqlStore
 from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
 from review_queue.workbench import Workbench
 from scorers.rules import compile_rules
-from tests.support.review_queue import scored_run
+from tests.support.review_queue import T0, Clock, scored_run
 
 DAY = 86_400.0
-T0 = 1_700_000_000.0
 TABLES = (runs, review_items, review_verdicts, review_events, feedback, judge_results)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _tid(n: int) -> str:

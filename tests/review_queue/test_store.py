@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,36 +20,18 @@ from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, runs
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
-from tests.support.review_queue import InMemoryRunSink, postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.review_queue import (
+    T0,
+    Clock,
+    InMemoryRunSink,
+    postgres_scratch_url,
+    postgres_unreachable,
+    scored_run,
+)
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    """A settable clock returning Unix epoch seconds."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    """A clock the test moves by hand."""
-    return Clock()
-
-
-@pytest.fixture
-def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
-    """A SqlStore on the migrated database, stamping times from ``clock``."""
-    sql_store = SqlStore(database_url, clock=clock)
-    yield sql_store
-    sql_store.close()
 
 
 def _head() -> str:

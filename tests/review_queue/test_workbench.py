@@ -6,7 +6,6 @@ Every test runs on SQLite and on the local PostgreSQL.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,35 +16,10 @@ from review_queue.model import Principal, Role, VerdictIn, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.workbench import Workbench
 from scorers.model import Priority
-from tests.support.review_queue import postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.review_queue import Clock, postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-T0 = 1_700_000_000.0
 PASS = VerdictIn(VerdictValue.PASS)
-
-
-class Clock:
-    """A settable clock returning Unix epoch seconds."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    """A clock the test moves by hand."""
-    return Clock()
-
-
-@pytest.fixture
-def store(database_url: str, clock: Clock) -> Iterator[SqlStore]:
-    """A SqlStore on the migrated database."""
-    sql_store = SqlStore(database_url, clock=clock)
-    yield sql_store
-    sql_store.close()
 
 
 @pytest.fixture

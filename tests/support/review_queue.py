@@ -5,6 +5,7 @@
 - :func:`scored_run`: a terse :class:`scorers.model.ScoredRun` builder.
 - :func:`postgres_scratch_url`: an isolated PostgreSQL schema for one test (or session).
 - :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
+- :class:`Clock`: a settable wall clock (Unix epoch seconds) starting at :data:`T0`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,20 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
 from scorers.model import Flag, Priority, Run, ScoredRun
 
-__all__ = ["InMemoryRunSink", "postgres_scratch_url", "postgres_unreachable", "scored_run"]
+__all__ = ["T0", "Clock", "InMemoryRunSink", "postgres_scratch_url", "postgres_unreachable", "scored_run"]
+
+T0 = 1_700_000_000.0
+"""Where :class:`Clock` starts (2023-11-14, Unix epoch seconds)."""
+
+
+class Clock:
+    """A settable clock returning Unix epoch seconds: the test moves ``now`` by hand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def scored_run(
