@@ -136,7 +136,9 @@ class SqlJudgeSink:
             )
         )
         merged_flag = Flag(tuple(reasons), priority, rate)
-        snapshot_of = ScoredRun(scored.run, scored.scores, merged_flag, scored.scorer_errors, scored.rescored)
+        snapshot_of = ScoredRun(
+            scored.run, scored.scores, merged_flag, scored.scorer_errors, scored.rescored, scored.evidence
+        )
         conn.execute(self._upsert_item, [item_row(snapshot_of, merged_flag, now)])
         return not was_flagged
 

@@ -34,6 +34,10 @@ class RuleError(ScorersError, ValueError):
         super().__init__(f"invalid rule {rule!r}: {reason}")
 
 
+class DetectionConfigError(ScorersError, ValueError):
+    """The ``detection`` configuration is invalid; the message names the field (one line)."""
+
+
 class JudgeConfigError(ScorersError, ValueError):
     """An LLM judge is misconfigured (unknown rubric, bad selector, missing API key variable).
 

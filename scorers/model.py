@@ -119,6 +119,40 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """Why a headline signal or a flag reason is set: the rule that decided and what it matched.
+
+    Attributes:
+        signal: what it supports: ``hit_max_iterations``, ``safety_blocked``, ``errored``, or a flag
+            reason (rule name).
+        rule: the detection rule id (``limit.cutoff``, ``block.vocabulary``, ``user.limit.exception``…,
+            see :mod:`scorers.detect`) or ``rule:<name>`` for a flag rule.
+        span_id / span_name: the span that shows it (empty for run-level evidence).
+        source: where on the span: an attribute key, ``status.message``, ``exception.type``,
+            ``exception.message``, ``finish_reason``, or a run field / score name.
+        value: the matched text or value, cut at 240 characters.
+    """
+
+    signal: str
+    rule: str
+    span_id: str
+    span_name: str
+    source: str
+    value: str
+
+    def as_dict(self) -> dict[str, str]:
+        """JSON form (API, store, ``vigil explain``)."""
+        return {
+            "signal": self.signal,
+            "rule": self.rule,
+            "span_id": self.span_id,
+            "span_name": self.span_name,
+            "source": self.source,
+            "value": self.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """One finished (or timed-out) agent run: the unit Vigil scores.
 
@@ -146,6 +180,7 @@ class Run:
         messages: the conversation when captured.
         span_count: number of distinct spans in the trace.
         attributes: selected root-span attributes useful to rules (string/number/bool only).
+        evidence: why each headline signal is set (:class:`Evidence`, see :mod:`scorers.detect`).
     """
 
     trace_id: str
@@ -172,6 +207,7 @@ class Run:
     messages: tuple[Message, ...] = ()
     span_count: int = 0
     attributes: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    evidence: tuple[Evidence, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -224,6 +260,8 @@ class ScoredRun:
         flag: the flag decision, or ``None`` when not flagged.
         scorer_errors: names of scorers that crashed on this run.
         rescored: True when this is a re-score after late spans.
+        evidence: why each flag reason matched (``Evidence.signal`` is the reason), see
+            :func:`scorers.rules.reason_evidence`.
     """
 
     run: Run
@@ -231,6 +269,7 @@ class ScoredRun:
     flag: Flag | None
     scorer_errors: tuple[str, ...] = ()
     rescored: bool = False
+    evidence: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

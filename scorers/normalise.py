@@ -27,6 +27,7 @@ from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, signals
+from scorers.detect import BLOCK, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
     DIALECTS,
     UNKNOWN,
@@ -36,7 +37,7 @@ from scorers.dialects import (
     classify,
     service_name,
 )
-from scorers.model import Message, Run, RunStatus, Step, StepKind, ToolCall
+from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
 from scorers.steps import to_step, to_tool_call
 
 RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
@@ -46,7 +47,7 @@ _START: Final = attrgetter("start_ns")
 _new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
 
 
-def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
+def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detector = DEFAULT_DETECTOR) -> Run:
     """Turn all spans of one trace into one :class:`Run`.
 
     Spans may come in any order and repeat: they are de-duplicated by ``span_id``, keeping
@@ -58,6 +59,7 @@ def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
         spans: the spans of one trace.
         complete: False when the caller closed the run early (idle timeout). The run is
             also incomplete when no span is a root.
+        detector: the limit/block detection rules (:mod:`scorers.detect`; the built-ins by default).
 
     Returns:
         The normalised run. An empty ``spans`` gives an incomplete, empty run.
@@ -71,7 +73,7 @@ def normalise(spans: Sequence[Span], *, complete: bool = True) -> Run:
     if not unique:
         return Run(trace_id=spans[0].trace_id if spans else "", complete=False)
     tree = _Tree.build(unique)
-    tally = _Tally.for_tree(tree)
+    tally = _Tally.for_tree(tree, detector)
     for span in tree.ordered:
         tally.visit(span, tree)
     return _assemble(tree, tally, complete=complete)
@@ -172,14 +174,16 @@ class _Tally:
     tool_errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    limit: bool = False
-    blocked: bool = False
+    detector: Detector = DEFAULT_DETECTOR
+    evidence: list[Evidence] = field(default_factory=list)
+    last_llm: tuple[Span, tuple[str, ...]] | None = None
+    tools_after: list[str] = field(default_factory=list)
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
 
     @classmethod
-    def for_tree(cls, tree: _Tree) -> _Tally:
+    def for_tree(cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR) -> _Tally:
         """A tally primed with the usage of nested duplicate LLM spans, keyed by their owner."""
-        tally = cls()
+        tally = cls(detector=detector)
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
@@ -192,16 +196,23 @@ class _Tally:
         kind = tree.kinds[span.span_id][0]
         err = signals.error_info(span)
         reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
-        if not signals.unremarkable(span.attributes, err, reasons):
-            self.limit = self.limit or signals.hit_limit(span, kind, err)
-            self.blocked = self.blocked or signals.blocked(span, kind, err, reasons)
+        detector = self.detector
+        if not detector.quiet(span.attributes, err.error, reasons):
+            detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
         if kind is StepKind.LLM:
-            self.steps.append(self._llm_step(span, tree, err, reasons))
+            step = self._llm_step(span, tree, err, reasons)
+            if step.kind is StepKind.LLM:
+                self.last_llm = (span, reasons)
+                self.tools_after.clear()
+            self.steps.append(step)
             return
         if kind is StepKind.TOOL:
             call, failed = to_tool_call(span, err)
             self.tools.append(call)
             self.tool_errors += failed
+            self.tools_after.append(call.name)
+        elif kind is StepKind.AGENT:
+            detector.agent_counters(span, self.evidence)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
@@ -254,6 +265,16 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     head = tree.head()
     culprit = _raised(tree)
     raised = culprit is not None
+    complete = complete and tree.root is not None
+    evidence = tally.evidence
+    if culprit is not None:
+        evidence.append(_raised_evidence(culprit))
+    if tree.root is not None and tree.kinds[tree.root.span_id][0] is not StepKind.AGENT:
+        tally.detector.agent_counters(tree.root, evidence)
+    tally.detector.cutoff(tally.last_llm, tally.tools_after, raised=raised, complete=complete, out=evidence)
+    found = _dedupe_evidence(evidence)
+    limit = any(e.signal == LIMIT for e in found)
+    blocked = any(e.signal == BLOCK for e in found)
     messages = _conversation(tree)
     start_ns, end_ns = _bounds(tree)
     return _new_run(
@@ -261,8 +282,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         agent=agent_name(tree.root, tree.top_down),
         service=service_name(head) or next((n for s in tree.ordered if (n := service_name(s))), ""),
         dialect=_dialect(tree.kinds),
-        status=_status(raised, tally),
-        complete=complete and tree.root is not None,
+        status=_status(raised, limit, blocked),
+        complete=complete,
         start_ns=start_ns,
         end_ns=end_ns,
         llm_calls=tally.llm_calls,
@@ -270,8 +291,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         tool_errors=tally.tool_errors,
         input_tokens=tally.input_tokens,
         output_tokens=tally.output_tokens,
-        hit_max_iterations=tally.limit,
-        safety_blocked=tally.blocked,
+        hit_max_iterations=limit,
+        safety_blocked=blocked,
         errored=raised,
         error_type=signals.error_info(culprit).type if culprit is not None else None,
         optimal_steps=_optimal_steps(head),
@@ -281,13 +302,41 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         messages=messages,
         span_count=len(tree.spans),
         attributes=_rule_attributes(head),
+        evidence=found,
     )
 
 
-def _status(raised: bool, tally: _Tally) -> RunStatus:
-    if tally.limit:
+def _raised_evidence(culprit: Span) -> Evidence:
+    err = signals.error_info(culprit)
+    if culprit.status_message:
+        source, value = "status.message", culprit.status_message
+    else:
+        source, value = "error.type", err.type or "error"
+    rule = "errored.root" if not culprit.parent_span_id else "errored.agent_span"
+    return Evidence(ERRORED, rule, culprit.span_id, culprit.name[:256], source, value[:240])
+
+
+_MAX_EVIDENCE: Final = 32
+
+
+def _dedupe_evidence(evidence: list[Evidence]) -> tuple[Evidence, ...]:
+    """One evidence per (signal, rule, span), in detection order, at most 32."""
+    if len(evidence) < 2:
+        return tuple(evidence)
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Evidence] = []
+    for e in evidence:
+        key = (e.signal, e.rule, e.span_id)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return tuple(out[:_MAX_EVIDENCE])
+
+
+def _status(raised: bool, limit: bool, blocked: bool) -> RunStatus:
+    if limit:
         return RunStatus.LIMIT_HIT
-    if tally.blocked:
+    if blocked:
         return RunStatus.BLOCKED
     return RunStatus.ERROR if raised else RunStatus.OK
 

@@ -14,9 +14,10 @@ import structlog
 
 from collector.model import fast_constructor
 from scorers.assemble import ClosedTrace
+from scorers.detect import DEFAULT_DETECTOR, Detector
 from scorers.model import Run, ScoredRun, Scorer
 from scorers.normalise import normalise
-from scorers.rules import Rule, decide
+from scorers.rules import Rule, decide, reason_evidence
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +63,7 @@ class Pipeline:
         on_error: error callback (metrics).
         judge_scores: the LLM judge scores already known for a trace id (a re-score after
             late spans keeps the reasons its judges gave); never blocks.
+        detector: the limit/block detection rules (:mod:`scorers.detect`).
     """
 
     chain: tuple[tuple[str, Scorer], ...]
@@ -69,25 +71,27 @@ class Pipeline:
     sample_rate: float
     on_error: OnError | None = None
     judge_scores: Callable[[str], Mapping[str, float]] | None = None
+    detector: Detector = DEFAULT_DETECTOR
 
     def process(self, closed: ClosedTrace, feedback: Mapping[str, object] | None = None) -> ScoredRun:
         """Produce the :class:`ScoredRun` of one closed trace. Never raises for bad data."""
-        run = self._normalise(closed)
+        return self.decide_run(self._normalise(closed), feedback, rescored=closed.rescore)
+
+    def decide_run(
+        self, run: Run, feedback: Mapping[str, object] | None = None, *, rescored: bool = False
+    ) -> ScoredRun:
+        """Score a normalised run and make its flag decision, with the evidence of every reason."""
         scores, failed = score_run(run, self.chain, self.on_error)
+        judge = None if self.judge_scores is None else self.judge_scores(run.trace_id)
         flag = decide(
-            run,
-            scores,
-            self.rules,
-            self.sample_rate,
-            feedback=feedback,
-            on_error=self._rule_error,
-            judge=None if self.judge_scores is None else self.judge_scores(run.trace_id),
+            run, scores, self.rules, self.sample_rate, feedback=feedback, on_error=self._rule_error, judge=judge
         )
-        return _new_scored_run(run, scores, flag, failed, closed.rescore)
+        evidence = () if flag is None else reason_evidence(run, flag, self.rules, scores, feedback, judge)
+        return _new_scored_run(run, scores, flag, failed, rescored, evidence)
 
     def _normalise(self, closed: ClosedTrace) -> Run:
         try:
-            return normalise(closed.spans, complete=closed.complete)
+            return normalise(closed.spans, complete=closed.complete, detector=self.detector)
         except Exception as exc:  # noqa: BLE001 - a normaliser bug must not lose the trace
             log.error("normalise_failed", trace_id=closed.trace_id, error=repr(exc))
             if self.on_error is not None:

@@ -29,7 +29,7 @@ from typing import Any
 import cel
 
 from scorers.errors import RuleError
-from scorers.model import Flag, Priority, Run
+from scorers.model import Evidence, Flag, Priority, Run
 
 DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
     "hit_max_iterations": {"expr": "hit_max_iterations", "priority": "high"},
@@ -270,3 +270,93 @@ def decide(
         return None
     matched.sort(key=lambda r: -r.priority.rank)
     return Flag(tuple(r.name for r in matched), matched[0].priority, sample_rate)
+
+
+_SIGNAL_FIELDS = frozenset(("hit_max_iterations", "safety_blocked", "errored"))
+
+
+def reason_evidence(  # noqa: PLR0917 - the decision's own inputs, in decide's order
+    run: Run,
+    flag: Flag,
+    rules: tuple[Rule, ...],
+    scores: Mapping[str, float],
+    feedback: Mapping[str, Any] | None = None,
+    judge: Mapping[str, float] | None = None,
+) -> tuple[Evidence, ...]:
+    """The evidence of each reason of ``flag``: what the rule read and where it shows in the run.
+
+    A rule over a headline signal (``hit_max_iterations``, ``safety_blocked``, ``errored``) gets
+    that signal's span evidence; a rule over scores, run fields, feedback or judges gets one entry
+    per variable it reads, with the value (and the first failed tool span for tool errors); the
+    random sample gets its sample point. Computed for flagged runs only.
+    """
+    by_name = {r.name: r for r in rules}
+    out: list[Evidence] = []
+    for reason in flag.reasons:
+        rule = by_name.get(reason)
+        if rule is None:
+            continue
+        tag = f"rule:{reason}"
+        found = False
+        for e in run.evidence:
+            if e.signal in rule.variables and e.signal in _SIGNAL_FIELDS:
+                out.append(Evidence(reason, e.rule, e.span_id, e.span_name, e.source, e.value))
+                found = True
+        for var in sorted(frozenset(rule.variables) - _SIGNAL_FIELDS):
+            item = _variable_evidence(reason, tag, var, run, rule, scores, flag, feedback, judge)
+            if item is not None:
+                out.append(item)
+                found = True
+        if not found:
+            out.append(Evidence(reason, tag, "", "", "expr", rule.expr[:240]))
+    return tuple(out)
+
+
+def _variable_evidence(  # noqa: PLR0917 - one private helper of reason_evidence
+    reason: str,
+    tag: str,
+    var: str,
+    run: Run,
+    rule: Rule,
+    scores: Mapping[str, float],
+    flag: Flag,
+    feedback: Mapping[str, Any] | None,
+    judge: Mapping[str, float] | None,
+) -> Evidence | None:
+    if var == "random_sample":
+        point = sample_point(run.trace_id)
+        return Evidence(reason, tag, "", "", "sample_point", f"{point:.4f} < sample rate {flag.sample_rate:g}")
+    if var == "scores":
+        used = [name for name in scores if f"scores.{name}" in rule.expr]
+        if not used:
+            return None
+        name = used[0]
+        span = _tool_span(run, failed=name == "tool_error_rate", repeated=name == "repeated_tool_calls")
+        return Evidence(reason, tag, span[0], span[1], f"scores.{name}", f"{scores[name]:g}")
+    if var in ("feedback", "judge"):
+        values = feedback if var == "feedback" else judge
+        shown = ", ".join(f"{k}={v}" for k, v in (values or {}).items() if f"{var}.{k}" in rule.expr)
+        return Evidence(reason, tag, "", "", var, shown[:240]) if shown else None
+    if var in ("attributes",):
+        return Evidence(reason, tag, "", "", var, rule.expr[:240])
+    value = getattr(run, var, None)
+    if var == "status":
+        value = run.status.value
+    if value is None:
+        return None
+    span = _tool_span(run, failed=var == "tool_errors", repeated=False)
+    return Evidence(reason, tag, span[0], span[1], var, str(value)[:240])
+
+
+def _tool_span(run: Run, *, failed: bool, repeated: bool) -> tuple[str, str]:
+    if failed:
+        hit = next((t for t in run.tools if t.error is not None), None)
+        return (hit.span_id, hit.name) if hit is not None else ("", "")
+    if repeated:
+        seen: dict[tuple[str, str | None], int] = {}
+        for t in run.tools:
+            key = (t.name, t.arguments)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1 and t.arguments is not None:
+                return t.span_id, t.name
+    return "", ""

@@ -1,20 +1,18 @@
-"""Per-span signals: errors, token usage, finish reasons, iteration limits and safety blocks.
+"""Per-span readings: errors, token usage, model and finish reasons.
 
 Every function reads one span and returns a plain value; none raises on odd attribute
-types. The markers follow conventions.md §4 and §8. Text markers are plain substring
-checks (no regular expressions) on the few attributes that hold outputs.
+types. Whether a span shows an iteration limit or a safety block is decided by
+:mod:`scorers.detect` from these readings.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from collector.model import Attributes, Span, StatusCode
-from scorers.dialects import as_bool, as_int, as_json, as_str, first_str
-from scorers.model import StepKind
+from scorers.dialects import as_int, as_json, as_str, first_str
 
 INPUT_TOKEN_KEYS: Final = (
     "gen_ai.usage.input_tokens",
@@ -43,71 +41,10 @@ _FINISH_KEYS: Final = (
     "llm.finish_reason",
     "ai.response.finishReason",
 )
-_OUTPUT_KEYS: Final = ("output.value", "traceloop.entity.output", "gen_ai.output.messages", "ai.response.text")
-_INPUT_KEYS: Final = (
-    "input.value",
-    "gen_ai.input.messages",
-    "gen_ai.prompt",
-    "ai.prompt.messages",
-    "traceloop.entity.input",
-)
-_INDEXED_INPUTS: Final = (("gen_ai.prompt.", ".content"), ("llm.input_messages.", ".message.content"))
-_INDEXED_INPUT_MARKERS: Final = tuple(f"{p}{i}{s}" for p, s in _INDEXED_INPUTS for i in (0, 1))
-_TEXT_KEYS: Final = frozenset((*_OUTPUT_KEYS, *_INPUT_KEYS, *_INDEXED_INPUT_MARKERS))
 _FINISH_ALL_KEYS: Final = frozenset((*_FINISH_KEYS, "gen_ai.completion.0.finish_reason", "gen_ai.output.messages"))
 _FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {"gen_ai.response.finish_reasons"}
-_GUARDRAIL_KEYS: Final = frozenset(
-    {
-        "gen_ai.guardrail.triggered",
-        "gen_ai.guardrail.result.value",
-        "gen_ai.guardrail.action.type",
-        "gen_ai.guardrail.verdict.type",
-        "gen_ai.guardrail.status",
-        "vigil.safety_blocked",
-        "vigil.guardrail.blocked",
-    }
-)
-_VIGIL_LIMIT_KEYS: Final = frozenset({"vigil.max_iterations_hit", "vigil.iterations"})
-_MARKER_KEYS: Final = _TEXT_KEYS | _VIGIL_LIMIT_KEYS | _GUARDRAIL_KEYS
-"""Every attribute :func:`hit_limit` or :func:`blocked` can react to on a span without errors."""
 _MAX_REASONS: Final = 16
 _MAX_INDEXED: Final = 256
-
-BLOCK_REASONS: Final = frozenset(
-    {
-        "content_filter",
-        "refusal",
-        "safety",
-        "prohibited_content",
-        "blocklist",
-        "spii",
-        "guardrail_intervened",
-        "content_filtered",
-    }
-)
-"""Normalised finish reasons that mean a content filter, refusal or guardrail stopped output."""
-
-LIMIT_ERROR_SUFFIXES: Final = (
-    "GraphRecursionError",
-    "MaxTurnsExceeded",
-    "ModelCallLimitExceededError",
-    "ToolCallLimitExceededError",
-)
-BLOCK_ERROR_SUFFIXES: Final = (
-    "GuardrailTripwireTriggered",
-    "ModelRefusalError",
-)
-_LIMIT_STATUS_TEXTS: Final = ("Max turns exceeded", "Max turns (", "Recursion limit of", "GRAPH_RECURSION_LIMIT")
-_LIMIT_OUTPUT_TEXTS: Final = (
-    "Agent stopped due to iteration limit or time limit.",
-    "Agent stopped due to max iterations.",
-    "Sorry, need more steps to process this request.",
-    "Model call limits exceeded",
-    "tool call limit",
-    "Tool call limit",
-)
-CREWAI_FORCE_FINAL_ANSWER: Final = "MUST give your absolute best final answer"
-"""Distinctive part of CrewAI's ``errors.force_final_answer`` prompt (max_iter reached)."""
 
 _SOFT_ERROR_PREFIXES: Final = ("Error:", "An error occurred while running the tool")
 
@@ -254,147 +191,10 @@ def _one_reason(reason: str) -> tuple[str]:
 @functools.lru_cache(maxsize=512)
 def normalise_reason(reason: str) -> str:
     """Normalise one finish reason: ``FinishReason.SAFETY`` / ``content-filter`` → ``safety`` / ``content_filter``."""
-    text = reason.strip().lower().replace("-", "_")
+    text = "_".join(reason.strip().lower().replace("-", " ").split())
     if "." in text:
         text = text.rsplit(".", 1)[1]
     return text.removeprefix("finish_reason_")
-
-
-def unremarkable(attributes: Attributes, err: ErrorInfo, reasons: tuple[str, ...]) -> bool:
-    """Whether neither :func:`hit_limit` nor :func:`blocked` can be true for a span — a cheap pre-check.
-
-    True when the span has no error, no blocking finish reason and none of the attributes
-    those two read without an error (output/input texts, ``vigil.*`` limit and guardrail
-    markers). Most spans of most runs are unremarkable.
-    """
-    return not err.error and _MARKER_KEYS.isdisjoint(attributes) and (not reasons or BLOCK_REASONS.isdisjoint(reasons))
-
-
-def hit_limit(span: Span, kind: StepKind, err: ErrorInfo) -> bool:
-    """Whether ``span`` shows an iteration / turn / recursion / call limit being reached.
-
-    Error types and status descriptions are read on every span, output texts on every
-    span but tools, the CrewAI force-final-answer prompt on LLM inputs, and Vigil's own
-    ``vigil.max_iterations_hit`` / ``vigil.iterations`` ≥ ``vigil.max_iterations`` on
-    agent, chain and other spans.
-    """
-    if err.error and _limit_error(span, err):
-        return True
-    if kind is StepKind.TOOL:
-        return False
-    attrs = span.attributes
-    if not _TEXT_KEYS.isdisjoint(attrs):  # content captured: look at the texts
-        if _outputs_contain(attrs, _OUTPUT_KEYS, _LIMIT_OUTPUT_TEXTS):
-            return True
-        if kind is StepKind.LLM and _inputs_contain_force_final(attrs):
-            return True
-    return kind is not StepKind.LLM and not _VIGIL_LIMIT_KEYS.isdisjoint(attrs) and _vigil_limit(attrs)
-
-
-def _limit_error(span: Span, err: ErrorInfo) -> bool:
-    if any(t.endswith(LIMIT_ERROR_SUFFIXES) for t in err.types):
-        return True
-    status = span.status_message
-    if isinstance(status, str) and status and _contains_any(status, _LIMIT_STATUS_TEXTS):
-        return True
-    return any(_contains_any(m, _LIMIT_STATUS_TEXTS + _LIMIT_OUTPUT_TEXTS) for m in err.messages)
-
-
-def _vigil_limit(attrs: Attributes) -> bool:
-    if as_bool(attrs.get("vigil.max_iterations_hit")):
-        return True
-    iterations = as_int(attrs.get("vigil.iterations"))
-    limit = as_int(attrs.get("vigil.max_iterations"))
-    return iterations is not None and limit is not None and limit > 0 and iterations >= limit
-
-
-def _inputs_contain_force_final(attrs: Attributes) -> bool:
-    markers = (CREWAI_FORCE_FINAL_ANSWER,)
-    if _outputs_contain(attrs, _INPUT_KEYS, markers):
-        return True
-    if not any(key in attrs for key in _INDEXED_INPUT_MARKERS):
-        return False
-    for prefix, suffix in _INDEXED_INPUTS:
-        if f"{prefix}0{suffix}" not in attrs and f"{prefix}1{suffix}" not in attrs:
-            continue
-        for i in range(_MAX_INDEXED):
-            value = attrs.get(f"{prefix}{i}{suffix}")
-            if isinstance(value, str) and CREWAI_FORCE_FINAL_ANSWER in value:
-                return True
-    return False
-
-
-def _outputs_contain(attrs: Attributes, keys: tuple[str, ...], markers: tuple[str, ...]) -> bool:
-    for key in keys:
-        value = attrs.get(key)
-        if value is None:
-            continue
-        text = value if isinstance(value, str) else _dump(value)
-        if text and _contains_any(text, markers):
-            return True
-    return False
-
-
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
-def _dump(value: object) -> str:
-    try:
-        return _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError):
-        return ""
-
-
-def _contains_any(text: str, markers: tuple[str, ...]) -> bool:
-    return any(marker in text for marker in markers)
-
-
-def blocked(span: Span, kind: StepKind, err: ErrorInfo, reasons: tuple[str, ...]) -> bool:
-    """Whether ``span`` shows a content filter, refusal or guardrail blocking the run (§4.5).
-
-    Finish reasons, error types and status descriptions are read on every span; guardrail
-    attributes (``gen_ai.guardrail.*``, ``vigil.safety_blocked``, ``vigil.guardrail.blocked``)
-    on every span but LLM calls and tools.
-    """
-    if reasons and not BLOCK_REASONS.isdisjoint(reasons):
-        return True
-    if err.error and _block_error(span, err):
-        return True
-    if kind is StepKind.LLM or kind is StepKind.TOOL:
-        return False
-    attrs = span.attributes
-    if err.error and _lower(attrs.get("openinference.span.kind")) == "guardrail":
-        return True
-    return not _GUARDRAIL_KEYS.isdisjoint(attrs) and _guardrail_attributes(attrs)
-
-
-def _block_error(span: Span, err: ErrorInfo) -> bool:
-    if any(t.endswith(BLOCK_ERROR_SUFFIXES) for t in err.types):
-        return True
-    status = span.status_message if isinstance(span.status_message, str) else ""
-    if status.startswith("Guardrail tripwire triggered") or "'Guardrail tripwire triggered'" in status:
-        return True
-    # Azure OpenAI prompt filter: HTTP 400 whose error code is content_filter.
-    return "content_filter" in status or any("content_filter" in m for m in err.messages)
-
-
-def _guardrail_attributes(attrs: Attributes) -> bool:
-    if as_bool(attrs.get("gen_ai.guardrail.triggered")):
-        return True
-    result = attrs.get("gen_ai.guardrail.result.value")
-    if result is True or (isinstance(result, str) and result.lower() in ("guardrail_intervened", "true")):
-        return True
-    if _lower(attrs.get("gen_ai.guardrail.action.type")) == "block":
-        return True
-    if _lower(attrs.get("gen_ai.guardrail.verdict.type")) == "deny":
-        return True
-    if _lower(attrs.get("gen_ai.guardrail.status")) in ("failed", "blocked"):
-        return True
-    return as_bool(attrs.get("vigil.safety_blocked")) or as_bool(attrs.get("vigil.guardrail.blocked"))
-
-
-def _lower(value: object) -> str | None:
-    return value.strip().lower() if isinstance(value, str) else None
 
 
 def soft_error(result: str | None) -> bool:

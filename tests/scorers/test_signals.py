@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.model import SpanEvent, StatusCode
-from scorers import signals
-from scorers.model import Run, RunStatus, StepKind
+from scorers.detect import DEFAULT_DETECTOR, SpanFacts
+from scorers.model import Evidence, Run, RunStatus, StepKind
 from scorers.normalise import normalise
 from scorers.signals import error_info, finish_reasons, leading_phrase, soft_error
 from tests.support.spans import node, span, trace
@@ -280,31 +280,33 @@ class TestSoftError:
 
 _MARKER_VALUES = st.sampled_from(
     [True, False, "true", "blocked", "failed", "deny", "block", "guardrail_intervened", 5, 3, "Max turns exceeded",
-     "Sorry, need more steps to process this request.", CREWAI_PROMPT, ["content_filter"], ["stop"]]
+     "Sorry, need more steps to process this request.", CREWAI_PROMPT, ["content_filter"], ["stop"],
+     '{"refusal": "I cannot help with that."}']
 )  # fmt: skip
 _MARKER_ATTRS = st.dictionaries(
-    st.sampled_from(sorted(signals._MARKER_KEYS | {"vigil.max_iterations", "openinference.span.kind", "other"})),
+    st.sampled_from(sorted(DEFAULT_DETECTOR._watched | {"vigil.max_iterations", "openinference.span.kind", "other"})),
     _MARKER_VALUES,
     max_size=4,
 )
 
 
-class TestUnremarkable:
-    """The cheap pre-check never hides a limit or a block."""
+class TestQuiet:
+    """The detector's cheap pre-check never hides a limit or a block."""
 
     @settings(max_examples=300, deadline=None)
     @given(
         attrs=_MARKER_ATTRS,
         kind=st.sampled_from(list(StepKind)),
         status=st.sampled_from(list(StatusCode)),
-        reasons=st.lists(st.sampled_from(["stop", "content_filter", "length", "refusal"]), max_size=2),
+        reasons=st.lists(st.sampled_from(["stop", "content_filter", "length", "refusal", "content filter"]), max_size=2),  # noqa: E501
     )
-    def test_unremarkable_spans_neither_hit_limits_nor_block(
+    def test_quiet_spans_give_no_evidence(
         self, attrs: dict[str, Any], kind: StepKind, status: StatusCode, reasons: list[str]
     ) -> None:
-        """Whenever the pre-check says unremarkable, hit_limit and blocked are both False."""
+        """Whenever the pre-check says quiet, the span rules find nothing."""
         one = span(trace_id="1" * 32, span_id="2" * 16, attributes=attrs, status_code=status, status_message="x")
         err = error_info(one)
-        if signals.unremarkable(one.attributes, err, tuple(reasons)):
-            assert not signals.hit_limit(one, kind, err)
-            assert not signals.blocked(one, kind, err, tuple(reasons))
+        if DEFAULT_DETECTOR.quiet(one.attributes, err.error, tuple(reasons)):
+            found: list[Evidence] = []
+            DEFAULT_DETECTOR.span(SpanFacts(one, kind, err.error, err.types, err.messages, tuple(reasons)), found)
+            assert [] == found

@@ -1,0 +1,697 @@
+"""Headline-signal detection with evidence: iteration-limit hits and safety blocks.
+
+Detection reads the *structure* of a run first and a *vocabulary* second, and every
+detection names the rule that decided it and the span, attribute or message that matched
+(:class:`~scorers.model.Evidence`). The rules, by id:
+
+Structure (no words involved)
+    ``limit.cutoff``
+        The run ended while the model's last turn still requested tool calls (finish reason
+        ``tool_calls`` / ``tool-calls`` / ``tool_use`` / ``function_call``) and no later LLM
+        call answered — the loop was stopped from outside. Not when an exception reached the
+        caller (an error, not a limit, explains the end), nor when the last tool executed is
+        an *answer tool* (``final_answer``, ``final_result`` …: smolagents and PydanticAI
+        answer through a tool), nor on an incomplete run.
+    ``limit.counter``
+        An iteration/step/turn counter attribute reached its declared cap on an agent span
+        (``vigil.iterations`` ≥ ``vigil.max_iterations``, ``agent.steps`` ≥ ``agent.max_steps`` …),
+        or ``vigil.max_iterations_hit`` is true.
+    ``block.finish_reason``
+        A content-filter, safety, refusal, blocklist or guardrail finish reason, in any
+        spelling (``content_filter``, ``content-filter``, ``CONTENT_FILTER``, ``content filter``,
+        ``FinishReason.SAFETY``).
+    ``block.refusal``
+        A model output with a non-empty ``refusal`` field (OpenAI's structured refusal).
+    ``block.guardrail``
+        A guardrail span that failed, or a guardrail attribute that says it intervened
+        (``gen_ai.guardrail.*``, ``vigil.safety_blocked``, ``vigil.guardrail.blocked``).
+
+Vocabulary (exception types, exception messages and status descriptions of non-tool spans)
+    ``limit.vocabulary`` / ``block.vocabulary``
+        Matched by normalised tokens, not exact strings: ``MaxIterationsExceeded``, ``Max turns
+        exceeded``, ``agent X stopped after 6 iterations``, ``Recursion limit of 6 reached``,
+        ``UsageLimitExceeded``, ``LlmCallsLimitExceededError``; ``InputGuardrailTripwireTriggered``,
+        ``Model refused to produce output``, ``content filter``/``policy``, ``PIIDetectionError``,
+        ``moderation flagged`` …  Precision guards: rate limits and quotas, Python's own
+        ``maximum recursion depth``, retries and connection refusals never match.
+    ``limit.output``
+        The fixed texts frameworks answer with when they stop at their cap (LangChain's
+        ``Agent stopped due to max iterations.``, LangGraph's ``Sorry, need more steps…``,
+        CrewAI's forced final answer prompt), in outputs of non-tool spans.
+
+User rules (``detection`` in ``vigil.yaml``, :class:`DetectionConfig`)
+    ``user.limit.exception`` / ``user.limit.message`` / ``user.limit.attribute`` and the same
+    under ``user.block.*``: the user's own exception types, message patterns (regular
+    expressions, case-insensitive) and attribute values. ``disable`` switches built-in
+    rules off by id.
+
+Tool spans are never searched for vocabulary: a tool that returns or raises "rate limit"
+or "blocked" is a tool result, not the agent's limit. The detector is pure and cheap on the
+common path: spans without errors or markers are skipped by one set test.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from collector.model import Attributes, Span
+from scorers.errors import DetectionConfigError
+from scorers.model import Evidence, StepKind
+
+__all__ = [
+    "BLOCK",
+    "BUILTIN_RULES",
+    "DEFAULT_DETECTOR",
+    "ERRORED",
+    "LIMIT",
+    "DetectionConfig",
+    "Detector",
+    "block_words",
+    "limit_words",
+    "tokens_of",
+]
+
+LIMIT: Final = "hit_max_iterations"
+BLOCK: Final = "safety_blocked"
+ERRORED: Final = "errored"
+
+BUILTIN_RULES: Final = (
+    "limit.cutoff",
+    "limit.counter",
+    "limit.vocabulary",
+    "limit.output",
+    "block.finish_reason",
+    "block.refusal",
+    "block.guardrail",
+    "block.vocabulary",
+)
+"""Every built-in detection rule id (what ``detection.disable`` accepts)."""
+
+MAX_EVIDENCE_TEXT: Final = 240
+"""Characters of a matched value kept in evidence."""
+
+TOOL_REQUEST_REASONS: Final = frozenset(
+    {"tool_calls", "toolcalls", "tool_use", "tooluse", "function_call", "functioncall"}
+)
+"""Normalised finish reasons that mean "the model asked for tools" (OpenAI, Vercel, Anthropic, legacy)."""
+
+_BLOCK_REASONS_COMPACT: Final = frozenset(
+    {
+        "contentfilter",
+        "contentfiltered",
+        "safety",
+        "refusal",
+        "refused",
+        "prohibitedcontent",
+        "blocklist",
+        "spii",
+        "guardrailintervened",
+        "imagesafety",
+        "contentpolicy",
+        "moderation",
+    }
+)
+
+_ANSWER_TOOL: Final = re.compile(
+    r"final[_\-\s]?(answer|result|output|response)|^(answer|respond|submit[_\-]?answer)$", re.I
+)
+"""Tools through which an agent gives its answer: a run that ends after one of them was not cut off."""
+
+_LIMIT_OUTPUT_TEXTS: Final = (
+    "agent stopped due to iteration limit or time limit",
+    "agent stopped due to max iterations",
+    "sorry, need more steps to process this request",
+    "model call limits exceeded",
+    "tool call limit",
+)
+CREWAI_FORCE_FINAL_ANSWER: Final = "must give your absolute best final answer"
+"""Distinctive part of CrewAI's ``force_final_answer`` prompt, sent to the model once ``max_iter`` is reached."""
+
+_OUTPUT_KEYS: Final = ("output.value", "traceloop.entity.output", "gen_ai.output.messages", "ai.response.text")
+_INPUT_KEYS: Final = (
+    "input.value",
+    "gen_ai.input.messages",
+    "gen_ai.prompt",
+    "ai.prompt.messages",
+    "traceloop.entity.input",
+)
+_INDEXED_INPUTS: Final = (("gen_ai.prompt.", ".content"), ("llm.input_messages.", ".message.content"))
+_MAX_INDEXED: Final = 64
+_REFUSAL_KEYS: Final = (
+    "llm.output_messages.0.message.refusal",
+    "gen_ai.completion.0.refusal",
+    "gen_ai.response.refusal",
+    "ai.response.refusal",
+)
+_TEXT_KEYS: Final = frozenset(
+    (*_OUTPUT_KEYS, *_INPUT_KEYS, *_REFUSAL_KEYS, "llm.input_messages.0.message.content", "gen_ai.prompt.0.content",
+     "llm.input_messages.1.message.content", "gen_ai.prompt.1.content")
+)  # fmt: skip
+
+_GUARDRAIL_KEYS: Final = frozenset(
+    {
+        "gen_ai.guardrail.triggered",
+        "gen_ai.guardrail.result.value",
+        "gen_ai.guardrail.action.type",
+        "gen_ai.guardrail.verdict.type",
+        "gen_ai.guardrail.status",
+        "vigil.safety_blocked",
+        "vigil.guardrail.blocked",
+    }
+)
+
+_REFUSAL_JSON: Final = re.compile(r'"refusal"\s*:\s*"(?!")((?:[^"\\]|\\.){1,240})')
+"""A JSON ``"refusal": "<non-empty>"`` (OpenAI messages carry ``"refusal": null`` when there is none)."""
+
+# --- the vocabulary -------------------------------------------------------------------------
+
+_LIMIT_NOUNS: Final = frozenset(
+    {
+        "iteration", "iterations", "iter", "iters", "step", "steps", "turn", "turns", "round", "rounds",
+        "request", "requests", "call", "calls", "loop", "loops", "usage", "recursion", "llm", "message", "messages",
+    }
+)  # fmt: skip
+_LIMIT_MARKS: Final = frozenset(
+    {"max", "maximum", "limit", "limits", "cap", "capped", "exceeded", "exceeds", "exceed", "reached", "reach",
+     "hit", "exhausted"}
+)  # fmt: skip
+_LIMIT_STRONG: Final = frozenset({"max", "maximum", "limit", "limits", "cap", "capped", "exceeded", "exceed", "exceeds",
+                                  "reached", "exhausted"})  # fmt: skip
+_LIMIT_STOPS: Final = frozenset({"stopped", "stopping", "halted", "terminated", "aborted"})
+_LIMIT_VETO: Final = frozenset(
+    {"rate", "ratelimit", "quota", "rpm", "tpm", "depth", "retries", "retry", "timeout", "timed", "context",
+     "length", "size", "bytes", "payload", "concurrency", "concurrent", "connection", "connections"}
+)  # fmt: skip
+_BLOCK_VETO: Final = frozenset({"connection", "connect", "socket", "port", "permission", "refused_stream"})
+_GUARD_WORDS: Final = frozenset({"guardrail", "guardrails", "guard"})
+_GUARD_ACTS: Final = frozenset(
+    {"tripwire", "triggered", "blocked", "block", "violation", "violated", "intervened", "intervention", "failed",
+     "denied", "rejected", "fired", "tripped"}
+)  # fmt: skip
+_WINDOW: Final = 6
+
+_CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_WORDS: Final = re.compile(r"[A-Za-z0-9]+")
+
+
+@functools.lru_cache(maxsize=2048)
+def tokens_of(text: str) -> tuple[str, ...]:
+    """Lower-case word tokens of ``text``, CamelCase and snake_case split.
+
+    ``"MaxIterationsExceeded"`` → ``("max", "iterations", "exceeded")``;
+    ``"GRAPH_RECURSION_LIMIT"`` → ``("graph", "recursion", "limit")``.
+    """
+    out: list[str] = []
+    for word in _WORDS.findall(text[:4096]):
+        out.extend(part.lower() for part in _CAMEL.findall(word))
+    return tuple(out)
+
+
+def _windows(tokens: Sequence[str]) -> Iterable[Sequence[str]]:
+    if len(tokens) <= _WINDOW:
+        yield tokens
+        return
+    for i in range(len(tokens) - _WINDOW + 1):
+        yield tokens[i : i + _WINDOW]
+
+
+@functools.lru_cache(maxsize=2048)
+def limit_words(text: str) -> bool:
+    """Whether ``text`` (an exception type, message or status) says an iteration/step/turn/call limit was hit.
+
+    A window of six tokens must hold a limit noun (iteration, step, turn, round, request, call,
+    loop, usage, recursion …) and a limit mark (max, limit, exceeded, reached, exhausted …), or a
+    stop word (stopped, halted …) with a number and a noun ("stopped after 6 iterations").
+    Never when the text speaks of rates, quotas, retries, timeouts, context length or depth.
+    """
+    tokens = tokens_of(text)
+    if not tokens or not _LIMIT_VETO.isdisjoint(tokens):
+        return False
+    if "graph" in tokens and "recursion" in tokens:
+        return True  # LangGraph's GraphRecursionError / GRAPH_RECURSION_LIMIT
+    for window in _windows(tokens):
+        nouns = _LIMIT_NOUNS.intersection(window)
+        if not nouns:
+            continue
+        if nouns == {"recursion"} and "limit" not in window:
+            continue  # Python's own RecursionError is a crash, not an agent limit
+        if nouns <= {"message", "messages", "llm", "request", "requests", "usage"} and not _LIMIT_STRONG.intersection(
+            window
+        ):
+            continue
+        if not _LIMIT_MARKS.isdisjoint(window):
+            return True
+        if not _LIMIT_STOPS.isdisjoint(window) and any(t.isdigit() for t in window):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=2048)
+def block_words(text: str) -> bool:
+    """Whether ``text`` says a guardrail, content filter, moderation, refusal or PII check blocked the run."""
+    tokens = tokens_of(text)
+    if not tokens or not _BLOCK_VETO.isdisjoint(tokens):
+        return False
+    words = set(tokens)
+    if "tripwire" in words:
+        return True
+    if words & _GUARD_WORDS and words & _GUARD_ACTS:
+        return True
+    if words & {"refusal", "refused", "refuses", "refuse"}:
+        return True
+    if "content" in words and words & {"filter", "filtered", "filtering", "policy", "management", "moderation"}:
+        return True
+    if "moderation" in words and words & {"flagged", "blocked", "violation", "rejected", "failed", "denied"}:
+        return True
+    if words & {"pii", "sensitive", "phi"} and words & {"detected", "detection", "blocked", "found", "violation"}:
+        return True
+    if "safety" in words and words & {"blocked", "filter", "filtered", "violation", "settings", "block"}:
+        return True
+    if "policy" in words and words & {"violation", "violated", "violates"}:
+        return True
+    if "responsible" in words and "ai" in words:
+        return True  # Azure's ResponsibleAIPolicyViolation
+    return bool(words & {"jailbreak", "injection"} and words & {"detected", "blocked", "attempt"})
+
+
+def _guard_type(exception_type: str) -> bool:
+    words = set(tokens_of(exception_type))
+    return ("tripwire" in words or bool(words & _GUARD_WORDS)) and block_words(exception_type)
+
+
+def is_block_reason(reason: str) -> bool:
+    """Whether a normalised finish reason means output was blocked (any spelling, compacted)."""
+    return _compact(reason) in _BLOCK_REASONS_COMPACT
+
+
+def is_tool_request(reasons: Sequence[str]) -> bool:
+    """Whether finish reasons say the model asked for tool calls."""
+    return any(_compact(r) in TOOL_REQUEST_REASONS for r in reasons)
+
+
+@functools.lru_cache(maxsize=512)
+def _compact(reason: str) -> str:
+    return "".join(ch for ch in reason.lower() if ch.isalnum())
+
+
+# --- user configuration ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _UserSignal:
+    exception_types: frozenset[str] = frozenset()
+    messages: tuple[re.Pattern[str], ...] = ()
+    attributes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.exception_types or self.messages or self.attributes)
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionConfig:
+    """The ``detection`` section of ``vigil.yaml``: users' own limit/block markers and switches.
+
+    Example::
+
+        detection:
+          hit_max_iterations:
+            exception_types: [BudgetExhausted]          # class name, or its qualified name
+            messages: ["budget of \\\\d+ steps (used|spent)"]  # regular expressions, case-insensitive
+            attributes: {myapp.stop_reason: [max_steps, budget]}
+          safety_blocked:
+            exception_types: [ContentRejected]
+            attributes: {myapp.moderation: [blocked]}
+          disable: [limit.cutoff]
+
+    Attribute values compare as lower-cased strings (``true`` matches a boolean true).
+    """
+
+    limit: _UserSignal = _UserSignal()
+    block: _UserSignal = _UserSignal()
+    disabled: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> DetectionConfig:
+        """Validate and compile a ``detection`` mapping.
+
+        Raises:
+            DetectionConfigError: one line naming the field (an unknown key, a bad regular
+                expression, an unknown rule id in ``disable``).
+        """
+        if not data:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise DetectionConfigError("detection: expected a mapping")
+        unknown = set(data) - {LIMIT, BLOCK, "disable"}
+        if unknown:
+            raise DetectionConfigError(
+                f"detection: unknown key {sorted(unknown)[0]!r} (expected {LIMIT}, {BLOCK}, disable)"
+            )
+        disabled = data.get("disable") or []
+        if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
+            raise DetectionConfigError("detection.disable: expected a list of rule ids")
+        bad = [d for d in disabled if d not in BUILTIN_RULES]
+        if bad:
+            raise DetectionConfigError(
+                f"detection.disable: unknown rule {bad[0]!r} (known: {', '.join(BUILTIN_RULES)})"
+            )
+        return cls(
+            _user_signal(data.get(LIMIT), f"detection.{LIMIT}"),
+            _user_signal(data.get(BLOCK), f"detection.{BLOCK}"),
+            frozenset(disabled),
+        )
+
+
+def _user_signal(data: object, where: str) -> _UserSignal:
+    if data is None:
+        return _UserSignal()
+    if not isinstance(data, Mapping):
+        raise DetectionConfigError(f"{where}: expected a mapping")
+    unknown = set(data) - {"exception_types", "messages", "attributes"}
+    if unknown:
+        raise DetectionConfigError(
+            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes)"
+        )
+    types = data.get("exception_types") or []
+    if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
+        raise DetectionConfigError(f"{where}.exception_types: expected a list of exception class names")
+    patterns = data.get("messages") or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise DetectionConfigError(f"{where}.messages: expected a list of regular expressions")
+    compiled: list[re.Pattern[str]] = []
+    for i, pattern in enumerate(patterns):
+        try:
+            compiled.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as exc:
+            raise DetectionConfigError(
+                f"{where}.messages[{i}]: invalid regular expression {pattern!r}: {exc}"
+            ) from None
+    attrs = data.get("attributes") or {}
+    if not isinstance(attrs, Mapping):
+        raise DetectionConfigError(f"{where}.attributes: expected a mapping of attribute key to values")
+    values: dict[str, frozenset[str]] = {}
+    for key, wanted in attrs.items():
+        items = wanted if isinstance(wanted, list) else [wanted]
+        if not isinstance(key, str) or not key or not items:
+            raise DetectionConfigError(f"{where}.attributes: expected attribute key: [values]")
+        values[key] = frozenset(_attr_text(v) for v in items)
+    return _UserSignal(frozenset(types), tuple(compiled), values)
+
+
+def _attr_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).strip().lower()
+
+
+# --- the detector -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpanFacts:
+    """What the normaliser already read off one span, handed to :meth:`Detector.span`."""
+
+    span: Span
+    kind: StepKind
+    error: bool
+    types: tuple[str, ...]
+    messages: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+
+class Detector:
+    """Applies the built-in and user rules; one per process, built from :class:`DetectionConfig`."""
+
+    def __init__(self, config: DetectionConfig | None = None) -> None:
+        self.config = config or DetectionConfig()
+        off = self.config.disabled
+        self._on = {rule: rule not in off for rule in BUILTIN_RULES}
+        self._user_keys = frozenset((*self.config.limit.attributes, *self.config.block.attributes))
+        self._user_any = bool(self.config.limit or self.config.block)
+        self.marker_keys: frozenset[str] = frozenset(
+            (*_GUARDRAIL_KEYS, "vigil.max_iterations_hit", "vigil.iterations", *self._user_keys)
+        )
+        self._watched: frozenset[str] = self.marker_keys | _TEXT_KEYS
+
+    def quiet(self, attrs: Attributes, error: bool, reasons: Sequence[str]) -> bool:
+        """Whether no per-span rule can fire on a span — the cheap pre-check of the common case.
+
+        True when the span has no error, none of the attributes the rules read (outputs,
+        inputs, refusals, guardrail and counter markers, the user's attribute keys) and no
+        blocking finish reason.
+        """
+        if error or not self._watched.isdisjoint(attrs):
+            return False
+        return not any(is_block_reason(r) for r in reasons)
+
+    def enabled(self, rule: str) -> bool:
+        """Whether built-in rule ``rule`` is on."""
+        return self._on.get(rule, True)
+
+    # per span ------------------------------------------------------------------------------
+
+    def span(self, facts: SpanFacts, out: list[Evidence]) -> None:
+        """Append the evidence one span gives (cheap when the span has no error and no marker)."""
+        span, kind = facts.span, facts.kind
+        attrs = span.attributes
+        if facts.reasons and self._on["block.finish_reason"]:
+            for reason in facts.reasons:
+                if is_block_reason(reason):
+                    out.append(_ev(BLOCK, "block.finish_reason", span, "finish_reason", reason))
+                    break
+        if facts.error:
+            self._errors(facts, out)
+        if kind is StepKind.LLM:
+            if self._on["block.refusal"]:
+                self._refusal(span, out)
+            if self._on["limit.output"] and _has_inputs(attrs) and _inputs_contain(attrs, CREWAI_FORCE_FINAL_ANSWER):
+                out.append(_ev(LIMIT, "limit.output", span, "input", "CrewAI forced final answer (max_iter reached)"))
+        elif kind is not StepKind.TOOL:
+            if self._on["limit.output"]:
+                self._limit_output(span, out)
+            if not self.marker_keys.isdisjoint(attrs):
+                self._markers(span, kind, out)
+        if self._user_keys and not self._user_keys.isdisjoint(attrs):
+            self._user_attributes(span, out)
+
+    def _errors(self, facts: SpanFacts, out: list[Evidence]) -> None:
+        span, kind = facts.span, facts.kind
+        status = span.status_message if isinstance(span.status_message, str) else ""
+        texts: list[tuple[str, str]] = [("exception.type", t) for t in facts.types if t != "_OTHER"]
+        texts += [("exception.message", m) for m in facts.messages]
+        if status:
+            texts.append(("status.message", status))
+        if self._user_any:
+            self._user_errors(span, facts.types, texts, out)
+        if kind is StepKind.TOOL:
+            # A tool's own failure is a tool error, whatever it says; only a guardrail raised
+            # around the tool (a tool guardrail's tripwire) blocks the run.
+            if self._on["block.vocabulary"]:
+                hit = next((t for t in facts.types if _guard_type(t)), None)
+                if hit is not None:
+                    out.append(_ev(BLOCK, "block.vocabulary", span, "exception.type", hit))
+            return
+        if kind is StepKind.GUARDRAIL and self._on["block.guardrail"]:
+            out.append(_ev(BLOCK, "block.guardrail", span, "status", status or "guardrail span failed"))
+        limit_on, block_on = self._on["limit.vocabulary"], self._on["block.vocabulary"]
+        for source, text in texts:
+            if limit_on and limit_words(text):
+                out.append(_ev(LIMIT, "limit.vocabulary", span, source, text))
+                limit_on = False
+            if block_on and block_words(text):
+                out.append(_ev(BLOCK, "block.vocabulary", span, source, text))
+                block_on = False
+
+    def _user_errors(
+        self, span: Span, types: Sequence[str], texts: Sequence[tuple[str, str]], out: list[Evidence]
+    ) -> None:
+        for signal, user, prefix in (
+            (LIMIT, self.config.limit, "user.limit"),
+            (BLOCK, self.config.block, "user.block"),
+        ):
+            if user.exception_types:
+                for t in types:
+                    if t in user.exception_types or t.rsplit(".", 1)[-1] in user.exception_types:
+                        out.append(_ev(signal, f"{prefix}.exception", span, "exception.type", t))
+                        break
+            for pattern in user.messages:
+                hit = next(((s, t) for s, t in texts if pattern.search(t)), None)
+                if hit is not None:
+                    out.append(_ev(signal, f"{prefix}.message", span, hit[0], hit[1]))
+                    break
+
+    def _user_attributes(self, span: Span, out: list[Evidence]) -> None:
+        attrs = span.attributes
+        for signal, user, prefix in (
+            (LIMIT, self.config.limit, "user.limit"),
+            (BLOCK, self.config.block, "user.block"),
+        ):
+            for key, wanted in user.attributes.items():
+                value = attrs.get(key)
+                if value is not None and _attr_text(value) in wanted:
+                    out.append(_ev(signal, f"{prefix}.attribute", span, key, _attr_text(value)))
+
+    def _refusal(self, span: Span, out: list[Evidence]) -> None:
+        for key in _REFUSAL_KEYS:
+            value = span.attributes.get(key)
+            if isinstance(value, str) and value.strip():
+                out.append(_ev(BLOCK, "block.refusal", span, key, value))
+                return
+        for key in _OUTPUT_KEYS:
+            value = span.attributes.get(key)
+            if isinstance(value, str) and "refusal" in value and (m := _REFUSAL_JSON.search(value)):
+                out.append(_ev(BLOCK, "block.refusal", span, key, m.group(1)))
+                return
+
+    def _limit_output(self, span: Span, out: list[Evidence]) -> None:
+        for key in _OUTPUT_KEYS:
+            value = span.attributes.get(key)
+            if isinstance(value, str) and value:
+                low = value[-8192:].lower()
+                for phrase in _LIMIT_OUTPUT_TEXTS:
+                    if phrase in low:
+                        out.append(_ev(LIMIT, "limit.output", span, key, phrase))
+                        return
+
+    def _markers(self, span: Span, kind: StepKind, out: list[Evidence]) -> None:
+        attrs = span.attributes
+        if self._on["block.guardrail"] and not _GUARDRAIL_KEYS.isdisjoint(attrs):
+            hit = _guardrail_attribute(attrs)
+            if hit is not None:
+                out.append(_ev(BLOCK, "block.guardrail", span, hit[0], hit[1]))
+        if self._on["limit.counter"]:
+            hit = _counter(attrs)
+            if hit is not None:
+                out.append(_ev(LIMIT, "limit.counter", span, hit[0], hit[1]))
+
+    def agent_counters(self, span: Span, out: list[Evidence]) -> None:
+        """``limit.counter`` on an agent or root span: any ``<x>.<noun>`` ≥ ``<x>.max_<noun>`` pair."""
+        if not self._on["limit.counter"]:
+            return
+        hit = _generic_counter(span.attributes)
+        if hit is not None:
+            out.append(_ev(LIMIT, "limit.counter", span, hit[0], hit[1]))
+
+    # per run ---------------------------------------------------------------------------------
+
+    def cutoff(
+        self,
+        last_llm: tuple[Span, tuple[str, ...]] | None,
+        tools_after: Sequence[str],
+        *,
+        raised: bool,
+        complete: bool,
+        out: list[Evidence],
+    ) -> None:
+        """``limit.cutoff``: the last LLM turn asked for tools and nothing answered after it."""
+        if not self._on["limit.cutoff"] or last_llm is None or raised or not complete:
+            return
+        span, reasons = last_llm
+        if not is_tool_request(reasons):
+            return
+        if any(_ANSWER_TOOL.search(name) for name in tools_after):
+            return
+        detail = f"last LLM call finished with {'/'.join(reasons)} and no later LLM call answered"
+        out.append(_ev(LIMIT, "limit.cutoff", span, "finish_reason", detail))
+
+
+DEFAULT_DETECTOR: Final = Detector()
+
+
+def _ev(signal: str, rule: str, span: Span, source: str, value: str) -> Evidence:
+    text = value if len(value) <= MAX_EVIDENCE_TEXT else value[: MAX_EVIDENCE_TEXT - 1] + "…"
+    return Evidence(signal, rule, span.span_id, span.name[:256], source, text)
+
+
+def _has_inputs(attrs: Attributes) -> bool:
+    return (
+        any(k in attrs for k in _INPUT_KEYS)
+        or "llm.input_messages.0.message.content" in attrs
+        or ("gen_ai.prompt.0.content" in attrs)
+    )
+
+
+def _inputs_contain(attrs: Attributes, marker: str) -> bool:
+    for key in _INPUT_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and marker in value.lower():
+            return True
+    for prefix, suffix in _INDEXED_INPUTS:
+        for i in range(_MAX_INDEXED):
+            value = attrs.get(f"{prefix}{i}{suffix}")
+            if value is None:
+                break
+            if isinstance(value, str) and marker in value.lower():
+                return True
+    return False
+
+
+def _lower(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value.strip().lower() if isinstance(value, str) else None
+
+
+def _guardrail_attribute(attrs: Attributes) -> tuple[str, str] | None:
+    checks: tuple[tuple[str, frozenset[str]], ...] = (
+        ("gen_ai.guardrail.triggered", frozenset({"true"})),
+        ("gen_ai.guardrail.result.value", frozenset({"true", "guardrail_intervened", "intervened", "blocked"})),
+        ("gen_ai.guardrail.action.type", frozenset({"block", "blocked", "deny"})),
+        ("gen_ai.guardrail.verdict.type", frozenset({"deny", "block", "blocked"})),
+        ("gen_ai.guardrail.status", frozenset({"failed", "blocked", "triggered"})),
+        ("vigil.safety_blocked", frozenset({"true"})),
+        ("vigil.guardrail.blocked", frozenset({"true"})),
+    )
+    for key, values in checks:
+        value = _lower(attrs.get(key))
+        if value is not None and value in values:
+            return key, value
+    return None
+
+
+def _counter(attrs: Attributes) -> tuple[str, str] | None:
+    if _lower(attrs.get("vigil.max_iterations_hit")) == "true":
+        return "vigil.max_iterations_hit", "true"
+    return _generic_counter(attrs)
+
+
+_MAX_KEY: Final = re.compile(r"^(?P<pre>.*?)(?:max[_\-]?|maximum[_\-]?)(?P<noun>[a-z_]+?)s?$", re.I)
+_COUNTER_NOUNS: Final = frozenset(
+    {"iteration", "step", "turn", "round", "llm_call", "tool_call", "request", "call", "iter"}
+)
+
+
+def _generic_counter(attrs: Attributes) -> tuple[str, str] | None:
+    """A ``<prefix>max_<noun>`` cap and a ``<prefix><noun>`` counter (plural or ``_count``) that reached it."""
+    for key, cap_value in attrs.items():
+        if "max" not in key:
+            continue
+        m = _MAX_KEY.match(key)
+        if m is None or m.group("noun").lower() not in _COUNTER_NOUNS:
+            continue
+        cap = _number(cap_value)
+        if cap is None or cap <= 0:
+            continue
+        pre, noun = m.group("pre"), m.group("noun")
+        for name in (f"{pre}{noun}s", f"{pre}{noun}", f"{pre}{noun}_count", f"{pre}{noun}s_count", f"{pre}num_{noun}s"):
+            count = _number(attrs.get(name))
+            if count is not None and count >= cap:
+                return name, f"{name}={count:g} >= {key}={cap:g}"
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
