@@ -43,6 +43,17 @@ class FlagOut(BaseModel):
     sample_rate: float = Field(description="Random sample rate in force when the run was flagged.")
 
 
+class EvidenceOut(BaseModel):
+    """One piece of evidence: which rule decided a signal or flag reason, on which span, from what."""
+
+    signal: str = Field(description="hit_max_iterations, safety_blocked, errored, or a flag reason.")
+    rule: str = Field(description="The detection rule id (limit.cutoff, block.vocabulary, ...) or rule:<name>.")
+    span_id: str
+    span_name: str
+    source: str = Field(description="Attribute key, status.message, exception.type/message, finish_reason ...")
+    value: str
+
+
 class RunOut(BaseModel):
     """One run of the index, as listed."""
 
@@ -67,6 +78,10 @@ class RunOut(BaseModel):
     scores: dict[str, float]
     scorer_errors: list[str]
     flag: FlagOut | None
+    evidence: list[EvidenceOut] = Field(
+        default_factory=list,
+        description="Why each headline signal and flag reason is set: the detection rule, span and matched value.",
+    )
     version: int = Field(description="1 on first write, +1 per re-score.")
     created_at: datetime
     updated_at: datetime

@@ -189,6 +189,7 @@ def _run_dict(row: sa.RowMapping) -> dict[str, Any]:
     doc = {name: row[name] for name in _RUN_FIELDS}
     doc.update(
         flag=flag,
+        evidence=list(row["evidence"] or []),
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from scorers.model import Flag, Run, ScoredRun, Step, StepKind, ToolCall
 
-__all__ = ["SNAPSHOT_VERSION", "item_row", "run_row", "run_snapshot"]
+__all__ = ["SNAPSHOT_VERSION", "evidence_list", "item_row", "run_row", "run_snapshot"]
 
 SNAPSHOT_VERSION = 1
 """Schema version of the snapshot document, stored in its ``snapshot_version`` key."""
@@ -41,8 +41,14 @@ def run_snapshot(scored: ScoredRun) -> dict[str, Any]:
         attributes={key: _finite(value) for key, value in run.attributes.items()},
         scores=_scores(scored),
         scorer_errors=list(scored.scorer_errors),
+        evidence=evidence_list(scored),
     )
     return doc
+
+
+def evidence_list(scored: ScoredRun) -> list[dict[str, str]]:
+    """The run's signal evidence then its flag reasons' evidence, as JSON dicts."""
+    return [e.as_dict() for e in (*scored.run.evidence, *scored.evidence)]
 
 
 def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
@@ -69,6 +75,7 @@ def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
         updated_at=now,
         version=1,
         span_count=scored.run.span_count,
+        evidence=evidence_list(scored) or None,
     )
     return row
 

@@ -100,6 +100,13 @@ class RunMetrics:
             "vigil_flags", "Flag reasons recorded (one run may have several).", ["reason", "priority"], registry=r
         )
         self.rescored = Counter("vigil_runs_rescored", "Runs re-scored after late spans.", registry=r)
+        self.detections = Counter(
+            "vigil_detections",
+            "Runs in which a detection rule set a headline signal (rule: scorers.detect ids, user.* for the "
+            "user's own markers).",
+            ["signal", "rule"],
+            registry=r,
+        )
         self.errors = Counter(
             "vigil_scorer_errors", "Scorer, rule and normaliser failures.", ["stage", "name"], registry=r
         )
@@ -187,6 +194,13 @@ class RunMetrics:
             c.safety_blocks.inc()
         if run.hit_max_iterations:
             c.max_iter.inc()
+        if run.evidence:
+            self._observe_detections(run)
+
+    def _observe_detections(self, run: Run) -> None:
+        """One increment per (signal, rule) that fired on the run (rule ids are a bounded set)."""
+        for signal, rule in {(e.signal, _rule_label(e.rule)) for e in run.evidence}:
+            self.detections.labels(signal, rule).inc()
 
     def _observe_tools(self, agent: str, run: Run) -> None:
         """Count a run's tool calls and errors: one increment per distinct tool, not per call."""
@@ -248,3 +262,11 @@ class _AgentChildren:
         self.max_iter = m.max_iter.labels(agent)
         self.cost = m.cost.labels(agent)
         self.unpriced = m.unpriced.labels(agent)
+
+
+_MAX_RULE_LABEL = 48
+
+
+def _rule_label(rule: str) -> str:
+    """Detection rule ids are a fixed set (built-ins plus ``user.<signal>.<kind>``); cap anything else."""
+    return rule if len(rule) <= _MAX_RULE_LABEL else "other"
