@@ -29,12 +29,19 @@ fi
 for name in "${names[@]}"; do
   echo "== $name"
   if [ -f "$DRIVERS/$name/package.json" ]; then
-    (cd "$DRIVERS/$name" && { [ -f package-lock.json ] && npm ci --silent || npm install --silent; })
+    if [ -f "$DRIVERS/$name/package-lock.json" ]; then
+      (cd "$DRIVERS/$name" && npm ci --silent)
+    else
+      (cd "$DRIVERS/$name" && npm install --silent)
+    fi
     # The Node driver needs the scripted server: run it from Vigil's own venv.
+    mkdir -p "$VENVS"
+    rm -f "$VENVS/$name.port"
     .venv/bin/python -m collector.demo.fakeopenai --serve --port-file "$VENVS/$name.port" &
     fake=$!
     trap 'kill $fake 2>/dev/null || true' EXIT
     for _ in $(seq 100); do [ -s "$VENVS/$name.port" ] && break; sleep 0.1; done
+    [ -s "$VENVS/$name.port" ] || { echo "fake OpenAI server did not start" >&2; exit 1; }
     port=$(cat "$VENVS/$name.port")
     node "$DRIVERS/$name/driver.mjs" --openai-base-url "http://127.0.0.1:$port/v1" \
       --capture "$OUT/$name.json" --out "$OUT/$name.truth.json"

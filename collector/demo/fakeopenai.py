@@ -30,14 +30,18 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import re
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qs, urlsplit
@@ -697,3 +701,34 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve a :class:`FakeOpenAI` from the command line until SIGTERM or SIGINT.
+
+    ``python -m collector.demo.fakeopenai --serve --port-file PATH`` binds a free port (or
+    ``--port N``), writes the port number to ``PATH`` (atomically, so a poller never reads a
+    partial number) and serves with no scripts; other processes register theirs with
+    ``PUT /_fake/scripts/NAME`` and read the log at ``GET /_fake/requests``.
+    """
+    parser = argparse.ArgumentParser(prog="python -m collector.demo.fakeopenai", description="Scripted OpenAI server.")
+    parser.add_argument("--serve", action="store_true", help="serve until SIGTERM or SIGINT")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: a free one)")
+    parser.add_argument("--port-file", type=Path, help="write the bound port to this file")
+    args = parser.parse_args(argv)
+    if not args.serve:
+        parser.error("nothing to do: pass --serve")
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server threads start: they inherit the mask
+    with FakeOpenAI(port=args.port) as fake:
+        if args.port_file is not None:
+            args.port_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = args.port_file.with_name(args.port_file.name + ".partial")
+            partial.write_text(f"{fake.port}\n")
+            os.replace(partial, args.port_file)
+        print(f"FakeOpenAI serving {fake.base_url}", file=sys.stderr, flush=True)
+        signal.sigwait(stop)
+
+
+if __name__ == "__main__":
+    main()

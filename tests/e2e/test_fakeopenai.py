@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -266,3 +271,33 @@ class TestRefusal:
             message: Any = response.output[0]
             assert ("completed", "message", "") == (response.status, message.type, response.output_text)
             assert [("refusal", "I can't help with that.")] == [(p.type, p.refusal) for p in message.content]
+
+
+class TestServe:
+    """``python -m collector.demo.fakeopenai --serve --port-file PATH``: the server Node drivers use."""
+
+    def test_serves_over_http_until_sigterm(self, tmp_path: Path) -> None:
+        """The port lands in the file (its folder created); scripts register over HTTP; SIGTERM exits 0."""
+        port_file = tmp_path / "run" / "fake.port"
+        command = [sys.executable, "-m", "collector.demo.fakeopenai", "--serve", "--port-file", str(port_file)]
+        server = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 15
+            while not port_file.exists() and server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            admin = f"http://127.0.0.1:{int(port_file.read_text())}"
+            body = json.dumps({"turns": [turn_to_json(TextTurn("served"))]}).encode()
+            urllib.request.urlopen(
+                urllib.request.Request(f"{admin}/_fake/scripts/cli", body, method="PUT"), timeout=5
+            ).close()
+            client = openai.OpenAI(base_url=f"{admin}/v1", api_key="test", max_retries=0)
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "[[scenario:cli#t]]"}]
+            )
+            with urllib.request.urlopen(f"{admin}/_fake/requests?scenario=cli%23t", timeout=5) as r:
+                log = json.load(r)["requests"]
+            assert ("served", ["cli#t"]) == (reply.choices[0].message.content, [e["key"] for e in log])
+        finally:
+            server.send_signal(signal.SIGTERM)
+            _, stderr = server.communicate(timeout=10)
+        assert (0, [f"FakeOpenAI serving {admin}/v1"]) == (server.returncode, stderr.decode().splitlines())
