@@ -368,6 +368,37 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if not stats.failed_files else 1
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from review_queue.app.explain import ExplainError, explain_files, print_explanations, stored_explanation
+    from review_queue.app.scoring import Scoring
+
+    settings = Settings.load(config_file=args.config)
+    configure_logging("warning")
+    if args.trace:
+        store = _review_store(args)
+        doc = store.get_run(args.trace.lower())
+        if doc is None:
+            print(f"vigil explain: no stored run {args.trace}", file=sys.stderr)
+            return 1
+        print(json.dumps(doc, default=str) if args.json else stored_explanation(doc))
+        return 0
+    if not args.files:
+        print("vigil explain: give OTLP files or directories, or --trace TRACE_ID", file=sys.stderr)
+        return EXIT_CONFIG
+    scoring = Scoring.from_settings(settings)
+    pipeline = scoring.pipeline(None, None)
+    try:
+        explanations = explain_files(args.files, pipeline)
+    except FileNotFoundError as exc:
+        print(f"vigil explain: no such file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ExplainError as exc:
+        print(f"vigil explain: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print_explanations(explanations, sys.stdout, as_json=args.json)
+    return 0 if explanations else 1
+
+
 def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The scale-out roles and their tooling (issue 3)."""
     sub.add_parser("collector", help="OTLP receivers (HTTP, gRPC) publishing to Kafka").set_defaults(
@@ -390,6 +421,13 @@ def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     replay.add_argument("--token", default=None, help="ingest bearer token")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
     replay.set_defaults(func=_cmd_replay)
+    explain = sub.add_parser(
+        "explain", help="print every field Vigil derives from captured OTLP files, and why each signal is (not) set"
+    )
+    explain.add_argument("files", nargs="*", type=Path, help="OTLP files (protobuf or JSON, .gz) or directories")
+    explain.add_argument("--trace", default=None, help="explain a run already stored (VIGIL_DATABASE_URL)")
+    explain.add_argument("--json", action="store_true", help="one JSON document per run")
+    explain.set_defaults(func=_cmd_explain)
 
 
 def parser() -> argparse.ArgumentParser:

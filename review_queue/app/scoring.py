@@ -23,6 +23,7 @@ from review_queue.services import ReviewServices, build_services
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore
 from scorers.assemble import Assembler
+from scorers.detect import DetectionConfig, Detector
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun, Scorer
@@ -69,6 +70,7 @@ class Scoring:
         specs: the LLM judges configured.
         rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
         redactor: what is applied before anything is stored or judged.
+        detector: the limit/block detection rules with the user's own markers.
     """
 
     settings: Settings
@@ -76,6 +78,7 @@ class Scoring:
     specs: tuple[JudgeSpec, ...]
     rules: tuple[Rule, ...]
     redactor: Redactor
+    detector: Detector
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
@@ -88,7 +91,8 @@ class Scoring:
             repeat_threshold=settings.repeat_threshold,
             judge_names=[spec.name for spec in specs],
         )
-        return cls(settings, chain, specs, rules, redactor_from_settings(settings))
+        detector = Detector(DetectionConfig.from_mapping(settings.detection))
+        return cls(settings, chain, specs, rules, redactor_from_settings(settings), detector)
 
     def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
         """The run metrics, with the configured label caps and model prices."""
@@ -131,14 +135,15 @@ class Scoring:
         registry.register(agreement)
         return judges, agreement
 
-    def pipeline(self, run_metrics: RunMetrics, judges: JudgeService | None) -> Pipeline:
-        """Normalise → score → decide, with the judges' known scores in the decision."""
+    def pipeline(self, run_metrics: RunMetrics | None, judges: JudgeService | None) -> Pipeline:
+        """Normalise → score → decide, with the judges' known scores in the decision (``vigil explain``: no metrics)."""
         return Pipeline(
             self.chain,
             self.rules,
             self.settings.sample_rate,
-            on_error=run_metrics.error,
+            on_error=None if run_metrics is None else run_metrics.error,
             judge_scores=None if judges is None else judges.judge_scores,
+            detector=self.detector,
         )
 
 

@@ -121,6 +121,11 @@ class Settings(BaseModel):
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
     )
+    detection: Mapping[str, Any] | None = Field(
+        None,
+        description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
+        "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
+    )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
