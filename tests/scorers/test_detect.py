@@ -1,0 +1,338 @@
+"""Tests for scorers.detect: structure first, vocabulary second, user rules, evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.model import SpanEvent, StatusCode
+from scorers.detect import (
+    BUILTIN_RULES,
+    DetectionConfig,
+    Detector,
+    block_words,
+    is_block_reason,
+    limit_words,
+    tokens_of,
+)
+from scorers.errors import DetectionConfigError
+from scorers.model import Run, RunStatus
+from scorers.normalise import normalise
+from tests.support.spans import node, trace
+
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bot"}
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
+
+
+def chat(finish: str, **extra: Any) -> dict[str, Any]:
+    return {"gen_ai.operation.name": "chat", "gen_ai.response.finish_reasons": [finish], **extra}
+
+
+def _exc(kind: str, message: str = "") -> SpanEvent:
+    return SpanEvent("exception", attributes={"exception.type": kind, "exception.message": message})
+
+
+class TestTokens:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("MaxIterationsExceeded", ("max", "iterations", "exceeded")),
+            ("GRAPH_RECURSION_LIMIT", ("graph", "recursion", "limit")),
+            ("PIIDetectionError", ("pii", "detection", "error")),
+            ("LlmCallsLimitExceededError", ("llm", "calls", "limit", "exceeded", "error")),
+            ("stopped after 6 iterations", ("stopped", "after", "6", "iterations")),
+        ],
+    )
+    def test_split(self, text: str, expected: tuple[str, ...]) -> None:
+        assert expected == tokens_of(text)
+
+
+class TestLimitVocabulary:
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "MaxIterationsExceeded",
+            "myproject.errors.MaxIterationsExceeded",
+            "agent X stopped after 6 iterations",
+            "Max turns exceeded: {'max_turns': 3}",
+            "Recursion limit of 6 reached without hitting a stop condition.",
+            "langgraph.errors.GraphRecursionError",
+            "UsageLimitExceeded",
+            "The next request would exceed the request_limit of 3",
+            "LlmCallsLimitExceededError",
+            "Max number of llm calls limit of 3 exceeded",
+            "ModelCallLimitExceededError",
+            "ToolCallLimitExceededError",
+            "Reached max steps.",
+            "Maximum iterations reached",
+            "exceeded maximum number of tool calls",
+            "Agent stopped due to iteration limit or time limit.",
+            "MaxStepsReached",
+            "TooManyIterations: iteration cap hit",
+        ],
+    )
+    def test_limits(self, text: str) -> None:
+        assert limit_words(text)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 3",
+            "RateLimitError",
+            "You exceeded your current quota",
+            "maximum recursion depth exceeded while calling a Python object",
+            "RecursionError",
+            "Max retries exceeded with url: /v1/chat/completions",
+            "This model's maximum context length is 8192 tokens",
+            "context_length_exceeded",
+            "Request timed out.",
+            "Internal Server Error",
+            "Error code: 500 - {'error': {'message': 'The server had an error'}}",
+            "ValueError: order A-404 not found",
+            "request too large: payload size exceeded",
+            "",
+        ],
+    )
+    def test_not_limits(self, text: str) -> None:
+        assert not limit_words(text)
+
+
+class TestBlockVocabulary:
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "InputGuardrailTripwireTriggered",
+            "agents.exceptions.OutputGuardrailTripwireTriggered",
+            "Guardrail tripwire triggered: {'guardrail': 'no_card_numbers'}",
+            "Model refused to produce output: Response withheld by the provider's content filter.",
+            "ModelRefusalError",
+            "langchain.agents.middleware.pii.PIIDetectionError",
+            "Detected 1 PII entity (email) in input",
+            "ContentPolicyViolationError",
+            "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.",
+            "content_filter",
+            "Output flagged by moderation",
+            "Response blocked due to safety settings",
+            "ResponsibleAIPolicyViolation",
+            "Prompt injection detected",
+            "guardrail intervened",
+        ],
+    )
+    def test_blocks(self, text: str) -> None:
+        assert block_words(text)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "Error code: 500 - Internal server error",
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+            "Rate limit reached",
+            "order A-404 not found",
+            "MaxTurnsExceeded",
+            "TimeoutError",
+            "filter() got an unexpected keyword argument",
+            "",
+        ],
+    )
+    def test_not_blocks(self, text: str) -> None:
+        assert not block_words(text)
+
+    @pytest.mark.parametrize(
+        "reason", ["content_filter", "content-filter", "CONTENT_FILTER", "content filter", "ContentFilter", "safety"]
+    )
+    def test_block_reason_any_spelling(self, reason: str) -> None:
+        assert is_block_reason(reason)
+
+    @pytest.mark.parametrize("reason", ["stop", "length", "tool_calls", "end_turn", "max_tokens"])
+    def test_ordinary_reasons(self, reason: str) -> None:
+        assert not is_block_reason(reason)
+
+    @given(st.text(max_size=80))
+    def test_never_raises(self, text: str) -> None:
+        """Arbitrary text never breaks the matchers."""
+        assert isinstance(limit_words(text), bool)
+        assert isinstance(block_words(text), bool)
+
+
+def _evidence(run: Run, signal: str) -> list[tuple[str, str]]:
+    return [(e.rule, e.span_name) for e in run.evidence if e.signal == signal]
+
+
+class TestStructure:
+    def test_cutoff_graceful_cap(self) -> None:
+        """The run ends while the model's last turn asked for tools: a limit hit, with evidence on that LLM span."""
+        run = normalise(
+            trace(
+                node(
+                    "invoke_agent bot",
+                    AGENT,
+                    node("chat 1", chat("tool_calls")),
+                    node("execute_tool search", TOOL),
+                    node("chat 2", chat("tool-calls")),
+                    node("execute_tool search", TOOL),
+                )
+            )
+        )
+        assert (True, RunStatus.LIMIT_HIT) == (run.hit_max_iterations, run.status)
+        assert [("limit.cutoff", "chat 2")] == _evidence(run, "hit_max_iterations")
+
+    def test_answer_after_tools_is_not_cutoff(self) -> None:
+        run = normalise(
+            trace(
+                node(
+                    "invoke_agent bot",
+                    AGENT,
+                    node("chat 1", chat("tool_calls")),
+                    node("t", TOOL),
+                    node("c", chat("stop")),
+                )
+            )
+        )
+        assert not run.hit_max_iterations
+        assert [] == list(run.evidence)
+
+    def test_answer_tool_is_not_cutoff(self) -> None:
+        """smolagents/PydanticAI answer through a final_answer/final_result tool."""
+        final = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "final_result"}
+        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("tool_calls")), node("f", final))))
+        assert not run.hit_max_iterations
+
+    def test_error_explains_the_end(self) -> None:
+        """A run that raised an unrelated error is errored, not a limit hit."""
+        run = normalise(
+            trace(
+                node(
+                    "invoke_agent bot",
+                    {**AGENT, "error.type": "ValueError"},
+                    node("chat", chat("tool_calls")),
+                    node("t", TOOL, status_code=StatusCode.ERROR, status_message="boom"),
+                    status_code=StatusCode.ERROR,
+                    status_message="ValueError: boom",
+                )
+            )
+        )
+        assert (False, True, RunStatus.ERROR) == (run.hit_max_iterations, run.errored, run.status)
+        assert [("errored.root", "invoke_agent bot")] == _evidence(run, "errored")
+
+    def test_incomplete_run_is_not_cutoff(self) -> None:
+        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("tool_calls")))), complete=False)
+        assert not run.hit_max_iterations
+
+    def test_counter_reaches_cap(self) -> None:
+        run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 8, "agent.max_steps": 8})))
+        assert [("limit.counter", "invoke_agent bot")] == _evidence(run, "hit_max_iterations")
+
+    def test_counter_below_cap(self) -> None:
+        run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 3, "agent.max_steps": 8})))
+        assert not run.hit_max_iterations
+
+    def test_refusal_field(self) -> None:
+        """OpenAI structured refusal in the output messages, with no finish reason: a block."""
+        output = '[{"role": "assistant", "content": null, "refusal": "I can\'t help with that."}]'
+        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("stop", **{"output.value": output})))))
+        assert (True, RunStatus.BLOCKED) == (run.safety_blocked, run.status)
+        assert [("block.refusal", "chat")] == _evidence(run, "safety_blocked")
+
+    def test_null_refusal_is_not_a_block(self) -> None:
+        output = '{"role": "assistant", "content": "Sunny.", "refusal": null}'
+        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("stop", **{"output.value": output})))))
+        assert not run.safety_blocked
+
+    def test_own_exception_on_agent_span(self) -> None:
+        run = normalise(
+            trace(
+                node(
+                    "invoke_agent bot",
+                    AGENT,
+                    node("chat", chat("tool_calls")),
+                    events=(_exc("myapp.MaxIterationsExceeded", "agent bot stopped after 6 iterations"),),
+                    status_code=StatusCode.ERROR,
+                    status_message="agent bot stopped after 6 iterations",
+                )
+            )
+        )
+        assert run.hit_max_iterations
+        assert run.errored
+        rules = {rule for rule, _ in _evidence(run, "hit_max_iterations")}
+        assert {"limit.vocabulary"} == rules
+
+    def test_tool_error_text_is_not_a_limit_or_block(self) -> None:
+        """A tool that fails with 'rate limit' or 'content filter' is a tool error only."""
+        tool = node("t", {**TOOL, "error.type": "RateLimitError"}, status_code=StatusCode.ERROR,
+                    status_message="Max iterations exceeded: content filter")  # fmt: skip
+        run = normalise(
+            trace(node("invoke_agent bot", AGENT, node("c", chat("tool_calls")), tool, node("c2", chat("stop"))))
+        )
+        assert (False, False, 1) == (run.hit_max_iterations, run.safety_blocked, run.tool_errors)
+
+    def test_http_500_is_errored_not_blocked(self) -> None:
+        failed = node("chat", {"gen_ai.operation.name": "chat", "error.type": "openai.InternalServerError"},
+                      status_code=StatusCode.ERROR, status_message="Error code: 500 - internal error")  # fmt: skip
+        run = normalise(trace(node("invoke_agent bot", {**AGENT, "error.type": "openai.InternalServerError"}, failed,
+                                   status_code=StatusCode.ERROR, status_message="Error code: 500")))  # fmt: skip
+        assert (True, False, False, RunStatus.ERROR) == (
+            run.errored,
+            run.safety_blocked,
+            run.hit_max_iterations,
+            run.status,
+        )
+
+
+class TestUserRules:
+    def test_own_exception_type(self) -> None:
+        detector = Detector(
+            DetectionConfig.from_mapping({"hit_max_iterations": {"exception_types": ["BudgetExhausted"]}})
+        )
+        spans = trace(node("invoke_agent bot", AGENT, events=(_exc("app.errors.BudgetExhausted", "no budget"),),
+                           status_code=StatusCode.ERROR))  # fmt: skip
+        assert not normalise(spans).hit_max_iterations
+        run = normalise(spans, detector=detector)
+        assert [("user.limit.exception", "invoke_agent bot")] == _evidence(run, "hit_max_iterations")
+
+    def test_message_pattern_and_attribute(self) -> None:
+        config = DetectionConfig.from_mapping(
+            {
+                "safety_blocked": {
+                    "messages": [r"answer (was )?withheld"],
+                    "attributes": {"app.moderation": ["blocked"]},
+                },
+            }
+        )
+        detector = Detector(config)
+        by_message = trace(
+            node("invoke_agent bot", AGENT, status_code=StatusCode.ERROR, status_message="Answer withheld")
+        )
+        by_attr = trace(node("invoke_agent bot", {**AGENT, "app.moderation": "BLOCKED"}))
+        assert normalise(by_message, detector=detector).safety_blocked
+        assert [("user.block.attribute", "invoke_agent bot")] == _evidence(
+            normalise(by_attr, detector=detector), "safety_blocked"
+        )
+
+    def test_disable_builtin(self) -> None:
+        detector = Detector(DetectionConfig.from_mapping({"disable": ["limit.cutoff"]}))
+        spans = trace(node("invoke_agent bot", AGENT, node("chat", chat("tool_calls")), node("t", TOOL)))
+        assert normalise(spans).hit_max_iterations
+        assert not normalise(spans, detector=detector).hit_max_iterations
+
+    @pytest.mark.parametrize(
+        ("data", "message"),
+        [
+            ({"hit_max_iterations": {"messages": ["(unclosed"]}}, "detection.hit_max_iterations.messages[0]"),
+            ({"disable": ["no.such.rule"]}, "unknown rule 'no.such.rule'"),
+            ({"safety_blocked": {"exception_typos": ["X"]}}, "unknown key 'exception_typos'"),
+            ({"limits": {}}, "unknown key 'limits'"),
+            ({"safety_blocked": {"exception_types": "X"}}, "expected a list"),
+        ],
+    )
+    def test_bad_config_is_one_line(self, data: dict[str, Any], message: str) -> None:
+        with pytest.raises(DetectionConfigError, match=r"^detection") as caught:
+            DetectionConfig.from_mapping(data)
+        assert message in str(caught.value)
+        assert "\n" not in str(caught.value)
+
+    def test_every_builtin_can_be_disabled(self) -> None:
+        detector = Detector(DetectionConfig.from_mapping({"disable": list(BUILTIN_RULES)}))
+        assert not any(detector.enabled(rule) for rule in BUILTIN_RULES)
