@@ -53,6 +53,7 @@ common path: spans without errors or markers are skipped by one set test.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -465,16 +466,15 @@ class Detector:
                     break
         if facts.error:
             self._errors(facts, out)
+        if kind is not StepKind.TOOL and self._on["limit.output"]:
+            self._limit_output(span, out)
         if kind is StepKind.LLM:
             if self._on["block.refusal"]:
                 self._refusal(span, out)
             if self._on["limit.output"] and _has_inputs(attrs) and _inputs_contain(attrs, CREWAI_FORCE_FINAL_ANSWER):
                 out.append(_ev(LIMIT, "limit.output", span, "input", "CrewAI forced final answer (max_iter reached)"))
-        elif kind is not StepKind.TOOL:
-            if self._on["limit.output"]:
-                self._limit_output(span, out)
-            if not self.marker_keys.isdisjoint(attrs):
-                self._markers(span, kind, out)
+        elif kind is not StepKind.TOOL and not self.marker_keys.isdisjoint(attrs):
+            self._markers(span, kind, out)
         if self._user_keys and not self._user_keys.isdisjoint(attrs):
             self._user_attributes(span, out)
 
@@ -550,8 +550,11 @@ class Detector:
     def _limit_output(self, span: Span, out: list[Evidence]) -> None:
         for key in _OUTPUT_KEYS:
             value = span.attributes.get(key)
-            if isinstance(value, str) and value:
-                low = value[-8192:].lower()
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else _dump(value)
+            if text:
+                low = text[-8192:].lower()
                 for phrase in _LIMIT_OUTPUT_TEXTS:
                     if phrase in low:
                         out.append(_ev(LIMIT, "limit.output", span, key, phrase))
@@ -605,6 +608,16 @@ DEFAULT_DETECTOR: Final = Detector()
 def _ev(signal: str, rule: str, span: Span, source: str, value: str) -> Evidence:
     text = value if len(value) <= MAX_EVIDENCE_TEXT else value[: MAX_EVIDENCE_TEXT - 1] + "…"
     return Evidence(signal, rule, span.span_id, span.name[:256], source, text)
+
+
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+def _dump(value: object) -> str:
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return ""
 
 
 def _has_inputs(attrs: Attributes) -> bool:
