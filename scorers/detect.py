@@ -61,7 +61,7 @@ from typing import Any, Final
 
 from collector.model import Attributes, Span
 from scorers.errors import DetectionConfigError
-from scorers.model import Evidence, StepKind
+from scorers.model import Evidence, Message, StepKind
 
 __all__ = [
     "BLOCK",
@@ -95,9 +95,7 @@ BUILTIN_RULES: Final = (
 MAX_EVIDENCE_TEXT: Final = 240
 """Characters of a matched value kept in evidence."""
 
-TOOL_REQUEST_REASONS: Final = frozenset(
-    {"tool_calls", "toolcalls", "tool_use", "tooluse", "function_call", "functioncall"}
-)
+TOOL_REQUEST_REASONS: Final = frozenset({"toolcalls", "toolcall", "tooluse", "functioncall", "functioncalls"})
 """Normalised finish reasons that mean "the model asked for tools" (OpenAI, Vercel, Anthropic, legacy)."""
 
 _BLOCK_REASONS_COMPACT: Final = frozenset(
@@ -164,6 +162,19 @@ _GUARDRAIL_KEYS: Final = frozenset(
         "vigil.guardrail.blocked",
     }
 )
+
+_OUTPUT_FINISH: Final = re.compile(r"""finish_?reason['"]?\s*[:=]\s*['"]([A-Za-z_\- ]{1,40})['"]""", re.I)
+"""A finish reason written inside an output document (AutoGen's ``"finish_reason": "function_calls"``,
+smolagents' raw ``ChatCompletion(... finish_reason='content_filter' ...)``)."""
+
+_STOP_FIELD: Final = re.compile(
+    r"""['"]?\b(stop_reason|termination_reason|stop_cause|finish_reason|state|status)['"]?\s*[:=]\s*['"]([^'"\n]{1,200})['"]""",
+    re.I,
+)
+"""A run-outcome field inside an agent's output (AutoGen ``TaskResult.stop_reason``, smolagents
+``RunResult.state``): the framework's own words for why the run stopped."""
+
+_PAST: Final = frozenset({"reached", "exceeded", "exhausted", "hit", "stopped", "exceeds"})
 
 _REFUSAL_JSON: Final = re.compile(r'"refusal"\s*:\s*"(?!")((?:[^"\\]|\\.){1,240})')
 """A JSON ``"refusal": "<non-empty>"`` (OpenAI messages carry ``"refusal": null`` when there is none)."""
@@ -282,6 +293,17 @@ def block_words(text: str) -> bool:
 def _guard_type(exception_type: str) -> bool:
     words = set(tokens_of(exception_type))
     return ("tripwire" in words or bool(words & _GUARD_WORDS)) and block_words(exception_type)
+
+
+def output_finish_reasons(attrs: Attributes) -> tuple[str, ...]:
+    """Finish reasons written inside an LLM span's output document, when no attribute carries one."""
+    for key in ("output.value", "gen_ai.output.messages"):
+        value = attrs.get(key)
+        if isinstance(value, str) and "inish" in value:
+            found = tuple(dict.fromkeys(m.group(1).strip().lower() for m in _OUTPUT_FINISH.finditer(value[:65536])))
+            if found:
+                return found[:8]
+    return ()
 
 
 def is_block_reason(reason: str) -> bool:
@@ -459,8 +481,11 @@ class Detector:
         """Append the evidence one span gives (cheap when the span has no error and no marker)."""
         span, kind = facts.span, facts.kind
         attrs = span.attributes
-        if facts.reasons and self._on["block.finish_reason"]:
-            for reason in facts.reasons:
+        reasons = facts.reasons
+        if not reasons and kind is StepKind.LLM:
+            reasons = output_finish_reasons(attrs)
+        if reasons and self._on["block.finish_reason"]:
+            for reason in reasons:
                 if is_block_reason(reason):
                     out.append(_ev(BLOCK, "block.finish_reason", span, "finish_reason", reason))
                     break
@@ -473,8 +498,11 @@ class Detector:
                 self._refusal(span, out)
             if self._on["limit.output"] and _has_inputs(attrs) and _inputs_contain(attrs, CREWAI_FORCE_FINAL_ANSWER):
                 out.append(_ev(LIMIT, "limit.output", span, "input", "CrewAI forced final answer (max_iter reached)"))
-        elif kind is not StepKind.TOOL and not self.marker_keys.isdisjoint(attrs):
-            self._markers(span, kind, out)
+        elif kind is not StepKind.TOOL:
+            if not self.marker_keys.isdisjoint(attrs):
+                self._markers(span, kind, out)
+            if self._on["limit.output"]:
+                self._stop_fields(span, out)
         if self._user_keys and not self._user_keys.isdisjoint(attrs):
             self._user_attributes(span, out)
 
@@ -535,6 +563,35 @@ class Detector:
                 if value is not None and _attr_text(value) in wanted:
                     out.append(_ev(signal, f"{prefix}.attribute", span, key, _attr_text(value)))
 
+    def _stop_fields(self, span: Span, out: list[Evidence]) -> None:
+        """``limit.output`` from a run-outcome field an agent/chain span outputs (``stop_reason``, ``state``)."""
+        for key in _OUTPUT_KEYS:
+            value = span.attributes.get(key)
+            if not isinstance(value, str) or len(value) > 1 << 20:
+                continue
+            for m in _STOP_FIELD.finditer(value):
+                if m.group(1).lower() == "finish_reason":
+                    continue
+                if limit_words(m.group(2)):
+                    out.append(_ev(LIMIT, "limit.output", span, f"{key}:{m.group(1)}", m.group(2)))
+                    return
+
+    def injected_prompt(self, messages: Sequence[Message], span: Span, out: list[Evidence]) -> None:
+        """``limit.output`` from a system message the framework injected mid-conversation to say the
+        limit was reached (LlamaIndex's early-stopping prompt), read on the last LLM call's conversation.
+
+        The first message (the agent's own system prompt, which may well mention its caps) is never read.
+        """
+        if not self._on["limit.output"] or len(messages) < 2:
+            return
+        for message in messages[1:]:
+            if message.role not in ("system", "developer"):
+                continue
+            text = message.content[:2000]
+            if limit_words(text) and not _PAST.isdisjoint(tokens_of(text)):
+                out.append(_ev(LIMIT, "limit.output", span, "input.system_message", text))
+                return
+
     def _refusal(self, span: Span, out: list[Evidence]) -> None:
         for key in _REFUSAL_KEYS:
             value = span.attributes.get(key)
@@ -594,6 +651,8 @@ class Detector:
         if not self._on["limit.cutoff"] or last_llm is None or raised or not complete:
             return
         span, reasons = last_llm
+        if not reasons:
+            reasons = output_finish_reasons(span.attributes)
         if not is_tool_request(reasons):
             return
         if any(_ANSWER_TOOL.search(name) for name in tools_after):

@@ -272,10 +272,12 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     if tree.root is not None and tree.kinds[tree.root.span_id][0] is not StepKind.AGENT:
         tally.detector.agent_counters(tree.root, evidence)
     tally.detector.cutoff(tally.last_llm, tally.tools_after, raised=raised, complete=complete, out=evidence)
+    messages = _conversation(tree)
+    if tally.last_llm is not None:
+        tally.detector.injected_prompt(messages, tally.last_llm[0], evidence)
     found = _dedupe_evidence(evidence)
     limit = any(e.signal == LIMIT for e in found)
     blocked = any(e.signal == BLOCK for e in found)
-    messages = _conversation(tree)
     start_ns, end_ns = _bounds(tree)
     return _new_run(
         trace_id=head.trace_id,
