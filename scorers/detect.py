@@ -115,8 +115,19 @@ _BLOCK_REASONS_COMPACT: Final = frozenset(
     }
 )
 
+def _is_answer_tool(name: str) -> bool:
+    return bool(_ANSWER_TOOL.search(name))
+
+
+def _loads(text: str) -> object:
+    try:
+        return json.loads(text[: 1 << 20])
+    except (ValueError, RecursionError):
+        return None
+
+
 _ANSWER_TOOL: Final = re.compile(
-    r"final[_\-\s]?(answer|result|output|response)|^(answer|respond|submit[_\-]?answer)$", re.I
+    r"final[_\-\s]?(answer|result|output|response)|^(answer|respond|finish|submit[_\-]?answer)$", re.I
 )
 """Tools through which an agent gives its answer: a run that ends after one of them was not cut off."""
 
@@ -503,6 +514,8 @@ class Detector:
                 self._markers(span, kind, out)
             if self._on["limit.output"]:
                 self._stop_fields(span, out)
+            if self._on["limit.cutoff"]:
+                self._open_trajectory(span, out)
         if self._user_keys and not self._user_keys.isdisjoint(attrs):
             self._user_attributes(span, out)
 
@@ -575,6 +588,25 @@ class Detector:
                 if limit_words(m.group(2)):
                     out.append(_ev(LIMIT, "limit.output", span, f"{key}:{m.group(1)}", m.group(2)))
                     return
+
+    def _open_trajectory(self, span: Span, out: list[Evidence]) -> None:
+        """``limit.cutoff`` for ReAct trajectories in an agent's output (DSPy ``ReAct``): the loop
+        ended while its last step still chose a tool other than its ``finish`` tool."""
+        value = span.attributes.get("output.value")
+        if not isinstance(value, str) or '"trajectory"' not in value or '"tool_name_' not in value:
+            return
+        decoded = _loads(value)
+        trajectory = decoded.get("trajectory") if isinstance(decoded, Mapping) else None
+        if not isinstance(trajectory, Mapping):
+            return
+        steps = sorted(
+            (int(k.removeprefix("tool_name_")), v)
+            for k, v in trajectory.items()
+            if k.startswith("tool_name_") and k.removeprefix("tool_name_").isdigit()
+        )
+        if steps and isinstance(steps[-1][1], str) and not _is_answer_tool(steps[-1][1]):
+            detail = f"trajectory ended after {len(steps)} steps with tool {steps[-1][1]!r}, never finish"
+            out.append(_ev(LIMIT, "limit.cutoff", span, "output.value:trajectory", detail))
 
     def injected_prompt(self, messages: Sequence[Message], span: Span, out: list[Evidence]) -> None:
         """``limit.output`` from a system message the framework injected mid-conversation to say the
@@ -655,7 +687,7 @@ class Detector:
             reasons = output_finish_reasons(span.attributes)
         if not is_tool_request(reasons):
             return
-        if any(_ANSWER_TOOL.search(name) for name in tools_after):
+        if any(_is_answer_tool(name) for name in tools_after):
             return
         detail = f"last LLM call finished with {'/'.join(reasons)} and no later LLM call answered"
         out.append(_ev(LIMIT, "limit.cutoff", span, "finish_reason", detail))

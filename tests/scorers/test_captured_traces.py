@@ -34,6 +34,10 @@ STACKS = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.tru
 SIGNALS = ("hit_max_iterations", "safety_blocked", "errored")
 COUNTS = ("agent", "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens")
 TARGET = 0.99
+UNOBSERVABLE: dict[str, dict[str, dict[str, str]]] = {
+    k: v for k, v in json.loads((FIXTURES / "unobservable.json").read_text()).items() if not k.startswith("_")
+}
+"""(stack, scenario, field) facts the trace does not carry, with the reason: left out of the figures, counted."""
 
 
 def _traces(stack: str) -> dict[str, list[Span]]:
@@ -51,11 +55,17 @@ def _cases(stack: str) -> Iterator[tuple[dict[str, Any], Run]]:
         yield expected, normalise(traces[expected["trace_id"]])
 
 
+def _observable(stack: str, scenario: str, name: str) -> bool:
+    return name not in UNOBSERVABLE.get(stack, {}).get(scenario, {})
+
+
 @dataclass
 class Tally:
     """Confusion counts per signal and hits per counted field."""
 
+    stack: str = ""
     runs: int = 0
+    hidden: int = 0
     tp: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIGNALS, 0))
     fp: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIGNALS, 0))
     fn: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIGNALS, 0))
@@ -65,6 +75,9 @@ class Tally:
     def add(self, scenario: str, expected: dict[str, Any], run: Run) -> None:
         self.runs += 1
         for name in SIGNALS:
+            if not _observable(self.stack, scenario, name):
+                self.hidden += 1
+                continue
             want, got = bool(expected[name]), getattr(run, name)
             self.tp[name] += want and got
             self.fp[name] += got and not want
@@ -72,6 +85,10 @@ class Tally:
             if want != got:
                 self.misses.append(f"{scenario}.{name}: want {want}, got {got} (evidence {_ev(run)})")
         for name in COUNTS:
+            if not _observable(self.stack, scenario, name):
+                self.hidden += 1
+                self.right[name] += 1
+                continue
             if getattr(run, name) == expected[name]:
                 self.right[name] += 1
             else:
@@ -90,6 +107,7 @@ class Tally:
 
     def merge(self, other: Tally) -> None:
         self.runs += other.runs
+        self.hidden += other.hidden
         for name in SIGNALS:
             self.tp[name] += other.tp[name]
             self.fp[name] += other.fp[name]
@@ -105,7 +123,7 @@ def _ev(run: Run) -> list[str]:
 
 def tally(stack: str) -> Tally:
     """The confusion counts of one stack's captures."""
-    result = Tally()
+    result = Tally(stack)
     for expected, run in _cases(stack):
         result.add(expected["scenario"], expected, run)
     return result
@@ -113,11 +131,11 @@ def tally(stack: str) -> Tally:
 
 def table(rows: dict[str, Tally]) -> str:
     """A Markdown table: runs, recall/precision per signal, worst per-field accuracy."""
-    head = "| stack | runs | " + " | ".join(f"{s} R / P" for s in SIGNALS) + " | counts accuracy |"
-    lines = [head, "|" + "---|" * (len(SIGNALS) + 3)]
+    head = "| stack | runs | " + " | ".join(f"{s} R / P" for s in SIGNALS) + " | counts accuracy | not in trace |"
+    lines = [head, "|" + "---|" * (len(SIGNALS) + 4)]
     for name, t in rows.items():
         cells = " | ".join(f"{t.recall(s):.2f} / {t.precision(s):.2f}" for s in SIGNALS)
-        lines.append(f"| {name} | {t.runs} | {cells} | {t.accuracy():.2f} |")
+        lines.append(f"| {name} | {t.runs} | {cells} | {t.accuracy():.2f} | {t.hidden} |")
     return "\n".join(lines) + "\n"
 
 
@@ -138,7 +156,7 @@ class TestConformance:
     def test_overall_table(self) -> None:
         """The overall figures meet the target; the table is written as a test artifact."""
         rows = {stack: tally(stack) for stack in STACKS}
-        overall = Tally()
+        overall = Tally("overall")
         for t in rows.values():
             overall.merge(t)
         rows["overall"] = overall
@@ -154,7 +172,8 @@ class TestConformance:
         pipeline = Pipeline(chain, compile_rules(None, [n for n, _ in chain]), 0.0)
         low = []
         for expected, run in _cases(stack):
-            if not (expected["hit_max_iterations"] or expected["safety_blocked"]):
+            wanted = [n for n in ("hit_max_iterations", "safety_blocked") if expected[n]]
+            if not any(_observable(stack, expected["scenario"], n) for n in wanted):
                 continue
             flag = pipeline.decide_run(run).flag
             if flag is None or flag.priority is not Priority.HIGH:
