@@ -126,6 +126,16 @@ def _loads(text: str) -> object:
         return None
 
 
+_BLOCK_REASON_FORMS: Final = frozenset(
+    (
+        *_BLOCK_REASONS_COMPACT,
+        "content_filter", "content_filtered", "prohibited_content", "guardrail_intervened", "image_safety",
+        "content_policy",
+    )
+)  # fmt: skip
+"""Block reasons as :func:`scorers.signals.normalise_reason` spells them (``content filter`` → ``content_filter``),
+plus the compacted forms (``ContentFilter`` → ``contentfilter``): one set test in the pre-check."""
+
 _ANSWER_TOOL: Final = re.compile(
     r"final[_\-\s]?(answer|result|output|response)|^(answer|respond|finish|submit[_\-]?answer)$", re.I
 )
@@ -317,6 +327,11 @@ def output_finish_reasons(attrs: Attributes) -> tuple[str, ...]:
     return ()
 
 
+@functools.lru_cache(maxsize=512)
+def _any_block_reason(reasons: tuple[str, ...]) -> bool:
+    return any(is_block_reason(r) for r in reasons)
+
+
 def is_block_reason(reason: str) -> bool:
     """Whether a normalised finish reason means output was blocked (any spelling, compacted)."""
     return _compact(reason) in _BLOCK_REASONS_COMPACT
@@ -480,7 +495,7 @@ class Detector:
         """
         if error or not self._watched.isdisjoint(attrs):
             return False
-        return not any(is_block_reason(r) for r in reasons)
+        return not reasons or _BLOCK_REASON_FORMS.isdisjoint(reasons)
 
     def enabled(self, rule: str) -> bool:
         """Whether built-in rule ``rule`` is on."""

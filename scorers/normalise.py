@@ -275,9 +275,11 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     messages = _conversation(tree)
     if tally.last_llm is not None:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence)
-    found = _dedupe_evidence(evidence)
-    limit = any(e.signal == LIMIT for e in found)
-    blocked = any(e.signal == BLOCK for e in found)
+    found = _dedupe_evidence(evidence) if evidence else ()
+    limit = blocked = False
+    for e in found:
+        limit = limit or e.signal == LIMIT
+        blocked = blocked or e.signal == BLOCK
     start_ns, end_ns = _bounds(tree)
     return _new_run(
         trace_id=head.trace_id,

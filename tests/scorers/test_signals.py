@@ -12,7 +12,7 @@ from collector.model import SpanEvent, StatusCode
 from scorers.detect import DEFAULT_DETECTOR, SpanFacts
 from scorers.model import Evidence, Run, RunStatus, StepKind
 from scorers.normalise import normalise
-from scorers.signals import error_info, finish_reasons, leading_phrase, soft_error
+from scorers.signals import error_info, finish_reasons, leading_phrase, normalise_reason, soft_error
 from tests.support.spans import node, span, trace
 
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bot"}
@@ -298,7 +298,10 @@ class TestQuiet:
         attrs=_MARKER_ATTRS,
         kind=st.sampled_from(list(StepKind)),
         status=st.sampled_from(list(StatusCode)),
-        reasons=st.lists(st.sampled_from(["stop", "content_filter", "length", "refusal", "content filter"]), max_size=2),  # noqa: E501
+        reasons=st.lists(
+            st.sampled_from(["stop", "content_filter", "length", "refusal", "content filter", "Content-Filter"]),
+            max_size=2,
+        ),
     )
     def test_quiet_spans_give_no_evidence(
         self, attrs: dict[str, Any], kind: StepKind, status: StatusCode, reasons: list[str]
@@ -306,7 +309,8 @@ class TestQuiet:
         """Whenever the pre-check says quiet, the span rules find nothing."""
         one = span(trace_id="1" * 32, span_id="2" * 16, attributes=attrs, status_code=status, status_message="x")
         err = error_info(one)
-        if DEFAULT_DETECTOR.quiet(one.attributes, err.error, tuple(reasons)):
+        normalised = tuple(normalise_reason(r) for r in reasons)  # as finish_reasons hands them over
+        if DEFAULT_DETECTOR.quiet(one.attributes, err.error, normalised):
             found: list[Evidence] = []
-            DEFAULT_DETECTOR.span(SpanFacts(one, kind, err.error, err.types, err.messages, tuple(reasons)), found)
+            DEFAULT_DETECTOR.span(SpanFacts(one, kind, err.error, err.types, err.messages, normalised), found)
             assert [] == found
