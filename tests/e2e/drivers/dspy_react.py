@@ -37,13 +37,13 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use the bundled cost map
 
-import dspy  # noqa: E402
-from dspy.utils.exceptions import AdapterParseError, LMError  # noqa: E402
-from harness import API_KEY, Harness, RunTruth  # noqa: E402
-from openinference.instrumentation.dspy import DSPyInstrumentor  # noqa: E402
-from openinference.instrumentation.litellm import LiteLLMInstrumentor  # noqa: E402
+import dspy
+from dspy.utils.exceptions import AdapterParseError, LMError
+from harness import API_KEY, Harness, RunTruth
+from openinference.instrumentation.dspy import DSPyInstrumentor
+from openinference.instrumentation.litellm import LiteLLMInstrumentor
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, Turn, turn_to_json  # noqa: E402
+from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, Turn, turn_to_json
 
 MAX_ITERS = 3
 

@@ -28,24 +28,24 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use the bundled cost map
 
-import asyncio  # noqa: E402
-from typing import Any  # noqa: E402
+import asyncio
+from typing import Any
 
-import openai  # noqa: E402
-from google.adk.agents import LlmAgent  # noqa: E402
-from google.adk.agents.callback_context import CallbackContext  # noqa: E402
-from google.adk.agents.invocation_context import LlmCallsLimitExceededError  # noqa: E402
-from google.adk.agents.run_config import RunConfig  # noqa: E402
-from google.adk.models.lite_llm import LiteLlm  # noqa: E402
-from google.adk.models.llm_request import LlmRequest  # noqa: E402
-from google.adk.models.llm_response import LlmResponse  # noqa: E402
-from google.adk.runners import InMemoryRunner  # noqa: E402
-from google.adk.tools.base_tool import BaseTool  # noqa: E402
-from google.genai import types  # noqa: E402
-from harness import API_KEY, Harness, RunTruth  # noqa: E402
-from opentelemetry import trace  # noqa: E402
+import openai
+from google.adk.agents import LlmAgent
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError
+from google.adk.agents.run_config import RunConfig
+from google.adk.models.lite_llm import LiteLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.base_tool import BaseTool
+from google.genai import types
+from harness import API_KEY, Harness, RunTruth
+from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn  # noqa: E402
+from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn
 
 MAX_LLM_CALLS = 3
 APP = "travel_desk"

@@ -148,9 +148,7 @@ async def scenarios(h: Harness) -> None:
         with h.scenario(name, agent=agent.name, expected=expected) as run:
             _current["run"] = run
             try:
-                handler = agent.run(
-                    user_msg=f"{run.marker} {text}", max_iterations=MAX_ITERATIONS if limited else 20
-                )
+                handler = agent.run(user_msg=f"{run.marker} {text}", max_iterations=MAX_ITERATIONS if limited else 20)
                 # Every agent step the driver sees; at the limit all MAX_ITERATIONS steps asked for tools.
                 steps = [ev async for ev in handler.stream_events() if isinstance(ev, AgentOutput)]
                 await handler
