@@ -126,7 +126,7 @@ def _loads(text: str) -> object:
         return None
 
 
-_BLOCK_REASON_FORMS: Final = frozenset(
+BLOCK_REASON_FORMS: Final = frozenset(
     (
         *_BLOCK_REASONS_COMPACT,
         "content_filter", "content_filtered", "prohibited_content", "guardrail_intervened", "image_safety",
@@ -484,7 +484,7 @@ class Detector:
         self.marker_keys: frozenset[str] = frozenset(
             (*_GUARDRAIL_KEYS, "vigil.max_iterations_hit", "vigil.iterations", *self._user_keys)
         )
-        self._watched: frozenset[str] = self.marker_keys | _TEXT_KEYS
+        self.watched: frozenset[str] = self.marker_keys | _TEXT_KEYS
 
     def quiet(self, attrs: Attributes, error: bool, reasons: Sequence[str]) -> bool:
         """Whether no per-span rule can fire on a span — the cheap pre-check of the common case.
@@ -493,9 +493,9 @@ class Detector:
         inputs, refusals, guardrail and counter markers, the user's attribute keys) and no
         blocking finish reason.
         """
-        if error or not self._watched.isdisjoint(attrs):
+        if error or not self.watched.isdisjoint(attrs):
             return False
-        return not reasons or _BLOCK_REASON_FORMS.isdisjoint(reasons)
+        return not reasons or BLOCK_REASON_FORMS.isdisjoint(reasons)
 
     def enabled(self, rule: str) -> bool:
         """Whether built-in rule ``rule`` is on."""

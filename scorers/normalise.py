@@ -27,7 +27,7 @@ from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, signals
-from scorers.detect import BLOCK, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
+from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
     DIALECTS,
     UNKNOWN,
@@ -197,7 +197,12 @@ class _Tally:
         err = signals.error_info(span)
         reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
-        if not detector.quiet(span.attributes, err.error, reasons):
+        # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
+        if (
+            err.error
+            or not detector.watched.isdisjoint(span.attributes)
+            or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
+        ):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
         if kind is StepKind.LLM:
             step = self._llm_step(span, tree, err, reasons)

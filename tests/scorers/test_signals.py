@@ -284,7 +284,7 @@ _MARKER_VALUES = st.sampled_from(
      '{"refusal": "I cannot help with that."}']
 )  # fmt: skip
 _MARKER_ATTRS = st.dictionaries(
-    st.sampled_from(sorted(DEFAULT_DETECTOR._watched | {"vigil.max_iterations", "openinference.span.kind", "other"})),
+    st.sampled_from(sorted(DEFAULT_DETECTOR.watched | {"vigil.max_iterations", "openinference.span.kind", "other"})),
     _MARKER_VALUES,
     max_size=4,
 )
