@@ -541,6 +541,11 @@ class Detector:
         texts += [("exception.message", m) for m in facts.messages]
         if status:
             texts.append(("status.message", status))
+        if kind is not StepKind.TOOL:
+            for key in ("output.value", "traceloop.entity.output"):
+                value = span.attributes.get(key)
+                if isinstance(value, str) and value and len(value) <= 2000:
+                    texts.append((key, value))  # a failed agent's output is its error report (Agno)
         if self._user_any:
             self._user_errors(span, facts.types, texts, out)
         if kind is StepKind.TOOL:
@@ -623,21 +628,33 @@ class Detector:
             detail = f"trajectory ended after {len(steps)} steps with tool {steps[-1][1]!r}, never finish"
             out.append(_ev(LIMIT, "limit.cutoff", span, "output.value:trajectory", detail))
 
-    def injected_prompt(self, messages: Sequence[Message], span: Span, out: list[Evidence]) -> None:
-        """``limit.output`` from a system message the framework injected mid-conversation to say the
-        limit was reached (LlamaIndex's early-stopping prompt), read on the last LLM call's conversation.
+    def injected_prompt(
+        self, messages: Sequence[Message], span: Span, out: list[Evidence], tool_results: Iterable[str | None] = ()
+    ) -> None:
+        """``limit.output`` from a message the framework injected into the last LLM call's conversation
+        to say a limit was reached: a system message after the first (LlamaIndex's early-stopping
+        prompt), or a tool message that no executed tool returned (Agno's ``Tool call limit reached.
+        Tool call X not executed.``).
 
-        The first message (the agent's own system prompt, which may well mention its caps) is never read.
+        The first message (the agent's own system prompt, which may well mention its caps) is never
+        read, and a tool message that some tool really returned is that tool's result, not a limit.
         """
         if not self._on["limit.output"] or len(messages) < 2:
             return
+        returned: set[str] | None = None
         for message in messages[1:]:
-            if message.role not in ("system", "developer"):
+            if message.role not in ("system", "developer", "tool"):
                 continue
             text = message.content[:2000]
-            if limit_words(text) and not _PAST.isdisjoint(tokens_of(text)):
-                out.append(_ev(LIMIT, "limit.output", span, "input.system_message", text))
-                return
+            if not (limit_words(text) and not _PAST.isdisjoint(tokens_of(text))):
+                continue
+            if message.role == "tool":
+                if returned is None:
+                    returned = {r.strip() for r in tool_results if r}
+                if text.strip() in returned:
+                    continue
+            out.append(_ev(LIMIT, "limit.output", span, f"input.{message.role}_message", text))
+            return
 
     def _refusal(self, span: Span, out: list[Evidence]) -> None:
         for key in _REFUSAL_KEYS:

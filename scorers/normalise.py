@@ -279,7 +279,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     tally.detector.cutoff(tally.last_llm, tally.tools_after, raised=raised, complete=complete, out=evidence)
     messages = _conversation(tree)
     if tally.last_llm is not None:
-        tally.detector.injected_prompt(messages, tally.last_llm[0], evidence)
+        tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:

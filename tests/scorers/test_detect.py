@@ -336,3 +336,59 @@ class TestUserRules:
     def test_every_builtin_can_be_disabled(self) -> None:
         detector = Detector(DetectionConfig.from_mapping({"disable": list(BUILTIN_RULES)}))
         assert not any(detector.enabled(rule) for rule in BUILTIN_RULES)
+
+
+class TestInjectedMessages:
+    """Framework messages that say the limit was reached, in the last LLM call's conversation."""
+
+    def _run(self, messages: list[dict[str, str]], tool_result: str = "It is sunny.") -> Run:
+        import json
+
+        tool = {**TOOL, "gen_ai.tool.call.result": tool_result}
+        last = chat(
+            "stop",
+            **{
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in messages]
+                )
+            },
+        )
+        return normalise(
+            trace(node("invoke_agent bot", AGENT, node("c1", chat("tool_calls")), node("t", tool), node("c2", last)))
+        )
+
+    def test_system_message_after_the_first(self) -> None:
+        run = self._run([
+            {"role": "system", "content": "You help. You have a maximum of 3 steps."},
+            {"role": "user", "content": "weather?"},
+            {"role": "system", "content": "You have reached the maximum number of iterations (3). Answer now."},
+        ])  # fmt: skip
+        assert [("limit.output", "c2")] == _evidence(run, "hit_max_iterations")
+
+    def test_own_system_prompt_is_not_read(self) -> None:
+        run = self._run([
+            {"role": "system", "content": "Stop when the maximum number of steps is reached."},
+            {"role": "user", "content": "weather?"},
+        ])  # fmt: skip
+        assert not run.hit_max_iterations
+
+    def test_tool_message_no_tool_returned(self) -> None:
+        run = self._run([
+            {"role": "system", "content": "You help."},
+            {"role": "user", "content": "weather?"},
+            {"role": "tool", "content": "Tool call limit reached. Tool call get_weather not executed."},
+        ])  # fmt: skip
+        assert run.hit_max_iterations
+
+    def test_tool_message_a_tool_returned_is_a_result(self) -> None:
+        """A real tool that answers 'API call limit reached' is a tool result, not the agent's limit."""
+        text = "API call limit reached for today."
+        run = self._run(
+            [
+                {"role": "system", "content": "You help."},
+                {"role": "user", "content": "q"},
+                {"role": "tool", "content": text},
+            ],
+            tool_result=text,
+        )
+        assert not run.hit_max_iterations
