@@ -49,11 +49,13 @@ class Maintenance:
         self._thread = threading.Thread(target=self._loop, name="vigil-review-maintenance", daemon=True)
         self._thread.start()
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread (waits at most ``timeout_s``)."""
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Stop the thread; True when it ended within ``timeout_s`` (:class:`collector.lifecycle.Component`)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

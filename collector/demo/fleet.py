@@ -10,7 +10,7 @@ meant to be (:class:`DemoRun`), so a test can compare Vigil's verdicts with the 
 Example::
 
     fleet = DemoFleet("http://127.0.0.1:4318", rate_per_s=5, runs=100, seed=1)
-    truth = fleet.run()          # blocks; fleet.stop() from another thread ends it early
+    truth = fleet.run()          # blocks; fleet.shutdown(timeout) from another thread ends it early
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class DemoFleet:
         rate_per_s: runs started per second (steady: run ``i`` starts at ``i / rate``).
         duration_s: stop starting runs after this long (None: no limit).
         runs: stop after this many runs (None: no limit). With neither limit the fleet
-            runs until :meth:`stop`.
+            runs until :meth:`shutdown`.
         seed: makes the sequence of runs reproducible.
         protocol: ``http/protobuf`` or ``grpc``.
         pace: multiplier on simulated model and tool latencies (1 = realistic, 0 = none).
@@ -150,7 +150,7 @@ class DemoFleet:
         self._truth: deque[tuple[int, DemoRun]] = deque(maxlen=None if runs is not None else KEEP_RUNS)
 
     def run(self) -> list[DemoRun]:
-        """Send runs until a limit is reached or :meth:`stop` is called; flush; return the truth.
+        """Send runs until a limit is reached or :meth:`shutdown` is called; flush; return the truth.
 
         Blocks the calling thread; call it once per fleet. The spans of every finished run
         are flushed before it returns.
@@ -188,7 +188,7 @@ class DemoFleet:
         try:
             with LiveProgress(self.stats, self.progress):
                 self._schedule(pool, agent)
-                pool.shutdown(wait=True)  # in-flight runs finish (quickly after stop())
+                pool.shutdown(wait=True)  # in-flight runs finish (quickly after shutdown())
         except BaseException:
             self._stop.set()
             raise
@@ -202,7 +202,11 @@ class DemoFleet:
         with self._lock:
             return [run for _, run in sorted(self._truth, key=lambda pair: pair[0])]
 
-    def stop(self, timeout_s: float = 10.0) -> bool:
+    def start(self) -> None:
+        """:meth:`run` on a daemon thread (as a :class:`collector.lifecycle.Component`)."""
+        threading.Thread(target=self.run, name="vigil-demo", daemon=True).start()
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
         """Start no more runs, cut simulated waits short, and wait for :meth:`run` to flush.
 
         Safe from any thread, and before or after :meth:`run`. Returns True when the fleet
@@ -212,7 +216,7 @@ class DemoFleet:
         return self._finished.wait(timeout_s) if self._began.is_set() else True
 
     def _schedule(self, pool: ThreadPoolExecutor, agent: DemoAgent) -> None:
-        """Submit runs on time until a limit or :meth:`stop`; at most ``2 × workers`` pending.
+        """Submit runs on time until a limit or :meth:`shutdown`; at most ``2 × workers`` pending.
 
         Run ``i`` is due ``i / rate`` seconds after the start. When every slot is busy the
         fleet waits, so the rate sags instead of the backlog growing, and resumes the rate

@@ -95,7 +95,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(f"vigil demo: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     # Ctrl-C or SIGTERM: start no more runs, finish and flush the others, write the truth.
-    previous = {sig: signal.signal(sig, lambda *_: fleet.stop(0)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda *_: fleet.shutdown(0)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         runs = fleet.run()
     finally:

@@ -13,7 +13,8 @@ owner of their partitions).
 from __future__ import annotations
 
 import asyncio
-import signal
+import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -22,30 +23,26 @@ from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
+from collector.lifecycle import Closing, Component, Components, Hooks, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from review_queue.api import create_api_app
-from review_queue.app.run import (
-    DRAIN_TIMEOUT_S,
+from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
     HTTP_STOP_GRACE_S,
-    JUDGE_DRAIN_S,
     PROBE_STOP_GRACE_S,
-    UPKEEP_STOP_S,
-    YoungCollector,
-    _redact,
-    _server,
-    tune_gc,
+    Checks,
+    GrpcServer,
+    HttpServer,
+    StopSignal,
+    probe_server,
+    serve_until_signal,
 )
+from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
 from review_queue.app.scoring import Scoring, redactor_from_settings, review_services, store_sink, then
 from review_queue.app.settings import Settings
 from review_queue.errors import StoreUnavailableError
@@ -60,7 +57,6 @@ from scorers.rules import compile_rules
 
 __all__ = [
     "build_scorer",
-    "probe_app",
     "serve_collector",
     "serve_review",
     "serve_scorer",
@@ -70,41 +66,10 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-Checks = Callable[[], dict[str, bool]]
 
-
-def probe_app(registry: CollectorRegistry, checks: Checks) -> Starlette:
-    """``/metrics`` (Prometheus or OpenMetrics), ``/healthz`` and ``/readyz`` (200 when every check passes)."""
-
-    async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(_: Request) -> JSONResponse:
-        results = checks()
-        ok = all(results.values())
-        return JSONResponse(
-            {"status": "ok" if ok else "unavailable", "checks": results}, status_code=200 if ok else 503
-        )
-
-    async def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), media_type=content_type)
-
-    return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)])
-
-
-async def _until_signal(tasks: list[asyncio.Task[None]]) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
-
-
-async def _stop_servers(servers: list[Any], tasks: list[asyncio.Task[None]]) -> None:
-    for srv in servers:
-        srv.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
+def _probes(s: Settings, registry: CollectorRegistry, checks: Checks) -> HttpServer:
+    """The role's ``/healthz``, ``/readyz`` and ``/metrics`` server on the metrics port."""
+    return probe_server(s.http_host, s.metrics_port, registry, checks)
 
 
 # --- collector --------------------------------------------------------------------------
@@ -123,25 +88,24 @@ def build_publisher(s: Settings, registry: CollectorRegistry, metrics: Collector
 
 
 async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
-    """Run ``vigil collector`` until SIGTERM/SIGINT. Returns True when every record was acknowledged."""
+    """Run ``vigil collector`` until SIGTERM/SIGINT. Returns True when every record was acknowledged.
+
+    Stop order: ``VIGIL_SHUTDOWN_DELAY_S`` still receiving (``/readyz`` 503), the receivers (HTTP
+    and gRPC together), the Kafka producer's flush, the probes.
+    """
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     publisher = build_publisher(s, registry, metrics)
-    publisher.start()
     limited = LimitedPublisher(publisher, MemoryLimiter(s.memory_limit_mb * 1024 * 1024), s.retry_after_s, metrics)
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     app = create_otlp_app(
         limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
     )
-    receiver = _server(app, s.otlp_http_host, s.otlp_http_port)
-    stopping = asyncio.Event()
-    probes = _server(
-        probe_app(registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()}),
-        s.http_host,
-        s.metrics_port,
-        stop_grace_s=PROBE_STOP_GRACE_S,
-    )
-    grpc_server = None
+    loop = asyncio.get_running_loop()
+    receiver = HttpServer(app, s.otlp_http_host, s.otlp_http_port, loop)
+    receivers: list[Component] = [receiver]
+    stopping = threading.Event()
+    probes = _probes(s, registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()})
     if s.otlp_grpc_port:
         grpc_server = await create_grpc_server(
             limited,
@@ -152,27 +116,30 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
         )
-        await grpc_server.start()
-    tasks = [asyncio.create_task(receiver.serve()), asyncio.create_task(probes.serve())]
-    log.info(
-        "collector_started",
-        otlp_http=s.otlp_http_port,
-        otlp_grpc=s.otlp_grpc_port or None,
-        metrics=s.metrics_port,
-        kafka=s.kafka_bootstrap,
-        topic=s.kafka_topic,
-    )
-    await _until_signal(tasks)
-    stopping.set()
-    log.info("collector_stopping", delay_s=s.shutdown_delay_s)
-    if s.shutdown_delay_s:  # still receiving: the agent next to us is flushing its last spans
-        await asyncio.wait(tasks, timeout=s.shutdown_delay_s)
-    receiver.should_exit = True
-    if grpc_server is not None:
-        await grpc_server.stop(GRPC_STOP_GRACE_S)
-    await asyncio.gather(tasks[0], return_exceptions=True)
-    flushed = await asyncio.to_thread(publisher.shutdown, drain_timeout_s)
-    await _stop_servers([probes], tasks)
+        receivers.append(GrpcServer(grpc_server, loop))
+
+    def delay(timeout: float) -> bool:
+        """Still receiving: the agent next to us is flushing its last spans (ends early if a server ends)."""
+        stopping.set()
+        ended = [srv.future for srv in (receiver, probes) if srv.future is not None]
+        if timeout > 0 and ended:
+            concurrent.futures.wait(ended, timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+        return True
+
+    c = Components()
+    c.add("probes", probes, probes.stop_budget_s)
+    c.add("publisher", publisher, drain_timeout_s)
+    c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
+    c.add("shutdown_delay", Hooks(on_shutdown=delay), s.shutdown_delay_s)
+    started = {
+        "otlp_http": s.otlp_http_port,
+        "otlp_grpc": s.otlp_grpc_port or None,
+        "metrics": s.metrics_port,
+        "kafka": s.kafka_bootstrap,
+        "topic": s.kafka_topic,
+    }
+    await serve_until_signal("collector", c, [receiver, probes], started, stopping={"delay_s": s.shutdown_delay_s})
+    flushed = c.clean.get("publisher", False)
     log.info("collector_stopped", flushed=flushed)
     return flushed
 
@@ -264,61 +231,77 @@ def build_scorer_role(
 
 
 async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
-    """Run ``vigil scorer`` until SIGTERM/SIGINT. Returns True when the final commit went through."""
+    """Run ``vigil scorer`` until SIGTERM/SIGINT. Returns True when the final commit went through.
+
+    Stop order: the consumer (writes what is closed, commits, leaves the group), the judges (its
+    last written batches were submitted to them), the probes, the store.
+    """
     registry = CollectorRegistry()
     await asyncio.to_thread(upgrade_with_retry, s.database_url)
     role = build_scorer_role(s, registry)
-    scorer, store = role.scorer, role.store
+    scorer = role.scorer
+    stop = StopSignal()
+    probes = _probes(s, registry, lambda: {"consumer": scorer.healthy})
+    c = Components()
+    c.add("gc", Hooks(on_start=tune_gc))
+    c.add("young_gc", YoungCollector())
+    c.add("store", Closing(role.store))
+    c.add("probes", probes, probes.stop_budget_s)
     if role.judges is not None:
-        role.judges.start()
-    probes = _server(
-        probe_app(registry, lambda: {"consumer": scorer.healthy}),
-        s.http_host,
-        s.metrics_port,
-        stop_grace_s=PROBE_STOP_GRACE_S,
-    )
-    tune_gc()
-    young_gc = YoungCollector()
-    young_gc.start()
-    tasks = [asyncio.create_task(probes.serve())]
-    await _start_consumer(scorer)
-    log.info(
-        "scorer_started",
-        metrics=s.metrics_port,
-        kafka=s.kafka_bootstrap,
-        topic=s.kafka_topic,
-        group=s.kafka_group_id,
-        database=_redact(s.database_url),
-    )
-    await _until_signal(tasks)
-    log.info("scorer_stopping")
-    ok = await asyncio.to_thread(scorer.shutdown, drain_timeout_s)
-    if role.judges is not None:  # after the consumer: its last written batches were submitted
-        await asyncio.to_thread(role.judges.shutdown, JUDGE_DRAIN_S)
-    await _stop_servers([probes], tasks)
-    store.close()
-    young_gc.stop()
-    return ok
+        c.add("judges", role.judges, JUDGE_DRAIN_S)
+    c.add("consumer", RetryingStart(scorer, stop.stopping), drain_timeout_s)
+    started = {
+        "metrics": s.metrics_port,
+        "kafka": s.kafka_bootstrap,
+        "topic": s.kafka_topic,
+        "group": s.kafka_group_id,
+        "database": _redact(s.database_url),
+    }
+    await serve_until_signal("scorer", c, [probes], started, stop=stop)
+    return c.clean.get("consumer", False)
 
 
-async def _start_consumer(scorer: KafkaScorer, retry_s: float = 2.0) -> None:
-    """Start the consumer, retrying while Kafka cannot be reached (the probes already answer)."""
-    from kafka.errors import KafkaError
+class RetryingStart:
+    """The Kafka consumer as a component whose start retries while Kafka cannot be reached.
 
-    while True:
-        try:
-            await asyncio.to_thread(scorer.start)
-            return
-        except KafkaError as exc:
-            log.warning("kafka_unavailable", error=repr(exc), retry_in=retry_s)
-            await asyncio.sleep(retry_s)
+    The probes already answer meanwhile (``/readyz`` 503); a stop signal ends the retries.
+
+    Args:
+        scorer: the consumer.
+        stopping: set when the process is asked to stop.
+        retry_s: seconds between attempts.
+    """
+
+    def __init__(self, scorer: KafkaScorer, stopping: threading.Event, retry_s: float = 2.0) -> None:
+        self._scorer = scorer
+        self._stopping = stopping
+        self._retry_s = retry_s
+
+    def start(self) -> None:
+        """Start the consumer (returns without it when asked to stop first)."""
+        from kafka.errors import KafkaError
+
+        while not self._stopping.is_set():
+            try:
+                self._scorer.start()
+                return
+            except KafkaError as exc:
+                log.warning("kafka_unavailable", error=repr(exc), retry_in=self._retry_s)
+                self._stopping.wait(self._retry_s)
+
+    def shutdown(self, timeout: float) -> bool:
+        """See :meth:`scorers.consumer.KafkaScorer.shutdown`."""
+        return self._scorer.shutdown(timeout)
 
 
 # --- review -----------------------------------------------------------------------------
 
 
 async def serve_review(s: Settings) -> bool:
-    """Run ``vigil review`` (REST API over the store) until SIGTERM/SIGINT."""
+    """Run ``vigil review`` (REST API over the store) until SIGTERM/SIGINT.
+
+    Stop order: the API and probe servers, lease expiry and feedback joins, retention, the store.
+    """
     registry = CollectorRegistry()
     await asyncio.to_thread(upgrade_with_retry, s.database_url)
     store = SqlStore(s.database_url)
@@ -326,33 +309,24 @@ async def serve_review(s: Settings) -> bool:
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
     token = s.admin_token.get_secret_value() if s.admin_token else None
-    api = _server(
-        create_api_app(store, admin_token=token, ready=store.ping, services=services), s.http_host, s.http_port
-    )
-    probes = _server(
-        probe_app(registry, lambda: {"database": store.ping()}),
-        s.http_host,
-        s.metrics_port,
-        stop_grace_s=PROBE_STOP_GRACE_S,
-    )
-    # Lease expiry, late feedback joins (feedback that arrived before its run was scored by a
-    # vigil scorer) and the retention period run beside the API.
-    upkeep = Maintenance(services.workbench, services.feedback)
+    app = create_api_app(store, admin_token=token, ready=store.ping, services=services)
+    api = HttpServer(app, s.http_host, s.http_port, asyncio.get_running_loop())
+    probes = _probes(s, registry, lambda: {"database": store.ping()})
     retention = Retention(
         store.engine,
         days=s.retention_days,
         keep_reviewed=s.retention_keep_reviewed,
         on_deleted=deletion_counter(registry),
     )
-    upkeep.start()
-    retention.start()
-    tasks = [asyncio.create_task(api.serve()), asyncio.create_task(probes.serve())]
-    log.info("review_started", api=s.http_port, metrics=s.metrics_port, database=_redact(s.database_url))
-    await _until_signal(tasks)
-    await _stop_servers([api, probes], tasks)
-    await asyncio.to_thread(upkeep.shutdown, UPKEEP_STOP_S)
-    await asyncio.to_thread(retention.shutdown, UPKEEP_STOP_S)
-    store.close()
+    c = Components()
+    c.add("store", Closing(store))
+    c.add("retention", retention, UPKEEP_STOP_S)
+    # Lease expiry and late feedback joins (feedback that arrived before its run was scored by a
+    # vigil scorer) run beside the API.
+    c.add("maintenance", Maintenance(services.workbench, services.feedback), UPKEEP_STOP_S)
+    c.add("http", Together(api, probes), max(api.stop_budget_s, probes.stop_budget_s))
+    started = {"api": s.http_port, "metrics": s.metrics_port, "database": _redact(s.database_url)}
+    await serve_until_signal("review", c, [api, probes], started)
     return True
 
 

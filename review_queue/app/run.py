@@ -16,30 +16,30 @@ deployment re-delivers instead. Stop budget: :func:`review_queue.app.roles.stop_
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import signal
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 import structlog
-import uvicorn
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from collector.grpc_receiver import create_grpc_server
+from collector.lifecycle import Closing, Component, Components, Hooks, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
 from review_queue.api import create_api_app
+from review_queue.app.components import (
+    GRPC_STOP_GRACE_S,
+    GrpcServer,
+    HttpServer,
+    StopSignal,
+    probe_server,
+    serve_until_signal,
+)
 from review_queue.app.scoring import Scoring, review_services, store_sink, then
 from review_queue.app.settings import Settings
 from review_queue.maintenance import Maintenance
@@ -52,9 +52,6 @@ from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
 from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
-
-if TYPE_CHECKING:
-    from collector.demo.fleet import DemoFleet
 
 log = structlog.get_logger(__name__)
 
@@ -77,9 +74,6 @@ class Embedded:
 
 JUDGE_DRAIN_S = 10.0
 """Seconds queued judge requests get to finish when ``vigil run`` stops (the rest are counted as dropped)."""
-
-GRPC_STOP_GRACE_S = 2.0
-"""Seconds in-flight OTLP/gRPC calls get to finish when ``vigil run`` stops."""
 
 DRAIN_TIMEOUT_S = 30.0
 """Seconds a stopping role gets for its drain once its receivers are closed: ``vigil run``
@@ -134,11 +128,13 @@ class YoungCollector:
             self._thread = threading.Thread(target=self._run, name="vigil-young-gc", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """Stop collecting and wait for the thread."""
+    def shutdown(self, timeout: float) -> bool:
+        """Stop collecting; True when the thread ended within ``timeout``."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -182,190 +178,24 @@ def build(
     )
 
 
-def metrics_app(registry: CollectorRegistry, ready: Embedded) -> Starlette:
-    """``/metrics`` (Prometheus and OpenMetrics with exemplars), ``/healthz``, ``/readyz``."""
-
-    async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(_: Request) -> JSONResponse:
-        ok = ready.worker.healthy
-        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
-
-    async def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), media_type=content_type)
-
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/metrics", metrics),
-        ]
-    )
-
-
-HTTP_STOP_GRACE_S = 5.0
-"""Seconds in-flight HTTP requests get to finish when a role stops. Connections still open
-after it (a client stalled mid-upload) are aborted without a response: the request was not
-accepted, and the sender retries it. Without this bound one stalled client kept the process
-from ever exiting, until the orchestrator's SIGKILL lost everything not yet drained."""
-
-PROBE_STOP_GRACE_S = 1.0
-"""The stop grace of the ``/metrics``, ``/healthz``, ``/readyz`` servers (tiny requests)."""
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to :func:`serve` and bounds its graceful stop.
-
-    Stopping closes the listening socket (new connections are refused) and idle keep-alive
-    connections, lets requests in flight finish for ``stop_grace_s``, then aborts the
-    connections still open (no response is written: no 500 for a request that was never
-    accepted) and gives their handlers ``cancel_s`` to notice before cancelling them.
-    """
-
-    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S) -> None:
-        super().__init__(config)
-        self.stop_grace_s = stop_grace_s
-        self.cancel_s = stop_grace_s
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-    async def _wait_tasks_to_complete(self) -> None:
-        """uvicorn's wait for in-flight requests, bounded by ``stop_grace_s`` (called by ``shutdown``)."""
-        wait = super()._wait_tasks_to_complete
-        try:
-            await asyncio.wait_for(wait(), self.stop_grace_s)
-            return
-        except TimeoutError:
-            pass
-        state = self.server_state
-        log.warning("http_stop_grace_exceeded", connections=len(state.connections), grace_s=self.stop_grace_s)
-        for connection in list(state.connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None:
-                transport.abort()
-        try:
-            await asyncio.wait_for(wait(), self.cancel_s)
-        except TimeoutError:
-            for task in list(state.tasks):
-                task.cancel()
-
-
-def _server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP_STOP_GRACE_S) -> _Server:
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")  # type: ignore[arg-type]
-    return _Server(config, stop_grace_s)
-
-
-def _stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (handlers on the running loop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
     With ``demo_rate`` the demo fleet (:mod:`collector.demo.fleet`) also runs, on a thread, sending
     that many runs per second to the OTLP/HTTP receiver; it is stopped and flushed first.
     """
+    stop = StopSignal()  # before the state is loaded: from here on a SIGTERM saves it again
+    components, servers = await run_components(emb, drain_timeout_s, demo_rate)
     s = emb.settings
-    token = s.admin_token.get_secret_value() if s.admin_token else None
-    ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
-    # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
-    token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
-    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
-    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
-    receivers = _server(
-        create_otlp_app(
-            publisher,
-            emb.collector_metrics,
-            max_body_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-            token_check=token_check,
-        ),
-        s.otlp_http_host,
-        s.otlp_http_port,
-    )
-    api = _server(
-        create_api_app(
-            emb.store,
-            admin_token=token,
-            ready=lambda: emb.worker.healthy,
-            judge_agreement=None if emb.agreement is None else emb.agreement.current,
-            services=emb.services,
-        ),
-        s.http_host,
-        s.http_port,
-    )
-    metrics = _server(metrics_app(emb.registry, emb), s.http_host, s.metrics_port, stop_grace_s=PROBE_STOP_GRACE_S)
-    grpc_receiver = None
-    if s.otlp_grpc_port:  # 0 disables the gRPC receiver
-        grpc_receiver = await create_grpc_server(
-            publisher,
-            emb.collector_metrics,
-            host=s.otlp_http_host,
-            port=s.otlp_grpc_port,
-            max_message_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-            token_check=token_check,
-        )
-    maintenance = Maintenance(emb.services.workbench, emb.services.feedback)
-    retention = Retention(
-        emb.store.engine,
-        days=s.retention_days,
-        keep_reviewed=s.retention_keep_reviewed,
-        on_deleted=deletion_counter(emb.registry),
-    )
-    stop = _stop_on_signals()
-    if s.state_path:  # only now: loading deletes the file, and from here on a SIGTERM saves it again
-        load_state(s.state_path, emb.worker.assembler)
-    tune_gc()
-    young_gc = YoungCollector()
-    young_gc.start()
-    if emb.judges is not None:
-        emb.judges.start()
-    emb.worker.start()
-    maintenance.start()
-    retention.start()
-    tasks = [asyncio.create_task(srv.serve()) for srv in (receivers, api, metrics)]
-    if grpc_receiver is not None:
-        await grpc_receiver.start()
-    log.info(
-        "vigil_started",
-        otlp_http=s.otlp_http_port,
-        otlp_grpc=s.otlp_grpc_port or None,
-        api=s.http_port,
-        metrics=s.metrics_port,
-        database=_redact(s.database_url),
-    )
-    demo = await _start_demo(emb, receivers, tasks[0], demo_rate) if demo_rate else None
-    await asyncio.wait([asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
-    log.info("vigil_stopping")
-    if demo is not None:  # its last spans must reach the receiver before it stops
-        await asyncio.to_thread(demo.stop, DEMO_STOP_S)
-    receivers.should_exit = True
-    if grpc_receiver is not None:  # while uvicorn stops the HTTP receiver in its task
-        await grpc_receiver.stop(GRPC_STOP_GRACE_S)
-    await asyncio.gather(tasks[0], return_exceptions=True)
-    save = partial(save_state, s.state_path) if s.state_path else None
-    drained = await asyncio.to_thread(emb.worker.shutdown, drain_timeout_s, save=save)
-    if emb.judges is not None:  # after the worker: its last batches were submitted to the judges
-        await asyncio.to_thread(emb.judges.shutdown, JUDGE_DRAIN_S)
-    await asyncio.to_thread(maintenance.shutdown, UPKEEP_STOP_S)
-    await asyncio.to_thread(retention.shutdown, UPKEEP_STOP_S)
-    for srv in (api, metrics):
-        srv.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
-    emb.store.close()
-    young_gc.stop()
+    started = {
+        "otlp_http": s.otlp_http_port,
+        "otlp_grpc": s.otlp_grpc_port or None,
+        "api": s.http_port,
+        "metrics": s.metrics_port,
+        "database": _redact(s.database_url),
+    }
+    await serve_until_signal("vigil", components, servers, started, stop=stop)
+    drained = components.clean.get("worker", False)
     # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
     # after a restart, the next process counts only runs new to the index.
     log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)
@@ -376,17 +206,108 @@ DEMO_STOP_S = 10.0
 """Seconds the demo fleet gets to finish its runs and flush when ``vigil run --demo`` stops."""
 
 
-async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None], rate: float) -> DemoFleet:
-    """Start the demo fleet on a daemon thread once the OTLP/HTTP receiver listens.
+async def run_components(
+    emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, demo_rate: float | None = None
+) -> tuple[Components, list[HttpServer]]:
+    """The components of ``vigil run`` in start order (they stop in reverse), and its HTTP servers.
+
+    Stop order: the demo fleet (its last spans must reach the receiver), the receivers (HTTP and
+    gRPC together), the stream worker's drain (and the state file), the judges (the worker's last
+    batches were submitted to them), the upkeep threads, the API and probe servers, the store.
+    """
+    s = emb.settings
+    loop = asyncio.get_running_loop()
+    token = s.admin_token.get_secret_value() if s.admin_token else None
+    ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
+    # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
+    token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
+    otlp_app = create_otlp_app(
+        publisher,
+        emb.collector_metrics,
+        max_body_bytes=s.max_body_bytes,
+        retry_after_s=s.retry_after_s,
+        ingest_token=ingest,
+        token_check=token_check,
+    )
+    receiver = HttpServer(otlp_app, s.otlp_http_host, s.otlp_http_port, loop)
+    api_app = create_api_app(
+        emb.store,
+        admin_token=token,
+        ready=lambda: emb.worker.healthy,
+        judge_agreement=None if emb.agreement is None else emb.agreement.current,
+        services=emb.services,
+    )
+    api = HttpServer(api_app, s.http_host, s.http_port, loop)
+    metrics = probe_server(s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
+    receivers: list[Component] = [receiver]
+    if s.otlp_grpc_port:  # 0 disables the gRPC receiver
+        grpc_server = await create_grpc_server(
+            publisher,
+            emb.collector_metrics,
+            host=s.otlp_http_host,
+            port=s.otlp_grpc_port,
+            max_message_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
+            token_check=token_check,
+        )
+        receivers.append(GrpcServer(grpc_server, loop))
+    retention = Retention(
+        emb.store.engine,
+        days=s.retention_days,
+        keep_reviewed=s.retention_keep_reviewed,
+        on_deleted=deletion_counter(emb.registry),
+    )
+    c = Components()
+    c.add("gc", Hooks(on_start=tune_gc))
+    c.add("young_gc", YoungCollector())
+    c.add("store", Closing(emb.store))
+    c.add("http", Together(api, metrics), max(api.stop_budget_s, metrics.stop_budget_s))
+    c.add("retention", retention, UPKEEP_STOP_S)
+    c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback), UPKEEP_STOP_S)
+    if emb.judges is not None:
+        c.add("judges", emb.judges, JUDGE_DRAIN_S)
+    c.add("worker", Drain(emb.worker, s.state_path), drain_timeout_s)
+    c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
+    if demo_rate:
+        c.add("demo", _demo(emb, receiver, demo_rate), DEMO_STOP_S)
+    return c, [receiver, api, metrics]
+
+
+class Drain:
+    """The stream worker as a component: resumes the saved state, and drains (and saves) at shutdown.
+
+    Args:
+        worker: the stream worker.
+        state_path: where runs still waiting for their root are saved (:mod:`scorers.state`); None: nowhere.
+    """
+
+    def __init__(self, worker: StreamWorker, state_path: str | None) -> None:
+        self._worker = worker
+        self._state_path = state_path
+
+    def start(self) -> None:
+        """Load the saved state (deleting the file) into the assembler, then start the worker."""
+        if self._state_path:
+            load_state(self._state_path, self._worker.assembler)
+        self._worker.start()
+
+    def shutdown(self, timeout: float) -> bool:
+        """Score and write every finished run within ``timeout``; save the unfinished ones."""
+        save = partial(save_state, self._state_path) if self._state_path else None
+        return self._worker.shutdown(timeout, save=save)
+
+
+def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
+    """The demo fleet, started once the OTLP/HTTP receiver listens.
 
     Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
     """
     from collector.demo.fleet import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
 
     s = emb.settings
-
-    while not receiver.started and not task.done():
-        await asyncio.sleep(0.05)
     host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
     fleet = DemoFleet(
@@ -397,8 +318,12 @@ async def _start_demo(emb: Embedded, receiver: _Server, task: asyncio.Task[None]
         headers=token,
         on_feedback=partial(_demo_feedback, emb.services),
     )
-    threading.Thread(target=fleet.run, name="vigil-demo", daemon=True).start()
-    return fleet
+
+    def start() -> None:
+        if receiver.wait_listening():
+            fleet.start()
+
+    return Hooks(on_start=start, on_shutdown=fleet.shutdown)
 
 
 def _demo_feedback(services: ReviewServices, trace_id: str, feedback: str) -> None:

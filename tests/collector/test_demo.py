@@ -231,7 +231,7 @@ class TestFleet:
 
     def test_stop_before_run(self) -> None:
         """stop() on a fleet that never ran returns at once."""
-        assert DemoFleet("http://127.0.0.1:1", rate_per_s=1, seed=0).stop(0.1)
+        assert DemoFleet("http://127.0.0.1:1", rate_per_s=1, seed=0).shutdown(0.1)
 
     def test_workers_scale_with_rate(self) -> None:
         """More rate (or more latency) means more worker threads, within bounds."""

@@ -1,4 +1,4 @@
-"""The bounded graceful stop of every role's HTTP servers (review_queue.app.run._Server).
+"""The bounded graceful stop of every role's HTTP servers (review_queue.app.components._Server).
 
 uvicorn waits without limit for open connections when it stops: one client stalled in the
 middle of an upload kept a SIGTERMed role from ever exiting. These run a real server on a
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from review_queue.app.components import http_server
 from review_queue.app.process import free_port
-from review_queue.app.run import _server
 
 
 async def _echo(request: Request) -> Response:
@@ -28,7 +28,7 @@ def _app() -> Starlette:
 
 
 async def _started(port: int) -> tuple[asyncio.Task[None], object]:
-    server = _server(_app(), "127.0.0.1", port)
+    server = http_server(_app(), "127.0.0.1", port)
     server.stop_grace_s = 0.5
     server.cancel_s = 0.5
     task = asyncio.create_task(server.serve())

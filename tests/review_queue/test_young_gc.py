@@ -49,7 +49,7 @@ def test_cyclic_garbage_is_freed_without_thresholds_being_reached() -> None:
         while any(r() is not None for r in refs) and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
-        young.stop()
+        assert young.shutdown(5.0)
     assert all(r() is None for r in refs)
 
 
@@ -61,7 +61,7 @@ def test_collects_young_generations_until_stopped() -> None:
     deadline = time.monotonic() + 10
     while len(calls) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    young.stop()
+    assert young.shutdown(5.0)
     stopped_at = len(calls)
     time.sleep(0.05)
     assert stopped_at >= 3

@@ -1,0 +1,123 @@
+"""Tests of collector.lifecycle: start in order, shut down in reverse within one deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from collector.lifecycle import Closing, Component, Components, Hooks, Together
+
+
+class Recorder:
+    """A component that records its calls in a shared journal and stops as told."""
+
+    def __init__(self, name: str, journal: list[str], *, clean: bool = True, takes_s: float = 0.0) -> None:
+        self.name = name
+        self.journal = journal
+        self.clean = clean
+        self.takes_s = takes_s
+        self.timeouts: list[float] = []
+
+    def start(self) -> None:
+        self.journal.append(f"start {self.name}")
+
+    def shutdown(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        self.journal.append(f"stop {self.name}")
+        time.sleep(min(self.takes_s, timeout))
+        return self.clean and self.takes_s <= timeout
+
+
+def test_starts_in_order_and_stops_in_reverse() -> None:
+    """One list: started front to back, shut down back to front, each with its own budget."""
+    journal: list[str] = []
+    c = Components()
+    first = c.add("a", Recorder("a", journal), 1.0)
+    c.add("b", Recorder("b", journal), 2.0)
+    c.add("c", Recorder("c", journal))
+    assert isinstance(first, Component)
+    assert 3.0 == c.budget_s
+    c.start()
+    assert c.shutdown(10.0)
+    assert ["start a", "start b", "start c", "stop c", "stop b", "stop a"] == journal
+    assert [1.0] == first.timeouts
+    assert {"a": True, "b": True, "c": True} == c.clean
+
+
+def test_an_unclean_stop_is_reported_and_the_others_still_stop() -> None:
+    """A component that fails or raises makes the result False; the rest are shut down anyway."""
+    journal: list[str] = []
+
+    def boom(_: float) -> bool:
+        raise RuntimeError("boom")
+
+    c = Components()
+    c.add("a", Recorder("a", journal))
+    c.add("b", Hooks(on_shutdown=boom))
+    c.add("c", Recorder("c", journal, clean=False))
+    c.start()
+    assert not c.shutdown(5.0)
+    assert {"a": True, "b": False, "c": False} == c.clean
+    assert "stop a" == journal[-1]
+
+
+def test_one_overall_deadline() -> None:
+    """Components after a slow one get only what is left of the overall timeout."""
+    journal: list[str] = []
+    c = Components()
+    last = c.add("last", Recorder("last", journal), 5.0)
+    c.add("slow", Recorder("slow", journal, takes_s=0.3), 5.0)
+    c.start()
+    assert c.shutdown(0.5)
+    assert last.timeouts[0] <= 0.25
+
+
+def test_a_failed_start_stops_what_was_started() -> None:
+    """Components started before the failure are shut down; the error propagates."""
+    journal: list[str] = []
+
+    def fail() -> None:
+        raise ValueError("bad config")
+
+    c = Components()
+    c.add("a", Recorder("a", journal))
+    c.add("b", Hooks(on_start=fail))
+    c.add("c", Recorder("c", journal))
+    with pytest.raises(ValueError, match="bad config"):
+        c.start()
+    assert ["start a", "stop a"] == journal
+
+
+def test_names_are_unique() -> None:
+    """The same name twice is a wiring mistake."""
+    c = Components()
+    c.add("a", Hooks())
+    with pytest.raises(ValueError, match="twice"):
+        c.add("a", Hooks())
+
+
+def test_together_stops_members_at_the_same_time() -> None:
+    """Members of a Together shut down side by side: the group takes the longest, not the sum."""
+    journal: list[str] = []
+    group = Together(Recorder("x", journal, takes_s=0.3), Recorder("y", journal, takes_s=0.3))
+    group.start()
+    began = time.monotonic()
+    assert group.shutdown(2.0)
+    assert time.monotonic() - began < 0.55
+    assert not Together(Recorder("z", journal, clean=False)).shutdown(1.0)
+
+
+def test_closing_closes() -> None:
+    """Closing closes the resource at shutdown."""
+    closed = threading.Event()
+
+    class Resource:
+        def close(self) -> None:
+            closed.set()
+
+    component = Closing(Resource())
+    component.start()
+    assert component.shutdown(0.0)
+    assert closed.is_set()
