@@ -32,12 +32,27 @@ from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import encode_batch
 
-__all__ = ["COMPRESSIONS", "KafkaMetrics", "KafkaPublisher", "ProducerConfig", "check_compression", "record_key"]
+__all__ = [
+    "COMPRESSIONS",
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_TOPIC",
+    "KafkaMetrics",
+    "KafkaPublisher",
+    "ProducerConfig",
+    "check_compression",
+    "record_key",
+]
 
 log = structlog.get_logger(__name__)
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 """Values of ``VIGIL_KAFKA_COMPRESSION`` (``none`` = uncompressed)."""
+
+DEFAULT_TOPIC = "otlp_spans"
+"""The topic of OTLP trace records (the default of ``VIGIL_KAFKA_TOPIC``)."""
+
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+"""Record bytes a publisher holds unacknowledged (the default of ``VIGIL_KAFKA_BUFFER_BYTES``)."""
 
 _CONNECT_RETRY_S = 2.0
 _LOG_INTERVAL_S = 10.0
@@ -87,10 +102,10 @@ class ProducerConfig:
     """
 
     bootstrap: str
-    topic: str = "otlp_spans"
+    topic: str = DEFAULT_TOPIC
     compression: str = "none"
     idempotent: bool = True
-    buffer_bytes: int = 32 * 1024 * 1024
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
     linger_ms: int = 5
     delivery_timeout_ms: int = 120_000
     extra: Mapping[str, Any] = field(default_factory=dict)

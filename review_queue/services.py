@@ -15,7 +15,11 @@ from review_queue.store import SqlStore
 from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
 from scorers.rules import Rule, compile_rules
 
-__all__ = ["ReviewServices", "build_services"]
+__all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
+
+DEFAULT_SAMPLE_RATE = 0.05
+"""Share of runs flagged at random for review (the rules' ``random_sample``, deterministic on the
+trace id: :func:`scorers.rules.decide`); the default of ``VIGIL_SAMPLE_RATE``."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ def build_services(
     *,
     admin_token: str | None = None,
     rules: Sequence[Rule] | None = None,
-    sample_rate: float = 0.05,
+    sample_rate: float = DEFAULT_SAMPLE_RATE,
     lease_s: float = DEFAULT_LEASE_S,
     categories: Sequence[str] = DEFAULT_CATEGORIES,
     session_secret: bytes | None = None,

@@ -17,6 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from collector.errors import SettingsError
+from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.services import DEFAULT_SAMPLE_RATE
+from review_queue.workbench import DEFAULT_LEASE_S
+from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
 
 ENV_PREFIX = "VIGIL_"
 DEFAULT_CONFIG_FILE = "vigil.yaml"
@@ -25,7 +30,10 @@ VIGIL_CONFIG = "VIGIL_CONFIG"
 
 
 class Settings(BaseModel):
-    """Every knob of every role. Field docs are the reference (rendered in the README)."""
+    """Every knob of every role. Field docs are the reference (rendered in the README).
+
+    A default that a domain module also needs is defined once, in that module, and referenced here.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,7 +49,7 @@ class Settings(BaseModel):
     )
     max_idle_s: float = Field(300.0, gt=0, description="A trace idle this long is scored as incomplete.")
     sample_rate: float = Field(
-        0.05, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id)."
+        DEFAULT_SAMPLE_RATE, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id)."
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token required by the API when set.")
     ingest_token: SecretStr | None = Field(
@@ -94,15 +102,15 @@ class Settings(BaseModel):
     repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
     redact: tuple[str, ...] = Field(
-        ("email", "phone", "card", "api_key"),
+        tuple(BUILTIN_PATTERNS),
         description="Built-in redaction patterns applied to run content before it is stored "
-        "(email, phone, card, api_key; comma-separated in the environment, empty for none).",
+        f"({', '.join(BUILTIN_PATTERNS)}; comma-separated in the environment, empty for none).",
     )
     redact_patterns: Mapping[str, str] = Field(
         default_factory=dict, description="Extra redaction patterns {name: regex} (YAML only)."
     )
     attributes_deny: tuple[str, ...] = Field(
-        ("*authorization*", "*password*", "*secret*", "*api_key*", "*apikey*", "*cookie*"),
+        DEFAULT_DENY,
         description="Root attribute key globs never stored (case-insensitive; comma-separated in the environment).",
     )
     attributes_allow: tuple[str, ...] = Field(
@@ -130,12 +138,12 @@ class Settings(BaseModel):
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
     review_lease_s: float = Field(
-        900.0, gt=0, description="Lease of a claimed review item; it returns to pending when it lapses."
+        DEFAULT_LEASE_S, gt=0, description="Lease of a claimed review item; it returns to pending when it lapses."
     )
     review_categories: tuple[str, ...] | None = Field(
         None,
-        description="Failure taxonomy of verdicts (comma-separated in the environment). Default: wrong_tool, "
-        "wrong_arguments, hallucination, unsafe_output, loop, gave_up, bad_tone, other.",
+        description="Failure taxonomy of verdicts (comma-separated in the environment). Default: "
+        f"{', '.join(DEFAULT_CATEGORIES)}.",
     )
     session_secret: SecretStr | None = Field(
         None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
@@ -148,14 +156,14 @@ class Settings(BaseModel):
     kafka_bootstrap: str = Field(
         "127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers, host:port[,host:port...]."
     )
-    kafka_topic: str = Field("otlp_spans", min_length=1, description="Topic of OTLP trace records.")
+    kafka_topic: str = Field(DEFAULT_TOPIC, min_length=1, description="Topic of OTLP trace records.")
     kafka_group_id: str = Field("vigil-scorers", min_length=1, description="Consumer group of vigil scorer.")
     kafka_compression: str = Field(
         "none", description="Producer compression of vigil collector: none, gzip, snappy, lz4, zstd."
     )
     kafka_idempotent: bool = Field(True, description="Idempotent production (acks=all is always used).")
     kafka_buffer_bytes: int = Field(
-        32 * 1024 * 1024,
+        DEFAULT_BUFFER_BYTES,
         ge=65536,
         description="Record bytes the collector holds unacknowledged; beyond it receivers answer 503.",
     )

@@ -18,6 +18,7 @@ from typing import Any
 from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
+from review_queue.services import DEFAULT_SAMPLE_RATE
 from scorers.model import Flag, Priority, Run, ScoredRun
 
 __all__ = ["T0", "Clock", "InMemoryRunSink", "postgres_scratch_url", "postgres_unreachable", "scored_run"]
@@ -42,7 +43,7 @@ def scored_run(
     scores: Mapping[str, float] | None = None,
     reasons: Sequence[str] = (),
     priority: Priority = Priority.NORMAL,
-    sample_rate: float = 0.05,
+    sample_rate: float = DEFAULT_SAMPLE_RATE,
     **run_fields: Any,
 ) -> ScoredRun:
     """Build a :class:`ScoredRun`; it is flagged when ``reasons`` is not empty.
