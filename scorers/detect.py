@@ -206,6 +206,7 @@ _LIMIT_NOUNS: Final = frozenset(
     {
         "iteration", "iterations", "iter", "iters", "step", "steps", "turn", "turns", "round", "rounds",
         "request", "requests", "call", "calls", "loop", "loops", "usage", "recursion", "llm", "message", "messages",
+        "attempt", "attempts", "cycle", "cycles",
     }
 )  # fmt: skip
 _LIMIT_MARKS: Final = frozenset(
@@ -215,6 +216,10 @@ _LIMIT_MARKS: Final = frozenset(
 _LIMIT_STRONG: Final = frozenset({"max", "maximum", "limit", "limits", "cap", "capped", "exceeded", "exceed", "exceeds",
                                   "reached", "exhausted"})  # fmt: skip
 _LIMIT_STOPS: Final = frozenset({"stopped", "stopping", "halted", "terminated", "aborted"})
+_WEAK_NOUNS: Final = frozenset({"message", "messages", "llm", "request", "requests", "usage", "attempt", "attempts"})
+"""Limit nouns that count only with a strong mark (max, limit, exceeded …): alone they are retries or traffic."""
+_LIMIT_FAILS: Final = frozenset({"unable", "able", "couldn", "could", "failed", "cannot"})
+"""With a number and a limit noun: "was not able to resolve the task in 10 iterations" (BeeAI)."""
 _LIMIT_VETO: Final = frozenset(
     {"rate", "ratelimit", "quota", "rpm", "tpm", "depth", "retries", "retry", "timeout", "timed", "context",
      "length", "size", "bytes", "payload", "concurrency", "concurrent", "connection", "connections"}
@@ -244,12 +249,12 @@ def tokens_of(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _windows(tokens: Sequence[str]) -> Iterable[Sequence[str]]:
-    if len(tokens) <= _WINDOW:
+def _windows(tokens: Sequence[str], size: int = _WINDOW) -> Iterable[Sequence[str]]:
+    if len(tokens) <= size:
         yield tokens
         return
-    for i in range(len(tokens) - _WINDOW + 1):
-        yield tokens[i : i + _WINDOW]
+    for i in range(len(tokens) - size + 1):
+        yield tokens[i : i + size]
 
 
 @functools.lru_cache(maxsize=2048)
@@ -272,13 +277,18 @@ def limit_words(text: str) -> bool:
             continue
         if nouns == {"recursion"} and "limit" not in window:
             continue  # Python's own RecursionError is a crash, not an agent limit
-        if nouns <= {"message", "messages", "llm", "request", "requests", "usage"} and not _LIMIT_STRONG.intersection(
-            window
-        ):
+        if nouns <= _WEAK_NOUNS and not _LIMIT_STRONG.intersection(window):
             continue
         if not _LIMIT_MARKS.isdisjoint(window):
             return True
-        if not _LIMIT_STOPS.isdisjoint(window) and any(t.isdigit() for t in window):
+    # "stopped after 6 iterations", "was not able to resolve the task in 10 iterations": a stop or
+    # failure word, a number and a loop noun within ten tokens ("failed after 2 attempts" is a retry
+    # budget, not the agent's loop, so the weak nouns do not count here)
+    for window in _windows(tokens, 10):
+        if _LIMIT_STOPS.isdisjoint(window) and _LIMIT_FAILS.isdisjoint(window):
+            continue
+        strong_nouns = _LIMIT_NOUNS.intersection(window) - _WEAK_NOUNS - {"recursion"}
+        if strong_nouns and any(t.isdigit() for t in window):
             return True
     return False
 
@@ -692,13 +702,20 @@ class Detector:
             if hit is not None:
                 out.append(_ev(LIMIT, "limit.counter", span, hit[0], hit[1]))
 
-    def agent_counters(self, span: Span, out: list[Evidence]) -> None:
-        """``limit.counter`` on an agent or root span: any ``<x>.<noun>`` ≥ ``<x>.max_<noun>`` pair."""
-        if not self._on["limit.counter"]:
-            return
-        hit = _generic_counter(span.attributes)
-        if hit is not None:
-            out.append(_ev(LIMIT, "limit.counter", span, hit[0], hit[1]))
+    def agent_counters(self, span: Span, out: list[Evidence], kind: StepKind = StepKind.AGENT) -> None:
+        """Agent, guardrail and root spans: ``limit.counter`` (any ``<x>.<noun>`` ≥ ``<x>.max_<noun>`` pair)
+        and ``block.guardrail`` from any guardrail/moderation/security decision attribute that says it
+        blocked (``gen_ai.guardrail.tripwire_triggered``, ``*.security.decision.type = deny``, an
+        OpenInference GUARDRAIL span whose output is ``BLOCKED``/``FLAGGED``)."""
+        attrs = span.attributes
+        if self._on["limit.counter"]:
+            hit = _generic_counter(attrs)
+            if hit is not None:
+                out.append(_ev(LIMIT, "limit.counter", span, hit[0], hit[1]))
+        if self._on["block.guardrail"]:
+            found = _guard_decision(attrs, guardrail_span=kind is StepKind.GUARDRAIL)
+            if found is not None:
+                out.append(_ev(BLOCK, "block.guardrail", span, found[0], found[1]))
 
     # per run ---------------------------------------------------------------------------------
 
@@ -786,6 +803,34 @@ def _guardrail_attribute(attrs: Attributes) -> tuple[str, str] | None:
         value = _lower(attrs.get(key))
         if value is not None and value in values:
             return key, value
+    return None
+
+
+_GUARD_KEY_WORDS: Final = ("guardrail", "guardian", "moderation", "security.decision", "tripwire", "safety")
+_GUARD_BLOCK_VALUES: Final = frozenset(
+    {"deny", "denied", "block", "blocked", "intervened", "guardrail_intervened", "flagged", "rejected", "reject",
+     "unsafe", "tripped", "triggered", "violation"}
+)  # fmt: skip
+_GUARD_TRUE_SUFFIXES: Final = ("triggered", "tripped", "blocked", "flagged", "intervened", "violated", "denied")
+
+
+def _guard_decision(attrs: Attributes, *, guardrail_span: bool) -> tuple[str, str] | None:
+    """A guardrail decision attribute that says the content was blocked, or a guardrail span's blocking output."""
+    for key, value in attrs.items():
+        low = key.lower()
+        if not any(word in low for word in _GUARD_KEY_WORDS):
+            continue
+        if isinstance(value, bool):
+            if value and low.endswith(_GUARD_TRUE_SUFFIXES):
+                return key, "true"
+            continue
+        text = _lower(value)
+        if text is not None and text in _GUARD_BLOCK_VALUES and not low.endswith(("config", "policy", "on_fail")):
+            return key, text
+    if guardrail_span:
+        out = _lower(attrs.get("output.value"))
+        if out is not None and out.strip('"') in _GUARD_BLOCK_VALUES:
+            return "output.value", out
     return None
 
 

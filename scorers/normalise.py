@@ -216,8 +216,8 @@ class _Tally:
             self.tools.append(call)
             self.tool_errors += failed
             self.tools_after.append(call.name)
-        elif kind is StepKind.AGENT:
-            detector.agent_counters(span, self.evidence)
+        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
+            detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
@@ -274,8 +274,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     evidence = tally.evidence
     if culprit is not None:
         evidence.append(_raised_evidence(culprit))
-    if tree.root is not None and tree.kinds[tree.root.span_id][0] is not StepKind.AGENT:
-        tally.detector.agent_counters(tree.root, evidence)
+    if tree.root is not None and tree.kinds[tree.root.span_id][0] not in (StepKind.AGENT, StepKind.GUARDRAIL):
+        tally.detector.agent_counters(tree.root, evidence, tree.kinds[tree.root.span_id][0])
     tally.detector.cutoff(tally.last_llm, tally.tools_after, raised=raised, complete=complete, out=evidence)
     messages = _conversation(tree)
     if tally.last_llm is not None:

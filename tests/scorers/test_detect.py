@@ -67,6 +67,8 @@ class TestLimitVocabulary:
             "ModelCallLimitExceededError",
             "ToolCallLimitExceededError",
             "Reached max steps.",
+            "Agent was not able to resolve the task in 10 iterations.",
+            "Maximum auto function invocation attempts reached",
             "Maximum iterations reached",
             "exceeded maximum number of tool calls",
             "Agent stopped due to iteration limit or time limit.",
@@ -93,6 +95,8 @@ class TestLimitVocabulary:
             "Error code: 500 - {'error': {'message': 'The server had an error'}}",
             "ValueError: order A-404 not found",
             "request too large: payload size exceeded",
+            "AI_RetryError: Failed after 2 attempts. Last error: The server had an error",
+            "could not connect after 3 attempts",
             "",
         ],
     )
@@ -297,7 +301,7 @@ class TestUserRules:
             {
                 "safety_blocked": {
                     "messages": [r"answer (was )?withheld"],
-                    "attributes": {"app.moderation": ["blocked"]},
+                    "attributes": {"app.verdict": ["withheld"]},
                 },
             }
         )
@@ -305,7 +309,7 @@ class TestUserRules:
         by_message = trace(
             node("invoke_agent bot", AGENT, status_code=StatusCode.ERROR, status_message="Answer withheld")
         )
-        by_attr = trace(node("invoke_agent bot", {**AGENT, "app.moderation": "BLOCKED"}))
+        by_attr = trace(node("invoke_agent bot", {**AGENT, "app.verdict": "WITHHELD"}))
         assert normalise(by_message, detector=detector).safety_blocked
         assert [("user.block.attribute", "invoke_agent bot")] == _evidence(
             normalise(by_attr, detector=detector), "safety_blocked"
@@ -392,3 +396,35 @@ class TestInjectedMessages:
             tool_result=text,
         )
         assert not run.hit_max_iterations
+
+
+class TestGuardDecisions:
+    @pytest.mark.parametrize(
+        "attrs",
+        [
+            {"gen_ai.guardrail.tripwire_triggered": True},
+            {"microsoft.security.decision.type": "deny"},
+            {"gen_ai.security.decision.type": "DENY"},
+            {"guardrails.moderation.result": "flagged"},
+        ],
+    )
+    def test_decision_attributes(self, attrs: dict[str, Any]) -> None:
+        run = normalise(trace(node("invoke_agent bot", {**AGENT, **attrs})))
+        assert [("block.guardrail", "invoke_agent bot")] == _evidence(run, "safety_blocked")
+
+    @pytest.mark.parametrize(
+        "attrs",
+        [
+            {"gen_ai.guardrail.tripwire_triggered": False},
+            {"microsoft.security.decision.type": "allow"},
+            {"guardrail.name": "pii"},
+            {"guardrail.on_fail": "block"},
+        ],
+    )
+    def test_passing_decisions(self, attrs: dict[str, Any]) -> None:
+        assert not normalise(trace(node("invoke_agent bot", {**AGENT, **attrs}))).safety_blocked
+
+    def test_openinference_guardrail_output(self) -> None:
+        guard = node("toxicity", {"openinference.span.kind": "GUARDRAIL", "output.value": "BLOCKED"})
+        run = normalise(trace(node("agent", {"openinference.span.kind": "AGENT"}, guard)))
+        assert [("block.guardrail", "toxicity")] == _evidence(run, "safety_blocked")
