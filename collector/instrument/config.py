@@ -3,7 +3,8 @@
 :meth:`ExportSettings.from_env` and :func:`resource_from_env` are the only code of the
 helpers that read the environment; ``vigil_setup`` passes them ``os.environ`` unless a
 test hands it a dict. Precedence: explicit argument > ``OTEL_EXPORTER_OTLP_TRACES_*`` >
-``OTEL_EXPORTER_OTLP_*`` > default (conventions.md §7.3). A bad value raises
+``OTEL_EXPORTER_OTLP_*`` > default (the OTLP exporter specification:
+https://opentelemetry.io/docs/specs/otel/protocol/exporter/). A bad value raises
 :class:`~collector.errors.SettingsError` naming the variable.
 
 TLS files (``OTEL_EXPORTER_OTLP_*CERTIFICATE``/``*CLIENT_KEY``), the sampler and span

@@ -1,7 +1,8 @@
 """Captured content: the opt-in switch, size caps and the JSON text put on spans.
 
 Content (tool arguments and results, the agent's final answer) is off by default, as the
-GenAI semantic conventions ask (conventions.md §1.5), and switched on by the standard
+GenAI semantic conventions ask (content is opt-in:
+https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/), and switched on by the standard
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` variable or ``vigil_setup``'s
 ``capture_content``. Every string the helpers record is clipped to
 :data:`MAX_ATTRIBUTE_CHARS`, so a huge tool result cannot bloat a span.
