@@ -47,6 +47,7 @@ def waterfall(steps: Sequence[Mapping[str, Any]], start_ns: int, end_ns: int) ->
                 "width": round(min(width, WATERFALL_WIDTH - x) if x < WATERFALL_WIDTH - 2 else 2.0, 1),
                 "y": index * ROW_HEIGHT,
                 "depth": depths.get(step.get("span_id", ""), 0),
+                "span_id": step.get("span_id", ""),
                 "name": step.get("name", ""),
                 "kind": step.get("kind", "other"),
                 "error": bool(step.get("error")),
@@ -89,3 +90,15 @@ def clock_time(epoch_s: float | None) -> str:
     if epoch_s is None:
         return ""
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+HEADLINE_SIGNALS = ("hit_max_iterations", "safety_blocked", "errored")
+
+
+def evidence_by_signal(evidence: Sequence[Mapping[str, Any]] | None) -> dict[str, list[Mapping[str, Any]]]:
+    """Group stored evidence (:class:`scorers.model.Evidence` dicts) by the signal or flag reason it supports."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for item in evidence or ():
+        if isinstance(item, Mapping) and isinstance(item.get("signal"), str):
+            grouped.setdefault(item["signal"], []).append(item)
+    return grouped

@@ -178,6 +178,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "item": item,
             "run": run,
             "snap": snapshot,
+            "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             "fall": views.waterfall(snapshot.get("steps", []), snapshot.get("start_ns", 0), snapshot.get("end_ns", 0)),
             "verdicts": bench.verdicts(item_id, who),
             "events": bench.events(item_id),
@@ -197,7 +198,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             return render("error.html", request, status=404, message=f"run {trace_id[:32]} not found")
         if run["review_item"] is not None:
             return RedirectResponse(f"/items/{run['review_item']['id']}", status_code=303)
-        return render("run.html", request, run=run)
+        return render("run.html", request, run=run, why=views.evidence_by_signal(run.get("evidence")))
 
     @app.post("/items/{item_id}/claim", include_in_schema=False)
     def claim(item_id: RowId, who: Principal = reviewer) -> RedirectResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -9,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore
-from scorers.model import Priority
+from scorers.model import Evidence, Priority
 from tests.support.review_queue import Clock, scored_run
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
@@ -81,6 +82,18 @@ class TestRuns:
         store.write([scored_run(_tid(2))])
         body = client.get(f"/api/v1/runs/{_tid(2)}").json()
         assert (None, None) == (body["flag"], body["review_item"])
+
+    def test_evidence(self, store: SqlStore, client: TestClient) -> None:
+        """The run's signal evidence, then each flag reason's, as stored; a re-score replaces it."""
+        cut = Evidence("hit_max_iterations", "limit.cutoff", "a" * 16, "chat", "finish_reason", "tool_calls")
+        scored = scored_run(_tid(3), reasons=["hit_max_iterations"], hit_max_iterations=True, evidence=(cut,))
+        scored = dataclasses.replace(scored, evidence=(dataclasses.replace(cut, signal="hit_max_iterations"),))
+        store.write([scored])
+        body = client.get(f"/api/v1/runs/{_tid(3)}").json()
+        assert [cut.as_dict(), cut.as_dict()] == body["evidence"]
+        assert [cut.as_dict(), cut.as_dict()] == body["review_item"]["snapshot"]["evidence"]
+        store.write([dataclasses.replace(scored_run(_tid(3)), evidence=())])
+        assert [] == client.get(f"/api/v1/runs/{_tid(3)}").json()["evidence"]
 
     def test_upper_case_trace_id(self, store: SqlStore, client: TestClient) -> None:
         """An upper-case trace id is lower-cased before the lookup."""

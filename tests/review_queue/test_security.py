@@ -7,6 +7,7 @@ the table fails :func:`test_every_route_is_in_the_table`, so a new route cannot 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -23,7 +24,7 @@ from review_queue.access import SESSION_COOKIE
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from scorers.model import Message, Step, StepKind, ToolCall
+from scorers.model import Evidence, Message, Step, StepKind, ToolCall
 from tests.support.review_queue import scored_run
 
 ADMIN_TOKEN = "security-bootstrap-admin"
@@ -238,7 +239,11 @@ class TestCsrf:
 
 def _hostile_run() -> Any:
     steps = (Step(span_id="1" * 16, parent_id=None, name=XSS, kind=StepKind.TOOL, status_message=XSS, error=True),)
-    return scored_run(
+    evidence = (
+        Evidence("safety_blocked", "block.vocabulary", "1" * 16, XSS, "status.message", XSS),
+        Evidence("errored", XSS, f'{"2" * 16}" onmouseover="alert(1)', XSS, XSS, XSS),
+    )
+    scored = scored_run(
         "ef" * 16,
         reasons=[XSS],
         agent=XSS,
@@ -248,7 +253,10 @@ def _hostile_run() -> Any:
         tools=(ToolCall(span_id="1" * 16, name=XSS, arguments=XSS, result=XSS, error=XSS),),
         messages=(Message(role="user", content=XSS),),
         attributes={"k": XSS},
+        safety_blocked=True,
+        evidence=evidence,
     )
+    return dataclasses.replace(scored, evidence=(Evidence(XSS, "rule:x", "", "", "expr", XSS),))
 
 
 class TestStoredXss:
@@ -268,7 +276,11 @@ class TestStoredXss:
             assert "<script>alert" not in page.text, path
             assert "<img src=x" not in page.text, path
             assert "&lt;script&gt;" in page.text or path == "/stats", path
+            assert 'onmouseover="alert' not in page.text, path
             assert "script-src 'self'" in page.headers["content-security-policy"]
+        item_page = client.get(f"/items/{item_id}").text
+        assert 'class="ev-span" href="#span-1111111111111111"' in item_page  # evidence links to its span
+        assert 'id="span-1111111111111111"' in item_page
 
     def test_api_is_json(self, app_parts: tuple[FastAPI, ReviewServices, SqlStore]) -> None:
         """The API answers the payload verbatim but as application/json, with nosniff."""
