@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn, Turn, Usage
+from collector.demo.fakeopenai import (
+    ContentFilterTurn,
+    ErrorTurn,
+    RefusalTurn,
+    TextTurn,
+    ToolCall,
+    ToolCallTurn,
+    Turn,
+    Usage,
+)
 
 __all__ = [
     "AGENTS",
@@ -342,6 +351,9 @@ def _tally_turn(s: Scenario, turn: Turn, truth: dict[str, Any]) -> bool:
         return False
     if isinstance(turn, TextTurn):
         truth["safety_blocked"] = s.guardrail == "output"
+        return False
+    if isinstance(turn, RefusalTurn):
+        truth["safety_blocked"] = True
         return False
     for _ in turn.calls:
         fault = s.fault_of(truth["tool_calls"])

@@ -138,8 +138,8 @@ def why_not(run: Run) -> dict[str, str]:
         errs = f"errors seen did not match the limit vocabulary ({error_texts})" if errors else "no agent/LLM error"
         out[LIMIT] = f"{last}; {errs}; no iteration counter reached a declared cap"
     if not run.safety_blocked:
-        reasons = sorted({r for s in llm for r in s.finish_reasons})
-        seen = "/".join(reasons) if reasons else "none"
+        seen_reasons = sorted({r for s in llm for r in s.finish_reasons})
+        seen = "/".join(seen_reasons) if seen_reasons else "none"
         errs = f"errors seen did not match the block vocabulary ({error_texts})" if errors else "no agent/LLM error"
         out[BLOCK] = (
             f"finish reasons seen: {seen} (none blocks); no refusal field in model outputs; "
