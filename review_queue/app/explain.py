@@ -156,7 +156,7 @@ def print_explanations(explanations: Sequence[Explanation], out: TextIO, *, as_j
         for e in explanations:
             out.write(json.dumps(e.as_dict(), ensure_ascii=False) + "\n")
         return
-    console = Console(file=out, highlight=False, soft_wrap=False, width=140)
+    console = Console(file=out, highlight=False, width=None if out.isatty() else 100)
     for e in explanations:
         _print_one(console, e)
     console.print(f"{len(explanations)} run(s) explained.")
