@@ -30,12 +30,17 @@ from scorers import content, signals
 from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
     DIALECTS,
+    TOOL_CALL_ID_KEYS,
     UNKNOWN,
     agent_name,
+    answer_tool,
     as_int,
     as_str,
     classify,
+    first_str,
+    raised_in,
     service_name,
+    tool_name,
 )
 from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
 from scorers.steps import to_step, to_tool_call
@@ -53,7 +58,10 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
     Spans may come in any order and repeat: they are de-duplicated by ``span_id``, keeping
     the last copy that has an end time. Each span is classified (see
     :func:`scorers.dialects.classify`), then counted, summed and searched for error,
-    iteration-limit and safety-block markers (see :mod:`scorers.signals`).
+    iteration-limit and safety-block markers (see :mod:`scorers.signals` and
+    :mod:`scorers.detect`). One call recorded by two instrumentations counts once: nested
+    LLM spans, and tool spans nested in a tool span of the same name or sharing its call id
+    while it ran; a framework's answer tool (smolagents ``final_answer``) is no tool call.
 
     Args:
         spans: the spans of one trace.
@@ -90,13 +98,20 @@ def _dedupe(spans: Sequence[Span]) -> dict[str, Span]:
 
 @dataclass(slots=True)
 class _Tree:
-    """The classified span tree of one trace."""
+    """The classified span tree of one trace.
+
+    ``owners`` maps each nested duplicate LLM span to the outermost LLM span above it (two
+    instrumentations of one model call); ``tool_twins`` maps each duplicate TOOL span to the
+    tool span recording the same call: nested in it with the same tool name, or carrying the
+    same call id while both ran (one tool call, two instrumentations).
+    """
 
     spans: dict[str, Span]
     kinds: dict[str, tuple[StepKind, str]]
     ordered: list[Span]
     depth: dict[str, int]
     owners: dict[str, str]
+    tool_twins: dict[str, str]
     root: Span | None
     _top_down: list[tuple[Span, StepKind, str]] | None = None
 
@@ -109,7 +124,7 @@ class _Tree:
         depth, outer = _walk(ordered, spans, kinds)
         owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is StepKind.LLM}
         root = next((s for s in ordered if not s.parent_span_id), None)
-        return cls(spans, kinds, ordered, depth, owners, root)
+        return cls(spans, kinds, ordered, depth, owners, _tool_twins(ordered, spans, kinds), root)
 
     def top_down(self) -> list[tuple[Span, StepKind, str]]:
         """Every span with its kind and dialect, shallowest first, then by start (computed once)."""
@@ -164,6 +179,39 @@ def _walk(
     return depth, outer
 
 
+def _tool_twins(
+    ordered: Sequence[Span], spans: Mapping[str, Span], kinds: Mapping[str, tuple[StepKind, str]]
+) -> dict[str, str]:
+    """Duplicate TOOL spans mapped to the first span of the same call (see :class:`_Tree`)."""
+    twins: dict[str, str] = {}
+    by_call: dict[str, Span] = {}
+    tool = StepKind.TOOL
+    limit = len(spans)
+    for span in ordered:
+        sid = span.span_id
+        if kinds[sid][0] is not tool:
+            continue
+        parent, hops = span.parent_span_id, 0
+        while parent is not None and hops < limit:  # the nearest TOOL ancestor, if any
+            above = spans.get(parent)
+            if above is None:
+                break
+            if kinds[parent][0] is tool:
+                if tool_name(above) == tool_name(span):
+                    twins[sid] = twins.get(parent, parent)
+                break
+            parent, hops = above.parent_span_id, hops + 1
+        call_id = first_str(span.attributes, TOOL_CALL_ID_KEYS)
+        if call_id is None or sid in twins:
+            continue
+        seen = by_call.get(call_id)
+        if seen is None:
+            by_call[call_id] = span
+        elif span.start_ns < (seen.end_ns or seen.start_ns) or seen.start_ns == span.start_ns:
+            twins[sid] = twins.get(seen.span_id, seen.span_id)  # the same call id while both ran
+    return twins
+
+
 @dataclass(slots=True)
 class _Tally:
     """Counters and collections filled by one pass over the spans in start order."""
@@ -179,16 +227,24 @@ class _Tally:
     last_llm: tuple[Span, tuple[str, ...]] | None = None
     tools_after: list[str] = field(default_factory=list)
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
+    tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] = field(default_factory=dict)
 
     @classmethod
     def for_tree(cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR) -> _Tally:
-        """A tally primed with the usage of nested duplicate LLM spans, keyed by their owner."""
+        """A tally primed with what duplicate spans know that their first record may lack, keyed
+        by that first record: usage and model of nested LLM spans, error and call id of tool twins."""
         tally = cls(detector=detector)
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
             have_in, have_out, have_model = tally.fills.get(owner, (0, 0, None))
             tally.fills[owner] = (have_in or tokens_in, have_out or tokens_out, have_model or signals.model(attrs))
+        for sid, owner in tree.tool_twins.items():
+            twin = tree.spans[sid]
+            err = signals.error_info(twin)
+            have_err, have_id = tally.tool_fills.get(owner, (signals.NO_ERROR, None))
+            call_id = have_id or first_str(twin.attributes, TOOL_CALL_ID_KEYS)
+            tally.tool_fills[owner] = (have_err if have_err.error else err, call_id)
         return tally
 
     def visit(self, span: Span, tree: _Tree) -> None:
@@ -212,13 +268,24 @@ class _Tally:
             self.steps.append(step)
             return
         if kind is StepKind.TOOL:
-            call, failed = to_tool_call(span, err)
-            self.tools.append(call)
-            self.tool_errors += failed
-            self.tools_after.append(call.name)
+            kind = self._tool(span, tree, err)
         elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def _tool(self, span: Span, tree: _Tree, err: signals.ErrorInfo) -> StepKind:
+        """Count one tool call; the kind its step gets (OTHER for a duplicate or an answer tool)."""
+        if span.span_id in tree.tool_twins:
+            return StepKind.OTHER  # counted on its first record
+        answer = answer_tool(span)
+        if answer is not None:
+            self.tools_after.append(answer)  # how the agent answered: not a tool call, still its last act
+            return StepKind.OTHER
+        call, failed = to_tool_call(span, err, self.tool_fills.get(span.span_id))
+        self.tools.append(call)
+        self.tool_errors += failed
+        self.tools_after.append(call.name)
+        return StepKind.TOOL
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
@@ -237,33 +304,14 @@ class _Tally:
 def _raised(tree: _Tree) -> Span | None:
     """The span whose error reached the agent's caller, or None.
 
-    Normally that is the head (root) span. The OpenAI Agents SDK bridges leave their
-    ``Agent workflow`` root OK even when the run raised; in those traces the SDK does not
-    recover from an error on an agent, turn or LLM span (only tool errors are "non-fatal"),
-    so the first such error counts.
+    Normally that is the head (root) span. Frameworks whose roots stay OK even when the run
+    raised (the OpenAI Agents SDK bridges) say which span it was
+    (:func:`scorers.dialects.raised_in`).
     """
     head = tree.head()
     if head.status_code == StatusCode.ERROR or as_str(head.attributes.get("error.type")) is not None:
         return head
-    if head.scope not in _AGENTS_SDK_SCOPES:
-        return None
-    for span in tree.ordered:
-        if (
-            span.status_code == StatusCode.ERROR
-            and tree.kinds[span.span_id][0] is not StepKind.TOOL
-            and not span.status_message.startswith("Error running tool")
-        ):
-            return span
-    return None
-
-
-_AGENTS_SDK_SCOPES = frozenset(
-    {
-        "openinference.instrumentation.openai_agents",
-        "opentelemetry.instrumentation.openai_agents",
-        "opentelemetry.instrumentation.genai.openai_agents",
-    }
-)
+    return raised_in(head, tree.ordered, tree.kinds)
 
 
 def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:

@@ -12,41 +12,39 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from collector.model import Attributes, Span, StatusCode
-from scorers.dialects import as_int, as_json, as_str, first_str
+from scorers.dialects import (
+    EXTRA_FINISH_KEYS,
+    FINISH_KEYS,
+    FINISH_READERS,
+    INPUT_TOKEN_KEYS,
+    MODEL_KEYS,
+    OUTPUT_TOKEN_KEYS,
+    SOFT_ERROR_PREFIXES,
+    as_int,
+    as_json,
+    as_str,
+    first_str,
+)
+from scorers.dialects.base import MAX_REASONS
+from scorers.dialects.genai import FINISH_REASONS
 
-INPUT_TOKEN_KEYS: Final = (
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.prompt_tokens",
-    "llm.token_count.prompt",
-    "ai.usage.inputTokens",
-    "ai.usage.promptTokens",
-)
-OUTPUT_TOKEN_KEYS: Final = (
-    "gen_ai.usage.output_tokens",
-    "gen_ai.usage.completion_tokens",
-    "llm.token_count.completion",
-    "ai.usage.outputTokens",
-    "ai.usage.completionTokens",
-)
-MODEL_KEYS: Final = (
-    "gen_ai.response.model",
-    "gen_ai.request.model",
-    "llm.model_name",
-    "ai.response.model",
-    "ai.model.id",
-)
-_FINISH_KEYS: Final = (
-    "gen_ai.response.finish_reasons",
-    "gen_ai.response.finish_reason",
-    "llm.finish_reason",
-    "ai.response.finishReason",
-)
-_FINISH_ALL_KEYS: Final = frozenset((*_FINISH_KEYS, "gen_ai.completion.0.finish_reason", "gen_ai.output.messages"))
-_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {"gen_ai.response.finish_reasons"}
-_MAX_REASONS: Final = 16
-_MAX_INDEXED: Final = 256
+__all__ = [
+    "INPUT_TOKEN_KEYS",
+    "MODEL_KEYS",
+    "NO_ERROR",
+    "OUTPUT_TOKEN_KEYS",
+    "ErrorInfo",
+    "error_info",
+    "finish_reasons",
+    "leading_phrase",
+    "model",
+    "normalise_reason",
+    "soft_error",
+    "tokens",
+]
 
-_SOFT_ERROR_PREFIXES: Final = ("Error:", "An error occurred while running the tool")
+_FINISH_ALL_KEYS: Final = frozenset((*FINISH_KEYS, *EXTRA_FINISH_KEYS))
+_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {FINISH_REASONS}
 
 
 class ErrorInfo(NamedTuple):
@@ -141,46 +139,37 @@ def model(attributes: Attributes) -> str | None:
 def finish_reasons(attributes: Attributes) -> tuple[str, ...]:
     """Return the span's finish reasons, normalised (lower case, ``-`` → ``_``), de-duplicated.
 
-    Read from ``gen_ai.response.finish_reasons`` (array or JSON string), Traceloop's
-    singular ``gen_ai.response.finish_reason``, ``llm.finish_reason``,
-    ``ai.response.finishReason``, legacy ``gen_ai.completion.{i}.finish_reason`` and, only
-    when none of those is present, ``finish_reason`` inside ``gen_ai.output.messages``.
+    Read from every dialect's finish-reason attributes (``gen_ai.response.finish_reasons``
+    array or JSON string, Traceloop's singular ``gen_ai.response.finish_reason``,
+    ``llm.finish_reason``, ``ai.response.finishReason``), then from the shapes adapters read
+    themselves: legacy ``gen_ai.completion.{i}.finish_reason`` and, only when nothing else
+    said, ``finish_reason`` inside ``gen_ai.output.messages``.
     """
-    array = attributes.get("gen_ai.response.finish_reasons")
+    array = attributes.get(FINISH_REASONS)
     if isinstance(array, list) and len(array) == 1 and _FINISH_OTHER_KEYS.isdisjoint(attributes):
         only = array[0]
         if isinstance(only, str):
             return _one_reason(only)  # the usual GenAI shape, one memoised look-up
     if _FINISH_ALL_KEYS.isdisjoint(attributes):
         return ()
-    found: list[str] = []
-    for key in _FINISH_KEYS:
+    raw: list[str] = []
+    for key in FINISH_KEYS:
         value = attributes.get(key)
         if value is not None:
-            _add_reasons(as_json(value), found)
-    if "gen_ai.completion.0.finish_reason" in attributes:
-        for i in range(_MAX_INDEXED):
-            value = attributes.get(f"gen_ai.completion.{i}.finish_reason")
-            if value is None:
-                break
-            _add_reasons(value, found)
-    if not found and (messages := attributes.get("gen_ai.output.messages")) is not None:
-        decoded = as_json(messages)
-        for message in decoded if isinstance(decoded, list) else ():
-            if isinstance(message, Mapping):
-                _add_reasons(message.get("finish_reason"), found)
+            _add_raw(as_json(value), raw)
+    for read in FINISH_READERS:
+        read(attributes, raw)
+    found = [normalise_reason(reason) for reason in raw[:MAX_REASONS]]
     if len(found) < 2:
         return tuple(found)
-    return tuple(dict.fromkeys(found[:_MAX_REASONS]))
+    return tuple(dict.fromkeys(found))
 
 
-def _add_reasons(value: object, found: list[str]) -> None:
+def _add_raw(value: object, found: list[str]) -> None:
     if isinstance(value, str):
-        found.append(normalise_reason(value))
+        found.append(value)
     elif isinstance(value, (list, tuple)):  # a tuple: faster than a union
-        for reason in value[:_MAX_REASONS]:
-            if isinstance(reason, str):
-                found.append(normalise_reason(reason))
+        found.extend(reason for reason in value[:MAX_REASONS] if isinstance(reason, str))
 
 
 @functools.lru_cache(maxsize=512)
@@ -200,14 +189,15 @@ def normalise_reason(reason: str) -> str:
 def soft_error(result: str | None) -> bool:
     """Whether a tool result text is an error reported back to the model instead of raised.
 
-    LangGraph's ToolNode answers ``Error: …`` and the OpenAI Agents SDK ``An error
-    occurred while running the tool…``; a serialised ToolMessage (JSON with ``content``
-    or ``status: "error"``) is looked into.
+    The prefixes are the adapters' (:data:`scorers.dialects.SOFT_ERROR_PREFIXES`): LangGraph's
+    ToolNode answers ``Error: …`` and the OpenAI Agents SDK ``An error occurred while running
+    the tool…``; a serialised ToolMessage (JSON with ``content`` or ``status: "error"``) is
+    looked into.
     """
     if not result:
         return False
     text = result.lstrip()
-    if text.startswith(_SOFT_ERROR_PREFIXES):
+    if text.startswith(SOFT_ERROR_PREFIXES):
         return True
     if not text.startswith("{"):
         return False
@@ -217,4 +207,4 @@ def soft_error(result: str | None) -> bool:
     if decoded.get("status") == "error":
         return True
     content = decoded.get("content")
-    return isinstance(content, str) and content.lstrip().startswith(_SOFT_ERROR_PREFIXES)
+    return isinstance(content, str) and content.lstrip().startswith(SOFT_ERROR_PREFIXES)

@@ -13,11 +13,18 @@ from typing import Final
 
 from collector.model import Span, fast_constructor
 from scorers import content, signals
-from scorers.dialects import entity_name, first, first_str
+from scorers.dialects import TOOL_CALL_ID_KEYS, TOOL_NAME_KEYS, first, first_str, tool_name
 from scorers.model import Step, StepKind, ToolCall
 
-TOOL_NAME_KEYS: Final = ("gen_ai.tool.name", "tool.name", "ai.toolCall.name", "traceloop.entity.name")
-TOOL_CALL_ID_KEYS: Final = ("gen_ai.tool.call.id", "tool.id", "ai.toolCall.id")
+__all__ = [
+    "STEP_FIELDS",
+    "TOOL_CALL_FIELDS",
+    "TOOL_CALL_ID_KEYS",
+    "TOOL_NAME_KEYS",
+    "error_text",
+    "to_step",
+    "to_tool_call",
+]
 
 STEP_FIELDS: Final = (
     "span_id",
@@ -69,24 +76,34 @@ def to_step(  # noqa: PLR0917 - called once per span: positional arguments are c
     )
 
 
-def to_tool_call(span: Span, err: signals.ErrorInfo) -> tuple[ToolCall, bool]:
+def to_tool_call(
+    span: Span, err: signals.ErrorInfo, twin: tuple[signals.ErrorInfo, str | None] | None = None
+) -> tuple[ToolCall, bool]:
     """Return the tool call of a TOOL span and whether it failed (hard or soft error).
 
-    Name from ``gen_ai.tool.name`` / ``tool.name`` / ``ai.toolCall.name`` /
-    ``traceloop.entity.name`` / the span name; call id from ``gen_ai.tool.call.id`` /
-    ``tool.id`` / ``ai.toolCall.id``; arguments as canonical JSON and the result text
-    when content was captured (see :data:`scorers.content.ARGUMENT_KEYS` and
-    :data:`scorers.content.RESULT_KEYS`).
+    Name from the dialects' tool-name attributes (``gen_ai.tool.name`` / ``tool.name`` /
+    ``traceloop.entity.name`` / ``ai.toolCall.name``, :data:`TOOL_NAME_KEYS`) or the span name;
+    call id from ``gen_ai.tool.call.id`` / ``tool.id`` / ``ai.toolCall.id``; arguments as
+    canonical JSON and the result text when content was captured (see
+    :data:`scorers.content.ARGUMENT_KEYS` and :data:`scorers.content.RESULT_KEYS`).
+
+    ``twin`` is the error and call id of another instrumentation's record of the same call:
+    the call failed if either record says so, and its id fills a missing one.
     """
     attrs = span.attributes
     captured = not content.TOOL_CONTENT_KEYS.isdisjoint(attrs)
     found = first(attrs, content.RESULT_KEYS) if captured else None
     result = None if found is None else content.as_text(found)
+    call_id = first_str(attrs, TOOL_CALL_ID_KEYS)
+    if twin is not None:
+        if not err.error and twin[0].error:
+            err = twin[0]
+        call_id = call_id or twin[1]
     soft = result is not None and not err.error and signals.soft_error(result)
     call = _new_tool_call(
         span.span_id,
-        first_str(attrs, TOOL_NAME_KEYS) or entity_name(span, StepKind.TOOL),
-        first_str(attrs, TOOL_CALL_ID_KEYS),
+        tool_name(span),
+        call_id,
         content.canonical_json(first(attrs, content.ARGUMENT_KEYS)) if captured else None,
         result,
         error_text(err) if err.error else result if soft else None,
