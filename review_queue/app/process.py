@@ -93,11 +93,16 @@ class VigilProcess:
 
 @contextmanager
 def start_vigil(
-    workdir: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    *,
+    command: Sequence[str] = (sys.executable, "-m", "review_queue.app.cli"),
 ) -> Iterator[VigilProcess]:
     """Start ``vigil run [args]`` in ``workdir`` (SQLite there) with ``env`` overrides; stop it on exit.
 
-    ``args`` are extra ``vigil run`` arguments, e.g. ``("--demo", "--demo-rate", "5")``.
+    ``args`` are extra ``vigil run`` arguments, e.g. ``("--demo", "--demo-rate", "5")``; ``command``
+    is the ``vigil`` to run (default: this interpreter's; e.g. an installed ``.../bin/vigil``).
 
     Raises:
         VigilProcessError: it did not become ready, or did not exit 0 after SIGTERM.
@@ -114,9 +119,7 @@ def start_vigil(
     )
     full.update(env or {})
     with (workdir / "vigil.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "review_queue.app.cli", "run", *args], cwd=workdir, env=full, stdout=log, stderr=log
-        )
+        process = subprocess.Popen([*command, "run", *args], cwd=workdir, env=full, stdout=log, stderr=log)
         running = VigilProcess(
             process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir, ports["OTLP_GRPC"]
         )
@@ -146,7 +149,6 @@ def _wait_ready(vigil: VigilProcess) -> None:
             pass
         time.sleep(0.2)
     raise VigilProcessError(f"vigil run not ready within {READY_TIMEOUT_S} s\n{vigil.log_tail()}")
-
 
 
 def cpu_seconds(pid: int) -> float:
