@@ -98,7 +98,13 @@ HEADLINE_SIGNALS = ("hit_max_iterations", "safety_blocked", "errored")
 def evidence_by_signal(evidence: Sequence[Mapping[str, Any]] | None) -> dict[str, list[Mapping[str, Any]]]:
     """Group stored evidence (:class:`scorers.model.Evidence` dicts) by the signal or flag reason it supports."""
     grouped: dict[str, list[Mapping[str, Any]]] = {}
+    seen: set[tuple[Any, ...]] = set()
     for item in evidence or ():
-        if isinstance(item, Mapping) and isinstance(item.get("signal"), str):
-            grouped.setdefault(item["signal"], []).append(item)
+        if not (isinstance(item, Mapping) and isinstance(item.get("signal"), str)):
+            continue
+        key = (item["signal"], item.get("rule"), item.get("span_id"), item.get("source"), item.get("value"))
+        if key in seen:  # a reason named after its signal repeats the signal's evidence
+            continue
+        seen.add(key)
+        grouped.setdefault(item["signal"], []).append(item)
     return grouped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from review_queue import views
 from review_queue.views import WATERFALL_WIDTH, age, clock_time, waterfall
 
 
@@ -42,3 +43,15 @@ class TestFormat:
     def test_clock(self) -> None:
         """UTC timestamp, empty for None."""
         assert ("1970-01-01 00:01:00", "") == (clock_time(60), clock_time(None))
+
+
+class TestEvidence:
+    def test_grouped_and_deduplicated(self) -> None:
+        """A reason named after its signal repeats that signal's evidence: shown once."""
+        one = {"signal": "hit_max_iterations", "rule": "limit.cutoff", "span_id": "a", "source": "s", "value": "v"}
+        other = {**one, "signal": "tool_loop", "rule": "rule:tool_loop"}
+        grouped = views.evidence_by_signal([one, dict(one), other, {"no": "signal"}, "junk"])  # type: ignore[list-item]
+        assert {"hit_max_iterations": [one], "tool_loop": [other]} == grouped
+
+    def test_none(self) -> None:
+        assert {} == views.evidence_by_signal(None)
