@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from collector.model import Span, SpanEvent, StatusCode
@@ -381,3 +382,64 @@ class TestStatus:
         tool = node("execute_tool t", {"gen_ai.operation.name": "execute_tool"}, status_code=StatusCode.ERROR)
         run = normalise(trace(node("invoke_agent a", {"gen_ai.operation.name": "invoke_agent"}, tool)))
         assert (RunStatus.OK, False, 1) == (run.status, run.errored, run.tool_errors)
+
+
+class TestTwoInstrumentations:
+    """One call recorded by two instrumentations counts once; distinct calls never merge."""
+
+    def _tool(self, name: str, call_id: str | None = None) -> dict[str, Any]:
+        extra = {"gen_ai.tool.call.id": call_id} if call_id else {}
+        return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, **extra}
+
+    def test_same_call_id_while_running(self) -> None:
+        """Two sibling tool spans with one call id that overlap in time are one call."""
+        spans = trace(
+            node(
+                "invoke_agent a",
+                {"gen_ai.operation.name": "invoke_agent"},
+                node("execute_tool t", self._tool("t", "c1"), duration_ns=50_000_000),
+                node("t", {**OI_TOOL, "tool.name": "t", "tool.id": "c1"}),
+            )
+        )
+        spans[2] = replace(spans[2], start_ns=spans[1].start_ns + 1_000, end_ns=spans[1].end_ns - 1_000)
+        run = normalise(spans)
+        assert (1, ["tool", "other"]) == (run.tool_calls, [s.kind.value for s in run.steps[1:]])
+
+    def test_same_call_id_one_after_the_other(self) -> None:
+        """The same call id run again after the first ended is a second call (a retry)."""
+        spans = trace(
+            node(
+                "invoke_agent a",
+                {"gen_ai.operation.name": "invoke_agent"},
+                node("execute_tool t", self._tool("t", "c1")),
+                node("execute_tool t", self._tool("t", "c1")),
+            )
+        )
+        assert 2 == normalise(spans).tool_calls
+
+    def test_nested_tool_of_another_name(self) -> None:
+        """A tool that calls another tool (an agent as a tool) makes two calls."""
+        spans = trace(
+            node(
+                "invoke_agent a",
+                {"gen_ai.operation.name": "invoke_agent"},
+                node("execute_tool outer", self._tool("outer"), node("execute_tool inner", self._tool("inner"))),
+            )
+        )
+        assert (2, ["outer", "inner"]) == (normalise(spans).tool_calls, [t.name for t in normalise(spans).tools])
+
+    def test_nested_same_name_twin(self) -> None:
+        """A tool span inside a tool span of the same name is that call; its error counts."""
+        spans = trace(
+            node(
+                "invoke_agent a",
+                {"gen_ai.operation.name": "invoke_agent"},
+                node(
+                    "lookup",
+                    {**OI_TOOL, "tool.name": "lookup"},
+                    node("execute_tool lookup", self._tool("lookup", "c7"), status_code=StatusCode.ERROR),
+                ),
+            )
+        )
+        run = normalise(spans)
+        assert (1, 1, "c7") == (run.tool_calls, run.tool_errors, run.tools[0].call_id)
