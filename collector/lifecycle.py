@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import structlog
 
-__all__ = ["Closing", "Component", "Components", "Hooks", "Together"]
+__all__ = ["Closing", "Component", "Components", "Hooks", "Periodic", "Together"]
 
 log = structlog.get_logger(__name__)
 
@@ -177,6 +177,62 @@ class Hooks:
     def shutdown(self, timeout: float) -> bool:
         """Call ``on_shutdown``."""
         return True if self._on_shutdown is None else self._on_shutdown(timeout)
+
+
+class Periodic:
+    """Calls ``tick`` every ``interval_s`` on a daemon thread until shut down.
+
+    A tick that raises is logged (``<event>``) and the next one runs: background upkeep never dies.
+
+    Args:
+        name: the thread's name.
+        tick: the work of one pass.
+        interval_s: seconds between passes.
+        immediately: run the first pass at start rather than one interval later.
+        event: the log event of a failed pass (default ``<name>_failed``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        tick: Callable[[], object],
+        interval_s: float,
+        *,
+        immediately: bool = False,
+        event: str | None = None,
+    ) -> None:
+        self._name = name
+        self._tick = tick
+        self._interval = interval_s
+        self._immediately = immediately
+        self._event = event or f"{name}_failed"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def shutdown(self, timeout: float) -> bool:
+        """Stop after the pass under way; True when the thread ended within ``timeout``."""
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        if not self._immediately and self._stop.wait(self._interval):
+            return
+        while True:
+            try:
+                self._tick()
+            except Exception:
+                log.exception(self._event)
+            if self._stop.wait(self._interval):
+                return
 
 
 class _Closeable(Protocol):

@@ -7,10 +7,9 @@ after its feedback by another process — so queue gauges and flags stay current
 
 from __future__ import annotations
 
-import threading
-
 import structlog
 
+from collector.lifecycle import Periodic
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
 from review_queue.workbench import Workbench
@@ -32,9 +31,8 @@ class Maintenance:
     def __init__(self, workbench: Workbench, feedback: FeedbackStore, *, interval_s: float = 5.0) -> None:
         self._workbench = workbench
         self._feedback = feedback
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Upkeep must never die: a failed tick is logged and the next one retries.
+        self._periodic = Periodic("vigil-review-maintenance", self.tick, interval_s, event="review_maintenance_failed")
 
     def tick(self) -> tuple[int, int]:
         """One pass: ``(leases expired, runs re-evaluated with feedback)``; (0, 0) while the database is down."""
@@ -46,20 +44,8 @@ class Maintenance:
 
     def start(self) -> None:
         """Start the thread."""
-        self._thread = threading.Thread(target=self._loop, name="vigil-review-maintenance", daemon=True)
-        self._thread.start()
+        self._periodic.start()
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Stop the thread; True when it ended within ``timeout_s`` (:class:`collector.lifecycle.Component`)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            return not self._thread.is_alive()
-        return True
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.tick()
-            except Exception:  # upkeep must never die: log, and the next tick retries
-                log.exception("review_maintenance_failed")
+        return self._periodic.shutdown(timeout_s)

@@ -15,7 +15,6 @@ Deletions go child tables first, so they do not depend on the database enforcing
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,6 +23,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.engine import Engine
 
+from collector.lifecycle import Periodic
 from review_queue.errors import StoreUnavailableError
 from review_queue.store import guard, write_transaction
 from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
@@ -147,8 +147,8 @@ class Retention:
         self._interval = interval_s
         self._clock = clock
         self._on_deleted = on_deleted
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Retention must never take the process down: a failed pass is logged, the next one retries.
+        self._periodic = Periodic("vigil-retention", self.tick, interval_s, immediately=True, event="retention_failed")
 
     def tick(self) -> dict[str, int]:
         """One pass (empty while the database is down: the next pass retries)."""
@@ -165,23 +165,9 @@ class Retention:
 
     def start(self) -> None:
         """Start the thread (a first pass runs right away); nothing when retention is off."""
-        if self._days <= 0:
-            return
-        self._thread = threading.Thread(target=self._loop, name="vigil-retention", daemon=True)
-        self._thread.start()
+        if self._days > 0:
+            self._periodic.start()
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Stop the thread; True when it ended within ``timeout_s`` (:class:`collector.lifecycle.Component`)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            return not self._thread.is_alive()
-        return True
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # retention must never take the process down: log, retry next pass
-                log.exception("retention_failed")
-            self._stop.wait(self._interval)
+        return self._periodic.shutdown(timeout_s)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +25,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from collector.grpc_receiver import create_grpc_server
-from collector.lifecycle import Closing, Component, Components, Hooks, Together
+from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
@@ -117,28 +116,15 @@ class YoungCollector:
     """
 
     def __init__(self, interval_s: float = YOUNG_GC_INTERVAL_S, collect: Callable[[int], int] = gc.collect) -> None:
-        self._interval = interval_s
-        self._collect = collect
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("vigil-young-gc", partial(collect, 1), interval_s, event="young_gc_failed")
 
     def start(self) -> None:
         """Start collecting (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vigil-young-gc", daemon=True)
-            self._thread.start()
+        self._periodic.start()
 
     def shutdown(self, timeout: float) -> bool:
         """Stop collecting; True when the thread ended within ``timeout``."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._collect(1)
+        return self._periodic.shutdown(timeout)
 
 
 def build(

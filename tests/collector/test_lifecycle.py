@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from collector.lifecycle import Closing, Component, Components, Hooks, Together
+from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
 
 
 class Recorder:
@@ -121,3 +121,25 @@ def test_closing_closes() -> None:
     component.start()
     assert component.shutdown(0.0)
     assert closed.is_set()
+
+
+def test_periodic_ticks_until_shut_down_and_survives_a_failing_tick() -> None:
+    """Ticks every interval (the first at once when asked), goes on after a tick raises, stops."""
+    ticks: list[int] = []
+
+    def tick() -> None:
+        ticks.append(len(ticks))
+        if len(ticks) == 2:
+            raise RuntimeError("one bad pass")
+
+    periodic = Periodic("vigil-test", tick, 0.01, immediately=True)
+    periodic.start()
+    deadline = time.monotonic() + 10
+    while len(ticks) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert periodic.shutdown(5.0)
+    stopped_at = len(ticks)
+    time.sleep(0.05)
+    assert stopped_at >= 4
+    assert stopped_at == len(ticks)
+    assert Periodic("vigil-never-started", tick, 1.0).shutdown(0.0)
