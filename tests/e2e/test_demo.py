@@ -26,23 +26,12 @@ import pytest
 from collector.demo.fleet import DemoFleet, DemoRun
 from collector.demo.plan import Kind
 from review_queue.app.process import VigilProcess, free_port, start_vigil
+from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
 
 SAMPLE_RATE = 0.2
 RUNS = 150
-FIELDS = (
-    "agent",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
-)
-"""Run fields compared one to one between the ground truth and the API."""
 
 
 @pytest.fixture(scope="module")

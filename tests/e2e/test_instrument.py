@@ -26,23 +26,12 @@ from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
 from collector.instrument import MaxIterationsExceeded, agent_run, guardrail, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
 from review_queue.app.process import VigilProcess, start_vigil
+from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
 
 MODEL = "gpt-4o-mini"
 RUN_TIMEOUT_S = 20.0
-FIELDS = (
-    "agent",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
-)
-"""Derived fields compared one to one between the agent's ground truth and the API."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import pytest
 from collector.demo.fakeopenai import FakeOpenAI
 from review_queue.app.process import VigilProcess as Vigil
 from review_queue.app.process import start_vigil
+from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
 
@@ -38,18 +39,6 @@ DRIVERS: dict[str, tuple[str, ...]] = {
 }
 """Driver script (without ``.py``) -> the modules it needs (the ``instrumentors`` extra)."""
 
-FIELDS = (
-    "agent",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
-)
-"""Derived fields compared one to one between the ground truth and ``/api/v1/runs/{id}``."""
 
 # scenario: agent, llm_calls, tool_calls, tool_errors, input_tokens, output_tokens, hit_max, blocked, errored
 # Turn i of the fake model reports 100 + 10 i prompt and 20 + 5 i completion tokens.

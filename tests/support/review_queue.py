@@ -21,10 +21,32 @@ from review_queue.model import WriteOutcome
 from review_queue.services import DEFAULT_SAMPLE_RATE
 from scorers.model import Flag, Priority, Run, ScoredRun
 
-__all__ = ["T0", "Clock", "InMemoryRunSink", "postgres_scratch_url", "postgres_unreachable", "scored_run"]
+__all__ = [
+    "T0",
+    "TRUTH_FIELDS",
+    "Clock",
+    "InMemoryRunSink",
+    "postgres_scratch_url",
+    "postgres_unreachable",
+    "scored_run",
+]
 
 T0 = 1_700_000_000.0
 """Where :class:`Clock` starts (2023-11-14, Unix epoch seconds)."""
+
+TRUTH_FIELDS = (
+    "agent",
+    "llm_calls",
+    "tool_calls",
+    "tool_errors",
+    "input_tokens",
+    "output_tokens",
+    "hit_max_iterations",
+    "safety_blocked",
+    "errored",
+)
+"""Run fields an end-to-end test compares one to one between an agent's ground truth (what its
+driver or the demo fleet observed) and the run Vigil stored (``GET /api/v1/runs/{trace_id}``)."""
 
 
 class Clock:
