@@ -3,8 +3,8 @@
 :class:`RedactingSink` wraps the real sink (:class:`review_queue.store.SqlStore`) and
 hands it copies of the scored runs whose free text went through a
 :class:`scorers.redact.Redactor`. Only a flagged run's content is persisted (its review
-item's snapshot), so only flagged runs are copied in full; every run's ``error_type``
-(a run-index column) is redacted too. Nothing unredacted is written, so nothing
+item's snapshot), so only flagged runs are copied in full; every run's ``error_type`` and
+``evidence`` (run-index columns that quote status messages and outputs) are redacted too. Nothing unredacted is written, so nothing
 unredacted can be shown.
 """
 
@@ -37,10 +37,12 @@ class RedactingSink:
 
     def _redact(self, scored: ScoredRun) -> ScoredRun:
         run = scored.run
+        redactor = self._redactor
         if scored.flag is not None:
-            return dataclasses.replace(scored, run=self._redactor.run(run))
-        if run.error_type:
-            return dataclasses.replace(
-                scored, run=dataclasses.replace(run, error_type=self._redactor.text(run.error_type))
+            return dataclasses.replace(scored, run=redactor.run(run), evidence=redactor.evidence(scored.evidence))
+        if run.error_type or run.evidence:
+            kept = dataclasses.replace(
+                run, error_type=redactor.maybe(run.error_type), evidence=redactor.evidence(run.evidence)
             )
+            return dataclasses.replace(scored, run=kept)
         return scored

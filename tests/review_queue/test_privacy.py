@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from review_queue.app.run import build
 from review_queue.app.scoring import redactor_from_settings
 from review_queue.app.settings import Settings
 from review_queue.privacy import RedactingSink
-from scorers.model import Message, ToolCall
+from scorers.model import Evidence, Message, ToolCall
 from scorers.redact import RedactionConfigError
 from tests.support.review_queue import InMemoryRunSink, scored_run
 
@@ -25,6 +26,11 @@ def _content() -> dict[str, object]:
         "tools": (ToolCall("01" * 8, "send", arguments=f'{{"to": "{SECRET}"}}', result="sent"),),
         "attributes": {"user.id": "u1", "http.request.header.authorization": "Bearer abcdefghijklmnopqrstuv"},
         "error_type": f"SendError: {SECRET}",
+        "evidence": (
+            Evidence(
+                "errored", "errored.root", "02" * 8, f"send to {SECRET}", "status.message", f"failed for {SECRET}"
+            ),
+        ),
     }
 
 
@@ -41,14 +47,28 @@ def test_flagged_runs_are_redacted_before_the_inner_sink() -> None:
     assert '{"to": "[REDACTED:email]"}' == stored.tools[0].arguments
     assert {"user.id": "u1"} == dict(stored.attributes)
     assert "SendError: [REDACTED:email]" == stored.error_type
+    assert ("failed for [REDACTED:email]", "send to [REDACTED:email]") == (
+        stored.evidence[0].value,
+        stored.evidence[0].span_name,
+    )
     assert SECRET in str(original.run.final_output)
 
 
-def test_unflagged_runs_only_have_their_error_type_redacted() -> None:
-    """An unflagged run's content is never persisted; its error type (a run-index column) is redacted."""
+def test_reason_evidence_is_redacted() -> None:
+    """The evidence of flag reasons quotes run text too: redacted before the store."""
+    inner = InMemoryRunSink()
+    sink = RedactingSink(inner, redactor_from_settings(Settings.load({})))
+    quoted = Evidence("errored", "errored.root", "", "", "status.message", f"mail {SECRET}")
+    sink.write([dataclasses.replace(scored_run("ef" * 16, reasons=["errored"]), evidence=(quoted,))])
+    assert "mail [REDACTED:email]" == inner.runs["ef" * 16].evidence[0].value
+
+
+def test_unflagged_runs_have_their_error_type_and_evidence_redacted() -> None:
+    """An unflagged run's content is never persisted; its error type and evidence (run-index columns) are redacted."""
     inner = InMemoryRunSink()
     RedactingSink(inner, redactor_from_settings(Settings.load({}))).write([scored_run("cd" * 16, **_content())])
     assert "SendError: [REDACTED:email]" == inner.runs["cd" * 16].run.error_type
+    assert "failed for [REDACTED:email]" == inner.runs["cd" * 16].run.evidence[0].value
 
 
 def test_settings_from_environment() -> None:
