@@ -40,7 +40,7 @@ from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, JudgeSink
 from scorers.judge.rubrics import has_content, render
 from scorers.model import Flag, Run, ScoredRun
-from scorers.rules import EVAL_ERRORS, Rule, decide, sample_point
+from scorers.rules import EVAL_ERRORS, Rule, decide, reason_evidence, sample_point
 
 log = structlog.get_logger(__name__)
 
@@ -328,6 +328,9 @@ class JudgeService:
         if result.score is not None:
             scores = self._remember(result.trace_id, judge.name, result.score)
             flag = self._redecide(scored, scores)
+            if flag is not None:  # the new reasons' evidence (the judge score that matched) joins the snapshot
+                evidence = reason_evidence(scored.run, flag, self._rules, scored.scores, judge=scores)
+                scored = dataclasses.replace(scored, evidence=evidence)
         new_flag = self._write(judge, result, scored, flag)
         if new_flag and flag is not None and self._on_new_flag is not None:
             self._on_new_flag(dataclasses.replace(scored, flag=flag))

@@ -214,6 +214,9 @@ class TestLateFlag:
         assert Priority.NORMAL == flag.priority
         assert [f"{1:032x}"] == [s.run.trace_id for s in harness.new_flags]
         assert harness.new_flags[0].flag is not None
+        (evidence,) = harness.new_flags[0].evidence  # why: the judge score that matched the rule
+        assert ("judge_ground", "rule:judge_ground", "judge") == (evidence.signal, evidence.rule, evidence.source)
+        assert "ground=" in evidence.value
 
     def test_flagged_run_gains_a_reason(self, harness: Harness) -> None:
         """On a run already flagged, the judge reason is added; it is not a new flag."""
