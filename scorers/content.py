@@ -15,9 +15,17 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from collector.model import Attributes
-from scorers.dialects import ARGUMENT_KEYS, FINAL_OUTPUT_KEYS, RESULT_KEYS, as_json, as_str, first, messages_of
+from scorers.dialects import (
+    ANSWER_READERS,
+    ARGUMENT_KEYS,
+    FINAL_OUTPUT_KEYS,
+    RESULT_KEYS,
+    STATE_READERS,
+    as_json,
+    first,
+    messages_of,
+)
 from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_text, clip, content_text, dumps
-from scorers.dialects.genai import final_answer
 from scorers.model import Message
 
 __all__ = [
@@ -86,15 +94,19 @@ def bound(found: Sequence[Message]) -> tuple[Message, ...]:
 def final_output(attributes: Attributes) -> str | None:
     """The agent's final answer on a root/agent span, when captured.
 
-    ``output.value`` / ``traceloop.entity.output`` / ``ai.response.text``; a JSON state
-    such as LangGraph's ``{"messages": [...]}`` or AgentExecutor's ``{"output": ...}`` is
-    reduced to the last message text. Falls back to the last assistant message of
-    ``gen_ai.output.messages``.
+    ``output.value`` / ``traceloop.entity.output`` / ``ai.response.text``
+    (:data:`FINAL_OUTPUT_KEYS`); a JSON run state is reduced to its answer by the adapters
+    (LangGraph's ``{"messages": [...]}`` gives the last message text, AgentExecutor's
+    ``{"output": ...}`` the output). Else the adapters' structured answers: the last assistant
+    message of ``gen_ai.output.messages``.
     """
     value = first(attributes, FINAL_OUTPUT_KEYS)
     if value is not None:
         return _answer(value)
-    return final_answer(attributes)
+    for read in ANSWER_READERS:
+        if (text := read(attributes)) is not None:
+            return text
+    return None
 
 
 def _answer(value: object) -> str | None:
@@ -102,13 +114,9 @@ def _answer(value: object) -> str | None:
     if isinstance(decoded, str):
         return clip(decoded)
     if isinstance(decoded, Mapping):
-        messages = decoded.get("messages")
-        if isinstance(messages, list) and messages:
-            text = _lc_message_text(messages[-1])
-            if text is not None:
+        for read in STATE_READERS:
+            if (text := read(decoded)) is not None:
                 return clip(text)
-        if (output := as_str(decoded.get("output"))) is not None:
-            return clip(output)
     return as_text(value)
 
 
@@ -119,15 +127,6 @@ def _json_string(value: str) -> object:
     except (ValueError, RecursionError):
         return value
     return decoded
-
-
-def _lc_message_text(item: object) -> str | None:
-    """Text of a (possibly LangChain-serialised) message dict."""
-    if not isinstance(item, Mapping):
-        return as_str(item)
-    kwargs = item.get("kwargs")
-    source = kwargs if isinstance(kwargs, Mapping) else item
-    return content_text(source.get("content"))
 
 
 def last_assistant(found: Sequence[Message]) -> str | None:

@@ -147,6 +147,16 @@ FINISH_READERS: Final[tuple[Callable[[Attributes, list[str]], None], ...]] = tup
 )
 """Adapters' readers of finish reasons held in other shapes than :data:`FINISH_KEYS`, in order."""
 
+ANSWER_READERS: Final[tuple[Callable[[Attributes], str | None], ...]] = tuple(
+    a.final_answer for a in ADAPTERS if overrides(a, "final_answer")
+)
+"""Adapters' readers of a final answer held in structured attributes, in order."""
+
+STATE_READERS: Final[tuple[Callable[[Mapping[str, object]], str | None], ...]] = tuple(
+    a.answer_in_state for a in ADAPTERS if overrides(a, "answer_in_state")
+)
+"""Adapters' readers of the answer in a run's JSON output state, in order."""
+
 _CLASSIFY: Final = tuple(a.classify for a in ADAPTERS if overrides(a, "classify"))
 _CLASSIFY_NAME: Final = tuple(a.classify_name for a in ADAPTERS if overrides(a, "classify_name"))
 _RECOGNISE: Final = tuple((a.name, a.recognises) for a in ADAPTERS if overrides(a, "recognises"))

@@ -121,6 +121,16 @@ class Adapter:
         """The input then output messages captured on one LLM span in this dialect."""
         return []
 
+    def final_answer(self, attributes: Attributes) -> str | None:
+        """The agent's final answer held in this dialect's structured attributes on a root or
+        agent span (read when no adapter's ``final_output_keys`` is present)."""
+        return None
+
+    def answer_in_state(self, state: Mapping[str, object]) -> str | None:
+        """Frameworks whose runs output a JSON state (LangGraph ``{"messages": [...]}``): the
+        answer text in it."""
+        return None
+
     def finish_reasons(self, attributes: Attributes, found: list[str]) -> None:
         """Append (with :func:`add_reasons`) finish reasons held in shapes other than
         :attr:`finish_keys`; ``found`` holds those already read. Called when one of

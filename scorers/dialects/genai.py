@@ -120,6 +120,15 @@ class GenAI(Adapter):
                 found.extend(m for item in decoded[-MAX_MESSAGES:] if (m := message_of(item)) is not None)
         return found
 
+    def final_answer(self, attributes: Attributes) -> str | None:
+        decoded = as_json(attributes.get(OUTPUT_MESSAGES))
+        if not isinstance(decoded, list):
+            return None
+        for message in reversed([m for item in decoded if (m := message_of(item)) is not None]):
+            if message.role in ("assistant", "ai", "model") and message.content:
+                return message.content
+        return None
+
     def finish_reasons(self, attributes: Attributes, found: list[str]) -> None:
         if found or (messages := attributes.get(OUTPUT_MESSAGES)) is None:
             return  # the output messages are read only when no finish-reason attribute said anything
@@ -127,17 +136,6 @@ class GenAI(Adapter):
         for message in decoded if isinstance(decoded, list) else ():
             if isinstance(message, Mapping):
                 add_reasons(message.get("finish_reason"), found)
-
-
-def final_answer(attributes: Attributes) -> str | None:
-    """The last assistant text of ``gen_ai.output.messages`` on a root/agent span."""
-    decoded = as_json(attributes.get(OUTPUT_MESSAGES))
-    if not isinstance(decoded, list):
-        return None
-    for message in reversed([m for item in decoded if (m := message_of(item)) is not None]):
-        if message.role in ("assistant", "ai", "model") and message.content:
-            return message.content
-    return None
 
 
 def message_of(item: object) -> Message | None:
