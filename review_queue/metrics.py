@@ -28,7 +28,7 @@ from review_queue import queries
 from review_queue.model import ItemState
 from review_queue.tables import review_verdicts
 from review_queue.workbench import ReviewObserver
-from scorers.metrics import OVERFLOW, LabelCap
+from scorers.metrics import DEFAULT_MAX_AGENTS, OVERFLOW, LabelCap
 from scorers.model import Priority
 
 __all__ = ["QueueCollector", "ReviewMetrics"]
@@ -45,7 +45,9 @@ class ReviewMetrics(ReviewObserver):
         max_sources: distinct feedback ``source`` values before ``other``.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, max_agents: int = 50, max_sources: int = 20) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, *, max_agents: int = DEFAULT_MAX_AGENTS, max_sources: int = 20
+    ) -> None:
         self._agent = LabelCap(max_agents)
         self._source = LabelCap(max_sources)
         self.verdicts = Counter(
@@ -87,7 +89,9 @@ class QueueCollector(Collector):
         max_agents: distinct agents in ``vigil_review_pass_rate`` before ``other``.
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time, max_agents: int = 50) -> None:
+    def __init__(
+        self, engine: Engine, *, clock: Callable[[], float] = time.time, max_agents: int = DEFAULT_MAX_AGENTS
+    ) -> None:
         self._engine = engine
         self._clock = clock
         self._max_agents = max_agents

@@ -4,8 +4,8 @@
 hands it copies of the scored runs whose free text went through a
 :class:`scorers.redact.Redactor`. Only a flagged run's content is persisted (its review
 item's snapshot), so only flagged runs are copied in full; every run's ``error_type`` and
-``evidence`` (run-index columns that quote status messages and outputs) are redacted too. Nothing unredacted is written, so nothing
-unredacted can be shown.
+``evidence`` (run-index columns that quote status messages and outputs) are redacted too.
+Nothing unredacted is written, so nothing unredacted can be shown.
 """
 
 from __future__ import annotations

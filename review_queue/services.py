@@ -13,13 +13,10 @@ from review_queue.metrics import ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.store import SqlStore
 from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
-from scorers.rules import Rule, compile_rules
+from scorers.rules import DEFAULT_SAMPLE_RATE, Rule, compile_rules
 
 __all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
 
-DEFAULT_SAMPLE_RATE = 0.05
-"""Share of runs flagged at random for review (the rules' ``random_sample``, deterministic on the
-trace id: :func:`scorers.rules.decide`); the default of ``VIGIL_SAMPLE_RATE``."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,17 @@ from typing import Protocol
 
 from collector.model import Span, TraceBatch, fast_constructor
 
+DEFAULT_QUIET_PERIOD_S = 2.0
+"""Seconds without a new span after the root ended before a run is scored."""
+DEFAULT_MAX_IDLE_S = 300.0
+"""Seconds a trace may stay idle before it is scored as incomplete."""
+DEFAULT_MAX_INFLIGHT = 100_000
+"""Runs being assembled at once."""
+DEFAULT_MAX_SPANS_PER_RUN = 10_000
+"""Spans kept per run; more are dropped and counted."""
+DEFAULT_CLOSED_CACHE = 5_000
+"""Recently closed runs remembered to recognise late spans."""
+
 
 class AssemblerObserver(Protocol):
     """Receives the assembler's counted events (implemented by :class:`scorers.metrics.RunMetrics`)."""
@@ -82,11 +93,11 @@ class Assembler:
     def __init__(
         self,
         *,
-        quiet_period_s: float = 2.0,
-        max_idle_s: float = 300.0,
-        max_inflight: int = 100_000,
-        max_spans_per_run: int = 10_000,
-        closed_cache_size: int = 5_000,
+        quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
+        max_idle_s: float = DEFAULT_MAX_IDLE_S,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_spans_per_run: int = DEFAULT_MAX_SPANS_PER_RUN,
+        closed_cache_size: int = DEFAULT_CLOSED_CACHE,
         clock: Callable[[], float] = time.monotonic,
         observer: AssemblerObserver | None = None,
     ) -> None:

@@ -26,6 +26,11 @@ ASSEMBLER_EVENTS = ("late_spans", "late_evicted", "duplicate_spans", "spans_drop
 """The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
 ``increase()`` and alerts count the first event too)."""
 
+DEFAULT_MAX_AGENTS = 50
+"""Distinct agent label values before ``other``."""
+DEFAULT_MAX_TOOLS = 100
+"""Distinct tool label values before ``other``."""
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.25, 2.5, 3, 4, 5, 7.5, 10, 30, 60, 300)
 
 
@@ -63,8 +68,8 @@ class RunMetrics:
         self,
         registry: CollectorRegistry,
         *,
-        max_agents: int = 50,
-        max_tools: int = 100,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_tools: int = DEFAULT_MAX_TOOLS,
         prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.prices = PriceTable(prices)

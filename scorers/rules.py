@@ -31,6 +31,12 @@ import cel
 from scorers.errors import RuleError
 from scorers.model import Evidence, Flag, Priority, Run
 
+DEFAULT_SAMPLE_RATE = 0.05
+"""Share of runs flagged at random when nothing else is configured (deterministic on the trace id)."""
+
+DEFAULT_REPEAT_THRESHOLD = 3
+"""Identical tool calls that count as a loop (the ``tool_loop`` default rule's threshold)."""
+
 DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
     "hit_max_iterations": {"expr": "hit_max_iterations", "priority": "high"},
     "safety_blocked": {"expr": "safety_blocked", "priority": "high"},
@@ -120,7 +126,7 @@ def compile_rules(
     config: Mapping[str, Any] | None,
     score_names: Sequence[str] = (),
     *,
-    repeat_threshold: int = 3,
+    repeat_threshold: int = DEFAULT_REPEAT_THRESHOLD,
     judge_names: Sequence[str] = (),
 ) -> tuple[Rule, ...]:
     """Merge ``config`` over :data:`DEFAULT_RULES`, compile and validate every rule.

@@ -19,9 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
 from review_queue.model import DEFAULT_CATEGORIES
-from review_queue.services import DEFAULT_SAMPLE_RATE
 from review_queue.workbench import DEFAULT_LEASE_S
+from scorers.assemble import (
+    DEFAULT_CLOSED_CACHE,
+    DEFAULT_MAX_IDLE_S,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_SPANS_PER_RUN,
+    DEFAULT_QUIET_PERIOD_S,
+)
+from scorers.metrics import DEFAULT_MAX_AGENTS, DEFAULT_MAX_TOOLS
 from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
+from scorers.rules import DEFAULT_REPEAT_THRESHOLD, DEFAULT_SAMPLE_RATE
 
 ENV_PREFIX = "VIGIL_"
 DEFAULT_CONFIG_FILE = "vigil.yaml"
@@ -45,9 +53,9 @@ class Settings(BaseModel):
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")
     database_url: str = Field("sqlite:///vigil.db", description="SQLAlchemy URL of the run index and queue.")
     quiet_period_s: float = Field(
-        2.0, gt=0, description="A run closes this long after its last span once its root ended."
+        DEFAULT_QUIET_PERIOD_S, gt=0, description="A run closes this long after its last span once its root ended."
     )
-    max_idle_s: float = Field(300.0, gt=0, description="A trace idle this long is scored as incomplete.")
+    max_idle_s: float = Field(DEFAULT_MAX_IDLE_S, gt=0, description="A trace idle this long is scored as incomplete.")
     sample_rate: float = Field(
         DEFAULT_SAMPLE_RATE, ge=0, le=1, description="Share of runs flagged at random (deterministic on trace id)."
     )
@@ -70,17 +78,21 @@ class Settings(BaseModel):
         description="vigil collector: seconds it keeps receiving after SIGTERM (/readyz answers 503) before it "
         "drains, so that an agent stopped at the same time (a sidecar) can still export its last spans.",
     )
-    max_inflight_runs: int = Field(100_000, gt=0, description="Cap on runs being assembled at once.")
-    max_spans_per_run: int = Field(10_000, gt=0, description="Cap on spans kept per run; more are dropped and counted.")
+    max_inflight_runs: int = Field(DEFAULT_MAX_INFLIGHT, gt=0, description="Cap on runs being assembled at once.")
+    max_spans_per_run: int = Field(
+        DEFAULT_MAX_SPANS_PER_RUN, gt=0, description="Cap on spans kept per run; more are dropped and counted."
+    )
     state_path: str = Field(
         "vigil.state",
         description="vigil run: file where SIGTERM saves runs still in flight for the next start; empty disables.",
     )
     closed_run_cache: int = Field(
-        5_000, ge=0, description="Scored runs whose spans are kept so late spans can re-score them (~22 KiB each)."
+        DEFAULT_CLOSED_CACHE,
+        ge=0,
+        description="Scored runs whose spans are kept so late spans can re-score them (~22 KiB each).",
     )
-    max_agent_labels: int = Field(50, gt=0, description="Distinct agent label values before 'other'.")
-    max_tool_labels: int = Field(100, gt=0, description="Distinct tool label values before 'other'.")
+    max_agent_labels: int = Field(DEFAULT_MAX_AGENTS, gt=0, description="Distinct agent label values before 'other'.")
+    max_tool_labels: int = Field(DEFAULT_MAX_TOOLS, gt=0, description="Distinct tool label values before 'other'.")
     scorers: tuple[str, ...] = Field(
         (
             "step_efficiency",
@@ -99,7 +111,9 @@ class Settings(BaseModel):
     optimal_steps: Mapping[str, int] = Field(
         default_factory=dict, description="Per-agent optimal step counts for step_efficiency (YAML only)."
     )
-    repeat_threshold: int = Field(3, ge=2, description="Identical tool calls that count as a loop.")
+    repeat_threshold: int = Field(
+        DEFAULT_REPEAT_THRESHOLD, ge=2, description="Identical tool calls that count as a loop."
+    )
     log_level: str = Field("info", description="structlog level: debug, info, warning, error.")
     redact: tuple[str, ...] = Field(
         tuple(BUILTIN_PATTERNS),

@@ -18,8 +18,8 @@ from typing import Any
 from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
-from review_queue.services import DEFAULT_SAMPLE_RATE
 from scorers.model import Flag, Priority, Run, ScoredRun
+from scorers.rules import DEFAULT_SAMPLE_RATE
 
 __all__ = [
     "T0",
