@@ -14,7 +14,7 @@ from typing import Protocol, TypeAlias
 
 
 class StepKind(str, Enum):
-    """The role a span plays in an agent run (conventions.md §8)."""
+    """The role a span plays in an agent run (see ARCHITECTURE.md and the dialect adapters in scorers/dialects/)."""
 
     AGENT = "agent"
     LLM = "llm"

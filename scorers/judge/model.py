@@ -71,7 +71,7 @@ class JudgeResult:
 class JudgeSink(Protocol):
     """Where judge results go: stored with the run, and the run's flag updated.
 
-    Implemented by ``review_queue.judges.SqlJudgeSink``; :class:`scorers.judge.testing.InMemoryJudgeSink`
+    Implemented by ``review_queue.judges.SqlJudgeSink``; ``tests.support.judge.InMemoryJudgeSink``
     is the fake.
     """
 

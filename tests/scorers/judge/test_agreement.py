@@ -11,7 +11,7 @@ from collector.errors import BackpressureError
 from scorers.judge.agreement import agreements, cohen_kappa
 from scorers.judge.metrics import AgreementCollector
 from scorers.judge.model import VerdictPair
-from scorers.judge.testing import ListPairSource
+from tests.support.judge import ListPairSource
 
 
 def _table(yy: int, yn: int, ny: int, nn: int) -> list[tuple[bool, bool]]:

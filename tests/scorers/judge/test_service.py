@@ -14,10 +14,10 @@ from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.judge.config import judge_rules, parse_judges
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.service import JudgeService
-from scorers.judge.testing import InMemoryJudgeSink
 from scorers.model import Flag, Message, Priority, Run, ScoredRun
 from scorers.redact import Redactor
 from scorers.rules import compile_rules
+from tests.support.judge import InMemoryJudgeSink
 
 LOW = TextTurn(json.dumps({"reasoning": "Claims a refund that no tool confirmed.", "score": 0.1}), Usage(300, 40))
 HIGH = TextTurn(json.dumps({"reasoning": "All claims supported.", "score": 0.9}), Usage(300, 40))
