@@ -806,12 +806,13 @@ def _guardrail_attribute(attrs: Attributes) -> tuple[str, str] | None:
     return None
 
 
-_GUARD_KEY_WORDS: Final = ("guardrail", "guardian", "moderation", "security.decision", "tripwire", "safety")
+_GUARD_KEY_WORDS: Final = ("guardrail", "guardian", "moderation", "security.decision", "tripwire", "safety", "rail.")
 _GUARD_BLOCK_VALUES: Final = frozenset(
     {"deny", "denied", "block", "blocked", "intervened", "guardrail_intervened", "flagged", "rejected", "reject",
      "unsafe", "tripped", "triggered", "violation"}
 )  # fmt: skip
-_GUARD_TRUE_SUFFIXES: Final = ("triggered", "tripped", "blocked", "flagged", "intervened", "violated", "denied")
+_GUARD_TRUE_SUFFIXES: Final = ("triggered", "tripped", "blocked", "flagged", "intervened", "violated", "denied", "rail.stop")
+"""Boolean decision attributes that mean "blocked" when true (NeMo Guardrails' ``rail.stop`` included)."""
 
 
 def _guard_decision(attrs: Attributes, *, guardrail_span: bool) -> tuple[str, str] | None:

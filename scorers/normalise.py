@@ -269,7 +269,7 @@ class _Tally:
             return
         if kind is StepKind.TOOL:
             kind = self._tool(span, tree, err)
-        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
+        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL or kind is StepKind.OTHER:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 

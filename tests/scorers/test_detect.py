@@ -428,3 +428,11 @@ class TestGuardDecisions:
         guard = node("toxicity", {"openinference.span.kind": "GUARDRAIL", "output.value": "BLOCKED"})
         run = normalise(trace(node("agent", {"openinference.span.kind": "AGENT"}, guard)))
         assert [("block.guardrail", "toxicity")] == _evidence(run, "safety_blocked")
+
+
+def test_nemo_guardrails_rail_stop() -> None:
+    """NeMo Guardrails marks the rail that blocked with ``rail.stop = true`` on its ``guardrails.rail`` span."""
+    rail = node("guardrails.rail", {"rail.type": "input", "rail.name": "self check input", "rail.stop": True})
+    passed = node("guardrails.rail", {"rail.type": "output", "rail.name": "self check output", "rail.stop": False})
+    run = normalise(trace(node("guardrails.request", {}, rail, passed)))
+    assert [("block.guardrail", "guardrails.rail")] == _evidence(run, "safety_blocked")
