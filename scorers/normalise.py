@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
@@ -111,7 +112,7 @@ class _Tree:
     ordered: list[Span]
     depth: dict[str, int]
     owners: dict[str, str]
-    tool_twins: dict[str, str]
+    tool_twins: Mapping[str, str]
     root: Span | None
     _top_down: list[tuple[Span, StepKind, str]] | None = None
 
@@ -179,13 +180,31 @@ def _walk(
     return depth, outer
 
 
+_NO_TWINS: Final[Mapping[str, str]] = MappingProxyType({})
+
+
 def _tool_twins(
     ordered: Sequence[Span], spans: Mapping[str, Span], kinds: Mapping[str, tuple[StepKind, str]]
-) -> dict[str, str]:
-    """Duplicate TOOL spans mapped to the first span of the same call (see :class:`_Tree`)."""
+) -> Mapping[str, str]:
+    """Duplicate TOOL spans mapped to the first span of the same call (see :class:`_Tree`).
+
+    A twin is another instrumentation's record (another scope or dialect), so a run whose
+    tool spans all come from one instrumentation has none (the common case: one loop, no
+    allocation).
+    """
+    tool = StepKind.TOOL
+    origin: tuple[str, str] | None = None
+    for span in ordered:
+        found = kinds[span.span_id]
+        if found[0] is tool:
+            if origin is None:
+                origin = (span.scope, found[1])
+            elif origin != (span.scope, found[1]):
+                break
+    else:
+        return _NO_TWINS
     twins: dict[str, str] = {}
     by_call: dict[str, Span] = {}
-    tool = StepKind.TOOL
     limit = len(spans)
     for span in ordered:
         sid = span.span_id
@@ -197,7 +216,7 @@ def _tool_twins(
             if above is None:
                 break
             if kinds[parent][0] is tool:
-                if tool_name(above) == tool_name(span):
+                if _other_record(above, span, kinds) and tool_name(above) == tool_name(span):
                     twins[sid] = twins.get(parent, parent)
                 break
             parent, hops = above.parent_span_id, hops + 1
@@ -207,9 +226,16 @@ def _tool_twins(
         seen = by_call.get(call_id)
         if seen is None:
             by_call[call_id] = span
-        elif span.start_ns < (seen.end_ns or seen.start_ns) or seen.start_ns == span.start_ns:
+        elif _other_record(seen, span, kinds) and (
+            span.start_ns < (seen.end_ns or seen.start_ns) or seen.start_ns == span.start_ns
+        ):
             twins[sid] = twins.get(seen.span_id, seen.span_id)  # the same call id while both ran
     return twins
+
+
+def _other_record(one: Span, other: Span, kinds: Mapping[str, tuple[StepKind, str]]) -> bool:
+    """Whether two spans were written by different instrumentations (scope or dialect)."""
+    return one.scope != other.scope or kinds[one.span_id][1] != kinds[other.span_id][1]
 
 
 @dataclass(slots=True)
@@ -227,7 +253,7 @@ class _Tally:
     last_llm: tuple[Span, tuple[str, ...]] | None = None
     tools_after: list[str] = field(default_factory=list)
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
-    tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] = field(default_factory=dict)
+    tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
 
     @classmethod
     def for_tree(cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR) -> _Tally:
@@ -239,12 +265,15 @@ class _Tally:
             tokens_in, tokens_out = signals.tokens(attrs)
             have_in, have_out, have_model = tally.fills.get(owner, (0, 0, None))
             tally.fills[owner] = (have_in or tokens_in, have_out or tokens_out, have_model or signals.model(attrs))
-        for sid, owner in tree.tool_twins.items():
-            twin = tree.spans[sid]
-            err = signals.error_info(twin)
-            have_err, have_id = tally.tool_fills.get(owner, (signals.NO_ERROR, None))
-            call_id = have_id or first_str(twin.attributes, TOOL_CALL_ID_KEYS)
-            tally.tool_fills[owner] = (have_err if have_err.error else err, call_id)
+        if tree.tool_twins:
+            tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] = {}
+            tally.tool_fills = tool_fills
+            for sid, owner in tree.tool_twins.items():
+                twin = tree.spans[sid]
+                err = signals.error_info(twin)
+                have_err, have_id = tool_fills.get(owner, (signals.NO_ERROR, None))
+                call_id = have_id or first_str(twin.attributes, TOOL_CALL_ID_KEYS)
+                tool_fills[owner] = (have_err if have_err.error else err, call_id)
         return tally
 
     def visit(self, span: Span, tree: _Tree) -> None:
@@ -281,7 +310,8 @@ class _Tally:
         if answer is not None:
             self.tools_after.append(answer)  # how the agent answered: not a tool call, still its last act
             return StepKind.OTHER
-        call, failed = to_tool_call(span, err, self.tool_fills.get(span.span_id))
+        fills = self.tool_fills
+        call, failed = to_tool_call(span, err, None if fills is None else fills.get(span.span_id))
         self.tools.append(call)
         self.tool_errors += failed
         self.tools_after.append(call.name)

@@ -443,3 +443,16 @@ class TestTwoInstrumentations:
         )
         run = normalise(spans)
         assert (1, 1, "c7") == (run.tool_calls, run.tool_errors, run.tools[0].call_id)
+
+    def test_one_instrumentation_never_twins(self) -> None:
+        """A tool that calls itself (one instrumentation, same name) makes two calls."""
+        spans = trace(
+            node(
+                "invoke_agent a",
+                {"gen_ai.operation.name": "invoke_agent"},
+                node(
+                    "execute_tool walk", self._tool("walk", "c1"), node("execute_tool walk", self._tool("walk", "c1"))
+                ),
+            )
+        )
+        assert 2 == normalise(spans).tool_calls
