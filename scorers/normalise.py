@@ -30,6 +30,7 @@ from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, signals
 from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
+    ANSWER_SCOPES,
     DIALECTS,
     TOOL_CALL_ID_KEYS,
     UNKNOWN,
@@ -193,13 +194,13 @@ def _tool_twins(
     allocation).
     """
     tool = StepKind.TOOL
-    origin: tuple[str, str] | None = None
+    scope = dialect = None
     for span in ordered:
         found = kinds[span.span_id]
         if found[0] is tool:
-            if origin is None:
-                origin = (span.scope, found[1])
-            elif origin != (span.scope, found[1]):
+            if scope is None:
+                scope, dialect = span.scope, found[1]
+            elif span.scope != scope or found[1] != dialect:
                 break
     else:
         return _NO_TWINS
@@ -297,25 +298,21 @@ class _Tally:
             self.steps.append(step)
             return
         if kind is StepKind.TOOL:
-            kind = self._tool(span, tree, err)
-        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL or kind is StepKind.OTHER:
+            sid = span.span_id
+            if sid in tree.tool_twins:
+                kind = StepKind.OTHER  # another record of a call counted on its first
+            elif span.scope in ANSWER_SCOPES and (answer := answer_tool(span)) is not None:
+                kind = StepKind.OTHER  # how the agent answered: no tool call, still its last act
+                self.tools_after.append(answer)
+            else:
+                fills = self.tool_fills
+                call, failed = to_tool_call(span, err, None if fills is None else fills.get(sid))
+                self.tools.append(call)
+                self.tool_errors += failed
+                self.tools_after.append(call.name)
+        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
-
-    def _tool(self, span: Span, tree: _Tree, err: signals.ErrorInfo) -> StepKind:
-        """Count one tool call; the kind its step gets (OTHER for a duplicate or an answer tool)."""
-        if span.span_id in tree.tool_twins:
-            return StepKind.OTHER  # counted on its first record
-        answer = answer_tool(span)
-        if answer is not None:
-            self.tools_after.append(answer)  # how the agent answered: not a tool call, still its last act
-            return StepKind.OTHER
-        fills = self.tool_fills
-        call, failed = to_tool_call(span, err, None if fills is None else fills.get(span.span_id))
-        self.tools.append(call)
-        self.tool_errors += failed
-        self.tools_after.append(call.name)
-        return StepKind.TOOL
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)

@@ -13,7 +13,7 @@ from typing import Final
 
 from collector.model import Span, fast_constructor
 from scorers import content, signals
-from scorers.dialects import TOOL_CALL_ID_KEYS, TOOL_NAME_KEYS, first, first_str, tool_name
+from scorers.dialects import TOOL_CALL_ID_KEYS, TOOL_NAME_KEYS, entity_name, first, first_str
 from scorers.model import Step, StepKind, ToolCall
 
 __all__ = [
@@ -102,7 +102,7 @@ def to_tool_call(
     soft = result is not None and not err.error and signals.soft_error(result)
     call = _new_tool_call(
         span.span_id,
-        tool_name(span),
+        first_str(attrs, TOOL_NAME_KEYS) or entity_name(span, StepKind.TOOL),  # dialects.tool_name, inlined
         call_id,
         content.canonical_json(first(attrs, content.ARGUMENT_KEYS)) if captured else None,
         result,

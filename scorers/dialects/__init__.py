@@ -63,6 +63,7 @@ from scorers.model import Message, StepKind
 
 __all__ = [
     "ADAPTERS",
+    "ANSWER_SCOPES",
     "ARGUMENT_KEYS",
     "DIALECTS",
     "FINAL_OUTPUT_KEYS",
@@ -158,6 +159,8 @@ STATE_READERS: Final[tuple[Callable[[Mapping[str, object]], str | None], ...]] =
 """Adapters' readers of the answer in a run's JSON output state, in order."""
 
 _CLASSIFY: Final = tuple(a.classify for a in ADAPTERS if overrides(a, "classify"))
+_FIRST_CLASSIFY: Final = _CLASSIFY[0]
+_MORE_CLASSIFY: Final = _CLASSIFY[1:]
 _CLASSIFY_NAME: Final = tuple(a.classify_name for a in ADAPTERS if overrides(a, "classify_name"))
 _RECOGNISE: Final = tuple((a.name, a.recognises) for a in ADAPTERS if overrides(a, "recognises"))
 _ENTITY: Final = tuple(a.entity_name for a in ADAPTERS if not a.scopes and overrides(a, "entity_name"))
@@ -176,6 +179,8 @@ _SCOPED_ENTITY: Final = {
     s: a.entity_name for s, a in _by_scope(lambda a: bool(a.entry_methods) or overrides(a, "entity_name")).items()
 }
 _ANSWER_TOOLS: Final = {s: a.answer_tools for s, a in _by_scope(lambda a: bool(a.answer_tools)).items()}
+ANSWER_SCOPES: Final = frozenset(_ANSWER_TOOLS)
+"""Instrumentation scopes whose framework has answer tools (a cheap pre-check for :func:`answer_tool`)."""
 _RUN_NAME: Final = {s: a.run_name for s, a in _by_scope(lambda a: overrides(a, "run_name")).items()}
 _RAISED: Final = {s: a.raised for s, a in _by_scope(lambda a: overrides(a, "raised")).items()}
 
@@ -197,15 +202,17 @@ def classify(span: Span) -> Found:
     Returns:
         ``(kind, dialect)``; ``(StepKind.OTHER, "unknown")`` when nothing matched.
     """
-    found: Found | None = None
-    for read in _CLASSIFY:
-        found = read(span)
-        if found is not None:
-            break
-    else:
-        found = _by_name(span)
-    refine = _REFINE.get(span.scope)
-    return found if refine is None else refine(span, found)
+    found = _FIRST_CLASSIFY(span)  # GenAI: the commonest spans are decided by one call
+    if found is None:
+        for read in _MORE_CLASSIFY:
+            found = read(span)
+            if found is not None:
+                break
+        else:
+            found = _by_name(span)
+    if span.scope in _REFINE:
+        return _REFINE[span.scope](span, found)
+    return found
 
 
 def _by_name(span: Span) -> Found:

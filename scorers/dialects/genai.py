@@ -68,10 +68,13 @@ NAME_PREFIXES: Final[Mapping[str, StepKind]] = {
 }
 """Span-name fallback: ``<operation> <target>`` names without the attribute."""
 
+_FOUND: Final[Mapping[str, Found]] = {op: (kind, GENAI) for op, kind in OPERATIONS.items()}
+_AS_TRACELOOP: Final[Mapping[StepKind, Found]] = {kind: (kind, "traceloop") for kind in StepKind}
+"""Shared results: classifying a span allocates nothing."""
+
 OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 _WORKFLOW_MARK: Final = "traceloop.workflow.name"
-_TRACELOOP: Final = "traceloop"  # OpenLLMetry ≥ 0.5 emits GenAI names; see GenAI.classify
 
 
 class GenAI(Adapter):
@@ -95,11 +98,11 @@ class GenAI(Adapter):
         op = attrs.get("gen_ai.operation.name")
         if not isinstance(op, str):
             return None
-        kind = OPERATIONS.get(op) or OPERATIONS.get(op.strip().lower())  # exact spelling first: no new strings
-        if kind is None:
+        found = _FOUND.get(op) or _FOUND.get(op.strip().lower())  # exact spelling first: no new strings
+        if found is None:
             return None
         # OpenLLMetry ≥ 0.5 emits GenAI names; its processor stamps the workflow on every span.
-        return kind, _TRACELOOP if _WORKFLOW_MARK in attrs else GENAI
+        return _AS_TRACELOOP[found[0]] if _WORKFLOW_MARK in attrs else found
 
     def classify_name(self, name: str) -> Found | None:
         kind = NAME_PREFIXES.get(name.partition(" ")[0])

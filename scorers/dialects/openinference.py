@@ -38,6 +38,8 @@ KINDS: Final[Mapping[str, StepKind]] = {
 """``openinference.span.kind`` values (any case) and the role they give."""
 
 SPAN_KIND: Final = "openinference.span.kind"
+_FOUND: Final[Mapping[str, Found]] = {value: (kind, OPENINFERENCE) for value, kind in KINDS.items()}
+_HANDOFF: Final = (_K.HANDOFF, OPENINFERENCE)
 
 _MESSAGE_KEY: Final = re.compile(
     r"llm\.(input|output)_messages\.(\d+)\.message\."
@@ -68,11 +70,11 @@ class OpenInference(Adapter):
 
     def classify(self, span: Span) -> Found | None:
         value = span.attributes.get(SPAN_KIND)
-        if not isinstance(value, str) or (kind := KINDS.get(value.upper())) is None:
+        if not isinstance(value, str) or (found := _FOUND.get(value) or _FOUND.get(value.upper())) is None:
             return None
-        if kind is _K.TOOL and span.name.startswith("handoff to "):
-            return _K.HANDOFF, OPENINFERENCE  # OpenInference Agents SDK bridge handoffs
-        return kind, OPENINFERENCE
+        if found[0] is _K.TOOL and span.name.startswith("handoff to "):
+            return _HANDOFF  # OpenInference Agents SDK bridge handoffs
+        return found
 
     def messages(self, attributes: Attributes) -> list[Message]:
         slots: dict[tuple[int, int], dict[str, list[str]]] = {}
