@@ -25,7 +25,7 @@ from scorers.dialects import (
     as_str,
     first_str,
 )
-from scorers.dialects.base import MAX_REASONS
+from scorers.dialects.base import MAX_REASONS, add_reasons
 from scorers.dialects.genai import FINISH_REASONS
 
 __all__ = [
@@ -156,20 +156,13 @@ def finish_reasons(attributes: Attributes) -> tuple[str, ...]:
     for key in FINISH_KEYS:
         value = attributes.get(key)
         if value is not None:
-            _add_raw(as_json(value), raw)
+            add_reasons(as_json(value), raw)
     for read in FINISH_READERS:
         read(attributes, raw)
     found = [normalise_reason(reason) for reason in raw[:MAX_REASONS]]
     if len(found) < 2:
         return tuple(found)
     return tuple(dict.fromkeys(found))
-
-
-def _add_raw(value: object, found: list[str]) -> None:
-    if isinstance(value, str):
-        found.append(value)
-    elif isinstance(value, (list, tuple)):  # a tuple: faster than a union
-        found.extend(reason for reason in value[:MAX_REASONS] if isinstance(reason, str))
 
 
 @functools.lru_cache(maxsize=512)
