@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import fcntl
 import os
 import struct
@@ -60,11 +61,11 @@ from collector.stream import Publisher, check_room
 __all__ = [
     "FSYNC_POLICIES",
     "FsyncPolicy",
+    "Spool",
     "SpoolError",
     "SpoolMetrics",
     "SpoolRecord",
     "SpooledBatch",
-    "Spool",
     "SpoolingPublisher",
 ]
 
@@ -141,7 +142,7 @@ class SpoolMetrics:
 
 
 class _Segment:
-    __slots__ = ("first", "path", "size", "unacked", "closed")
+    __slots__ = ("closed", "first", "path", "size", "unacked")
 
     def __init__(self, first: int, path: Path, size: int, unacked: int, closed: bool) -> None:
         self.first = first
@@ -486,7 +487,7 @@ class Spool:
         if self._before_delete is not None:
             try:
                 self._before_delete()
-            except Exception:  # noqa: BLE001 - keep the segments; a later acknowledgement retries
+            except Exception:
                 log.exception("spool_before_delete_failed")
                 with self._lock:
                     self._deleting.difference_update(s.first for s in ready)
@@ -500,10 +501,8 @@ class Spool:
                     os.close(self._fd)  # (with ``batch`` the flusher owns the fd and closes it when it moves on)
                     self._fd = None
                     self._fd_segment = -1
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     segment.path.unlink()
-                except FileNotFoundError:
-                    pass
 
     @property
     def bytes_held(self) -> int:

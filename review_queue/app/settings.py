@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -151,6 +151,21 @@ class Settings(BaseModel):
     secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
     ingest_auth: bool = Field(
         False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
+    )
+    # --- write-ahead spool (vigil run) ---
+    spool_path: str = Field(
+        "vigil.spool",
+        description="vigil run: directory of the write-ahead spool; every accepted OTLP body is written there "
+        "before it is answered 200 and replayed after a crash; empty disables it.",
+    )
+    spool_fsync: Literal["batch", "interval", "never"] = Field(
+        "batch",
+        description="When the spool fsyncs: batch (group commit before every answer: survives power loss), "
+        "interval (every spool_fsync_interval_ms: survives a process crash), never (left to the OS).",
+    )
+    spool_fsync_interval_ms: int = Field(200, gt=0, description="Fsync period of spool_fsync=interval.")
+    spool_max_mb: int = Field(
+        512, gt=0, description="Byte budget of the spool in MiB; when full, OTLP requests get 503 + Retry-After."
     )
     # --- scale-out on Kafka (vigil collector / vigil scorer) ---
     kafka_bootstrap: str = Field(

@@ -104,12 +104,16 @@ def test_the_budget_refuses_with_retry_after(tmp_path: Path) -> None:
     spool = Spool(tmp_path, max_bytes=1000, segment_bytes=300, retry_after_s=3, metrics=SpoolMetrics(registry))
     spool.open()
     held = []
-    with pytest.raises(BackpressureError) as refused:
+
+    def fill() -> None:
         for _ in range(100):
             seq, future = spool.append(b"y" * 90)
             assert future is not None
             future.result(5)
             held.append(seq)
+
+    with pytest.raises(BackpressureError) as refused:
+        fill()
     assert 3 == refused.value.retry_after
     assert spool.bytes_held <= 1000
     assert 1 == _value(registry, "vigil_spool_full_total")
