@@ -169,9 +169,6 @@ class Spool:
         metrics: where the spool is measured.
         before_delete: called before fully acknowledged segments are deleted (e.g. a SQLite WAL
             checkpoint, so the runs they held survive a power loss); an exception keeps them.
-
-    Raises:
-        SpoolError: another process holds the directory, or it cannot be created.
     """
 
     def __init__(
@@ -212,17 +209,6 @@ class Spool:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._lock_fd: int | None = None
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise SpoolError(f"cannot use spool directory {self.directory}: {exc}") from exc
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise SpoolError(f"spool directory {self.directory} is in use by another process") from exc
         if metrics is not None:
             metrics.capacity.set(max_bytes)
             metrics.bytes.set_function(lambda: float(self._bytes))
@@ -234,11 +220,16 @@ class Spool:
         """Read every segment left by a previous process, truncating torn or corrupt tails.
 
         Every record returned stays unacknowledged until :meth:`ack`; new appends go to a new
-        segment. Call once, before the first :meth:`append`; it starts the flusher thread.
+        segment. Call once, before the first :meth:`append`: it creates and locks the directory
+        (nothing touches the disk before) and starts the flusher thread.
+
+        Raises:
+            SpoolError: another process holds the directory, or it cannot be created.
 
         Returns:
             The records, oldest first.
         """
+        self._lock_directory()
         records: list[SpoolRecord] = []
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
             try:
@@ -262,6 +253,21 @@ class Spool:
             log.info("spool_replay", records=len(records), bytes=self._bytes, segments=len(self._segments))
         self._start_thread()
         return records
+
+    def _lock_directory(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SpoolError(f"cannot use spool directory {self.directory} (VIGIL_SPOOL_PATH): {exc}") from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise SpoolError(
+                f"spool directory {self.directory} is in use by another process (set VIGIL_SPOOL_PATH per process)"
+            ) from exc
 
     def _read_segment(self, path: Path, first: int) -> tuple[list[SpoolRecord], int]:
         data = path.read_bytes()

@@ -193,11 +193,7 @@ def build(
 
 
 def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> Spool | None:
-    """The write-ahead spool (locked, not yet read), or None when ``spool_path`` is empty.
-
-    Raises:
-        SpoolError: the directory is in use by another process or cannot be created.
-    """
+    """The write-ahead spool (not opened yet: :func:`replay_spool` does), or None when ``spool_path`` is empty."""
     if not settings.spool_path:
         return None
     return Spool(
@@ -359,6 +355,9 @@ def replay_spool(spool: Spool, worker: StreamWorker) -> int:
     """Read the spool left by the previous process and feed it to the worker; returns bodies replayed.
 
     A body that no longer decodes (it did when it was accepted) is logged and acknowledged.
+
+    Raises:
+        SpoolError: the spool directory is in use by another process or cannot be created.
     """
     records = spool.open()
     for record in records:

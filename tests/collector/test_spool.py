@@ -129,9 +129,9 @@ def test_one_process_per_directory(tmp_path: Path) -> None:
     """A second spool on the same directory is refused with a message naming it."""
     spool = _spool(tmp_path)
     with pytest.raises(SpoolError, match="in use by another process"):
-        Spool(tmp_path)
+        Spool(tmp_path).open()
     spool.close()
-    Spool(tmp_path).close()
+    _spool(tmp_path).close()
 
 
 def test_append_async_waits_for_the_group_commit(tmp_path: Path) -> None:
