@@ -79,6 +79,7 @@ _HEADER = struct.Struct(">II")
 _SUFFIX = ".seg"
 ENCODINGS = {"protobuf": b"p", "json": b"j"}
 _ENCODING_NAMES = {v[0]: k for k, v in ENCODINGS.items()}
+_IOV_MAX = 1024
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 """Segments are closed and a new one started past this size (the unit of deletion)."""
 
@@ -202,7 +203,7 @@ class Spool:
         self._next_seq = 0
         self._bytes = 0
         # batch policy: (segment first seq, record bytes, future) waiting for the flusher
-        self._queue: list[tuple[int, bytes, concurrent.futures.Future[None] | None]] = []
+        self._queue: list[tuple[int, tuple[bytes, bytes], concurrent.futures.Future[None] | None]] = []
         self._fd: int | None = None
         self._fd_segment = -1
         self._dirty = False
@@ -321,9 +322,10 @@ class Spool:
             BackpressureError: over the byte budget (nothing appended; counted).
             OSError: (``interval``/``never``) the write failed; nothing is held.
         """
-        payload = ENCODINGS[encoding] + body
-        record = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-        size = len(record)
+        tag = ENCODINGS[encoding]
+        head = _HEADER.pack(len(body) + 1, zlib.crc32(body, zlib.crc32(tag))) + tag
+        record = (head, body)  # written with writev: the body is never copied
+        size = len(head) + len(body)
         future: concurrent.futures.Future[None] | None = None
         with self._lock:
             if self._closed or (self._bytes and self._bytes + size > self.max_bytes):
@@ -376,7 +378,7 @@ class Spool:
                 raise
         return seq
 
-    def _write(self, first: int, records: Sequence[bytes]) -> None:
+    def _write(self, first: int, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Write records of segment ``first`` (lock held, or flusher thread owning the fd)."""
         if self._fd_segment != first:
             if self._fd is not None:
@@ -391,11 +393,17 @@ class Spool:
             os.write(self._fd, MAGIC)
             if self.policy != "never":
                 self._fsync_dir()
-        data = records[0] if len(records) == 1 else b"".join(records)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)  # type: ignore[arg-type]
-            view = view[written:]
+        fd = self._fd
+        assert fd is not None
+        buffers = [part for record in records for part in record]
+        for i in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[i : i + _IOV_MAX]
+            written = os.writev(fd, chunk)
+            total = sum(len(b) for b in chunk)
+            if written < total:  # a short write (rare on a regular file): write the rest plainly
+                rest = memoryview(b"".join(chunk))[written:]
+                while rest:
+                    rest = rest[os.write(fd, rest) :]
 
     def _fsync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)

@@ -44,6 +44,7 @@ from review_queue.app.components import (
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.scoring import Scoring, review_services, store_sink, then
 from review_queue.app.settings import Settings
 from review_queue.maintenance import Maintenance
@@ -262,6 +263,8 @@ async def run_components(
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
     token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
+    refuse_open_api(s, emb.services.access.auth.open())
+    warn_open_ingest(s, token_check is not None)
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
     publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     if emb.spool is not None:
@@ -274,7 +277,7 @@ async def run_components(
         ingest_token=ingest,
         token_check=token_check,
     )
-    receiver = HttpServer(otlp_app, s.otlp_http_host, s.otlp_http_port, loop)
+    receiver = HttpServer(otlp_app, s.bind_host("otlp_http"), s.otlp_http_port, loop)
     api_app = create_api_app(
         emb.store,
         admin_token=token,
@@ -282,14 +285,14 @@ async def run_components(
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
     )
-    api = HttpServer(api_app, s.http_host, s.http_port, loop)
-    metrics = probe_server(s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
+    api = HttpServer(api_app, s.bind_host("http"), s.http_port, loop)
+    metrics = probe_server(s.bind_host("metrics"), s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
     receivers: list[Component] = [receiver]
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_server = await create_grpc_server(
             publisher,
             emb.collector_metrics,
-            host=s.otlp_http_host,
+            host=s.bind_host("otlp_grpc"),
             port=s.otlp_grpc_port,
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
@@ -382,7 +385,8 @@ def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
     from collector.demo.fleet import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
 
     s = emb.settings
-    host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
+    bound = s.bind_host("otlp_http")
+    host = "127.0.0.1" if bound in ("0.0.0.0", "::", "") else bound
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
     fleet = DemoFleet(
         f"http://{host}:{s.otlp_http_port}",

@@ -37,10 +37,26 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    otlp_http_host: str = Field("0.0.0.0", description="Bind address of the OTLP/HTTP receiver.")
+    listen_host: str = Field(
+        "127.0.0.1",
+        description="Bind address of every listener without its own host setting: loopback only by default; "
+        "0.0.0.0 (or an interface address) to serve other hosts.",
+    )
+    otlp_http_host: str | None = Field(
+        None,
+        description="Bind address of the OTLP/HTTP receiver (and of gRPC without otlp_grpc_host); default listen_host.",
+    )
+    otlp_grpc_host: str | None = Field(
+        None, description="Bind address of the OTLP/gRPC receiver; default otlp_http_host, else listen_host."
+    )
+    metrics_host: str | None = Field(
+        None, description="Bind address of /metrics, /healthz and /readyz; default http_host, else listen_host."
+    )
     otlp_http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP receiver port.")
     otlp_grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC receiver port; 0 disables it.")
-    http_host: str = Field("0.0.0.0", description="Bind address of the API and UI.")
+    http_host: str | None = Field(
+        None, description="Bind address of the API and UI; default listen_host. Open (no token) only on loopback."
+    )
     http_port: int = Field(8080, ge=0, le=65535, description="REST API and reviewer UI port.")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")
     database_url: str = Field("sqlite:///vigil.db", description="SQLAlchemy URL of the run index and queue.")
@@ -227,6 +243,16 @@ class Settings(BaseModel):
         if isinstance(v, str):
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
+
+    def bind_host(self, endpoint: Literal["otlp_http", "otlp_grpc", "http", "metrics"]) -> str:
+        """The address ``endpoint`` listens on: its own host setting, else the fallback chain, else ``listen_host``."""
+        chains = {
+            "otlp_http": (self.otlp_http_host,),
+            "otlp_grpc": (self.otlp_grpc_host, self.otlp_http_host),
+            "http": (self.http_host,),
+            "metrics": (self.metrics_host, self.http_host),
+        }
+        return next((host for host in chains[endpoint] if host is not None), self.listen_host)
 
     @classmethod
     def load(
