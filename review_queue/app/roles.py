@@ -38,6 +38,7 @@ from review_queue.app.components import (
     Checks,
     GrpcServer,
     HttpServer,
+    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
@@ -109,15 +110,20 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     stopping = threading.Event()
     probes = _probes(s, registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()})
     if s.otlp_grpc_port:
-        grpc_server = await create_grpc_server(
-            limited,
-            metrics,
-            host=s.bind_host("otlp_grpc"),
-            port=s.otlp_grpc_port,
-            max_message_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-        )
+        try:
+            grpc_server = await create_grpc_server(
+                limited,
+                metrics,
+                host=s.bind_host("otlp_grpc"),
+                port=s.otlp_grpc_port,
+                max_message_bytes=s.max_body_bytes,
+                retry_after_s=s.retry_after_s,
+                ingest_token=ingest,
+            )
+        except RuntimeError as exc:  # grpc cannot bind the address
+            raise ListenError(
+                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
+            ) from exc
         receivers.append(GrpcServer(grpc_server, loop))
 
     def delay(timeout: float) -> bool:

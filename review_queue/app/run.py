@@ -40,6 +40,7 @@ from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
     GrpcServer,
     HttpServer,
+    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
@@ -289,16 +290,21 @@ async def run_components(
     metrics = probe_server(s.bind_host("metrics"), s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
     receivers: list[Component] = [receiver]
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
-        grpc_server = await create_grpc_server(
-            publisher,
-            emb.collector_metrics,
-            host=s.bind_host("otlp_grpc"),
-            port=s.otlp_grpc_port,
-            max_message_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-            token_check=token_check,
-        )
+        try:
+            grpc_server = await create_grpc_server(
+                publisher,
+                emb.collector_metrics,
+                host=s.bind_host("otlp_grpc"),
+                port=s.otlp_grpc_port,
+                max_message_bytes=s.max_body_bytes,
+                retry_after_s=s.retry_after_s,
+                ingest_token=ingest,
+                token_check=token_check,
+            )
+        except RuntimeError as exc:  # grpc cannot bind the address
+            raise ListenError(
+                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
+            ) from exc
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(
         emb.store.engine,

@@ -272,15 +272,25 @@ class Settings(BaseModel):
             SettingsError: naming the key (and variable) of the first bad value.
         """
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = dict(_read_yaml(config_file, env))
-        values.update(_from_env(env))
+        from_file = _read_yaml(config_file, env)
+        path = _config_path(config_file, env)
+        values: dict[str, Any] = dict(from_file)
+        origin = {key: f"{path}: {key}" for key in from_file}  # where each value came from, for errors
+        from_env = _from_env(env)
+        values.update(from_env)
+        origin.update({key: f"{ENV_PREFIX}{key.upper()}" for key in from_env})
+        origin.update(_files_from_env(env, values))
         values.update(overrides or {})
         try:
             return cls(**values)
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else "?"
-            raise SettingsError(key, f"{ENV_PREFIX}{key.upper()}", err["msg"], values.get(key)) from exc
+            where = ".".join(str(part) for part in err["loc"])
+            reason = err["msg"] if len(err["loc"]) <= 1 else f"at {where}: {err['msg']}"
+            variable = origin.get(key, f"{ENV_PREFIX}{key.upper()}")
+            value = values.get(key) if len(err["loc"]) <= 1 else err.get("input")
+            raise SettingsError(key, variable, reason, value) from exc
 
 
 def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mapping[str, Any]:
@@ -297,6 +307,41 @@ def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mappin
     if not isinstance(data, dict):
         raise SettingsError("config", VIGIL_CONFIG, "top level must be a mapping", str(path))
     return data
+
+
+def _config_path(config_file: str | Path | None, env: Mapping[str, str]) -> Path:
+    """The YAML file :func:`_read_yaml` reads (named in errors about its values)."""
+    return Path(config_file or env.get(VIGIL_CONFIG) or DEFAULT_CONFIG_FILE)
+
+
+def _files_from_env(env: Mapping[str, str], values: dict[str, Any]) -> dict[str, str]:
+    """Read YAML-only settings given a file path in the environment (``VIGIL_RULES=/etc/vigil/rules.yaml``).
+
+    The file holds the mapping itself. ``values`` is updated in place; returns where each came from.
+
+    Raises:
+        SettingsError: naming the setting, the variable and the file (missing, unreadable, not YAML, not a mapping).
+    """
+    origin: dict[str, str] = {}
+    for key, field in Settings.model_fields.items():
+        variable = f"{ENV_PREFIX}{key.upper()}"
+        text = env.get(variable)
+        if text is None or "Mapping" not in str(field.annotation):
+            continue
+        path = Path(text)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError as exc:
+            raise SettingsError(key, variable, "file not found (a YAML file holding the mapping)", text) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(key, variable, f"cannot read the file: {exc}", text) from exc
+        except yaml.YAMLError as exc:
+            raise SettingsError(key, variable, f"invalid YAML in the file: {exc}".replace("\n", " "), text) from exc
+        if not isinstance(data, dict):
+            raise SettingsError(key, variable, "the file must hold a mapping", text)
+        values[key] = data
+        origin[key] = f"{path} ({variable})"
+    return origin
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, str]:
