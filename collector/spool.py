@@ -217,43 +217,44 @@ class Spool:
 
     # --- start-up ---------------------------------------------------------------------------
 
-    def open(self) -> list[SpoolRecord]:
-        """Read every segment left by a previous process, truncating torn or corrupt tails.
+    def open(self) -> Iterator[list[SpoolRecord]]:
+        """Index every segment left by a previous process, truncating torn or corrupt tails.
 
-        Every record returned stays unacknowledged until :meth:`ack`; new appends go to a new
+        Every record found stays unacknowledged until :meth:`ack`; new appends go to a new
         segment. Call once, before the first :meth:`append`: it creates and locks the directory
         (nothing touches the disk before) and starts the flusher thread.
 
+        Returns:
+            The records to replay, one list per segment, oldest first: read lazily, so a large
+            spool is never in memory at once.
+
         Raises:
             SpoolError: another process holds the directory, or it cannot be created.
-
-        Returns:
-            The records, oldest first.
         """
         self._lock_directory()
-        records: list[SpoolRecord] = []
+        found_segments: list[tuple[Path, int]] = []
+        total = 0
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
             try:
                 first = int(path.stem)
             except ValueError:
                 continue
-            found, size = self._read_segment(path, first)
-            if not found:
+            count, size = self._check_segment(path, first)
+            if not count:
                 path.unlink()
                 continue
-            segment = _Segment(first, path, size, len(found), closed=True)
-            self._segments[first] = segment
+            self._segments[first] = _Segment(first, path, size, count, closed=True)
             self._bytes += size
-            for record in found:
-                self._seq_segment[record.seq] = first
-            records.extend(found)
-            self._next_seq = found[-1].seq + 1
-        if records and self._metrics is not None:
-            self._metrics.replayed.inc(len(records))
-        if records:
-            log.info("spool_replay", records=len(records), bytes=self._bytes, segments=len(self._segments))
+            self._seq_segment.update((seq, first) for seq in range(first, first + count))
+            self._next_seq = first + count
+            total += count
+            found_segments.append((path, first))
+        if total and self._metrics is not None:
+            self._metrics.replayed.inc(total)
+        if total:
+            log.info("spool_replay", records=total, bytes=self._bytes, segments=len(found_segments))
         self._start_thread()
-        return records
+        return (_parse(path.read_bytes(), first)[0] for path, first in found_segments)
 
     def _lock_directory(self) -> None:
         try:
@@ -270,19 +271,10 @@ class Spool:
                 f"spool directory {self.directory} is in use by another process (set VIGIL_SPOOL_PATH per process)"
             ) from exc
 
-    def _read_segment(self, path: Path, first: int) -> tuple[list[SpoolRecord], int]:
+    def _check_segment(self, path: Path, first: int) -> tuple[int, int]:
+        """``(records, good bytes)`` of a segment, truncated after its last good record."""
         data = path.read_bytes()
-        out: list[SpoolRecord] = []
-        pos = len(MAGIC)
-        good = pos if data.startswith(MAGIC) else 0
-        while good and pos + _HEADER.size <= len(data):
-            size, crc = _HEADER.unpack_from(data, pos)
-            start = pos + _HEADER.size
-            payload = data[start : start + size]
-            if size < 1 or len(payload) != size or zlib.crc32(payload) != crc or payload[0] not in _ENCODING_NAMES:
-                break
-            out.append(SpoolRecord(first + len(out), _ENCODING_NAMES[payload[0]], payload[1:]))
-            pos = good = start + size
+        records, good = _parse(data, first)
         if good != len(data):
             if self._metrics is not None:
                 self._metrics.corrupt.inc()
@@ -291,7 +283,7 @@ class Spool:
                 f.truncate(good)
                 f.flush()
                 os.fsync(f.fileno())
-        return out, good
+        return len(records), good
 
     def _start_thread(self) -> None:
         if self._thread is None and self.policy != "never":
@@ -635,19 +627,24 @@ class SpoolingPublisher:
         return bool(probe()) if callable(probe) else True
 
 
+def _parse(data: bytes, first: int) -> tuple[list[SpoolRecord], int]:
+    """The good records of a segment's bytes, and where they end (0 without a valid magic)."""
+    out: list[SpoolRecord] = []
+    if not data.startswith(MAGIC):
+        return out, 0
+    pos = len(MAGIC)
+    while pos + _HEADER.size <= len(data):
+        size, crc = _HEADER.unpack_from(data, pos)
+        start = pos + _HEADER.size
+        payload = data[start : start + size]
+        if size < 1 or len(payload) != size or zlib.crc32(payload) != crc or payload[0] not in _ENCODING_NAMES:
+            break
+        out.append(SpoolRecord(first + len(out), _ENCODING_NAMES[payload[0]], payload[1:]))
+        pos = start + size
+    return out, pos
+
+
 def iter_records(directory: str | Path) -> Iterator[SpoolRecord]:
     """Read the good records of a spool directory without changing it (diagnostics, tests)."""
     for path in sorted(Path(directory).glob(f"*{_SUFFIX}")):
-        data = path.read_bytes()
-        if not data.startswith(MAGIC):
-            continue
-        first = int(path.stem)
-        pos, index = len(MAGIC), 0
-        while pos + _HEADER.size <= len(data):
-            size, crc = _HEADER.unpack_from(data, pos)
-            payload = data[pos + _HEADER.size : pos + _HEADER.size + size]
-            if size < 1 or len(payload) != size or zlib.crc32(payload) != crc or payload[0] not in _ENCODING_NAMES:
-                break
-            yield SpoolRecord(first + index, _ENCODING_NAMES[payload[0]], payload[1:])
-            pos += _HEADER.size + size
-            index += 1
+        yield from _parse(path.read_bytes(), int(path.stem))[0]

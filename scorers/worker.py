@@ -152,13 +152,24 @@ class StreamWorker:
                 self._acks.saved()
         return written
 
-    def replay(self, records: Sequence[TraceBatch]) -> None:
-        """Feed records read back from the spool at start-up (before :meth:`start`).
+    def replay(self, records: Sequence[TraceBatch], timeout_s: float = 30.0) -> int:
+        """Feed records read back from the spool at start-up (before :meth:`start`); returns runs written.
 
-        They go through the assembler like live records; their runs close after the quiet
-        period and are written (idempotently) by the worker thread.
+        They go through the assembler like live records; then every run whose root span has
+        ended is scored and written now (idempotently) rather than after the quiet period, so a
+        long replay never holds more than a segment's runs. Should the store refuse them within
+        ``timeout_s``, the worker thread writes them once it runs.
         """
         self._ingest(list(records))
+        closed = self._assembler.drain(finished_only=True)
+        if not closed:
+            return 0
+        if self._acks is not None:
+            self._acks.closing(closed)
+        if self._write_all(closed, time.monotonic() + timeout_s):
+            return len(closed)
+        self._pending_forced.extend(closed)
+        return 0
 
     def run_once(self, timeout_s: float = 0.0) -> int:
         """One tick: pull, release due runs, score and write them. Returns runs written."""

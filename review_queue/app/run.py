@@ -31,6 +31,7 @@ from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
+from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf
 from collector.receiver import create_otlp_app
 from collector.spool import Spool, SpoolingPublisher, SpoolMetrics, stamp
@@ -361,26 +362,33 @@ class Drain:
 
 
 def replay_spool(spool: Spool, worker: StreamWorker) -> int:
-    """Read the spool left by the previous process and feed it to the worker; returns bodies replayed.
+    """Replay the spool left by the previous process through the worker, one segment at a time.
 
-    A body that no longer decodes (it did when it was accepted) is logged and acknowledged.
+    After each segment the runs whose root span has ended are scored and written at once
+    (:meth:`StreamWorker.replay`), so memory holds about one segment, not the whole spool; a
+    span of such a run replayed later re-scores it (late spans). A body that no longer decodes
+    (it did when it was accepted) is logged and acknowledged. Returns the bodies replayed.
 
     Raises:
         SpoolError: the spool directory is in use by another process or cannot be created.
     """
-    records = spool.open()
-    for record in records:
-        try:
-            decoded = decode_json(record.body) if record.encoding == "json" else decode_protobuf(record.body)
-        except DecodeError as exc:
-            log.error("spool_record_undecodable", seq=record.seq, error=str(exc))
-            spool.ack(record.seq)
-            continue
-        if not decoded.batches:
-            spool.ack(record.seq)
-            continue
-        worker.replay(stamp(decoded.batches, record.seq))
-    return len(records)
+    replayed = 0
+    for segment in spool.open():
+        batches: list[TraceBatch] = []
+        for record in segment:
+            replayed += 1
+            try:
+                decoded = decode_json(record.body) if record.encoding == "json" else decode_protobuf(record.body)
+            except DecodeError as exc:
+                log.error("spool_record_undecodable", seq=record.seq, error=str(exc))
+                spool.ack(record.seq)
+                continue
+            if not decoded.batches:
+                spool.ack(record.seq)
+                continue
+            batches.extend(stamp(decoded.batches, record.seq))
+        worker.replay(batches)
+    return replayed
 
 
 def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:

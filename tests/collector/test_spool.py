@@ -9,13 +9,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from collector.errors import BackpressureError
-from collector.spool import MAGIC, Spool, SpoolError, SpoolMetrics, iter_records
+from collector.spool import MAGIC, Spool, SpoolError, SpoolMetrics, SpoolRecord, iter_records
 
 
 def _spool(path: Path, **kw: object) -> Spool:
     spool = Spool(path, **kw)  # type: ignore[arg-type]
-    spool.open()
+    _replayed(spool)
     return spool
+
+
+def _replayed(spool: Spool) -> list[SpoolRecord]:
+    return [record for segment in spool.open() for record in segment]
 
 
 def _value(registry: CollectorRegistry, name: str) -> float:
@@ -36,7 +40,7 @@ def test_appended_bodies_are_replayed_after_a_restart(tmp_path: Path, policy: st
     spool.close()
     registry = CollectorRegistry()
     again = Spool(tmp_path, fsync=policy, metrics=SpoolMetrics(registry))
-    records = again.open()
+    records = _replayed(again)
     assert seqs[4:] == [r.seq for r in records][-6:]  # segments of acknowledged bodies only were deleted
     assert all(r.body.endswith(bytes([r.seq])) for r in records)
     assert ["json" if r.seq % 2 else "protobuf" for r in records] == [r.encoding for r in records]
@@ -58,7 +62,7 @@ def test_a_torn_tail_is_truncated_and_counted(tmp_path: Path) -> None:
         f.write(b"\x00\x00\x10\x00\x12\x34")  # a header promising 4 KiB, then nothing
     registry = CollectorRegistry()
     again = Spool(tmp_path, metrics=SpoolMetrics(registry))
-    assert [b"body0", b"body1", b"body2"] == [r.body for r in again.open()]
+    assert [b"body0", b"body1", b"body2"] == [r.body for r in _replayed(again)]
     assert good == segment.stat().st_size
     assert 1 == _value(registry, "vigil_spool_corrupt_tails_total")
     seq, future = again.append(b"next")
@@ -82,7 +86,7 @@ def test_a_corrupt_record_ends_the_segment(tmp_path: Path) -> None:
     segment.write_bytes(bytes(data))
     registry = CollectorRegistry()
     again = Spool(tmp_path, metrics=SpoolMetrics(registry))
-    assert [b"body0"] == [r.body for r in again.open()]
+    assert [b"body0"] == [r.body for r in _replayed(again)]
     assert 1 == _value(registry, "vigil_spool_corrupt_tails_total")
     again.close()
 
@@ -92,7 +96,7 @@ def test_a_torn_segment_header_is_removed(tmp_path: Path) -> None:
     (tmp_path / f"{7:020d}.seg").write_bytes(MAGIC[:3])
     registry = CollectorRegistry()
     spool = Spool(tmp_path, metrics=SpoolMetrics(registry))
-    assert [] == spool.open()
+    assert [] == _replayed(spool)
     assert [] == list(tmp_path.glob("*.seg"))
     assert 1 == _value(registry, "vigil_spool_corrupt_tails_total")
     spool.close()
@@ -102,7 +106,7 @@ def test_the_budget_refuses_with_retry_after(tmp_path: Path) -> None:
     """Past the byte budget appends are refused (503 + Retry-After upstream) until acknowledgements free room."""
     registry = CollectorRegistry()
     spool = Spool(tmp_path, max_bytes=1000, segment_bytes=300, retry_after_s=3, metrics=SpoolMetrics(registry))
-    spool.open()
+    _replayed(spool)
     held = []
 
     def fill() -> None:
@@ -138,7 +142,7 @@ def test_append_async_waits_for_the_group_commit(tmp_path: Path) -> None:
     """Concurrent appends share fsync rounds; every one returns once on disk."""
     registry = CollectorRegistry()
     spool = Spool(tmp_path, metrics=SpoolMetrics(registry))
-    spool.open()
+    _replayed(spool)
 
     async def main() -> list[int]:
         return list(await asyncio.gather(*(spool.append_async(b"z" * 1000) for _ in range(200))))
