@@ -479,11 +479,22 @@ class Spool:
             self._segments[first].unacked -= 1
 
     def _take_deletable(self) -> list[_Segment]:
-        """Segments (lock held) that are closed, fully acknowledged and not already being deleted."""
+        """Segments (lock held) that are closed, fully acknowledged and not already being deleted.
+
+        A fully acknowledged active segment is closed too (the next append starts a new one) once
+        it is half full, or when the budget is within a segment of full, so that its bytes leave
+        the budget without a new file (and a store checkpoint) after every acknowledgement.
+        """
+        active = self._active
+        roomy = active is None or (
+            active.size < self._segment_bytes // 2 and self._bytes + self._segment_bytes <= self.max_bytes
+        )
+        queued = {first for first, _, _ in self._queue}
+        if active is not None and not roomy and not active.unacked and active.first not in queued:
+            active.closed = True
+            self._active = None
         ready = [s for s in self._segments.values() if s.closed and not s.unacked and s.first not in self._deleting]
-        if ready and self._queue:  # the flusher still has records of them to write: a later ack deletes them
-            queued = {first for first, _, _ in self._queue}
-            ready = [s for s in ready if s.first not in queued]
+        ready = [s for s in ready if s.first not in queued]  # the flusher still writes these: a later ack deletes
         self._deleting.update(s.first for s in ready)
         return ready
 

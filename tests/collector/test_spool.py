@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from starlette.testclient import TestClient
 
 from collector.errors import BackpressureError
-from collector.spool import MAGIC, Spool, SpoolError, SpoolMetrics, SpoolRecord, iter_records
+from collector.metrics import CollectorMetrics
+from collector.receiver import create_otlp_app
+from collector.spool import (
+    MAGIC,
+    Spool,
+    SpooledBatch,
+    SpoolError,
+    SpoolingPublisher,
+    SpoolMetrics,
+    SpoolRecord,
+    iter_records,
+)
+from collector.stream import InProcessStream
+from review_queue.app.bench.synth import body, make_run
+
+PROTO = {"Content-Type": "application/x-protobuf"}
 
 
 def _spool(path: Path, **kw: object) -> Spool:
@@ -152,4 +169,45 @@ def test_append_async_waits_for_the_group_commit(tmp_path: Path) -> None:
     rounds = _value(registry, "vigil_spool_fsync_seconds_count")
     assert 1 <= rounds < 200
     assert 200 == len(list(iter_records(tmp_path)))
+    spool.close()
+
+
+def _receiver(tmp_path: Path, max_bytes: int) -> tuple[TestClient, Spool, InProcessStream]:
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    stream = InProcessStream(1000, 2, metrics)
+    spool = Spool(tmp_path, max_bytes=max_bytes, retry_after_s=7)
+    _replayed(spool)
+    app = create_otlp_app(SpoolingPublisher(stream, spool), metrics, max_body_bytes=2**20, retry_after_s=2)
+    return TestClient(app), spool, stream
+
+
+def test_the_receiver_answers_200_once_spooled_and_503_when_full(tmp_path: Path) -> None:
+    """A 200 means the body is in the spool and its records (stamped) are on the stream; a full spool is a 503."""
+    rng = random.Random(3)
+    client, spool, stream = _receiver(tmp_path, max_bytes=60_000)
+    bodies = [body(list(make_run(rng).spans)) for _ in range(40)]
+    answers = [client.post("/v1/traces", content=b, headers=PROTO) for b in bodies]
+    codes = [a.status_code for a in answers]
+    assert 200 == codes[0]
+    assert 503 in codes, codes
+    assert all(c in (200, 503) for c in codes)
+    refused = next(a for a in answers if a.status_code == 503)
+    assert "7" == refused.headers["Retry-After"]
+    taken = stream.get_many(1000, 0)
+    assert codes.count(200) == len({r.seq for r in taken if isinstance(r, SpooledBatch)}) == spool.unacked
+    assert codes.count(200) == len(list(iter_records(tmp_path)))
+    spool.ack([r.seq for r in taken if isinstance(r, SpooledBatch)])
+    assert 200 == client.post("/v1/traces", content=bodies[-1], headers=PROTO).status_code
+    spool.close()
+
+
+def test_refused_by_the_stream_leaves_nothing_held(tmp_path: Path) -> None:
+    """When the stream refuses after the body was spooled, the spooled copy is released at once."""
+    rng = random.Random(4)
+    client, spool, stream = _receiver(tmp_path, max_bytes=10**8)
+    stream.close()  # every publish is refused
+    answer = client.post("/v1/traces", content=body(list(make_run(rng).spans)), headers=PROTO)
+    assert 503 == answer.status_code
+    assert 0 == spool.unacked
     spool.close()
