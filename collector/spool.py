@@ -313,7 +313,10 @@ class Spool:
         Raises:
             BackpressureError: over the byte budget (nothing appended; counted).
             OSError: (``interval``/``never``) the write failed; nothing is held.
+            SpoolError: :meth:`open` was not called.
         """
+        if self._lock_fd is None and not self._closed:
+            raise SpoolError(f"spool {self.directory} appended to before open()")
         tag = ENCODINGS[encoding]
         head = _HEADER.pack(len(body) + 1, zlib.crc32(body, zlib.crc32(tag))) + tag
         record = (head, body)  # written with writev: the body is never copied
