@@ -170,6 +170,8 @@ class Spool:
         metrics: where the spool is measured.
         before_delete: called before fully acknowledged segments are deleted (e.g. a SQLite WAL
             checkpoint, so the runs they held survive a power loss); an exception keeps them.
+        delete_interval_s: shortest time between two deletion rounds (each runs ``before_delete``),
+            except when the budget is within a segment of full.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class Spool:
         retry_after_s: float = 2.0,
         metrics: SpoolMetrics | None = None,
         before_delete: Callable[[], object] | None = None,
+        delete_interval_s: float = 1.0,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -197,6 +200,8 @@ class Spool:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._segments: dict[int, _Segment] = {}
+        self._delete_interval = delete_interval_s
+        self._last_delete = float("-inf")
         self._deleting: set[int] = set()
         self._seq_segment: dict[int, int] = {}
         self._active: _Segment | None = None
@@ -411,7 +416,7 @@ class Spool:
         if self._fd is None:
             return
         started = time.perf_counter()
-        os.fsync(self._fd)
+        _datasync(self._fd)
         if self._metrics is not None:
             self._metrics.fsync.observe(time.perf_counter() - started)
 
@@ -454,7 +459,7 @@ class Spool:
                 continue
             try:  # outside the lock: appends go on while the disk syncs (a rotation fsyncs the old fd itself)
                 started = time.perf_counter()
-                os.fsync(fd)
+                _datasync(fd)
                 if self._metrics is not None:
                     self._metrics.fsync.observe(time.perf_counter() - started)
             except OSError as exc:
@@ -468,11 +473,15 @@ class Spool:
         """Acknowledge bodies: their runs are durably written (or saved). Unknown numbers are ignored.
 
         Segments left with nothing unacknowledged are deleted, after ``before_delete``, outside
-        the lock (appends never wait for a store checkpoint).
+        the lock (appends never wait for a store checkpoint); at most every ``delete_interval_s``
+        unless the budget is within a segment of full (a store checkpoint per deletion round).
         """
         with self._lock:
             for seq in (seqs,) if isinstance(seqs, int) else seqs:
                 self._ack_locked(seq)
+            pressed = self._bytes + self._segment_bytes > self.max_bytes
+            if not pressed and time.monotonic() - self._last_delete < self._delete_interval:
+                return
             ready = self._take_deletable()
         self._delete(ready)
 
@@ -504,6 +513,7 @@ class Spool:
     def _delete(self, ready: list[_Segment]) -> None:
         if not ready:
             return
+        self._last_delete = time.monotonic()
         if self._before_delete is not None:
             try:
                 self._before_delete()
@@ -639,6 +649,14 @@ class SpoolingPublisher:
         """Ready when the inner publisher is."""
         probe = getattr(self._inner, "ready", None)
         return bool(probe()) if callable(probe) else True
+
+
+def _datasync(fd: int) -> None:
+    """``fdatasync`` where it exists (the data and the file size, not the timestamps), else ``fsync``."""
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # pragma: no cover - macOS
+        os.fsync(fd)
 
 
 def _parse(data: bytes, first: int) -> tuple[list[SpoolRecord], int]:
