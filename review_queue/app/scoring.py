@@ -41,7 +41,6 @@ HUMAN_VERDICTS: Mapping[str, str] = {
 """Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
 several reviewers on one run, the latest verdict is the human answer."""
 
-
 def redactor_from_settings(settings: Settings) -> Redactor:
     """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
     ``attributes_deny``, ``attributes_allow``).
@@ -55,6 +54,7 @@ def redactor_from_settings(settings: Settings) -> Redactor:
         deny=settings.attributes_deny,
         allow=settings.attributes_allow,
     )
+
 
 
 @dataclass(frozen=True)
