@@ -41,7 +41,7 @@ from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
 from collector.receiver import THREADPOOL_DECODE_BYTES, bearer_accepted
-from collector.stream import Publisher, check_room
+from collector.stream import BodyPublisher, Publisher, check_room
 
 __all__ = ["EXPORT_METHOD", "HTTP_EQUIVALENT", "RETRY_INFO_KEY", "SERVICE", "create_grpc_server"]
 
@@ -172,7 +172,7 @@ class _GrpcReceiver:
                 result = decode_protobuf(body)
         except DecodeError as exc:
             raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", str(exc)) from exc
-        self._publish(result)
+        await self._publish(result, body)
         return result
 
     def _authorize(self, metadata: Sequence[tuple[str, str | bytes]]) -> None:
@@ -183,11 +183,14 @@ class _GrpcReceiver:
         if not bearer_accepted(given_bytes, self._token, self._check):
             raise _Rejection(grpc.StatusCode.UNAUTHENTICATED, "unauthorized", "missing or invalid bearer token")
 
-    def _publish(self, result: DecodeResult) -> None:
+    async def _publish(self, result: DecodeResult, body: bytes) -> None:
         if not result.batches:
             return
         try:
-            self._publisher.publish(result.batches)
+            if isinstance(self._publisher, BodyPublisher):  # spooled: answered once the body is on disk
+                await self._publisher.publish_body(result.batches, body, "protobuf")
+            else:
+                self._publisher.publish(result.batches)
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=result.accepted) from exc
 

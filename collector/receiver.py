@@ -42,7 +42,7 @@ from collector.errors import BackpressureError, BodyTooLargeError, DecodeError
 from collector.metrics import CollectorMetrics, Encoding, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_json, decode_protobuf
-from collector.stream import Publisher, check_room
+from collector.stream import BodyPublisher, Publisher, check_room
 
 __all__ = ["THREADPOOL_DECODE_BYTES", "create_otlp_app"]
 
@@ -181,7 +181,7 @@ class _Receiver:
                 result = decode(body)
         except DecodeError as exc:
             raise _Rejection(400, "decode", str(exc)) from exc
-        self._publish(result)
+        await self._publish(result, body, encoding)
         return result, len(body)
 
     def _authorize(self, request: Request) -> None:
@@ -226,11 +226,14 @@ class _Receiver:
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=0) from exc
 
-    def _publish(self, result: DecodeResult) -> None:
+    async def _publish(self, result: DecodeResult, body: bytes, encoding: Encoding) -> None:
         if not result.batches:
             return
         try:
-            self._publisher.publish(result.batches)
+            if isinstance(self._publisher, BodyPublisher):  # spooled: answered once the body is on disk
+                await self._publisher.publish_body(result.batches, body, encoding)
+            else:
+                self._publisher.publish(result.batches)
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=result.accepted) from exc
 

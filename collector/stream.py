@@ -17,7 +17,7 @@ from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 
-__all__ = ["InProcessStream", "Publisher", "RoomCheck", "check_room"]
+__all__ = ["BodyPublisher", "InProcessStream", "Publisher", "RoomCheck", "check_room"]
 
 
 class Publisher(Protocol):
@@ -30,6 +30,24 @@ class Publisher(Protocol):
 
         Raises:
             BackpressureError: there is no room for all of them; nothing was taken.
+        """
+        ...
+
+
+@runtime_checkable
+class BodyPublisher(Protocol):
+    """A publisher that keeps the request body too (the write-ahead spool of ``vigil run``).
+
+    Receivers that have the decoded body's bytes await :meth:`publish_body` instead of calling
+    ``publish``: it returns once the body is held as durably as configured, and the receiver
+    answers 200 only then.
+    """
+
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+        """Keep ``body`` (``encoding``: ``protobuf`` or ``json``), then publish ``batches``, all or none.
+
+        Raises:
+            BackpressureError: nothing was taken.
         """
         ...
 

@@ -7,9 +7,9 @@ restart, would then overwrite with an even more truncated one — and (b) the la
 cache of recently scored runs, so a late span after the restart re-scores the whole run
 instead of replacing it. At start-up the file is loaded into the assembler and removed.
 
-What this does not cover: a SIGKILL or a crash loses the spans of runs in flight (they
-were acknowledged to the senders). Deployments that cannot accept that run the Kafka
-roles, where a record is only committed once its run is durably written.
+What this does not cover: a SIGKILL or a crash, which never reaches the save. That is the
+write-ahead spool's job (:mod:`collector.spool`): every accepted body stays on disk until its
+runs are written (or saved here by a clean stop) and is replayed at the next start.
 
 File format: ``VIGILST1`` then records of ``kind`` (1 byte: ``P`` in flight, ``C``
 closed), a 4-byte big-endian length and an OTLP ``ExportTraceServiceRequest`` holding

@@ -22,6 +22,7 @@ import structlog
 
 from collector.errors import BackpressureError
 from collector.model import TraceBatch
+from scorers.acks import AckTracker
 from scorers.assemble import Assembler, ClosedTrace
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun, WriteOutcome
@@ -58,6 +59,7 @@ class StreamWorker:
         wall_clock_ns: wall clock for flag latency (injected in tests).
         on_written: called with each written batch (tests, benchmarks).
         feedback: looks up user feedback for the runs about to be scored.
+        acks: acknowledges spooled bodies once their runs are written (write-ahead spool).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class StreamWorker:
         wall_clock_ns: Callable[[], int] = time.time_ns,
         on_written: Callable[[Sequence[ScoredRun]], None] | None = None,
         feedback: FeedbackLookup | None = None,
+        acks: AckTracker | None = None,
     ) -> None:
         self._source = source
         self._assembler = assembler
@@ -84,6 +87,7 @@ class StreamWorker:
         self._wall = wall_clock_ns
         self._on_written = on_written
         self._feedback = feedback
+        self._acks = acks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._healthy = True
@@ -134,20 +138,46 @@ class StreamWorker:
             self._ingest(records)
         # Runs the loop closed but could not write (store down when the stop came), and runs
         # evicted by the last records ingested, are written with the others.
-        closed = self._pending_forced + self._assembler.drain(finished_only=save is not None)
+        drained = self._assembler.drain(finished_only=save is not None)
+        if self._acks is not None:
+            self._acks.closing(drained)
+        closed = self._pending_forced + drained
         self._pending_forced = []
         written = self._write_all(closed, deadline)
         if save is not None:
             if not written:  # the store stayed down: keep these runs as unfinished work
                 self._assembler.import_state([(c.trace_id, c.spans) for c in closed], [])
             save(self._assembler)
+            if self._acks is not None:  # everything not written is in the state file now
+                self._acks.saved()
         return written
+
+    def replay(self, records: Sequence[TraceBatch], timeout_s: float = 30.0) -> int:
+        """Feed records read back from the spool at start-up (before :meth:`start`); returns runs written.
+
+        They go through the assembler like live records; then every run whose root span has
+        ended is scored and written now (idempotently) rather than after the quiet period, so a
+        long replay never holds more than a segment's runs. Should the store refuse them within
+        ``timeout_s``, the worker thread writes them once it runs.
+        """
+        self._ingest(list(records))
+        closed = self._assembler.drain(finished_only=True)
+        if not closed:
+            return 0
+        if self._acks is not None:
+            self._acks.closing(closed)
+        if self._write_all(closed, time.monotonic() + timeout_s):
+            return len(closed)
+        self._pending_forced.extend(closed)
+        return 0
 
     def run_once(self, timeout_s: float = 0.0) -> int:
         """One tick: pull, release due runs, score and write them. Returns runs written."""
         records = self._source.get_many(self._max_records, timeout_s)
         self._ingest(records)
         closed = self._assembler.due()
+        if self._acks is not None and closed:
+            self._acks.closing(closed)
         if self._pending_forced:
             closed = self._pending_forced + closed
             self._pending_forced = []
@@ -159,9 +189,16 @@ class StreamWorker:
         return len(closed)
 
     def _ingest(self, records: list[TraceBatch]) -> None:
+        acks = self._acks
+        assembler = self._assembler
         for record in records:
-            forced = self._assembler.add(record)
-            self._pending_forced.extend(forced)
+            forced = assembler.add(record)
+            if forced:
+                if acks is not None:
+                    acks.closing(forced)
+                self._pending_forced.extend(forced)
+            if acks is not None:
+                acks.received(record, assembler.is_open(record.trace_id))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -199,6 +236,8 @@ class StreamWorker:
                     time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
         self._healthy = True
+        if self._acks is not None:
+            self._acks.written(closed)
         self._account(scored, outcomes)
         if self._on_written is not None:
             self._on_written(scored)

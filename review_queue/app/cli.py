@@ -459,6 +459,12 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
+    bench.add_argument(
+        "--spool",
+        choices=("batch", "interval", "never"),
+        default=None,
+        help="only the write-ahead spool off vs on pipeline comparison, with this fsync policy",
+    )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
     bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")

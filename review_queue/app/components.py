@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -32,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.lifecycle import Components
+from review_queue.errors import ReviewQueueError
 
 __all__ = [
     "GRPC_STOP_GRACE_S",
@@ -107,6 +109,34 @@ def http_server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP
     return _Server(config, stop_grace_s)
 
 
+class ListenError(ReviewQueueError):
+    """A listener could not bind its address; the message names it and the reason."""
+
+
+def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``SO_REUSEADDR``, like uvicorn's own).
+
+    Raises:
+        ListenError: naming the address and the operating system's reason.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
 class HttpServer:
     """An HTTP server (uvicorn) as a component: served as a task of ``loop``.
 
@@ -137,8 +167,14 @@ class HttpServer:
         return self.server.stop_grace_s + self.server.cancel_s
 
     def start(self) -> None:
-        """Start serving (listening shortly after)."""
-        self.future = asyncio.run_coroutine_threadsafe(self.server.serve(), self._loop)
+        """Bind the listening socket now, then serve it on the loop.
+
+        Raises:
+            ListenError: the address cannot be bound (in use, not local, no permission): the role
+                stops before it logs that it started.
+        """
+        sock = bind_socket(self.server.config.host, self.server.config.port, self.server.config.backlog)
+        self.future = asyncio.run_coroutine_threadsafe(self.server.serve(sockets=[sock]), self._loop)
 
     def wait_listening(self, poll_s: float = 0.05) -> bool:
         """Block until the server listens; False when it ended first."""

@@ -38,10 +38,12 @@ from review_queue.app.components import (
     Checks,
     GrpcServer,
     HttpServer,
+    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
 from review_queue.app.scoring import Scoring, redactor_from_settings, review_services, store_sink, then
 from review_queue.app.settings import Settings
@@ -69,7 +71,7 @@ log = structlog.get_logger(__name__)
 
 def _probes(s: Settings, registry: CollectorRegistry, checks: Checks) -> HttpServer:
     """The role's ``/healthz``, ``/readyz`` and ``/metrics`` server on the metrics port."""
-    return probe_server(s.http_host, s.metrics_port, registry, checks)
+    return probe_server(s.bind_host("metrics"), s.metrics_port, registry, checks)
 
 
 # --- collector --------------------------------------------------------------------------
@@ -101,21 +103,27 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     app = create_otlp_app(
         limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
     )
+    warn_open_ingest(s, ingest is not None)
     loop = asyncio.get_running_loop()
-    receiver = HttpServer(app, s.otlp_http_host, s.otlp_http_port, loop)
+    receiver = HttpServer(app, s.bind_host("otlp_http"), s.otlp_http_port, loop)
     receivers: list[Component] = [receiver]
     stopping = threading.Event()
     probes = _probes(s, registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()})
     if s.otlp_grpc_port:
-        grpc_server = await create_grpc_server(
-            limited,
-            metrics,
-            host=s.otlp_http_host,
-            port=s.otlp_grpc_port,
-            max_message_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-        )
+        try:
+            grpc_server = await create_grpc_server(
+                limited,
+                metrics,
+                host=s.bind_host("otlp_grpc"),
+                port=s.otlp_grpc_port,
+                max_message_bytes=s.max_body_bytes,
+                retry_after_s=s.retry_after_s,
+                ingest_token=ingest,
+            )
+        except RuntimeError as exc:  # grpc cannot bind the address
+            raise ListenError(
+                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
+            ) from exc
         receivers.append(GrpcServer(grpc_server, loop))
 
     def delay(timeout: float) -> bool:
@@ -310,7 +318,8 @@ async def serve_review(s: Settings) -> bool:
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
     token = s.admin_token.get_secret_value() if s.admin_token else None
     app = create_api_app(store, admin_token=token, ready=store.ping, services=services)
-    api = HttpServer(app, s.http_host, s.http_port, asyncio.get_running_loop())
+    refuse_open_api(s, services.access.auth.open())
+    api = HttpServer(app, s.bind_host("http"), s.http_port, asyncio.get_running_loop())
     probes = _probes(s, registry, lambda: {"database": store.ping()})
     retention = Retention(
         store.engine,

@@ -9,8 +9,9 @@ On SIGTERM every run whose root span ended is scored and written; runs still wai
 their root are saved to ``VIGIL_STATE_PATH`` (:mod:`scorers.state`) and resumed by the next
 start, which loads the file only once its own signal handlers are in place. Requests refused
 while stopping get 503 or a closed connection, and the sender's retry delivers them to the next
-process. A SIGKILL or a crash loses what was accepted and not yet written; the Kafka
-deployment re-delivers instead. Stop budget: :func:`review_queue.app.roles.stop_budget_s`.
+process. A SIGKILL or a crash: every accepted body is in the write-ahead spool
+(``VIGIL_SPOOL_PATH``, :mod:`collector.spool`) until the runs it fed are written, and the next
+start replays what is left. Stop budget: :func:`review_queue.app.roles.stop_budget_s`.
 """
 
 from __future__ import annotations
@@ -24,21 +25,27 @@ from functools import partial
 import structlog
 from prometheus_client import CollectorRegistry
 
+from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
+from collector.model import TraceBatch
+from collector.otlp import decode_json, decode_protobuf
 from collector.receiver import create_otlp_app
-from collector.stream import InProcessStream
+from collector.spool import Spool, SpoolingPublisher, SpoolMetrics, stamp
+from collector.stream import InProcessStream, Publisher
 from review_queue.api import create_api_app
 from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
     GrpcServer,
     HttpServer,
+    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.scoring import Scoring, review_services, store_sink, then
 from review_queue.app.settings import Settings
 from review_queue.maintenance import Maintenance
@@ -46,6 +53,7 @@ from review_queue.model import FeedbackIn
 from review_queue.retention import Retention, deletion_counter
 from review_queue.services import ReviewServices
 from review_queue.store import SqlStore, upgrade_database
+from scorers.acks import AckTracker
 from scorers.judge import AgreementCollector, JudgeService
 from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
@@ -69,6 +77,7 @@ class Embedded:
     services: ReviewServices
     judges: JudgeService | None = None
     agreement: AgreementCollector | None = None
+    spool: Spool | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -156,12 +165,47 @@ def build(
     pipeline = scoring.pipeline(run_metrics, judges)
     sink = store_sink(settings, store, registry, scoring.redactor)
     services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
+    spool = _spool(settings, store, registry)
     worker = StreamWorker(
-        stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
+        stream,
+        assembler,
+        pipeline,
+        sink,
+        run_metrics,
+        on_written=on_written,
+        feedback=services.feedback.summaries,
+        acks=None if spool is None else AckTracker(spool.ack),
     )
     return Embedded(
-        settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement
+        settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement, spool
     )
+
+
+def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> Spool | None:
+    """The write-ahead spool (not opened yet: :func:`replay_spool` does), or None when ``spool_path`` is empty."""
+    if not settings.spool_path:
+        return None
+    return Spool(
+        settings.spool_path,
+        fsync=settings.spool_fsync,
+        max_bytes=settings.spool_max_mb * 1024 * 1024,
+        interval_s=settings.spool_fsync_interval_ms / 1000,
+        retry_after_s=settings.retry_after_s,
+        metrics=SpoolMetrics(registry),
+        before_delete=partial(durable_store, store),
+    )
+
+
+def durable_store(store: SqlStore) -> None:
+    """Make every committed store write survive a power loss before spool segments are deleted.
+
+    SQLite runs in WAL mode with ``synchronous=NORMAL``: a commit reaches the WAL file but is
+    fsynced only at a checkpoint, so a passive checkpoint (which fsyncs the WAL first) is run.
+    PostgreSQL commits are durable already (``synchronous_commit`` on by default).
+    """
+    if store.engine.dialect.name == "sqlite":
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
@@ -207,8 +251,12 @@ async def run_components(
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     # Stored ingest/admin tokens are accepted on OTLP whenever ingest is authenticated.
     token_check = emb.services.access.auth.ingest_allowed if (s.ingest_auth or ingest) else None
+    refuse_open_api(s, emb.services.access.auth.open())
+    warn_open_ingest(s, token_check is not None)
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
-    publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
+    publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
+    if emb.spool is not None:
+        publisher = SpoolingPublisher(publisher, emb.spool)
     otlp_app = create_otlp_app(
         publisher,
         emb.collector_metrics,
@@ -217,7 +265,7 @@ async def run_components(
         ingest_token=ingest,
         token_check=token_check,
     )
-    receiver = HttpServer(otlp_app, s.otlp_http_host, s.otlp_http_port, loop)
+    receiver = HttpServer(otlp_app, s.bind_host("otlp_http"), s.otlp_http_port, loop)
     api_app = create_api_app(
         emb.store,
         admin_token=token,
@@ -225,20 +273,25 @@ async def run_components(
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
     )
-    api = HttpServer(api_app, s.http_host, s.http_port, loop)
-    metrics = probe_server(s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
+    api = HttpServer(api_app, s.bind_host("http"), s.http_port, loop)
+    metrics = probe_server(s.bind_host("metrics"), s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
     receivers: list[Component] = [receiver]
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
-        grpc_server = await create_grpc_server(
-            publisher,
-            emb.collector_metrics,
-            host=s.otlp_http_host,
-            port=s.otlp_grpc_port,
-            max_message_bytes=s.max_body_bytes,
-            retry_after_s=s.retry_after_s,
-            ingest_token=ingest,
-            token_check=token_check,
-        )
+        try:
+            grpc_server = await create_grpc_server(
+                publisher,
+                emb.collector_metrics,
+                host=s.bind_host("otlp_grpc"),
+                port=s.otlp_grpc_port,
+                max_message_bytes=s.max_body_bytes,
+                retry_after_s=s.retry_after_s,
+                ingest_token=ingest,
+                token_check=token_check,
+            )
+        except RuntimeError as exc:  # grpc cannot bind the address
+            raise ListenError(
+                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
+            ) from exc
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(
         emb.store.engine,
@@ -255,7 +308,7 @@ async def run_components(
     c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback), UPKEEP_STOP_S)
     if emb.judges is not None:
         c.add("judges", emb.judges, JUDGE_DRAIN_S)
-    c.add("worker", Drain(emb.worker, s.state_path), drain_timeout_s)
+    c.add("worker", Drain(emb.worker, s.state_path, emb.spool), drain_timeout_s)
     c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
     if demo_rate:
         c.add("demo", _demo(emb, receiver, demo_rate), DEMO_STOP_S)
@@ -268,22 +321,60 @@ class Drain:
     Args:
         worker: the stream worker.
         state_path: where runs still waiting for their root are saved (:mod:`scorers.state`); None: nowhere.
+        spool: the write-ahead spool, replayed at start and closed at the end of the drain.
     """
 
-    def __init__(self, worker: StreamWorker, state_path: str | None) -> None:
+    def __init__(self, worker: StreamWorker, state_path: str | None, spool: Spool | None = None) -> None:
         self._worker = worker
         self._state_path = state_path
+        self._spool = spool
 
     def start(self) -> None:
-        """Load the saved state (deleting the file) into the assembler, then start the worker."""
+        """Load the saved state (deleting the file), replay the spool, then start the worker."""
         if self._state_path:
             load_state(self._state_path, self._worker.assembler)
+        if self._spool is not None:
+            replay_spool(self._spool, self._worker)
         self._worker.start()
 
     def shutdown(self, timeout: float) -> bool:
-        """Score and write every finished run within ``timeout``; save the unfinished ones."""
+        """Score and write every finished run within ``timeout``; save the unfinished ones; close the spool."""
         save = partial(save_state, self._state_path) if self._state_path else None
-        return self._worker.shutdown(timeout, save=save)
+        try:
+            return self._worker.shutdown(timeout, save=save)
+        finally:
+            if self._spool is not None:
+                self._spool.close()  # what was not written or saved stays in it for the next start
+
+
+def replay_spool(spool: Spool, worker: StreamWorker) -> int:
+    """Replay the spool left by the previous process through the worker, one segment at a time.
+
+    After each segment the runs whose root span has ended are scored and written at once
+    (:meth:`StreamWorker.replay`), so memory holds about one segment, not the whole spool; a
+    span of such a run replayed later re-scores it (late spans). A body that no longer decodes
+    (it did when it was accepted) is logged and acknowledged. Returns the bodies replayed.
+
+    Raises:
+        SpoolError: the spool directory is in use by another process or cannot be created.
+    """
+    replayed = 0
+    for segment in spool.open():
+        batches: list[TraceBatch] = []
+        for record in segment:
+            replayed += 1
+            try:
+                decoded = decode_json(record.body) if record.encoding == "json" else decode_protobuf(record.body)
+            except DecodeError as exc:
+                log.error("spool_record_undecodable", seq=record.seq, error=str(exc))
+                spool.ack(record.seq)
+                continue
+            if not decoded.batches:
+                spool.ack(record.seq)
+                continue
+            batches.extend(stamp(decoded.batches, record.seq))
+        worker.replay(batches)
+    return replayed
 
 
 def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
@@ -294,7 +385,8 @@ def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
     from collector.demo.fleet import DemoFleet  # only `vigil run --demo` pays for openai and the helpers
 
     s = emb.settings
-    host = "127.0.0.1" if s.otlp_http_host in ("0.0.0.0", "::", "") else s.otlp_http_host
+    bound = s.bind_host("otlp_http")
+    host = "127.0.0.1" if bound in ("0.0.0.0", "::", "") else bound
     token = {"Authorization": f"Bearer {s.ingest_token.get_secret_value()}"} if s.ingest_token else None
     fleet = DemoFleet(
         f"http://{host}:{s.otlp_http_port}",

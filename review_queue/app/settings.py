@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -45,10 +45,26 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    otlp_http_host: str = Field("0.0.0.0", description="Bind address of the OTLP/HTTP receiver.")
+    listen_host: str = Field(
+        "127.0.0.1",
+        description="Bind address of every listener without its own host setting: loopback only by default; "
+        "0.0.0.0 (or an interface address) to serve other hosts.",
+    )
+    otlp_http_host: str | None = Field(
+        None,
+        description="Bind address of the OTLP/HTTP receiver (and of gRPC without otlp_grpc_host); default listen_host.",
+    )
+    otlp_grpc_host: str | None = Field(
+        None, description="Bind address of the OTLP/gRPC receiver; default otlp_http_host, else listen_host."
+    )
+    metrics_host: str | None = Field(
+        None, description="Bind address of /metrics, /healthz and /readyz; default http_host, else listen_host."
+    )
     otlp_http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP receiver port.")
     otlp_grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC receiver port; 0 disables it.")
-    http_host: str = Field("0.0.0.0", description="Bind address of the API and UI.")
+    http_host: str | None = Field(
+        None, description="Bind address of the API and UI; default listen_host. Open (no token) only on loopback."
+    )
     http_port: int = Field(8080, ge=0, le=65535, description="REST API and reviewer UI port.")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus /metrics port.")
     database_url: str = Field("sqlite:///vigil.db", description="SQLAlchemy URL of the run index and queue.")
@@ -166,6 +182,21 @@ class Settings(BaseModel):
     ingest_auth: bool = Field(
         False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
     )
+    # --- write-ahead spool (vigil run) ---
+    spool_path: str = Field(
+        "vigil.spool",
+        description="vigil run: directory of the write-ahead spool; every accepted OTLP body is written there "
+        "before it is answered 200 and replayed after a crash; empty disables it.",
+    )
+    spool_fsync: Literal["batch", "interval", "never"] = Field(
+        "batch",
+        description="When the spool fsyncs: batch (group commit before every answer: survives power loss), "
+        "interval (every spool_fsync_interval_ms: survives a process crash), never (left to the OS).",
+    )
+    spool_fsync_interval_ms: int = Field(200, gt=0, description="Fsync period of spool_fsync=interval.")
+    spool_max_mb: int = Field(
+        512, gt=0, description="Byte budget of the spool in MiB; when full, OTLP requests get 503 + Retry-After."
+    )
     # --- scale-out on Kafka (vigil collector / vigil scorer) ---
     kafka_bootstrap: str = Field(
         "127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers, host:port[,host:port...]."
@@ -227,6 +258,16 @@ class Settings(BaseModel):
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
 
+    def bind_host(self, endpoint: Literal["otlp_http", "otlp_grpc", "http", "metrics"]) -> str:
+        """The address ``endpoint`` listens on: its own host setting, else the fallback chain, else ``listen_host``."""
+        chains = {
+            "otlp_http": (self.otlp_http_host,),
+            "otlp_grpc": (self.otlp_grpc_host, self.otlp_http_host),
+            "http": (self.http_host,),
+            "metrics": (self.metrics_host, self.http_host),
+        }
+        return next((host for host in chains[endpoint] if host is not None), self.listen_host)
+
     @classmethod
     def load(
         cls,
@@ -245,15 +286,25 @@ class Settings(BaseModel):
             SettingsError: naming the key (and variable) of the first bad value.
         """
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = dict(_read_yaml(config_file, env))
-        values.update(_from_env(env))
+        from_file = _read_yaml(config_file, env)
+        path = _config_path(config_file, env)
+        values: dict[str, Any] = dict(from_file)
+        origin = {key: f"{path}: {key}" for key in from_file}  # where each value came from, for errors
+        from_env = _from_env(env)
+        values.update(from_env)
+        origin.update({key: f"{ENV_PREFIX}{key.upper()}" for key in from_env})
+        origin.update(_files_from_env(env, values))
         values.update(overrides or {})
         try:
             return cls(**values)
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else "?"
-            raise SettingsError(key, f"{ENV_PREFIX}{key.upper()}", err["msg"], values.get(key)) from exc
+            where = ".".join(str(part) for part in err["loc"])
+            reason = err["msg"] if len(err["loc"]) <= 1 else f"at {where}: {err['msg']}"
+            variable = origin.get(key, f"{ENV_PREFIX}{key.upper()}")
+            value = values.get(key) if len(err["loc"]) <= 1 else err.get("input")
+            raise SettingsError(key, variable, reason, value) from exc
 
 
 def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mapping[str, Any]:
@@ -270,6 +321,41 @@ def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mappin
     if not isinstance(data, dict):
         raise SettingsError("config", VIGIL_CONFIG, "top level must be a mapping", str(path))
     return data
+
+
+def _config_path(config_file: str | Path | None, env: Mapping[str, str]) -> Path:
+    """The YAML file :func:`_read_yaml` reads (named in errors about its values)."""
+    return Path(config_file or env.get(VIGIL_CONFIG) or DEFAULT_CONFIG_FILE)
+
+
+def _files_from_env(env: Mapping[str, str], values: dict[str, Any]) -> dict[str, str]:
+    """Read YAML-only settings given a file path in the environment (``VIGIL_RULES=/etc/vigil/rules.yaml``).
+
+    The file holds the mapping itself. ``values`` is updated in place; returns where each came from.
+
+    Raises:
+        SettingsError: naming the setting, the variable and the file (missing, unreadable, not YAML, not a mapping).
+    """
+    origin: dict[str, str] = {}
+    for key, field in Settings.model_fields.items():
+        variable = f"{ENV_PREFIX}{key.upper()}"
+        text = env.get(variable)
+        if text is None or "Mapping" not in str(field.annotation):
+            continue
+        path = Path(text)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError as exc:
+            raise SettingsError(key, variable, "file not found (a YAML file holding the mapping)", text) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(key, variable, f"cannot read the file: {exc}", text) from exc
+        except yaml.YAMLError as exc:
+            raise SettingsError(key, variable, f"invalid YAML in the file: {exc}".replace("\n", " "), text) from exc
+        if not isinstance(data, dict):
+            raise SettingsError(key, variable, "the file must hold a mapping", text)
+        values[key] = data
+        origin[key] = f"{path} ({variable})"
+    return origin
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, str]:

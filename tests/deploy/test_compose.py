@@ -44,8 +44,6 @@ def published(service: dict[str, Any]) -> dict[int, int]:
     return out
 
 
-
-
 class TestSchema:
     """The file validates against the Compose Specification (check-jsonschema's vendored compose-spec)."""
 
@@ -186,3 +184,22 @@ class TestMounts:
         names = {r["name"] for r in am["receivers"]}
         routes = [am["route"], *am["route"].get("routes", [])]
         assert {r["receiver"] for r in routes} <= names
+
+
+class TestExposure:
+    """Secure defaults in the compose stack: listeners reachable by the other containers, the API never open."""
+
+    def test_roles_bind_all_interfaces_explicitly(self) -> None:
+        """Each role sets VIGIL_LISTEN_HOST itself (Vigil's default is loopback, unreachable from other containers)."""
+        from review_queue.app.exposure import is_loopback
+
+        for name, s in vigil_services().items():
+            env = {k: str(v) for k, v in s["environment"].items()}
+            assert "0.0.0.0" == env.get("VIGIL_LISTEN_HOST"), name
+            assert not is_loopback(Settings.load(env).bind_host("metrics")), name
+
+    def test_published_api_requires_an_admin_token(self) -> None:
+        """The review API is published on the host: its admin token is required from the environment (no default)."""
+        env = services()["review"]["environment"]
+        token = env["VIGIL_ADMIN_TOKEN"]
+        assert token.startswith("${VIGIL_ADMIN_TOKEN:?"), token  # compose refuses to start without it

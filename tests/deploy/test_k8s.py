@@ -70,8 +70,6 @@ def container_env(c: Doc) -> dict[str, str]:
     return env
 
 
-
-
 class TestFiles:
     """Every manifest parses and kustomization lists them all."""
 
@@ -281,3 +279,34 @@ class TestPrometheusRule:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         assert module.prometheus_rule() == named("PrometheusRule", "vigil")
+
+
+class TestExposure:
+    """Secure defaults: what each container exposes is set explicitly, and no API is open off loopback."""
+
+    def test_every_listener_is_reachable_where_the_pod_needs_it(self) -> None:
+        """Probes and monitors reach the pod IP, so metrics bind all interfaces; the sidecar's OTLP stays local."""
+        from review_queue.app.exposure import is_loopback
+
+        for name, _, c in vigil_containers():
+            env = {k: v for k, v in container_env(c).items() if v != "<from secret>"}
+            settings = Settings.load(env)
+            if c["args"][0] == "db":
+                continue
+            assert not is_loopback(settings.bind_host("metrics")), name
+            if c["args"][0] == "collector":
+                assert is_loopback(settings.bind_host("otlp_http")), name  # the agent exports to localhost
+                assert is_loopback(settings.bind_host("otlp_grpc")), name
+
+    def test_api_off_loopback_takes_its_admin_token_from_a_secret(self) -> None:
+        """The review API binds the pod IP, so VIGIL_ADMIN_TOKEN comes from the vigil-admin Secret (none shipped)."""
+        from review_queue.app.exposure import is_loopback
+
+        for name, _, c in vigil_containers():
+            if c["args"][0] not in {"review", "run"}:
+                continue
+            env = {k: v for k, v in container_env(c).items() if v != "<from secret>"}
+            assert not is_loopback(Settings.load(env).bind_host("http")), name
+            ref = next(v for v in c["env"] if v["name"] == "VIGIL_ADMIN_TOKEN")["valueFrom"]["secretKeyRef"]
+            assert {"name": "vigil-admin", "key": "token"} == ref, name
+            assert all(d["metadata"]["name"] != "vigil-admin" for d in by_kind("Secret"))  # no default token

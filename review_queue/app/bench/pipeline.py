@@ -39,6 +39,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from collector.otlp import decode_protobuf
+from collector.spool import stamp
 from review_queue.app.bench.synth import bodies
 from review_queue.app.process import cpu_seconds, free_port
 from review_queue.app.run import build, tune_gc
@@ -57,7 +58,8 @@ class _Clock:
 
 
 def _settings(db: Path, **extra: object) -> Settings:
-    return Settings.load({}, {"database_url": f"sqlite:///{db}", **extra}, config_file=_empty_yaml(db.parent))
+    values = {"database_url": f"sqlite:///{db}", "spool_path": "", **extra}  # the spool only where asked for
+    return Settings.load({}, values, config_file=_empty_yaml(db.parent))
 
 
 def _empty_yaml(folder: Path) -> Path:
@@ -66,8 +68,17 @@ def _empty_yaml(folder: Path) -> Path:
     return path
 
 
-def bench_pipeline(n_runs: int, *, saturated: bool = True) -> tuple[float, int, int]:
+def bench_pipeline(
+    n_runs: int, *, saturated: bool = True, spool: str | None = None, wall: list[float] | None = None
+) -> tuple[float, int, int]:
     """One pipeline measurement. Returns ``(spans per CPU second, spans, runs written)``.
+
+    With ``spool`` (an fsync policy) every body is first appended to the write-ahead spool (in the
+    temporary directory) and waited for as ``vigil run``'s receiver does, and written runs
+    acknowledge their bodies (segments deleted as they empty): what the spool adds. The CPU
+    figure includes the spool's flusher thread (``process_time``); ``wall``, when given,
+    receives the spans per wall second (which also shows the fsync waits: one body at a time
+    here, so no group commit shares them).
 
     With ``saturated`` (the default) bodies are published until the stream holds a full
     worker tick (``StreamWorker`` pulls up to ``max_records`` = 512 records a tick), then
@@ -78,16 +89,25 @@ def bench_pipeline(n_runs: int, *, saturated: bool = True) -> tuple[float, int, 
     """
     payload = list(bodies(n_runs))
     with tempfile.TemporaryDirectory() as tmp:
-        emb = build(_settings(Path(tmp) / "bench.db"), CollectorRegistry())
+        extra = {"spool_path": str(Path(tmp) / "spool"), "spool_fsync": spool} if spool else {}
+        emb = build(_settings(Path(tmp) / "bench.db", **extra), CollectorRegistry())
+        if emb.spool is not None:
+            emb.spool.open()
         clock = _Clock()
         emb.worker._assembler._clock = clock  # advance time by hand: no waiting out the quiet period
         tick = emb.worker._max_records if saturated else 1
         written = 0
         spans = 0
-        cpu0 = time.process_time()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for body, n, _ in payload:
             result = decode_protobuf(body)
-            emb.stream.publish(result.batches)
+            if emb.spool is None:
+                emb.stream.publish(result.batches)
+            else:
+                seq, durable = emb.spool.append(body)
+                if durable is not None:
+                    durable.result()
+                emb.stream.publish(stamp(result.batches, seq))
             spans += n
             clock.t += emb.settings.quiet_period_s + 0.1
             if emb.stream.qsize() >= tick:
@@ -96,9 +116,38 @@ def bench_pipeline(n_runs: int, *, saturated: bool = True) -> tuple[float, int, 
             written += emb.worker.run_once(0.0)
         clock.t += 10
         written += emb.worker.run_once(0.0)
-        cpu = time.process_time() - cpu0
+        cpu, elapsed = time.process_time() - cpu0, time.perf_counter() - wall0
+        if emb.spool is not None:
+            emb.spool.close()
         emb.store.close()
+    if wall is not None:
+        wall.append(spans / elapsed)
     return spans / cpu, spans, written
+
+
+def bench_spool(n_runs: int, repeat: int, policy: str = "batch") -> dict[str, float]:
+    """The saturated pipeline without and with the spool (``policy``), alternating ``repeat`` times.
+
+    Returns:
+        medians of ``off_cpu``, ``on_cpu`` (spans per CPU second), ``off_wall``, ``on_wall`` (spans
+        per wall second) and ``ratio_cpu`` / ``ratio_wall``: the medians of the per-pair on/off ratios.
+    """
+    off_cpu: list[float] = []
+    on_cpu: list[float] = []
+    off_wall: list[float] = []
+    on_wall: list[float] = []
+    for _ in range(repeat):
+        off_cpu.append(bench_pipeline(n_runs, wall=off_wall)[0])
+        on_cpu.append(bench_pipeline(n_runs, spool=policy, wall=on_wall)[0])
+    pairs = list(zip(off_cpu, on_cpu, off_wall, on_wall, strict=True))
+    return {
+        "off_cpu": statistics.median(off_cpu),
+        "on_cpu": statistics.median(on_cpu),
+        "off_wall": statistics.median(off_wall),
+        "on_wall": statistics.median(on_wall),
+        "ratio_cpu": statistics.median(b / a for a, b, _, _ in pairs),
+        "ratio_wall": statistics.median(d / c for _, _, c, d in pairs),
+    }
 
 
 JUDGE_DELAY_S = 1.0
@@ -425,6 +474,16 @@ def _median_of(label: str, repeat: int, fn: Callable[[], float]) -> float:
     return statistics.median(values)
 
 
+def _spool_rows(table: Table, n_runs: int, repeat: int, policy: str = "batch") -> None:
+    with Progress(console=console, transient=True) as progress:
+        progress.add_task(f"spool off vs on ({repeat}×2 runs)", total=None)
+        sp = bench_spool(n_runs, repeat, policy)
+    table.add_row(f"spool off / on ({policy}): spans/s per core", f"{sp['off_cpu']:,.0f} / {sp['on_cpu']:,.0f}")
+    table.add_row("  spool on / off, CPU (target ≥ 0.90)", f"{sp['ratio_cpu']:.3f}")
+    table.add_row(f"spool off / on ({policy}): spans/s wall", f"{sp['off_wall']:,.0f} / {sp['on_wall']:,.0f}")
+    table.add_row("  spool on / off, wall", f"{sp['ratio_wall']:.3f}")
+
+
 def _judge_rows(table: Table, n_runs: int, repeat: int) -> None:
     with Progress(console=console, transient=True) as progress:
         progress.add_task(f"judge on vs off ({repeat}×2 runs)", total=None)
@@ -450,10 +509,15 @@ def main(args: argparse.Namespace) -> int:
         _judge_rows(table, n_runs, repeat)
         Console().print(table)
         return 0
+    if getattr(args, "spool", None):  # only the spool comparison
+        _spool_rows(table, n_runs, repeat, args.spool)
+        Console().print(table)
+        return 0
     pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
     table.add_row("embedded pipeline, spans/s per core (saturated worker)", f"{pipe:,.0f}")
     light = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, saturated=False)[0])
     table.add_row("  same, one worker tick per OTLP body", f"{light:,.0f}")
+    _spool_rows(table, n_runs, repeat)
     for stage, micros in bench_stages(n_runs).items():
         table.add_row(f"  stage {stage}, CPU µs per run", f"{micros:,.0f}")
     ingest = [bench_ingest(n_runs) for _ in range(repeat)]
