@@ -811,7 +811,9 @@ _GUARD_BLOCK_VALUES: Final = frozenset(
     {"deny", "denied", "block", "blocked", "intervened", "guardrail_intervened", "flagged", "rejected", "reject",
      "unsafe", "tripped", "triggered", "violation"}
 )  # fmt: skip
-_GUARD_TRUE_SUFFIXES: Final = ("triggered", "tripped", "blocked", "flagged", "intervened", "violated", "denied", "rail.stop")
+_GUARD_TRUE_SUFFIXES: Final = (
+    "triggered", "tripped", "blocked", "flagged", "intervened", "violated", "denied", "rail.stop",
+)  # fmt: skip
 """Boolean decision attributes that mean "blocked" when true (NeMo Guardrails' ``rail.stop`` included)."""
 
 
