@@ -807,6 +807,7 @@ def _guardrail_attribute(attrs: Attributes) -> tuple[str, str] | None:
 
 
 _GUARD_KEY_WORDS: Final = ("guardrail", "guardian", "moderation", "security.decision", "tripwire", "safety", "rail.")
+"""Attribute keys that can carry a guardrail/moderation decision (lower-cased substrings)."""
 _GUARD_BLOCK_VALUES: Final = frozenset(
     {"deny", "denied", "block", "blocked", "intervened", "guardrail_intervened", "flagged", "rejected", "reject",
      "unsafe", "tripped", "triggered", "violation"}
@@ -817,19 +818,27 @@ _GUARD_TRUE_SUFFIXES: Final = (
 """Boolean decision attributes that mean "blocked" when true (NeMo Guardrails' ``rail.stop`` included)."""
 
 
+def _has_guard_key(keys: str) -> bool:
+    for word in _GUARD_KEY_WORDS:  # noqa: SIM110 - a plain loop: cheaper than any() or a regex here
+        if word in keys:
+            return True
+    return False
+
+
 def _guard_decision(attrs: Attributes, *, guardrail_span: bool) -> tuple[str, str] | None:
     """A guardrail decision attribute that says the content was blocked, or a guardrail span's blocking output."""
-    for key, value in attrs.items():
-        low = key.lower()
-        if not any(word in low for word in _GUARD_KEY_WORDS):
-            continue
-        if isinstance(value, bool):
-            if value and low.endswith(_GUARD_TRUE_SUFFIXES):
-                return key, "true"
-            continue
-        text = _lower(value)
-        if text is not None and text in _GUARD_BLOCK_VALUES and not low.endswith(("config", "policy", "on_fail")):
-            return key, text
+    if _has_guard_key("\n".join(attrs).lower()):  # one scan of all keys; most spans have none
+        for key, value in attrs.items():
+            low = key.lower()
+            if not _has_guard_key(low):
+                continue
+            if isinstance(value, bool):
+                if value and low.endswith(_GUARD_TRUE_SUFFIXES):
+                    return key, "true"
+                continue
+            text = _lower(value)
+            if text is not None and text in _GUARD_BLOCK_VALUES and not low.endswith(("config", "policy", "on_fail")):
+                return key, text
     if guardrail_span:
         out = _lower(attrs.get("output.value"))
         if out is not None and out.strip('"') in _GUARD_BLOCK_VALUES:
