@@ -1,0 +1,410 @@
+"""Run details: the per-run document behind the run page (conversation, span tree, span attributes).
+
+The review item's snapshot exists only for flagged runs; the details document exists for every
+run (kept ``VIGIL_DETAILS_RETENTION_DAYS``, 7 by default; ``0`` keeps it for flagged runs only).
+It is built **off the scoring path**: :class:`DetailsWriter` receives each batch once the store
+has committed it (the stream worker's / consumer's ``on_written`` hook), and a thread of its own
+builds, redacts, bounds, compresses and writes the documents in batches. When that thread falls
+behind, whole batches are dropped and counted (``vigil_run_details_dropped_total``): a missing
+details document shows as "details not kept", it never slows scoring down.
+
+Bounds (per run, documented in the README):
+
+* :data:`MAX_VALUE_CHARS` characters per attribute value, message, argument or result;
+* :data:`MAX_ATTRIBUTES` attributes and :data:`MAX_EVENTS` events per span (the rest counted);
+* :data:`MAX_SPANS` spans per run;
+* :data:`MAX_DOC_BYTES` of JSON before compression: past it, attributes are dropped from the
+  last spans first (each such span says so).
+
+Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
+attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
+is zlib (level 1) of compact JSON: the ``lz4`` package is not a dependency and zlib at level 1
+costs about as much per byte as TOAST's lz4 does; the column is binary, so PostgreSQL does not
+compress it again.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import orjson
+import structlog
+
+from collector.model import AttrValue, SpanEvent
+from scorers import content
+from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.pricing import PriceTable
+from scorers.redact import Redactor
+
+__all__ = [
+    "DEFAULT_DETAILS_RETENTION_DAYS",
+    "DETAILS_VERSION",
+    "MAX_ATTRIBUTES",
+    "MAX_DOC_BYTES",
+    "MAX_EVENTS",
+    "MAX_SPANS",
+    "MAX_VALUE_CHARS",
+    "DetailsWriter",
+    "build_details",
+    "decode",
+    "details_row",
+    "encode",
+]
+
+log = structlog.get_logger(__name__)
+
+DETAILS_VERSION: Final = 1
+DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
+"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
+MAX_VALUE_CHARS: Final = 2048
+MAX_ATTRIBUTES: Final = 128
+MAX_EVENTS: Final = 32
+MAX_EVENT_ATTRIBUTES: Final = 32
+MAX_SPANS: Final = 2000
+MAX_LIST_ITEMS: Final = 64
+MAX_DOC_BYTES: Final = 1024 * 1024
+CODEC: Final = "zlib1+json"
+
+_KIND = {kind: kind.value for kind in StepKind}
+
+
+def build_details(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None = None) -> dict[str, Any]:
+    """The details document of one scored run (plain JSON types, redacted, bounded).
+
+    Args:
+        scored: the run as scored (unredacted: this function redacts).
+        redactor: the redactor of the review snapshot.
+        prices: the model price table (estimated cost per LLM span); none: no cost.
+
+    Returns:
+        ``{details_version, trace_id, spans: [...], conversation: [...], content_captured,
+        spans_dropped, truncated}``.
+    """
+    run = scored.run
+    text = _Texts(redactor)
+    steps = run.steps[:MAX_SPANS]
+    spans = [_span(step, text, prices) for step in steps]
+    doc: dict[str, Any] = {
+        "details_version": DETAILS_VERSION,
+        "trace_id": run.trace_id,
+        "spans": spans,
+        "spans_dropped": max(0, len(run.steps) - MAX_SPANS),
+        "truncated": False,
+    }
+    conversation = _conversation(run, text)
+    doc["conversation"] = conversation
+    doc["content_captured"] = any(e["kind"] != "guardrail" for e in conversation)
+    _fit(doc)
+    return doc
+
+
+def encode(doc: Mapping[str, Any]) -> bytes:
+    """Compressed body of a details document."""
+    return zlib.compress(orjson.dumps(doc), 1)
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """The details document of a stored body."""
+    value = orjson.loads(zlib.decompress(body))
+    return value if isinstance(value, dict) else {}
+
+
+def details_row(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float) -> dict[str, Any]:
+    """The ``run_details`` row of a scored run."""
+    body = encode(build_details(scored, redactor, prices))
+    return {
+        "trace_id": scored.run.trace_id,
+        "span_count": scored.run.span_count,
+        "codec": CODEC,
+        "body": body,
+        "created_at": now,
+    }
+
+
+class _Texts:
+    """Redact and clip text once per distinct value (messages repeat across LLM calls)."""
+
+    __slots__ = ("_cache", "_redactor")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._cache: dict[str, str] = {}
+
+    def __call__(self, value: str, limit: int = MAX_VALUE_CHARS) -> str:
+        cut = value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
+        found = self._cache.get(cut)
+        if found is None:
+            found = self._redactor.text(cut).replace("\x00", "\ufffd")
+            if len(self._cache) < 4096:
+                self._cache[cut] = found
+        return found
+
+    def key_kept(self, key: str) -> bool:
+        return self._redactor.keep_attribute(key)
+
+
+def _value(value: AttrValue, text: _Texts, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list | tuple) and depth < 3:
+        items = [_value(v, text, depth + 1) for v in value[:MAX_LIST_ITEMS]]
+        if len(value) > MAX_LIST_ITEMS:
+            items.append(f"… {len(value) - MAX_LIST_ITEMS} more")
+        return items
+    if isinstance(value, Mapping) and depth < 3:
+        return _attributes(value, text, depth + 1)[0]
+    return text(str(value))
+
+
+def _attributes(attrs: Mapping[str, AttrValue], text: _Texts, depth: int = 0) -> tuple[dict[str, Any], int]:
+    out: dict[str, Any] = {}
+    dropped = 0
+    for key, value in attrs.items():
+        if not isinstance(key, str) or not text.key_kept(key):
+            dropped += 1
+            continue
+        if len(out) >= MAX_ATTRIBUTES:
+            dropped += 1
+            continue
+        out[text(key, 256)] = _value(value, text, depth)
+    return out, dropped
+
+
+def _events(events: Sequence[SpanEvent], text: _Texts) -> list[dict[str, Any]]:
+    out = []
+    for event in events[:MAX_EVENTS]:
+        attrs, _ = _attributes(dict(list(event.attributes.items())[:MAX_EVENT_ATTRIBUTES]), text)
+        out.append({"name": text(event.name, 256), "time_ns": event.time_ns, "attributes": attrs})
+    return out
+
+
+def _span(step: Step, text: _Texts, prices: PriceTable | None) -> dict[str, Any]:
+    attrs, dropped = _attributes(step.attributes, text)
+    cost = None
+    if prices is not None and step.kind is StepKind.LLM and (step.input_tokens or step.output_tokens):
+        price = prices.price(step.model)
+        if price is not None:
+            cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
+    return {
+        "span_id": step.span_id,
+        "parent_id": step.parent_id,
+        "name": text(step.name, 512),
+        "kind": _KIND[step.kind],
+        "start_ns": step.start_ns,
+        "end_ns": step.end_ns,
+        "duration_s": step.duration_s,
+        "error": step.error,
+        "error_type": None if step.error_type is None else text(step.error_type, 256),
+        "status_message": text(step.status_message),
+        "model": None if step.model is None else text(step.model, 256),
+        "input_tokens": step.input_tokens,
+        "output_tokens": step.output_tokens,
+        "cost_usd": cost,
+        "finish_reasons": list(step.finish_reasons),
+        "attributes": attrs,
+        "attributes_dropped": dropped,
+        "events": _events(step.events, text),
+        "events_dropped": max(0, len(step.events) - MAX_EVENTS),
+    }
+
+
+def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
+    """The run as a reviewer reads it, in order: the input, each model turn, each tool call, guardrails, the answer.
+
+    Messages come from each LLM span in start order (:func:`scorers.content.messages_of`: OTel
+    GenAI, OpenInference, Traceloop, Vercel); a message already shown (the history each call
+    repeats) is not shown again. Tool calls come from the tool spans, between the model turns.
+    """
+    tools: dict[str, ToolCall] = {t.span_id: t for t in run.tools}
+    entries: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    shown_results: set[str] = set()
+    for step in run.steps[:MAX_SPANS]:
+        if step.kind is StepKind.LLM:
+            for message in content.messages_of(step.attributes):
+                key = (message.role, message.content)
+                if key in seen or (message.role == "tool" and message.content in shown_results):
+                    continue
+                seen.add(key)
+                entries.append(
+                    {
+                        "kind": "message",
+                        "role": text(message.role, 64),
+                        "content": text(message.content),
+                        "span_id": step.span_id,
+                    }
+                )
+        elif step.kind is StepKind.TOOL and step.span_id in tools:
+            call = tools[step.span_id]
+            if call.result is not None:
+                shown_results.add(call.result)
+            entries.append(
+                {
+                    "kind": "tool",
+                    "name": text(call.name, 256),
+                    "call_id": call.call_id,
+                    "arguments": None if call.arguments is None else text(call.arguments),
+                    "result": None if call.result is None else text(call.result),
+                    "error": None if call.error is None else text(call.error),
+                    "span_id": step.span_id,
+                }
+            )
+        elif step.kind is StepKind.GUARDRAIL:
+            entries.append(
+                {
+                    "kind": "guardrail",
+                    "name": text(step.name, 256),
+                    "blocked": step.error or run.safety_blocked,
+                    "message": text(step.status_message),
+                    "span_id": step.span_id,
+                }
+            )
+    if not any(e["kind"] == "message" for e in entries):
+        for message in run.messages:  # content captured on the agent span only
+            entries.insert(
+                0, {"kind": "message", "role": text(message.role, 64), "content": text(message.content), "span_id": ""}
+            )
+    final = run.final_output
+    if final is not None:
+        last = next((e for e in reversed(entries) if e["kind"] == "message" and e["role"] == "assistant"), None)
+        redacted = text(final)
+        if last is None or last["content"].strip() != redacted.strip():
+            entries.append({"kind": "final", "content": redacted, "span_id": ""})
+        else:
+            last["final"] = True
+    return entries
+
+
+def _fit(doc: dict[str, Any]) -> None:
+    """Drop attributes from the last spans until the document fits :data:`MAX_DOC_BYTES`."""
+    size = len(orjson.dumps(doc))
+    if size <= MAX_DOC_BYTES:
+        return
+    doc["truncated"] = True
+    for span in reversed(doc["spans"]):
+        if size <= MAX_DOC_BYTES:
+            break
+        before = len(orjson.dumps(span))
+        span["attributes_dropped"] += len(span["attributes"])
+        span["attributes"] = {}
+        span["events"] = [{"name": e["name"], "time_ns": e["time_ns"], "attributes": {}} for e in span["events"]]
+        size -= before - len(orjson.dumps(span))
+    while size > MAX_DOC_BYTES and doc["conversation"]:
+        size -= len(orjson.dumps(doc["conversation"].pop(0)))
+
+
+WriteRows = Callable[[list[dict[str, Any]]], None]
+
+
+class DetailsWriter:
+    """Builds and writes run details on a thread of its own; a :class:`collector.lifecycle.Component`.
+
+    Args:
+        write: stores rows (:meth:`review_queue.store.SqlStore.write_details`).
+        redactor: the snapshot's redactor.
+        prices: model prices for the per-span cost (optional).
+        keep_unflagged: write details of unflagged runs too (details retention > 0).
+        max_batches: batches waiting before new ones are dropped.
+        on_dropped: called with the number of runs dropped (metrics).
+        clock: Unix seconds.
+    """
+
+    def __init__(
+        self,
+        write: WriteRows,
+        redactor: Redactor,
+        *,
+        prices: PriceTable | None = None,
+        keep_unflagged: bool = True,
+        max_batches: int = 64,
+        on_dropped: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._write = write
+        self._redactor = redactor
+        self._prices = prices
+        self._keep_unflagged = keep_unflagged
+        self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
+        self._on_dropped = on_dropped
+        self._clock = clock
+        self._thread: threading.Thread | None = None
+        self.written = 0
+        self.dropped = 0
+
+    def submit(self, batch: Sequence[ScoredRun]) -> None:
+        """Queue a written batch (never blocks; a full queue drops the batch and counts it)."""
+        if not self._keep_unflagged:
+            batch = [s for s in batch if s.flag is not None]
+        if not batch:
+            return
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            self.dropped += len(batch)
+            if self._on_dropped is not None:
+                self._on_dropped(len(batch))
+
+    def write_now(self, batch: Iterable[ScoredRun]) -> int:
+        """Build and write ``batch`` on the calling thread (tests, ``vigil replay``); returns rows written."""
+        now = self._clock()
+        rows = [details_row(s, self._redactor, self._prices, now) for s in batch]
+        if rows:
+            self._write(rows)
+            self.written += len(rows)
+        return len(rows)
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._loop, name="vigil-details", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Write what is queued (within ``timeout_s``) and stop."""
+        if self._thread is None:
+            return True
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            return False
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            runs = list(batch)
+            while len(runs) < 500:  # coalesce what is waiting into one transaction
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._flush(runs)
+                    return
+                runs.extend(more)
+            self._flush(runs)
+
+    def _flush(self, runs: list[ScoredRun]) -> None:
+        try:
+            self.write_now(runs)
+        except Exception:  # details are a convenience: log and go on, never stop the thread
+            log.exception("run_details_write_failed", runs=len(runs))
+            self.dropped += len(runs)
+            if self._on_dropped is not None:
+                self._on_dropped(len(runs))
