@@ -118,7 +118,9 @@ def decode(body: bytes) -> dict[str, Any]:
 def details_row(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float) -> dict[str, Any]:
     """The ``run_details`` row of a scored run."""
     body = encode(build_details(scored, redactor, prices))
+    final = scored.run.final_output
     return {
+        "final_output": None if final is None else redactor.text(final[:MAX_VALUE_CHARS]).replace("\x00", "\ufffd"),
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,
@@ -237,7 +239,11 @@ def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
         if step.kind is StepKind.LLM:
             for message in content.messages_of(step.attributes):
                 key = (message.role, message.content)
-                if key in seen or (message.role == "tool" and message.content in shown_results):
+                if (
+                    not message.content.strip()
+                    or key in seen
+                    or (message.role == "tool" and message.content in shown_results)
+                ):
                     continue
                 seen.add(key)
                 entries.append(
@@ -282,7 +288,8 @@ def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
     if final is not None:
         last = next((e for e in reversed(entries) if e["kind"] == "message" and e["role"] == "assistant"), None)
         redacted = text(final)
-        if last is None or last["content"].strip() != redacted.strip():
+        said = "" if last is None else last["content"].strip()
+        if not said or (said != redacted.strip() and said not in redacted):
             entries.append({"kind": "final", "content": redacted, "span_id": ""})
         else:
             last["final"] = True

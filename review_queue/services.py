@@ -33,6 +33,7 @@ class ReviewServices:
         tokens: the token table.
         access: authentication, sessions and role checks.
         metrics: review metrics, when registered.
+        clock: Unix epoch seconds (the stats page's "now").
     """
 
     store: SqlStore
@@ -41,6 +42,7 @@ class ReviewServices:
     tokens: TokenStore
     access: Access
     metrics: ReviewMetrics | None = None
+    clock: Callable[[], float] = time.time
 
 
 def build_services(
@@ -92,4 +94,4 @@ def build_services(
         SessionSigner(session_secret or random_secret(), clock=clock),
         secure_cookies=secure_cookies,
     )
-    return ReviewServices(store, workbench, feedback, tokens, access, metrics)
+    return ReviewServices(store, workbench, feedback, tokens, access, metrics, clock)

@@ -256,7 +256,7 @@ class SqlStore:
         stmt = self._insert(run_details)
         stmt = stmt.on_conflict_do_update(
             index_elements=[run_details.c.trace_id],
-            set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at")},
+            set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at", "final_output")},
             where=run_details.c.span_count <= stmt.excluded.span_count,
         )
         with self._guard("write_details"), self._engine.connect() as conn, write_transaction(conn):

@@ -88,6 +88,7 @@ run_details = sa.Table(
     sa.Column("codec", sa.String(16), nullable=False),
     sa.Column("body", sa.LargeBinary(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("final_output", sa.Text(), nullable=True),
     sa.Index("ix_run_details_created", "created_at"),
 )
 """The details document of a run (:mod:`review_queue.details`, migration ``0007``): compressed JSON

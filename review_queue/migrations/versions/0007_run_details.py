@@ -6,7 +6,8 @@ Create Date: 2026-11-25
 
 One row per run, written off the scoring path by :class:`review_queue.details.DetailsWriter`:
 ``body`` is zlib-compressed JSON (``codec`` says how), kept ``VIGIL_DETAILS_RETENTION_DAYS``
-for unflagged runs and as long as the run for flagged ones. On PostgreSQL the column's storage
+for unflagged runs and as long as the run for flagged ones. ``final_output``: the run's final
+answer (redacted, first 2,048 characters) for the runs explorer's text search. On PostgreSQL the column's storage
 is ``EXTERNAL``: the body is already compressed, TOAST must not try again.
 """
 
@@ -30,6 +31,7 @@ def upgrade() -> None:
         sa.Column("codec", sa.String(16), nullable=False),
         sa.Column("body", sa.LargeBinary(), nullable=False),
         sa.Column("created_at", sa.Double(), nullable=False),
+        sa.Column("final_output", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("trace_id", name="pk_run_details"),
     )
     op.create_index("ix_run_details_created", "run_details", ["created_at"])
