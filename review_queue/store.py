@@ -297,7 +297,13 @@ class SqlStore:
             conn.execute(
                 sa.update(runs)
                 .where(runs.c.trace_id == trace_id)
-                .values(flagged=True, flag_priority=priority, flag_reasons=reasons, updated_at=now)
+                .values(
+                    flagged=True,
+                    flag_priority=priority,
+                    flag_reasons=reasons,
+                    sample_rate=float(row["sample_rate"] or 0.0),
+                    updated_at=now,
+                )
             )
             item = {
                 "trace_id": trace_id,

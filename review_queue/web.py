@@ -336,6 +336,7 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
         order: str = "desc",
         cursor: str = "",
         notice: str = "",
+        limit: int = 50,
     ) -> Response:
         trace = trace.strip().lower()
         if len(trace) == 32 and all(c in "0123456789abcdef" for c in trace):
@@ -356,6 +357,7 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             "errored": errored, "score": score[:64], "score_min": score_min[:32], "score_max": score_max[:32],
             "since_h": since_h[:16], "until_h": until_h[:16], "trace": trace[:32], "q": q[:256],
             "sort": sort if sort in explorer.SORTS else "created", "order": "asc" if order == "asc" else "desc",
+            "limit": str(max(1, min(limit, explorer.MAX_PAGE))) if limit != 50 else "",
         }  # fmt: skip
         error = ""
         query = explorer.RunQuery(
@@ -374,6 +376,7 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             text=filters["q"] or None,
             sort=filters["sort"],
             descending=filters["order"] == "desc",
+            limit=max(1, min(limit, explorer.MAX_PAGE)),
         )
         rows: list[dict[str, Any]] = []
         next_cursor = None
