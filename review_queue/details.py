@@ -234,25 +234,24 @@ def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
     tools: dict[str, ToolCall] = {t.span_id: t for t in run.tools}
     entries: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
+    history: list[tuple[str, str]] = []
     shown_results: set[str] = set()
     for step in run.steps[:MAX_SPANS]:
         if step.kind is StepKind.LLM:
-            for message in content.messages_of(step.attributes):
-                key = (message.role, message.content)
-                if (
-                    not message.content.strip()
-                    or key in seen
-                    or (message.role == "tool" and message.content in shown_results)
-                ):
+            found = [(m.role, m.content) for m in content.messages_of(step.attributes)]
+            common = 0
+            while common < min(len(found), len(history)) and found[common] == history[common]:
+                common += 1
+            # each call repeats the history: show what is new (all of it when the history was rewritten,
+            # but never a message shown before)
+            fresh = found[common:] if common == len(history) else [m for m in found[common:] if m not in seen]
+            history = found
+            for role, said in fresh:
+                if not said.strip() or (role == "tool" and said in shown_results):
                     continue
-                seen.add(key)
+                seen.add((role, said))
                 entries.append(
-                    {
-                        "kind": "message",
-                        "role": text(message.role, 64),
-                        "content": text(message.content),
-                        "span_id": step.span_id,
-                    }
+                    {"kind": "message", "role": text(role, 64), "content": text(said), "span_id": step.span_id}
                 )
         elif step.kind is StepKind.TOOL and step.span_id in tools:
             call = tools[step.span_id]
