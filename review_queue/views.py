@@ -15,6 +15,7 @@ __all__ = [
     "WATERFALL_WIDTH",
     "age",
     "attr_text",
+    "attribute_rows",
     "clock_time",
     "line_chart",
     "pretty",
@@ -139,6 +140,24 @@ def attr_text(value: object) -> str:
     if isinstance(value, list | dict):
         return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     return "null" if value is None else str(value)
+
+
+FOLD_CHARS = 600
+FOLD_LINES = 24
+
+
+def attribute_rows(attributes: object) -> list[tuple[str, str, bool]]:
+    """``(key, text, fold)`` of each attribute, sorted by key: ``text`` as :func:`attr_text`, ``fold`` when long.
+
+    Done here rather than in the template: a 500-span run has ~10,000 of them.
+    """
+    if not isinstance(attributes, Mapping):
+        return []
+    rows = []
+    for key in sorted(attributes):
+        text = attr_text(attributes[key])
+        rows.append((str(key), text, len(text) > FOLD_CHARS or text.count("\n") > FOLD_LINES))
+    return rows
 
 
 def span_json(span: Mapping[str, Any]) -> str:

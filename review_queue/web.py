@@ -54,6 +54,7 @@ _ENV.filters["clock"] = views.clock_time
 _ENV.filters["pretty"] = views.pretty
 _ENV.filters["attr_text"] = views.attr_text
 _ENV.filters["span_json"] = views.span_json
+_ENV.filters["attribute_rows"] = views.attribute_rows
 
 
 def mount_ui(app: FastAPI, services: ReviewServices) -> None:
@@ -242,6 +243,14 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             **_run_view(services, run["trace_id"], {}, run),
         )
 
+    @app.get("/runs/{trace_id}/spans/{span_id}.json", include_in_schema=False)
+    def span_json(trace_id: str, span_id: str, who: Principal = reader) -> Response:
+        """One span of the run's details as JSON (the page's "copy as JSON")."""
+        found = _span_of(services, trace_id.lower()[:32], span_id[:64])
+        if found is None:
+            return Response('{"detail": "span not found"}', status_code=404, media_type="application/json")
+        return Response(views.span_json(found), media_type="application/json", headers={"Cache-Control": "no-store"})
+
     @app.post("/runs/{trace_id}/review", include_in_schema=False)
     def send_to_review(trace_id: str, who: Principal = reviewer) -> Response:
         sent = services.store.send_to_review(trace_id.lower()[:32], who.name)
@@ -303,6 +312,17 @@ def _run_view(
         "captured": captured,
         "kept": details is not None,
     }
+
+
+def _span_of(services: ReviewServices, trace_id: str, span_id: str) -> dict[str, Any] | None:
+    """A span of a run's details document, else of its review snapshot, else ``None``."""
+    details = services.store.get_details(trace_id)
+    if details is not None:
+        spans = details.get("spans") or []
+    else:
+        run = services.store.get_run(trace_id)
+        spans = (((run or {}).get("review_item") or {}).get("snapshot") or {}).get("steps") or []
+    return next((s for s in spans if isinstance(s, dict) and s.get("span_id") == span_id), None)
 
 
 _SORT_LABELS = {"created": "indexed", "duration": "duration", "llm_calls": "LLM calls", "tool_errors": "tool errors",

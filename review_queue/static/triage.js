@@ -84,18 +84,25 @@
   function copySpan(button) {
     var row = currentSpan();
     if (!button && !row) { return false; }
-    var id = button ? button.getAttribute("data-target") : "json-" + row.getAttribute("data-span");
-    var pre = document.getElementById(id);
-    if (!pre) { return false; }
-    var text = pre.textContent;
+    var id = button ? button.getAttribute("data-span") : row.getAttribute("data-span");
+    var detail = document.getElementById("detail-" + id);
+    var trace = document.body.getAttribute("data-trace");
+    if (!detail || !trace) { return false; }
     var done = function () {
-      var mark = pre.parentNode.querySelector(".copied");
+      var mark = detail.querySelector(".copied");
       if (mark) { mark.hidden = false; window.setTimeout(function () { mark.hidden = true; }, 1500); }
       document.body.setAttribute("data-copied", id);
     };
-    if (navigator.clipboard && navigator.clipboard.writeText) {
-      navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text); done(); });
-    } else { fallbackCopy(text); done(); }
+    fetch("/runs/" + encodeURIComponent(trace) + "/spans/" + encodeURIComponent(id) + ".json", { credentials: "same-origin" })
+      .then(function (response) { return response.text(); })
+      .then(function (text) {
+        if (navigator.clipboard && navigator.clipboard.writeText) {
+          return navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text); done(); });
+        }
+        fallbackCopy(text);
+        done();
+        return null;
+      });
     return true;
   }
 

@@ -44,8 +44,6 @@ def published(service: dict[str, Any]) -> dict[int, int]:
     return out
 
 
-
-
 class TestSchema:
     """The file validates against the Compose Specification (check-jsonschema's vendored compose-spec)."""
 

@@ -70,8 +70,6 @@ def container_env(c: Doc) -> dict[str, str]:
     return env
 
 
-
-
 class TestFiles:
     """Every manifest parses and kustomization lists them all."""
 

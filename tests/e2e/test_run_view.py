@@ -146,7 +146,9 @@ class TestConversation:
             ("vercel_ai", "va_normal", "Weather in Paris?", "Sunny, 21 C in Paris."),
         ],
     )
-    def test_dialect(self, vigil: VigilProcess, page: Any, stack: str, scenario: str, user: str, answer: str) -> None:
+    def test_dialect(  # noqa: PLR0917 - pytest passes the parameters
+        self, vigil: VigilProcess, page: Any, stack: str, scenario: str, user: str, answer: str
+    ) -> None:
         """The user's input, the requested tool call with its arguments and result, and the answer, in that order."""
         page.goto(f"{vigil.api}/runs/{_trace(stack, scenario)}")
         turns = page.locator("#conversation > li")
@@ -206,8 +208,11 @@ class TestSpanDetails:
         page.keyboard.press("j")
         page.keyboard.press("y")  # copy as JSON
         page.wait_for_function("document.body.getAttribute('data-copied') !== null")
-        copied = page.text_content(f"#json-{span_id}")
-        assert span_id == json.loads(copied or "{}")["span_id"]
+        assert span_id == page.get_attribute("body", "data-copied")
+        copied = page.request.get(f"{vigil.api}/runs/{trace_id}/spans/{span_id}.json").json()
+        assert span_id == copied["span_id"]
+        assert key in copied["attributes"]
+        assert "exception" == copied["events"][0]["name"]
         _shot(page, "run-span-details.png")
 
     def test_mouse_and_deep_link(self, vigil: VigilProcess, page: Any) -> None:
