@@ -18,9 +18,8 @@ Bounds (per run, documented in the README):
 
 Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
 attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
-is zlib (level 1) of compact JSON: the ``lz4`` package is not a dependency and zlib at level 1
-costs about as much per byte as TOAST's lz4 does; the column is binary, so PostgreSQL does not
-compress it again.
+is compact JSON; PostgreSQL compresses it with lz4 (migration 0007, as 0004 does for snapshots),
+SQLite stores it as is (see :data:`CODEC`).
 """
 
 from __future__ import annotations
@@ -69,25 +68,37 @@ MAX_EVENT_ATTRIBUTES: Final = 32
 MAX_SPANS: Final = 2000
 MAX_LIST_ITEMS: Final = 64
 MAX_DOC_BYTES: Final = 1024 * 1024
-CODEC: Final = "zlib1+json"
+CODEC: Final = "json"
+"""How bodies are stored: compact JSON. PostgreSQL compresses the column with lz4 (TOAST, in the
+database server, as it does the review snapshots since migration 0004); SQLite stores it as is.
+Compressing in Vigil's process (zlib level 1) cost ~100 µs a run: 40 % of the whole pipeline."""
 
 _KIND = {kind: kind.value for kind in StepKind}
 
 
-def build_details(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None = None) -> dict[str, Any]:
+def build_details(
+    scored: ScoredRun,
+    redactor: Redactor,
+    prices: PriceTable | None = None,
+    texts: Texts | None = None,
+    *,
+    fit: bool = True,
+) -> dict[str, Any]:
     """The details document of one scored run (plain JSON types, redacted, bounded).
 
     Args:
         scored: the run as scored (unredacted: this function redacts).
         redactor: the redactor of the review snapshot.
         prices: the model price table (estimated cost per LLM span); none: no cost.
+        texts: the redaction memory to use (a writer keeps one); default a fresh one.
+        fit: cut the document to :data:`MAX_DOC_BYTES` (False: the caller does, once encoded).
 
     Returns:
         ``{details_version, trace_id, spans: [...], conversation: [...], content_captured,
         spans_dropped, truncated}``.
     """
     run = scored.run
-    text = _Texts(redactor)
+    text = texts if texts is not None else Texts(redactor)
     steps = run.steps[:MAX_SPANS]
     spans = [_span(step, text, prices) for step in steps]
     doc: dict[str, Any] = {
@@ -100,27 +111,36 @@ def build_details(scored: ScoredRun, redactor: Redactor, prices: PriceTable | No
     conversation = _conversation(run, text)
     doc["conversation"] = conversation
     doc["content_captured"] = any(e["kind"] != "guardrail" for e in conversation)
-    _fit(doc)
+    if fit:
+        _fit(doc, len(orjson.dumps(doc)))
     return doc
 
 
 def encode(doc: Mapping[str, Any]) -> bytes:
-    """Compressed body of a details document."""
-    return zlib.compress(orjson.dumps(doc), 1)
+    """Stored body of a details document: compact JSON (:data:`CODEC`)."""
+    return orjson.dumps(doc)
 
 
-def decode(body: bytes) -> dict[str, Any]:
-    """The details document of a stored body."""
-    value = orjson.loads(zlib.decompress(body))
+def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
+    """The details document of a stored body (``json``, or ``zlib1+json``)."""
+    raw = zlib.decompress(body) if codec == "zlib1+json" else body
+    value = orjson.loads(raw)
     return value if isinstance(value, dict) else {}
 
 
-def details_row(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float) -> dict[str, Any]:
+def details_row(
+    scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float, texts: Texts | None = None
+) -> dict[str, Any]:
     """The ``run_details`` row of a scored run."""
-    body = encode(build_details(scored, redactor, prices))
+    texts = texts if texts is not None else Texts(redactor)
+    doc = build_details(scored, redactor, prices, texts, fit=False)
+    body = encode(doc)
+    if len(body) > MAX_DOC_BYTES:
+        _fit(doc, len(body))
+        body = encode(doc)
     final = scored.run.final_output
     return {
-        "final_output": None if final is None else redactor.text(final[:MAX_VALUE_CHARS]).replace("\x00", "\ufffd"),
+        "final_output": None if final is None else texts(final),
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,
@@ -129,29 +149,62 @@ def details_row(scored: ScoredRun, redactor: Redactor, prices: PriceTable | None
     }
 
 
-class _Texts:
-    """Redact and clip text once per distinct value (messages repeat across LLM calls)."""
+_DROPPED: Final = "\x00dropped"
+"""Cached form of a key the redactor's key filter drops (no stored key contains NUL)."""
 
-    __slots__ = ("_cache", "_redactor")
+
+class Texts:
+    """Redacts and clips text; remembers short values and attribute keys across runs.
+
+    Attribute keys and short values (model names, tool names, ids, finish reasons) repeat from
+    run to run: each is redacted (and each key checked against the redactor's key filter) once,
+    until :data:`CACHE_ENTRIES` are remembered, then the memory starts afresh. Not thread-safe:
+    one per writer thread.
+    """
+
+    __slots__ = ("_redactor", "keys", "values")
+
+    CACHE_ENTRIES: Final = 50_000
+    CACHED_CHARS: Final = 256
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
-        self._cache: dict[str, str] = {}
+        self.values: dict[str, str] = {}
+        """Short value → its stored form."""
+        self.keys: dict[str, str] = {}
+        """Attribute key → its stored form, or :data:`_DROPPED`."""
 
     def __call__(self, value: str, limit: int = MAX_VALUE_CHARS) -> str:
-        cut = value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
-        found = self._cache.get(cut)
+        """``value`` cut at ``limit`` characters (saying how many were cut), redacted, NUL-free."""
+        if len(value) <= self.CACHED_CHARS:
+            found = self.values.get(value)
+            if found is None:
+                found = self._redactor.text(value).replace("\x00", "\ufffd")
+                if len(self.values) >= self.CACHE_ENTRIES:
+                    self.values.clear()
+                self.values[value] = found
+            return found if len(found) <= limit else self._cut(found, limit)
+        return self._redactor.text(self._cut(value, limit)).replace("\x00", "\ufffd")
+
+    @staticmethod
+    def _cut(value: str, limit: int) -> str:
+        return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
+
+    def key(self, key: str) -> str | None:
+        """The stored form of an attribute key (redacted, ≤ 256 characters), ``None`` when the key filter drops it."""
+        found = self.keys.get(key)
         if found is None:
-            found = self._redactor.text(cut).replace("\x00", "\ufffd")
-            if len(self._cache) < 4096:
-                self._cache[cut] = found
-        return found
-
-    def key_kept(self, key: str) -> bool:
-        return self._redactor.keep_attribute(key)
+            found = self(key, 256) if self._redactor.keep_attribute(key) else _DROPPED
+            if len(self.keys) >= self.CACHE_ENTRIES:
+                self.keys.clear()
+            self.keys[key] = found
+        return None if found is _DROPPED else found
 
 
-def _value(value: AttrValue, text: _Texts, depth: int = 0) -> Any:
+_PLAIN = (bool, int, float, type(None))
+
+
+def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
     if isinstance(value, str):
         return text(value)
     if isinstance(value, bool) or value is None:
@@ -172,21 +225,31 @@ def _value(value: AttrValue, text: _Texts, depth: int = 0) -> Any:
     return text(str(value))
 
 
-def _attributes(attrs: Mapping[str, AttrValue], text: _Texts, depth: int = 0) -> tuple[dict[str, Any], int]:
+def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[dict[str, Any], int]:
+    # The hot loop of the writer (~100 attributes a run): look-ups in the caches inlined.
     out: dict[str, Any] = {}
     dropped = 0
+    keys = text.keys
+    values = text.values
     for key, value in attrs.items():
-        if not isinstance(key, str) or not text.key_kept(key):
+        stored = keys.get(key)
+        if stored is None:
+            stored = (text.key(key) if isinstance(key, str) else None) or _DROPPED
+        if stored is _DROPPED or len(out) >= MAX_ATTRIBUTES:
             dropped += 1
             continue
-        if len(out) >= MAX_ATTRIBUTES:
-            dropped += 1
-            continue
-        out[text(key, 256)] = _value(value, text, depth)
+        kind = type(value)
+        if kind is str:
+            found = values.get(value)  # type: ignore[arg-type]
+            out[stored] = found if found is not None else text(value)  # type: ignore[arg-type]
+        elif kind is int and -(2**63) <= value < 2**63:  # type: ignore[operator]
+            out[stored] = value
+        else:
+            out[stored] = _value(value, text, depth)
     return out, dropped
 
 
-def _events(events: Sequence[SpanEvent], text: _Texts) -> list[dict[str, Any]]:
+def _events(events: Sequence[SpanEvent], text: Texts) -> list[dict[str, Any]]:
     out = []
     for event in events[:MAX_EVENTS]:
         attrs, _ = _attributes(dict(list(event.attributes.items())[:MAX_EVENT_ATTRIBUTES]), text)
@@ -194,7 +257,7 @@ def _events(events: Sequence[SpanEvent], text: _Texts) -> list[dict[str, Any]]:
     return out
 
 
-def _span(step: Step, text: _Texts, prices: PriceTable | None) -> dict[str, Any]:
+def _span(step: Step, text: Texts, prices: PriceTable | None) -> dict[str, Any]:
     attrs, dropped = _attributes(step.attributes, text)
     cost = None
     if prices is not None and step.kind is StepKind.LLM and (step.input_tokens or step.output_tokens):
@@ -224,7 +287,7 @@ def _span(step: Step, text: _Texts, prices: PriceTable | None) -> dict[str, Any]
     }
 
 
-def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
+def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     """The run as a reviewer reads it, in order: the input, each model turn, each tool call, guardrails, the answer.
 
     Messages come from each LLM span in start order (:func:`scorers.content.messages_of`: OTel
@@ -295,9 +358,8 @@ def _conversation(run: Run, text: _Texts) -> list[dict[str, Any]]:
     return entries
 
 
-def _fit(doc: dict[str, Any]) -> None:
-    """Drop attributes from the last spans until the document fits :data:`MAX_DOC_BYTES`."""
-    size = len(orjson.dumps(doc))
+def _fit(doc: dict[str, Any], size: int) -> None:
+    """Drop attributes from the last spans until the document (``size`` bytes of JSON) fits :data:`MAX_DOC_BYTES`."""
     if size <= MAX_DOC_BYTES:
         return
     doc["truncated"] = True
@@ -348,6 +410,7 @@ class DetailsWriter:
         self._on_dropped = on_dropped
         self._clock = clock
         self._thread: threading.Thread | None = None
+        self._texts = Texts(redactor)
         self.written = 0
         self.dropped = 0
 
@@ -367,7 +430,7 @@ class DetailsWriter:
     def write_now(self, batch: Iterable[ScoredRun]) -> int:
         """Build and write ``batch`` on the calling thread (tests, ``vigil replay``); returns rows written."""
         now = self._clock()
-        rows = [details_row(s, self._redactor, self._prices, now) for s in batch]
+        rows = [details_row(s, self._redactor, self._prices, now, self._texts) for s in batch]
         if rows:
             self._write(rows)
             self.written += len(rows)

@@ -269,8 +269,10 @@ class SqlStore:
             StoreUnavailableError: the database cannot be reached.
         """
         with self._guard("get_details"), self._engine.connect() as conn:
-            body = conn.execute(sa.select(run_details.c.body).where(run_details.c.trace_id == trace_id)).scalar()
-        return None if body is None else run_details_doc.decode(body)
+            row = conn.execute(
+                sa.select(run_details.c.body, run_details.c.codec).where(run_details.c.trace_id == trace_id)
+            ).first()
+        return None if row is None else run_details_doc.decode(row[0], row[1])
 
     def send_to_review(self, trace_id: str, actor: str) -> tuple[int, bool] | None:
         """Put a run in the review queue by hand: a pending item with reason ``manual`` (normal priority).
