@@ -15,16 +15,29 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+import uvicorn
 
+from collector.model import SpanEvent
 from collector.otlp import decode_json
-from review_queue.app.process import VigilProcess, start_vigil
+from review_queue.api import create_api_app
+from review_queue.app.process import VigilProcess, free_port, start_vigil
+from review_queue.details import DetailsWriter
+from review_queue.services import build_services
+from review_queue.store import SqlStore, upgrade_database
+from scorers.model import Evidence, Step, StepKind, ToolCall
+from scorers.redact import Redactor
+from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 
@@ -347,3 +360,165 @@ def _api_runs(vigil: VigilProcess) -> list[dict[str, Any]]:
         cursor = body.get("next_cursor")
         if not cursor:
             return found
+
+
+# ---- in-process server: a fixed clock (stats buckets) and hostile content (inert views) ----
+
+NOW = datetime(2026, 11, 24, 22, 55, tzinfo=UTC).timestamp()
+"""The stats clock: 22:55 UTC. Flags at 22:50 must count under "22" (they used to show under "21")."""
+XSS_SCRIPT = "<script>window.__xss=1</script>"
+XSS_IMG = '<img src=x onerror="window.__xss=2">'
+XSS_JS = "javascript:window.__xss=3"
+T_NS = 1_700_000_000_000_000_000
+
+
+@dataclass
+class Inproc:
+    """The API + UI of one store, served by uvicorn on a free port."""
+
+    url: str
+    store: SqlStore
+    token: str
+
+
+@pytest.fixture
+def inproc(tmp_path: Path) -> Iterator[Inproc]:
+    """A store whose writes are stamped by a settable clock, served with the stats clock at 22:55 UTC."""
+    url = f"sqlite:///{tmp_path / 'vigil.db'}"
+    upgrade_database(url)
+    stamp = {"now": NOW}
+    store = SqlStore(url, clock=lambda: stamp["now"])
+    store.stamp = stamp  # type: ignore[attr-defined]
+    services = build_services(store, admin_token="inproc-admin", clock=lambda: NOW)
+    app = create_api_app(store, admin_token="inproc-admin", services=services)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield Inproc(f"http://127.0.0.1:{port}", store, "inproc-admin")
+    server.should_exit = True
+    thread.join(10)
+    store.close()
+
+
+def _login_inproc(browser: Any, server: Inproc) -> Any:
+    tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+    tab.goto(f"{server.url}/login")
+    tab.fill("#token", server.token)
+    with tab.expect_navigation():
+        tab.press("#token", "Enter")
+    return tab
+
+
+def _flag_at(store: SqlStore, n: int, hour: int, minute: int, reason: str = "tool_loop") -> None:
+    store.stamp["now"] = datetime(2026, 11, 24, hour, minute, tzinfo=UTC).timestamp()  # type: ignore[attr-defined]
+    store.write([scored_run(f"{n:032x}", reasons=[reason], agent="support")])
+
+
+class TestStatsClock:
+    """Hour buckets against a fixed clock, in the browser."""
+
+    def test_current_hour_under_its_label(self, inproc: Inproc, browser: Any) -> None:
+        """At 22:55 a flag of 22:50 is under "22" and one of 21:10 under "21"; the charts are drawn."""
+        _flag_at(inproc.store, 1, 21, 10)
+        _flag_at(inproc.store, 2, 22, 50)
+        _flag_at(inproc.store, 3, 22, 5, reason="errored")
+        page = _login_inproc(browser, inproc)
+        page.goto(f"{inproc.url}/stats")
+        labels = page.eval_on_selector_all("#flags thead th", "els => els.map(e => e.textContent)")
+        assert ["21", "22", "Total"] == labels[-3:]
+        cells = page.eval_on_selector_all('#flags tr[data-reason="tool_loop"] td', "els => els.map(e => e.textContent)")
+        assert ["1", "1", "2"] == cells[-3:]
+        errored = page.eval_on_selector_all('#flags tr[data-reason="errored"] td', "els => els.map(e => e.textContent)")
+        assert ["0", "1", "1"] == errored[-3:]
+        assert page.locator("#depth-all polyline").count() >= 1  # queue depth over time, server-rendered SVG
+        assert page.locator("#depth-charts figure").count() == 2  # all agents + "support"
+        assert page.locator("#rate-charts figure").count() >= 1
+        _shot(page, "stats.png")
+
+
+def _hostile_scored() -> Any:
+    hostile_attrs: dict[str, Any] = {
+        XSS_SCRIPT: XSS_IMG,
+        "url": XSS_JS,
+        "gen_ai.input.messages": json.dumps([{"role": "user", "content": f"{XSS_SCRIPT} {XSS_JS}"}]),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": XSS_IMG}]),
+    }
+    event = SpanEvent("exception", T_NS, {"exception.type": XSS_IMG, "exception.message": XSS_SCRIPT, XSS_IMG: XSS_JS})
+    steps = (
+        Step("a" * 16, None, XSS_IMG, StepKind.AGENT, T_NS, T_NS + 10**9, error=True, status_message=XSS_SCRIPT,
+             events=(event,), attributes={XSS_IMG: XSS_SCRIPT}),
+        Step("b" * 16, "a" * 16, XSS_JS, StepKind.LLM, T_NS + 10**8, T_NS + 5 * 10**8, model=XSS_IMG,
+             attributes=hostile_attrs),
+        Step("c" * 16, "a" * 16, XSS_SCRIPT, StepKind.TOOL, T_NS + 6 * 10**8, T_NS + 7 * 10**8, error=True,
+             attributes={"tool.name": XSS_IMG}),
+    )  # fmt: skip
+    tools = (ToolCall("c" * 16, XSS_IMG, XSS_JS, json.dumps({"q": XSS_SCRIPT}), XSS_IMG, XSS_SCRIPT),)
+    evidence = (Evidence("errored", XSS_IMG, "a" * 16, XSS_SCRIPT, XSS_JS, XSS_IMG),)
+    return scored_run(
+        "d" * 32, agent=XSS_IMG, service=XSS_SCRIPT, steps=steps, tools=tools, final_output=XSS_SCRIPT + XSS_JS,
+        errored=True, error_type=XSS_IMG, span_count=3, start_ns=T_NS, end_ns=T_NS + 10**9, evidence=evidence,
+    )  # fmt: skip
+
+
+class TestInertPayloads:
+    """Attacker text in prompts, tool output, attribute keys and values, events and agent names stays text."""
+
+    def test_every_new_view(self, inproc: Inproc, browser: Any) -> None:
+        """Run page (conversation, span details), explorer, item page after send to review, stats: no script runs."""
+        scored = _hostile_scored()
+        inproc.store.write([scored])
+        DetailsWriter(inproc.store.write_details, Redactor()).write_now([scored])
+        page = _login_inproc(browser, inproc)
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        views = [
+            f"/runs/{'d' * 32}#{'b' * 16}",
+            f"/runs?agent={quote(XSS_IMG)}",
+            f"/runs?q={quote(XSS_SCRIPT)}",
+            "/stats",
+        ]
+        for path in views:
+            page.goto(f"{inproc.url}{path}")
+            page.wait_for_load_state("load")
+            for index in range(page.locator(".span-row").count()):  # open every span's details
+                page.locator(".span-row").nth(index).click()
+            page.keyboard.press("a")  # unfold every long text
+            _assert_inert(page)
+        page.goto(f"{inproc.url}/runs/{'d' * 32}#{'b' * 16}")
+        assert XSS_IMG in page.inner_text("#conversation")
+        assert XSS_SCRIPT in page.inner_text("#conversation")
+        detail = page.locator(f"#detail-{'b' * 16}")
+        assert detail.is_visible()
+        assert XSS_JS in detail.inner_text()  # the value, as text
+        assert XSS_SCRIPT in detail.inner_text()  # an attribute key, as text
+        _shot(page, "run-view-payloads-details.png")
+        page.keyboard.press("s")  # send to review, then the item page
+        page.wait_for_url("**/items/*")
+        page.keyboard.press("e")
+        _assert_inert(page)
+        assert XSS_IMG in page.inner_text("#summary")
+        _shot(page, "item-payloads.png")
+        page.goto(f"{inproc.url}/runs")
+        assert XSS_IMG in page.inner_text("#runs")
+        _assert_inert(page)
+        _shot(page, "runs-explorer-payloads.png")
+        assert [] == dialogs
+
+
+def _assert_inert(page: Any) -> None:
+    page.wait_for_timeout(150)
+    assert "undefined" == page.evaluate("typeof window.__xss")
+    assert 0 == page.locator("img").count()
+    assert 0 == page.locator("main script, main iframe, main object").count()
+    hrefs = page.eval_on_selector_all(
+        "[href], [src], [action]",
+        "els => els.map(e => e.getAttribute('href') || e.getAttribute('src') || e.getAttribute('action'))",
+    )
+    assert not [h for h in hrefs if h and h.strip().lower().startswith("javascript:")]
+    sources = page.eval_on_selector_all("script", "els => els.map(e => e.getAttribute('src'))")
+    assert ["/static/triage.js"] == sources
