@@ -350,8 +350,8 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     if final is not None:
         last = next((e for e in reversed(entries) if e["kind"] == "message" and e["role"] == "assistant"), None)
         redacted = text(final)
-        said = "" if last is None else last["content"].strip()
-        if not said or (said != redacted.strip() and said not in redacted):
+        said = "" if last is None else str(last["content"]).strip()
+        if last is None or not said or (said != redacted.strip() and said not in redacted):
             entries.append({"kind": "final", "content": redacted, "span_id": ""})
         else:
             last["final"] = True

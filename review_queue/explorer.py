@@ -127,11 +127,11 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
     if q.score and (q.score_min is not None or q.score_max is not None):
         if not _SCORE_NAME.fullmatch(q.score):
             raise ValueError(f"bad score name {q.score!r}")
-        value = _score_value(dialect, q.score)
+        score_value = _score_value(dialect, q.score)
         if q.score_min is not None:
-            query = query.where(value >= q.score_min)
+            query = query.where(score_value >= q.score_min)
         if q.score_max is not None:
-            query = query.where(value <= q.score_max)
+            query = query.where(score_value <= q.score_max)
     if q.since is not None:
         query = query.where(runs.c.created_at >= q.since)
     if q.until is not None:

@@ -64,7 +64,7 @@ def _truth(stack: str) -> list[dict[str, Any]]:
 
 
 def _trace(stack: str, scenario: str) -> str:
-    return next(r["trace_id"] for r in _truth(stack) if r["scenario"] == scenario)
+    return str(next(r["trace_id"] for r in _truth(stack) if r["scenario"] == scenario))
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def page(vigil: VigilProcess, browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     tab = context.new_page()
     dialogs: list[str] = []
-    tab.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    tab.on("dialog", _collect(dialogs))
     tab.goto(f"{vigil.api}/login")
     tab.fill("#token", ADMIN_TOKEN)
     with tab.expect_navigation():
@@ -140,6 +140,16 @@ def page(vigil: VigilProcess, browser: Any) -> Iterator[Any]:
     yield tab
     assert [] == dialogs
     context.close()
+
+
+def _collect(dialogs: list[str]) -> Any:
+    """A dialog handler that records the message and dismisses the dialog."""
+
+    def handle(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    return handle
 
 
 def _shot(page: Any, name: str) -> None:
@@ -475,7 +485,7 @@ class TestInertPayloads:
         DetailsWriter(inproc.store.write_details, Redactor()).write_now([scored])
         page = _login_inproc(browser, inproc)
         dialogs: list[str] = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("dialog", _collect(dialogs))
         views = [
             f"/runs/{'d' * 32}#{'b' * 16}",
             f"/runs?agent={quote(XSS_IMG)}",
