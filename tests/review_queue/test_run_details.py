@@ -309,3 +309,42 @@ def test_item_page_with_500_spans_renders_under_300_ms(store: SqlStore) -> None:
     size = len(response.text)
     print(f"item page, 500 spans: median {median * 1000:.0f} ms, max {max(times) * 1000:.0f} ms, {size} bytes")
     assert median < 0.3
+
+
+class TestStatsSeries:
+    """Queue depth and pass rate over time (the stats charts)."""
+
+    def test_depth_and_pass_rate(self, store: SqlStore) -> None:
+        """Open items counted at each bucket end until done; pass rate and categories per day."""
+        from review_queue.tables import review_verdicts
+
+        day = 86_400.0
+        start = 1_800_000_000.0 - 1_800_000_000.0 % day
+        for n, (agent, created) in enumerate((("a", start + 100), ("b", start + day + 100)), start=1):
+            store.clock.now = created  # type: ignore[attr-defined]
+            store.write([_run(n, ("tool_loop",), agent=agent)])
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.update(review_items)
+                .where(review_items.c.id == 1)
+                .values(state="done", completed_at=start + day + 200)
+            )
+            rows = [
+                (1, "a", "pass", [], start + 500),
+                (1, "a", "fail", ["loop"], start + day + 500),
+                (2, "b", "fail", ["loop", "wrong_tool"], start + day + 600),
+            ]
+            for i, (item, agent, verdict, categories, at) in enumerate(rows):
+                conn.execute(
+                    sa.insert(review_verdicts).values(
+                        item_id=item, trace_id=f"{item:032x}", agent=agent, reviewer=f"r{i}", verdict=verdict,
+                        categories=categories, notes="", corrected_answer=None, created_at=at,
+                    )
+                )  # fmt: skip
+            depth = listing.depth_over_time(conn, start, start + 3 * day, day)
+            rates = listing.verdicts_over_time(conn, start, start + 3 * day, day)
+        assert [1, 1, 1] == depth["total"]  # a open on day 1, done on day 2 (b opened), b still open on day 3
+        assert {"a": [1, 0, 0], "b": [0, 1, 1]} == depth["agents"]
+        assert [1.0, 0.0, None] == rates["pass_rate"]
+        assert {"a": [1.0, 0.0, None], "b": [None, 0.0, None]} == rates["agents"]
+        assert {"loop": [0, 2, 0], "wrong_tool": [0, 1, 0]} == rates["categories"]
