@@ -201,7 +201,6 @@ class Texts:
         return None if found is _DROPPED else found
 
 
-_PLAIN = (bool, int, float, type(None))
 
 
 def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
