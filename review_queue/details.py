@@ -201,8 +201,6 @@ class Texts:
         return None if found is _DROPPED else found
 
 
-
-
 def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
     if isinstance(value, str):
         return text(value)
