@@ -272,6 +272,12 @@ class TestEvidence:
         page.keyboard.press("e")  # the keyboard walks the evidence spans too
         assert page.get_attribute(".span-row.selected", "data-span") in {e["span_id"] for e in with_span}
         _shot(page, "item-evidence-span.png")
+        last = with_span[-1]["span_id"]  # a deep link to a flagged run's span survives the redirect to its item
+        page.goto(f"{vigil.api}/runs/{trace_id}#{last}")
+        assert "/items/" in page.url
+        assert page.url.endswith(f"#{last}")
+        assert last == page.get_attribute(".span-row.selected", "data-span")
+        assert page.locator(f"#detail-{last}").is_visible()
 
 
 class TestExplorer:
