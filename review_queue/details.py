@@ -384,6 +384,8 @@ class DetailsWriter:
         prices: model prices for the per-span cost (optional).
         keep_unflagged: write details of unflagged runs too (details retention > 0).
         max_batches: batches waiting before new ones are dropped.
+        max_runs: runs waiting before new batches are dropped (each holds its spans' attributes:
+            this bounds the memory the writer can hold when it falls behind).
         on_dropped: called with the number of runs dropped (metrics).
         clock: Unix seconds.
     """
@@ -396,6 +398,7 @@ class DetailsWriter:
         prices: PriceTable | None = None,
         keep_unflagged: bool = True,
         max_batches: int = 64,
+        max_runs: int = 4096,
         on_dropped: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -404,6 +407,9 @@ class DetailsWriter:
         self._prices = prices
         self._keep_unflagged = keep_unflagged
         self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
+        self._max_runs = max_runs
+        self._pending = 0
+        self._lock = threading.Lock()
         self._on_dropped = on_dropped
         self._clock = clock
         self._thread: threading.Thread | None = None
@@ -417,9 +423,15 @@ class DetailsWriter:
             batch = [s for s in batch if s.flag is not None]
         if not batch:
             return
-        try:
-            self._queue.put_nowait(batch)
-        except queue.Full:
+        with self._lock:
+            room = self._pending + len(batch) <= self._max_runs
+            if room:
+                try:
+                    self._queue.put_nowait(batch)
+                    self._pending += len(batch)
+                except queue.Full:
+                    room = False
+        if not room:
             self.dropped += len(batch)
             if self._on_dropped is not None:
                 self._on_dropped(len(batch))
@@ -467,6 +479,8 @@ class DetailsWriter:
             self._flush(runs)
 
     def _flush(self, runs: list[ScoredRun]) -> None:
+        with self._lock:
+            self._pending -= len(runs)
         try:
             self.write_now(runs)
         except Exception:  # details are a convenience: log and go on, never stop the thread

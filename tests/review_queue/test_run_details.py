@@ -160,6 +160,10 @@ class TestStore:
         full.submit(runs[2:])  # not started: the queue is full
         assert [4] == dropped
         assert 4 == full.dropped
+        few = DetailsWriter(store.write_details, Redactor(), max_runs=3, on_dropped=dropped.append)
+        few.submit(runs[:2])
+        few.submit(runs[2:4])  # 4 runs waiting would pass the bound of 3
+        assert [4, 2] == dropped
 
     def test_purge_and_retention(self, store: SqlStore) -> None:
         """Purge deletes details; details retention deletes unflagged runs' old details only; run retention too."""
