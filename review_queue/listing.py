@@ -15,7 +15,16 @@ from sqlalchemy.dialects import postgresql
 from review_queue.model import ItemState
 from review_queue.tables import review_items, review_verdicts, runs
 
-__all__ = ["ItemFilter", "flags_by_reason", "item_counts", "list_items", "verdict_stats"]
+__all__ = [
+    "ItemFilter",
+    "bucket_window",
+    "depth_over_time",
+    "flags_by_reason",
+    "item_counts",
+    "list_items",
+    "verdict_stats",
+    "verdicts_over_time",
+]
 
 MAX_ITEMS = 500
 
@@ -136,3 +145,84 @@ def flags_by_reason(conn: sa.Connection, since: float, until: float, bucket_s: f
         for reason in item_reasons or []:
             reasons.setdefault(reason, [0] * count)[index] += 1
     return {"buckets": buckets, "reasons": dict(sorted(reasons.items()))}
+
+
+def bucket_window(now: float, bucket_s: float, count: int) -> tuple[float, float]:
+    """``(since, until)`` of ``count`` whole buckets ending with the one holding ``now``.
+
+    Buckets start on multiples of ``bucket_s`` (whole UTC hours or days), so a bucket's label is
+    the hour (day) its events happened in: at 22:55 the last bucket is [22:00, 23:00), labelled
+    22. (Buckets counted back from ``now`` itself started at :55 and were labelled with the
+    previous hour.)
+    """
+    until = (math.floor(now / bucket_s) + 1) * bucket_s
+    return until - count * bucket_s, until
+
+
+def depth_over_time(conn: sa.Connection, since: float, until: float, bucket_s: float) -> dict[str, Any]:
+    """Open review items (created, not yet done) at the end of each bucket, in total and per agent.
+
+    An item counts from its ``created_at`` until its ``completed_at`` (a requeued item counts
+    from its creation until its last completion).
+
+    Returns:
+        ``{"buckets": [start, ...], "total": [n, ...], "agents": {agent: [n, ...]}}``.
+    """
+    rows = conn.execute(
+        sa.select(review_items.c.created_at, review_items.c.completed_at, review_items.c.state, runs.c.agent)
+        .join(runs, runs.c.trace_id == review_items.c.trace_id)
+        .where(
+            review_items.c.created_at < until,
+            sa.or_(review_items.c.completed_at.is_(None), review_items.c.completed_at >= since),
+        )
+    ).all()
+    count = max(1, math.ceil((until - since) / bucket_s))
+    ends = [since + (i + 1) * bucket_s for i in range(count)]
+    total = [0] * count
+    agents: dict[str, list[int]] = {}
+    for created, completed, state, agent in rows:
+        done_at = completed if state == ItemState.DONE.value and completed is not None else None
+        per_agent = agents.setdefault(agent, [0] * count)
+        for i, end in enumerate(ends):
+            if created < end and (done_at is None or done_at >= end):
+                total[i] += 1
+                per_agent[i] += 1
+    return {"buckets": [e - bucket_s for e in ends], "total": total, "agents": dict(sorted(agents.items()))}
+
+
+def verdicts_over_time(conn: sa.Connection, since: float, until: float, bucket_s: float) -> dict[str, Any]:
+    """Pass rate per bucket (total and per agent) and failure categories counted per bucket.
+
+    Returns:
+        ``{"buckets": [start, ...], "pass_rate": [rate or None, ...], "agents": {agent: [rate or
+        None, ...]}, "categories": {category: [count, ...]}}``; ``None`` where no verdict fell.
+    """
+    rows = conn.execute(
+        sa.select(
+            review_verdicts.c.created_at,
+            review_verdicts.c.agent,
+            review_verdicts.c.verdict,
+            review_verdicts.c.categories,
+        ).where(review_verdicts.c.created_at >= since, review_verdicts.c.created_at < until)
+    ).all()
+    count = max(1, math.ceil((until - since) / bucket_s))
+    tally: dict[str, list[list[int]]] = {}
+    categories: dict[str, list[int]] = {}
+    for created, agent, verdict, cats in rows:
+        index = min(count - 1, int((created - since) // bucket_s))
+        for key in ("", agent):
+            cell = tally.setdefault(key, [[0, 0] for _ in range(count)])[index]
+            cell[0 if verdict == "pass" else 1] += 1
+        for category in cats or []:
+            categories.setdefault(category, [0] * count)[index] += 1
+
+    def rates(cells: list[list[int]]) -> list[float | None]:
+        return [p / (p + f) if p + f else None for p, f in cells]
+
+    overall = tally.pop("", [[0, 0] for _ in range(count)])
+    return {
+        "buckets": [since + i * bucket_s for i in range(count)],
+        "pass_rate": rates(overall),
+        "agents": {agent: rates(cells) for agent, cells in sorted(tally.items())},
+        "categories": dict(sorted(categories.items())),
+    }

@@ -7,6 +7,9 @@
   runs that never arrived, older than the retention period. Runs whose review item is done are kept when
   ``keep_reviewed`` is set (they are the evaluation set and the audit trail); their
   item's snapshot is kept with them.
+- :func:`apply_details_retention` deletes the details documents (:mod:`review_queue.details`) of
+  unflagged runs older than the details retention period (``VIGIL_DETAILS_RETENTION_DAYS``, 7 by
+  default; 0 keeps details of flagged runs only). A flagged run's details live as long as the run.
 - :class:`Retention` runs :func:`apply_retention` on a daemon thread (hourly by default) in
   the processes that serve the store.
 
@@ -26,9 +29,17 @@ from sqlalchemy.engine import Engine
 from collector.lifecycle import Periodic
 from review_queue.errors import StoreUnavailableError
 from review_queue.store import guard, write_transaction
-from review_queue.tables import feedback, judge_results, review_events, review_items, review_verdicts, runs
+from review_queue.tables import (
+    feedback,
+    judge_results,
+    review_events,
+    review_items,
+    review_verdicts,
+    run_details,
+    runs,
+)
 
-__all__ = ["Retention", "apply_retention", "deletion_counter", "purge_traces"]
+__all__ = ["Retention", "apply_details_retention", "apply_retention", "deletion_counter", "purge_traces"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +55,7 @@ def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, i
         "review_items": conn.execute(sa.delete(review_items).where(review_items.c.trace_id.in_(trace_ids))),
         "judge_results": conn.execute(sa.delete(judge_results).where(judge_results.c.trace_id.in_(trace_ids))),
         "feedback": conn.execute(sa.delete(feedback).where(feedback.c.trace_id.in_(trace_ids))),
+        "run_details": conn.execute(sa.delete(run_details).where(run_details.c.trace_id.in_(trace_ids))),
         "runs": conn.execute(sa.delete(runs).where(runs.c.trace_id.in_(trace_ids))),
     }
     return {table: int(result.rowcount or 0) for table, result in counts.items()}
@@ -104,12 +116,47 @@ def apply_retention(
     return total
 
 
+def apply_details_retention(engine: Engine, *, now: float, days: float, retry_after_s: float = 2.0) -> int:
+    """Delete details of unflagged runs written more than ``days`` ago (all of them when ``days`` is 0).
+
+    Also deletes details whose run is gone. Returns the rows deleted.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached.
+    """
+    flagged = sa.select(runs.c.trace_id).where(runs.c.flagged.is_(True))
+    old = sa.select(run_details.c.trace_id).where(run_details.c.trace_id.not_in(flagged))
+    if days > 0:
+        old = old.where(run_details.c.created_at < now - days * 86_400)
+    deleted = 0
+    with guard("details_retention", retry_after_s), engine.connect() as conn:
+        while True:
+            ids = [row[0] for row in conn.execute(old.limit(_CHUNK))]
+            conn.rollback()
+            if not ids:
+                break
+            with write_transaction(conn):
+                result = conn.execute(sa.delete(run_details).where(run_details.c.trace_id.in_(ids)))
+                deleted += int(result.rowcount or 0)
+    if deleted:
+        log.info("details_retention_applied", days=days, run_details=deleted)
+    return deleted
+
+
 def deletion_counter(registry: CollectorRegistry) -> Callable[[dict[str, int]], None]:
     """``vigil_retention_deleted_rows_total{table}`` on ``registry``; returns the callback that counts."""
     counter = Counter(
         "vigil_retention_deleted_rows", "Rows deleted by the retention period, by table.", ["table"], registry=registry
     )
-    for table in ("runs", "review_items", "review_verdicts", "review_events", "judge_results", "feedback"):
+    for table in (
+        "runs",
+        "review_items",
+        "review_verdicts",
+        "review_events",
+        "judge_results",
+        "feedback",
+        "run_details",
+    ):
         counter.labels(table)
 
     def count(deleted: dict[str, int]) -> None:
@@ -120,15 +167,17 @@ def deletion_counter(registry: CollectorRegistry) -> Callable[[dict[str, int]], 
 
 
 class Retention:
-    """Applies the retention period every ``interval_s`` on a daemon thread.
+    """Applies the retention periods every ``interval_s`` on a daemon thread.
 
     Args:
         engine: the store's engine.
-        days: the retention period; 0 disables the thread.
+        days: the retention period; 0 disables run retention.
         keep_reviewed: keep runs whose review is done.
         interval_s: seconds between passes.
         clock: Unix seconds.
         on_deleted: called with each pass's counts (metrics).
+        details_days: the details retention period of unflagged runs (0: flagged runs only);
+            ``None``: details are not managed here.
     """
 
     def __init__(
@@ -140,6 +189,7 @@ class Retention:
         interval_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         on_deleted: Callable[[dict[str, int]], None] | None = None,
+        details_days: float | None = None,
     ) -> None:
         self._engine = engine
         self._days = days
@@ -147,15 +197,22 @@ class Retention:
         self._interval = interval_s
         self._clock = clock
         self._on_deleted = on_deleted
+        self._details_days = details_days
         # Retention must never take the process down: a failed pass is logged, the next one retries.
         self._periodic = Periodic("vigil-retention", self.tick, interval_s, immediately=True, event="retention_failed")
 
     def tick(self) -> dict[str, int]:
         """One pass (empty while the database is down: the next pass retries)."""
         try:
-            counts = apply_retention(
-                self._engine, now=self._clock(), days=self._days, keep_reviewed=self._keep_reviewed
+            now = self._clock()
+            counts = (
+                apply_retention(self._engine, now=now, days=self._days, keep_reviewed=self._keep_reviewed)
+                if self._days > 0
+                else {}
             )
+            if self._details_days is not None:
+                details = apply_details_retention(self._engine, now=now, days=self._details_days)
+                counts["run_details"] = counts.get("run_details", 0) + details
         except StoreUnavailableError as exc:
             log.warning("retention_skipped", error=str(exc))
             return {}
@@ -165,7 +222,7 @@ class Retention:
 
     def start(self) -> None:
         """Start the thread (a first pass runs right away); nothing when retention is off."""
-        if self._days > 0:
+        if self._days > 0 or self._details_days is not None:
             self._periodic.start()
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:

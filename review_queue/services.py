@@ -30,6 +30,7 @@ class ReviewServices:
         tokens: the token table.
         access: authentication, sessions and role checks.
         metrics: review metrics, when registered.
+        clock: Unix epoch seconds (the stats page's "now").
     """
 
     store: SqlStore
@@ -38,6 +39,7 @@ class ReviewServices:
     tokens: TokenStore
     access: Access
     metrics: ReviewMetrics | None = None
+    clock: Callable[[], float] = time.time
 
 
 def build_services(
@@ -89,4 +91,4 @@ def build_services(
         SessionSigner(session_secret or random_secret(), clock=clock),
         secure_cookies=secure_cookies,
     )
-    return ReviewServices(store, workbench, feedback, tokens, access, metrics)
+    return ReviewServices(store, workbench, feedback, tokens, access, metrics, clock)

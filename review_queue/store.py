@@ -25,12 +25,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
+from review_queue import details as run_details_doc
 from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
-from review_queue.snapshot import item_row, run_row
-from review_queue.tables import review_items, runs
+from review_queue.snapshot import SNAPSHOT_VERSION, item_row, run_row
+from review_queue.tables import review_events, review_items, run_details, runs
 from scorers.model import ScoredRun
 
 __all__ = [
@@ -130,6 +131,7 @@ class SqlStore:
         )
         self._span_counts = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count)
         self._reason_filter = queries.reason_filter_for(dialect)
+        self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
 
     @property
     def retry_after_s(self) -> float:
@@ -240,6 +242,90 @@ class SqlStore:
         with self._guard("queue_stats"), self._engine.connect() as conn:
             return queries.queue_stats(conn)
 
+    def write_details(self, rows: list[dict[str, Any]]) -> None:
+        """Upsert ``run_details`` rows (:func:`review_queue.details.details_row`) in one transaction.
+
+        A row built from fewer spans than the stored one (a re-delivered tail) changes nothing.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached; nothing was written.
+        """
+        if not rows:
+            return
+        rows = sorted(rows, key=_by_trace_id)
+        stmt = self._insert(run_details)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[run_details.c.trace_id],
+            set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at", "final_output")},
+            where=run_details.c.span_count <= stmt.excluded.span_count,
+        )
+        with self._guard("write_details"), self._engine.connect() as conn, write_transaction(conn):
+            conn.execute(stmt, rows)
+
+    def get_details(self, trace_id: str) -> dict[str, Any] | None:
+        """The details document of a run (:mod:`review_queue.details`), or ``None`` when not kept.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        with self._guard("get_details"), self._engine.connect() as conn:
+            row = conn.execute(
+                sa.select(run_details.c.body, run_details.c.codec).where(run_details.c.trace_id == trace_id)
+            ).first()
+        return None if row is None else run_details_doc.decode(row[0], row[1])
+
+    def send_to_review(self, trace_id: str, actor: str) -> tuple[int, bool] | None:
+        """Put a run in the review queue by hand: a pending item with reason ``manual`` (normal priority).
+
+        A run that already has an item keeps it (nothing changes). The run row becomes flagged
+        with reason ``manual`` (so listings and stats count it) and the audit trail records who.
+
+        Returns:
+            ``(item id, created)``, or ``None`` when the run is unknown.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        now = self._clock()
+        with self._guard("send_to_review"), self._engine.connect() as conn, write_transaction(conn):
+            row = conn.execute(sa.select(runs).where(runs.c.trace_id == trace_id)).mappings().first()
+            if row is None:
+                return None
+            existing = conn.execute(sa.select(review_items.c.id).where(review_items.c.trace_id == trace_id)).scalar()
+            if existing is not None:
+                return int(existing), False
+            reasons = [*(row["flag_reasons"] or []), MANUAL_REASON] if row["flagged"] else [MANUAL_REASON]
+            priority = row["flag_priority"] or "normal"
+            conn.execute(
+                sa.update(runs)
+                .where(runs.c.trace_id == trace_id)
+                .values(
+                    flagged=True,
+                    flag_priority=priority,
+                    flag_reasons=reasons,
+                    sample_rate=float(row["sample_rate"] or 0.0),
+                    updated_at=now,
+                )
+            )
+            item = {
+                "trace_id": trace_id,
+                "state": "pending",
+                "priority": priority,
+                "priority_rank": {"low": 0, "normal": 1, "high": 2}.get(priority, 1),
+                "reasons": reasons,
+                "sample_rate": float(row["sample_rate"] or 0.0),
+                "snapshot": _manual_snapshot(row),
+                "created_at": now,
+                "updated_at": now,
+                "version": 1,
+                "span_count": row["span_count"],
+            }
+            item_id = int(conn.execute(sa.insert(review_items).values(item).returning(review_items.c.id)).scalar_one())
+            event = {"item_id": item_id, "actor": actor[:128], "action": "send_to_review", "detail": {}, "at": now}
+            conn.execute(sa.insert(review_events).values(event))
+        log.info("sent_to_review", trace_id=trace_id, item_id=item_id)
+        return item_id, True
+
     def ping(self) -> bool:
         """Return True when the database answers and the schema is migrated (for ``/readyz``)."""
         try:
@@ -312,6 +398,34 @@ def guard(operation: str, retry_after: float) -> Iterator[None]:
     except sa_exc.TimeoutError as exc:
         log.warning("store_unavailable", operation=operation, error="connection pool timeout")
         raise StoreUnavailableError(retry_after, "database connection pool exhausted") from exc
+
+
+MANUAL_REASON = "manual"
+"""The flag reason of a run a reviewer or admin sent to review by hand."""
+
+_MANUAL_FIELDS = (
+    "trace_id", "agent", "service", "dialect", "status", "complete", "start_ns", "end_ns", "duration_s", "llm_calls",
+    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations", "safety_blocked", "errored",
+    "error_type",
+)  # fmt: skip
+
+
+def _manual_snapshot(row: sa.RowMapping) -> dict[str, Any]:
+    """The snapshot of a run sent to review by hand: its stored summary (the page reads its details document)."""
+    doc = {name: row[name] for name in _MANUAL_FIELDS}
+    doc.update(
+        snapshot_version=SNAPSHOT_VERSION,
+        partial=True,
+        final_output=None,
+        steps=[],
+        tools=[],
+        messages=[],
+        attributes={},
+        scores=dict(row["scores"] or {}),
+        scorer_errors=list(row["scorer_errors"] or []),
+        evidence=list(row["evidence"] or []),
+    )
+    return doc
 
 
 def write_transaction(conn: sa.Connection) -> sa.RootTransaction:
@@ -478,9 +592,7 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     newer = runs.c.span_count <= new.span_count
     sticky = ("flag_priority", "flag_reasons", "sample_rate")
     fixed = {"trace_id", "created_at", "version", "flagged", *sticky}
-    run_set: dict[str, Any] = {
-        c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed
-    }
+    run_set: dict[str, Any] = {c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed}
     run_set["version"] = runs.c.version + 1
     run_set["flagged"] = sa.or_(runs.c.flagged, sa.and_(newer, new.flagged))
     for name in sticky:

@@ -21,6 +21,7 @@ __all__ = [
     "review_events",
     "review_items",
     "review_verdicts",
+    "run_details",
     "runs",
 ]
 
@@ -78,6 +79,21 @@ runs = sa.Table(
 ``span_count``: the spans the stored scoring saw; a re-score from fewer spans (a re-delivered
 tail of the trace) never replaces it (see :meth:`review_queue.store.SqlStore.write`).
 ``evidence``: why each headline signal and flag reason is set (:class:`scorers.model.Evidence` dicts)."""
+
+run_details = sa.Table(
+    "run_details",
+    metadata,
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("span_count", sa.Integer(), nullable=False),
+    sa.Column("codec", sa.String(16), nullable=False),
+    sa.Column("body", sa.LargeBinary(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("final_output", sa.Text(), nullable=True),
+    sa.Index("ix_run_details_created", "created_at"),
+)
+"""The details document of a run (:mod:`review_queue.details`, migration ``0007``): compressed JSON
+of its spans (attributes, events) and conversation. No foreign key: written after the run, by another
+thread; deleted with the run (purge, retention) and earlier for unflagged runs (details retention)."""
 
 review_items = sa.Table(
     "review_items",

@@ -9,7 +9,20 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["WATERFALL_WIDTH", "age", "clock_time", "waterfall"]
+import orjson
+
+__all__ = [
+    "WATERFALL_WIDTH",
+    "age",
+    "attr_text",
+    "attribute_rows",
+    "clock_time",
+    "line_chart",
+    "pretty",
+    "snapshot_conversation",
+    "span_json",
+    "waterfall",
+]
 
 WATERFALL_WIDTH = 1000
 """Width of the waterfall's SVG viewBox; bars are laid out in these units."""
@@ -53,6 +66,7 @@ def waterfall(steps: Sequence[Mapping[str, Any]], start_ns: int, end_ns: int) ->
                 "error": bool(step.get("error")),
                 "duration_s": (finish - begin) / 1e9,
                 "offset_s": begin / 1e9,
+                "span": step,
             }
         )
     return {
@@ -108,3 +122,112 @@ def evidence_by_signal(evidence: Sequence[Mapping[str, Any]] | None) -> dict[str
         seen.add(key)
         grouped.setdefault(item["signal"], []).append(item)
     return grouped
+
+
+def pretty(text: object) -> str:
+    """``text`` as shown: JSON objects and arrays pretty-printed (2-space indent), other text unchanged."""
+    if not isinstance(text, str):
+        return "" if text is None else str(text)
+    stripped = text.strip()
+    if len(stripped) < 2 or stripped[0] not in "{[" or stripped[-1] not in "}]":
+        return text
+    try:
+        return orjson.dumps(orjson.loads(stripped), option=orjson.OPT_INDENT_2).decode()
+    except (orjson.JSONDecodeError, TypeError):
+        return text
+
+
+def attr_text(value: object) -> str:
+    """An attribute value as text: strings as they are (JSON pretty-printed), lists and maps as JSON."""
+    if isinstance(value, str):
+        return pretty(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    return "null" if value is None else str(value)
+
+
+FOLD_CHARS = 600
+FOLD_LINES = 24
+
+
+def attribute_rows(attributes: object) -> list[tuple[str, str, bool]]:
+    """``(key, text, fold)`` of each attribute, sorted by key: ``text`` as :func:`attr_text`, ``fold`` when long.
+
+    Done here rather than in the template: a 500-span run has ~10,000 of them.
+    """
+    if not isinstance(attributes, Mapping):
+        return []
+    rows = []
+    for key in sorted(attributes):
+        text = attr_text(attributes[key])
+        rows.append((str(key), text, len(text) > FOLD_CHARS or text.count("\n") > FOLD_LINES))
+    return rows
+
+
+def span_json(span: Mapping[str, Any]) -> str:
+    """The "copy as JSON" text of a span of the details document."""
+    return orjson.dumps(span, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+def snapshot_conversation(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The conversation entries of a review snapshot (runs stored before details were kept).
+
+    Same shape as :func:`review_queue.details.build_details`'s ``conversation``: the messages,
+    then the tool calls, then the final answer (the snapshot does not say how they interleave).
+    """
+    entries: list[dict[str, Any]] = [
+        {"kind": "message", "role": m.get("role", ""), "content": m.get("content", ""), "span_id": ""}
+        for m in snapshot.get("messages") or ()
+        if isinstance(m, Mapping)
+    ]
+    for t in snapshot.get("tools") or ():
+        if isinstance(t, Mapping):
+            entries.append(
+                {
+                    "kind": "tool",
+                    **{k: t.get(k) for k in ("name", "call_id", "arguments", "result", "error", "span_id")},
+                }
+            )
+    final = snapshot.get("final_output")
+    if final:
+        entries.append({"kind": "final", "content": final, "span_id": ""})
+    return entries
+
+
+CHART_WIDTH = 300
+CHART_HEIGHT = 80
+
+
+def line_chart(series: Mapping[str, Sequence[float | None]], *, top: float | None = None) -> dict[str, Any]:
+    """Polylines of small SVG charts, one per series, sharing one y scale (0 … ``top`` or the max).
+
+    Args:
+        series: name to values per bucket (``None``: no data in that bucket, a gap).
+        top: the y axis' top value (e.g. 1.0 for a rate); default the largest value (at least 1).
+
+    Returns:
+        ``{"width", "height", "top", "lines": [{"name", "segments": ["x,y x,y …"], "last"}]}``.
+    """
+    values = [v for vs in series.values() for v in vs if v is not None]
+    high = top if top is not None else max([1.0, *values])
+    lines = []
+    for name, vs in series.items():
+        n = max(1, len(vs) - 1)
+        segments: list[str] = []
+        current: list[str] = []
+        for i, v in enumerate(vs):
+            if v is None:
+                if current:
+                    segments.append(" ".join(current))
+                current = []
+                continue
+            x = round(CHART_WIDTH * i / n, 1)
+            y = round(CHART_HEIGHT - CHART_HEIGHT * min(v, high) / high, 1)
+            current.append(f"{x},{y}")
+        if current:
+            segments.append(" ".join(current))
+        last = next((v for v in reversed(vs) if v is not None), None)
+        lines.append({"name": name, "segments": segments, "last": last})
+    return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": high, "lines": lines}

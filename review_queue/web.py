@@ -11,6 +11,7 @@ safe; the Content-Security-Policy forbids inline scripts, so the keyboard handli
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import listing, queries, views
+from review_queue import explorer, listing, queries, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -38,6 +39,9 @@ HERE = Path(__file__).parent
 LOGIN_CSRF_COOKIE = "vigil_login_csrf"
 STATS_WINDOW_S = 24 * 3600
 STATS_BUCKET_S = 3600
+STATS_DAYS = 14
+MAX_CHARTS = 24
+"""Charts per section of the stats page (agents, failure categories)."""
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -47,6 +51,10 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["age"] = views.age
 _ENV.filters["clock"] = views.clock_time
+_ENV.filters["pretty"] = views.pretty
+_ENV.filters["attr_text"] = views.attr_text
+_ENV.filters["span_json"] = views.span_json
+_ENV.filters["attribute_rows"] = views.attribute_rows
 
 
 def mount_ui(app: FastAPI, services: ReviewServices) -> None:
@@ -55,6 +63,7 @@ def mount_ui(app: FastAPI, services: ReviewServices) -> None:
     _auth_pages(app, services)
     _queue_pages(app, services)
     _item_pages(app, services)
+    _runs_explorer(app, services)
     _admin_forms(app, services)
 
 
@@ -154,13 +163,40 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
 
     @app.get("/stats", include_in_schema=False)
     def stats_page(request: Request, who: Principal = reader) -> HTMLResponse:
-        now = time.time()
+        now = services.clock()
+        hours = listing.bucket_window(now, STATS_BUCKET_S, STATS_WINDOW_S // STATS_BUCKET_S)
+        days = listing.bucket_window(now, 86_400, STATS_DAYS)
         with guard("stats_page", services.store.retry_after_s), services.store.engine.connect() as conn:
             depth = queries.queue_stats(conn)
             verdicts = listing.verdict_stats(conn)
-            flags = listing.flags_by_reason(conn, now - STATS_WINDOW_S, now, STATS_BUCKET_S)
+            flags = listing.flags_by_reason(conn, *hours, STATS_BUCKET_S)
+            history = listing.depth_over_time(conn, *hours, STATS_BUCKET_S)
+            rates = listing.verdicts_over_time(conn, *days, 86_400)
         pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
-        return render("stats.html", request, depth=depth, pending=pending, verdicts=verdicts, flags=flags, now=now)
+        charts = {
+            "depth": views.line_chart({"all agents": history["total"]}),
+            "depth_agents": {a: views.line_chart({a: v}) for a, v in list(history["agents"].items())[:MAX_CHARTS]},
+            "rate": views.line_chart({"all agents": rates["pass_rate"]}, top=1.0),
+            "rate_agents": {
+                a: views.line_chart({a: v}, top=1.0) for a, v in list(rates["agents"].items())[:MAX_CHARTS]
+            },
+            "categories": {
+                c: views.line_chart({c: [float(n) for n in v]})
+                for c, v in list(rates["categories"].items())[:MAX_CHARTS]
+            },
+        }
+        return render(
+            "stats.html",
+            request,
+            depth=depth,
+            pending=pending,
+            verdicts=verdicts,
+            flags=flags,
+            now=now,
+            charts=charts,
+            hour_buckets=history["buckets"],
+            day_buckets=rates["buckets"],
+        )
 
 
 def _item_pages(app: FastAPI, services: ReviewServices) -> None:
@@ -173,13 +209,13 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
     def item_page(request: Request, item_id: RowId, who: Principal = reader, error: str = "") -> HTMLResponse:
         item = bench.item(item_id)
         run = services.store.get_run(item["trace_id"])
-        snapshot = (run or {}).get("review_item", {}).get("snapshot") or {}
+        snapshot = ((run or {}).get("review_item") or {}).get("snapshot") or {}
         context = {
             "item": item,
             "run": run,
             "snap": snapshot,
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
-            "fall": views.waterfall(snapshot.get("steps", []), snapshot.get("start_ns", 0), snapshot.get("end_ns", 0)),
+            **_run_view(services, item["trace_id"], snapshot, run),
             "verdicts": bench.verdicts(item_id, who),
             "events": bench.events(item_id),
             "feedback": services.feedback.for_run(item["trace_id"]),
@@ -198,7 +234,29 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             return render("error.html", request, status=404, message=f"run {trace_id[:32]} not found")
         if run["review_item"] is not None:
             return RedirectResponse(f"/items/{run['review_item']['id']}", status_code=303)
-        return render("run.html", request, run=run, why=views.evidence_by_signal(run.get("evidence")))
+        return render(
+            "run.html",
+            request,
+            run=run,
+            why=views.evidence_by_signal(run.get("evidence")),
+            can_review=who.role in REVIEWERS,
+            **_run_view(services, run["trace_id"], {}, run),
+        )
+
+    @app.get("/runs/{trace_id}/spans/{span_id}.json", include_in_schema=False)
+    def span_json(trace_id: str, span_id: str, who: Principal = reader) -> Response:
+        """One span of the run's details as JSON (the page's "copy as JSON")."""
+        found = _span_of(services, trace_id.lower()[:32], span_id[:64])
+        if found is None:
+            return Response('{"detail": "span not found"}', status_code=404, media_type="application/json")
+        return Response(views.span_json(found), media_type="application/json", headers={"Cache-Control": "no-store"})
+
+    @app.post("/runs/{trace_id}/review", include_in_schema=False)
+    def send_to_review(trace_id: str, who: Principal = reviewer) -> Response:
+        sent = services.store.send_to_review(trace_id.lower()[:32], who.name)
+        if sent is None:
+            return RedirectResponse("/runs?notice=unknown", status_code=303)
+        return RedirectResponse(f"/items/{sent[0]}", status_code=303)
 
     @app.post("/items/{item_id}/claim", include_in_schema=False)
     def claim(item_id: RowId, who: Principal = reviewer) -> RedirectResponse:
@@ -230,6 +288,147 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""
             return RedirectResponse(f"/items/{item_id}?error={_q(message or 'choose pass or fail')}", status_code=303)
         return RedirectResponse(_next_item(services, who), status_code=303)
+
+
+def _run_view(
+    services: ReviewServices, trace_id: str, snapshot: dict[str, Any], run: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Conversation, span tree and details of a run page: from the run's details document when
+    kept, else from the review snapshot (no attributes), else nothing but the summary."""
+    details = services.store.get_details(trace_id)
+    if details is not None:
+        spans = details.get("spans") or []
+        conversation = details.get("conversation") or []
+        captured = bool(details.get("content_captured"))
+    else:
+        spans = snapshot.get("steps") or []
+        conversation = views.snapshot_conversation(snapshot)
+        captured = bool(conversation)
+    start = (run or {}).get("start_ns") or snapshot.get("start_ns", 0)
+    end = (run or {}).get("end_ns") or snapshot.get("end_ns", 0)
+    return {
+        "fall": views.waterfall(spans, start, end),
+        "conversation": conversation,
+        "captured": captured,
+        "kept": details is not None,
+    }
+
+
+def _span_of(services: ReviewServices, trace_id: str, span_id: str) -> dict[str, Any] | None:
+    """A span of a run's details document, else of its review snapshot, else ``None``."""
+    details = services.store.get_details(trace_id)
+    if details is not None:
+        spans = details.get("spans") or []
+    else:
+        run = services.store.get_run(trace_id)
+        spans = (((run or {}).get("review_item") or {}).get("snapshot") or {}).get("steps") or []
+    return next((s for s in spans if isinstance(s, dict) and s.get("span_id") == span_id), None)
+
+
+_SORT_LABELS = {"created": "indexed", "duration": "duration", "llm_calls": "LLM calls", "tool_errors": "tool errors",
+                "tokens": "input tokens"}  # fmt: skip
+
+
+def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
+    access = services.access
+    reader = Depends(access.require_page(*READERS))
+
+    @app.get("/runs", include_in_schema=False)
+    def runs_page(  # noqa: PLR0917 - one argument per filter of the form
+        request: Request,
+        who: Principal = reader,
+        agent: str = "",
+        service: str = "",
+        status: str = "",
+        flagged: str = "",
+        reason: str = "",
+        hit_max_iterations: str = "",
+        safety_blocked: str = "",
+        errored: str = "",
+        score: str = "",
+        score_min: str = "",
+        score_max: str = "",
+        since_h: str = "",
+        until_h: str = "",
+        trace: str = "",
+        q: str = "",
+        sort: str = "created",
+        order: str = "desc",
+        cursor: str = "",
+        notice: str = "",
+        limit: int = 50,
+    ) -> Response:
+        trace = trace.strip().lower()
+        if len(trace) == 32 and all(c in "0123456789abcdef" for c in trace):
+            return RedirectResponse(f"/runs/{trace}", status_code=303)
+        now = services.clock()
+        signals = tuple(
+            (name, value == "yes")
+            for name, value in (
+                ("hit_max_iterations", hit_max_iterations),
+                ("safety_blocked", safety_blocked),
+                ("errored", errored),
+            )
+            if value in ("yes", "no")
+        )
+        filters = {
+            "agent": agent[:256], "service": service[:256], "status": status[:16], "flagged": flagged,
+            "reason": reason[:256], "hit_max_iterations": hit_max_iterations, "safety_blocked": safety_blocked,
+            "errored": errored, "score": score[:64], "score_min": score_min[:32], "score_max": score_max[:32],
+            "since_h": since_h[:16], "until_h": until_h[:16], "trace": trace[:32], "q": q[:256],
+            "sort": sort if sort in explorer.SORTS else "created", "order": "asc" if order == "asc" else "desc",
+            "limit": str(max(1, min(limit, explorer.MAX_PAGE))) if limit != 50 else "",
+        }  # fmt: skip
+        error = ""
+        query = explorer.RunQuery(
+            agent=filters["agent"] or None,
+            service=filters["service"] or None,
+            status=filters["status"] or None,
+            signals=signals,
+            flagged={"yes": True, "no": False}.get(flagged),
+            reason=filters["reason"] or None,
+            score=filters["score"] or None,
+            score_min=_number(score_min),
+            score_max=_number(score_max),
+            since=None if _number(since_h) is None else now - 3600 * (_number(since_h) or 0.0),
+            until=None if _number(until_h) is None else now - 3600 * (_number(until_h) or 0.0),
+            trace=filters["trace"] or None,
+            text=filters["q"] or None,
+            sort=filters["sort"],
+            descending=filters["order"] == "desc",
+            limit=max(1, min(limit, explorer.MAX_PAGE)),
+        )
+        rows: list[dict[str, Any]] = []
+        next_cursor = None
+        try:
+            with guard("runs_page", services.store.retry_after_s), services.store.engine.connect() as conn:
+                rows, next_cursor = explorer.explore(conn, query, cursor or None)
+        except (queries.InvalidCursorError, ValueError) as exc:
+            error = str(exc)[:200]
+        keep = {k: v for k, v in filters.items() if v}
+        return render(
+            "runs.html",
+            request,
+            rows=rows,
+            filters=filters,
+            keep=keep,
+            next_cursor=next_cursor,
+            first_page=not cursor,
+            error=error,
+            notice=notice,
+            now=now,
+            signals=explorer.SIGNALS,
+            sorts=_SORT_LABELS,
+            can_review=who.role in REVIEWERS,
+        )
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _admin_forms(app: FastAPI, services: ReviewServices) -> None:

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol, TypeAlias
 
+from collector.model import Attributes, SpanEvent
+
+_NO_ATTRIBUTES: Attributes = {}
+
 
 class StepKind(str, Enum):
     """The role a span plays in an agent run (see ARCHITECTURE.md and the dialect adapters in scorers/dialects/)."""
@@ -67,6 +71,9 @@ class Step:
         model: the model name of an LLM step.
         input_tokens / output_tokens: usage of an LLM step (0 otherwise).
         finish_reasons: normalised lower-case finish reasons of an LLM step.
+        attributes / events: the span's own attributes and events, by reference (no copy on the
+            scoring path; not compared). Only the run-details document reads them, off the hot
+            path, and bounds and redacts them there (:mod:`review_queue.details`).
     """
 
     span_id: str
@@ -82,6 +89,8 @@ class Step:
     input_tokens: int = 0
     output_tokens: int = 0
     finish_reasons: tuple[str, ...] = ()
+    attributes: Attributes = field(default_factory=lambda: _NO_ATTRIBUTES, compare=False, repr=False)
+    events: tuple[SpanEvent, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def duration_s(self) -> float:

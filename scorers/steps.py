@@ -40,6 +40,8 @@ STEP_FIELDS: Final = (
     "input_tokens",
     "output_tokens",
     "finish_reasons",
+    "attributes",
+    "events",
 )
 TOOL_CALL_FIELDS: Final = ("span_id", "name", "call_id", "arguments", "result", "error")
 
@@ -56,7 +58,10 @@ def to_step(  # noqa: PLR0917 - called once per span: positional arguments are c
     tokens_out: int = 0,
     reasons: tuple[str, ...] = (),
 ) -> Step:
-    """Return the step of ``span`` in role ``kind`` (the status description is clipped)."""
+    """Return the step of ``span`` in role ``kind`` (the status description is clipped).
+
+    The step keeps references to the span's attributes and events (no copy) for the run-details document.
+    """
     status = span.status_message
     status_text = "" if not status else status[: content.MAX_TEXT] if isinstance(status, str) else ""
     return _new_step(
@@ -73,6 +78,8 @@ def to_step(  # noqa: PLR0917 - called once per span: positional arguments are c
         tokens_in,
         tokens_out,
         reasons,
+        span.attributes,
+        span.events,
     )
 
 

@@ -45,8 +45,16 @@ from review_queue.app.components import (
 )
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
-from review_queue.app.scoring import Scoring, redactor_from_settings, review_services, store_sink, then
+from review_queue.app.scoring import (
+    Scoring,
+    details_writer,
+    redactor_from_settings,
+    review_services,
+    store_sink,
+    then,
+)
 from review_queue.app.settings import Settings
+from review_queue.details import DetailsWriter
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
 from review_queue.maintenance import Maintenance
@@ -177,6 +185,7 @@ class ScorerRole:
     scorer: KafkaScorer
     store: SqlStore
     judges: JudgeService | None
+    details: DetailsWriter | None = None
 
 
 def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tuple[KafkaScorer, SqlStore]:
@@ -203,6 +212,8 @@ def build_scorer_role(
     if judges is not None:  # written runs go to the judges, as in vigil run
         kwargs["on_written"] = then(judges.submit, kwargs.get("on_written"))
     pipeline = scoring.pipeline(run_metrics, judges)
+    details = details_writer(s, store, registry, scoring.redactor)  # after each commit, on its own thread
+    kwargs["on_written"] = then(details.submit, kwargs.get("on_written"))
     sink = store_sink(s, store, registry, scoring.redactor)  # as in vigil run: nothing unredacted is stored
     assembler = partial(scoring.assembler, run_metrics)  # one per assigned partition
 
@@ -235,7 +246,7 @@ def build_scorer_role(
         consumer_metrics=ConsumerMetrics(registry),
         **kwargs,
     )
-    return ScorerRole(scorer, store, judges)
+    return ScorerRole(scorer, store, judges, details)
 
 
 async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
@@ -255,6 +266,8 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     c.add("young_gc", YoungCollector())
     c.add("store", Closing(role.store))
     c.add("probes", probes, probes.stop_budget_s)
+    if role.details is not None:
+        c.add("details", role.details, UPKEEP_STOP_S)
     if role.judges is not None:
         c.add("judges", role.judges, JUDGE_DRAIN_S)
     c.add("consumer", RetryingStart(scorer, stop.stopping), drain_timeout_s)
@@ -326,6 +339,7 @@ async def serve_review(s: Settings) -> bool:
         days=s.retention_days,
         keep_reviewed=s.retention_keep_reviewed,
         on_deleted=deletion_counter(registry),
+        details_days=s.details_retention_days,
     )
     c = Components()
     c.add("store", Closing(store))
@@ -356,9 +370,9 @@ def stop_budget_s(role: str, shutdown_delay_s: float = 0.0) -> float:
     receivers = max(http, GRPC_STOP_GRACE_S)  # the gRPC receiver stops while the HTTP one does
     return {
         "collector": shutdown_delay_s + receivers + DRAIN_TIMEOUT_S + probes,
-        "scorer": DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + probes,
+        "scorer": DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + UPKEEP_STOP_S + probes,  # + the details writer
         "review": max(http, probes) + 2 * UPKEEP_STOP_S,
-        "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 2 * UPKEEP_STOP_S + max(http, probes),
+        "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 3 * UPKEEP_STOP_S + max(http, probes),
     }[role]
 
 

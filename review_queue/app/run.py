@@ -46,8 +46,9 @@ from review_queue.app.components import (
     serve_until_signal,
 )
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
-from review_queue.app.scoring import Scoring, review_services, store_sink, then
+from review_queue.app.scoring import Scoring, details_writer, review_services, store_sink, then
 from review_queue.app.settings import Settings
+from review_queue.details import DetailsWriter
 from review_queue.maintenance import Maintenance
 from review_queue.model import FeedbackIn
 from review_queue.retention import Retention, deletion_counter
@@ -78,6 +79,7 @@ class Embedded:
     judges: JudgeService | None = None
     agreement: AgreementCollector | None = None
     spool: Spool | None = None
+    details: DetailsWriter | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -163,6 +165,8 @@ def build(
     if judges is not None:
         on_written = then(judges.submit, on_written)
     pipeline = scoring.pipeline(run_metrics, judges)
+    details = details_writer(settings, store, registry, scoring.redactor)
+    on_written = then(details.submit, on_written)  # after the commit, on the writer's own thread
     sink = store_sink(settings, store, registry, scoring.redactor)
     services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
     spool = _spool(settings, store, registry)
@@ -177,7 +181,18 @@ def build(
         acks=None if spool is None else AckTracker(spool.ack),
     )
     return Embedded(
-        settings, registry, stream, collector_metrics, store, worker, run_metrics, services, judges, agreement, spool
+        settings,
+        registry,
+        stream,
+        collector_metrics,
+        store,
+        worker,
+        run_metrics,
+        services,
+        judges,
+        agreement,
+        spool,
+        details,
     )
 
 
@@ -298,6 +313,7 @@ async def run_components(
         days=s.retention_days,
         keep_reviewed=s.retention_keep_reviewed,
         on_deleted=deletion_counter(emb.registry),
+        details_days=s.details_retention_days,
     )
     c = Components()
     c.add("gc", Hooks(on_start=tune_gc))
@@ -306,6 +322,8 @@ async def run_components(
     c.add("http", Together(api, metrics), max(api.stop_budget_s, metrics.stop_budget_s))
     c.add("retention", retention, UPKEEP_STOP_S)
     c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback), UPKEEP_STOP_S)
+    if emb.details is not None:
+        c.add("details", emb.details, UPKEEP_STOP_S)
     if emb.judges is not None:
         c.add("judges", emb.judges, JUDGE_DRAIN_S)
     c.add("worker", Drain(emb.worker, s.state_path, emb.spool), drain_timeout_s)

@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from review_queue.app.settings import Settings
+from review_queue.details import DetailsWriter
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
 from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
@@ -28,6 +29,7 @@ from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeS
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun, Scorer
 from scorers.pipeline import Pipeline
+from scorers.pricing import PriceTable
 from scorers.redact import Redactor
 from scorers.registry import build_chain
 from scorers.rules import Rule, compile_rules
@@ -40,6 +42,7 @@ HUMAN_VERDICTS: Mapping[str, str] = {
 }
 """Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
 several reviewers on one run, the latest verdict is the human answer."""
+
 
 def redactor_from_settings(settings: Settings) -> Redactor:
     """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
@@ -54,7 +57,6 @@ def redactor_from_settings(settings: Settings) -> Redactor:
         deny=settings.attributes_deny,
         allow=settings.attributes_allow,
     )
-
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,24 @@ def store_sink(settings: Settings, store: SqlStore, registry: CollectorRegistry,
     random-sample shedding when the review queue is over capacity, then the store."""
     shedder = SampleShedder(store, partial(pending_items, store.engine), settings.review_queue_capacity, registry)
     return RedactingSink(shedder, redactor)
+
+
+def details_writer(
+    settings: Settings, store: SqlStore, registry: CollectorRegistry, redactor: Redactor
+) -> DetailsWriter:
+    """The run-details writer of a role that scores (:mod:`review_queue.details`): fed by ``on_written``."""
+    dropped = Counter(
+        "vigil_run_details_dropped",
+        "Runs whose details were not written (writer behind or store down).",
+        registry=registry,
+    )
+    return DetailsWriter(
+        store.write_details,
+        redactor,
+        prices=PriceTable(settings.model_prices),
+        keep_unflagged=settings.details_retention_days > 0,
+        on_dropped=dropped.inc,
+    )
 
 
 def review_services(

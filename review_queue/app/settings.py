@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
@@ -155,6 +156,11 @@ class Settings(BaseModel):
     )
     retention_days: float = Field(
         30.0, ge=0, description="Days before runs (with items, feedback, judge verdicts) are deleted; 0: never."
+    )
+    details_retention_days: float = Field(
+        DEFAULT_DETAILS_RETENTION_DAYS,
+        ge=0,
+        description="Days the details (spans, attributes, conversation) of unflagged runs are kept; 0: flagged only.",
     )
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."

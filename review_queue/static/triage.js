@@ -3,7 +3,143 @@
 (function () {
   "use strict";
 
-  function rows() { return Array.prototype.slice.call(document.querySelectorAll("tr.item-row")); }
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll("tr.item-row, tr.run-row")); }
+
+  // ---- span tree: selection shows the span's details; the URL fragment is the span id ----
+  function spanRows() { return Array.prototype.slice.call(document.querySelectorAll(".span-row")); }
+
+  function currentSpan() { return document.querySelector(".span-row.selected"); }
+
+  function showSpan(row, focus, fromUser) {
+    if (!row) { return; }
+    spanRows().forEach(function (r) {
+      var on = r === row;
+      r.classList.toggle("selected", on);
+      r.setAttribute("aria-selected", on ? "true" : "false");
+      r.setAttribute("tabindex", on ? "0" : "-1");
+    });
+    var id = row.getAttribute("data-span");
+    document.querySelectorAll(".span-detail").forEach(function (d) {
+      d.hidden = d.getAttribute("data-span") !== id;
+    });
+    var hint = document.getElementById("span-hint");
+    if (hint) { hint.hidden = true; }
+    if (focus) { row.focus({ preventScroll: true }); }
+    row.scrollIntoView({ block: "nearest" });
+    if (fromUser && window.history && window.history.replaceState) {
+      window.history.replaceState(null, "", "#" + id);
+    }
+  }
+
+  function moveSpan(delta) {
+    var all = spanRows();
+    if (!all.length) { return false; }
+    var index = all.indexOf(currentSpan());
+    index = index < 0 ? 0 : Math.max(0, Math.min(all.length - 1, index + delta));
+    showSpan(all[index], true, true);
+    return true;
+  }
+
+  function spanById(id) {
+    if (!id) { return null; }
+    var el = document.getElementById(id);
+    return el && el.classList.contains("span-row") ? el : null;
+  }
+
+  function fromHash() {
+    var id = decodeURIComponent(window.location.hash.slice(1));
+    var row = spanById(id);
+    if (row) { showSpan(row, true, false); }
+  }
+
+  function parentSpan() {
+    var row = currentSpan();
+    if (!row) { return false; }
+    var detail = document.getElementById("detail-" + row.getAttribute("data-span"));
+    var link = detail && detail.querySelector("dd a[href^='#']");
+    var parent = link ? spanById(link.getAttribute("href").slice(1)) : null;
+    if (parent) { showSpan(parent, true, true); }
+    return true;
+  }
+
+  function childSpan() {
+    var row = currentSpan();
+    if (!row) { return false; }
+    var level = Number(row.getAttribute("aria-level"));
+    var next = row.nextElementSibling;
+    if (next && Number(next.getAttribute("aria-level")) > level) { showSpan(next, true, true); }
+    return true;
+  }
+
+  var evidenceIndex = -1;
+  function nextEvidence() {
+    var links = Array.prototype.slice.call(document.querySelectorAll("a.ev-span"));
+    if (!links.length) { return false; }
+    evidenceIndex = (evidenceIndex + 1) % links.length;
+    var row = spanById(links[evidenceIndex].getAttribute("href").slice(1));
+    if (row) { showSpan(row, true, true); }
+    return true;
+  }
+
+  function copySpan(button) {
+    var row = currentSpan();
+    if (!button && !row) { return false; }
+    var id = button ? button.getAttribute("data-span") : row.getAttribute("data-span");
+    var detail = document.getElementById("detail-" + id);
+    var trace = document.body.getAttribute("data-trace");
+    if (!detail || !trace) { return false; }
+    var done = function () {
+      var mark = detail.querySelector(".copied");
+      if (mark) { mark.hidden = false; window.setTimeout(function () { mark.hidden = true; }, 1500); }
+      document.body.setAttribute("data-copied", id);
+    };
+    fetch("/runs/" + encodeURIComponent(trace) + "/spans/" + encodeURIComponent(id) + ".json", { credentials: "same-origin" })
+      .then(function (response) { return response.text(); })
+      .then(function (text) {
+        if (navigator.clipboard && navigator.clipboard.writeText) {
+          return navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text); done(); });
+        }
+        fallbackCopy(text);
+        done();
+        return null;
+      });
+    return true;
+  }
+
+  function fallbackCopy(text) {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "offscreen";
+    document.body.appendChild(area);
+    area.select();
+    try { document.execCommand("copy"); } catch (e) { /* nothing more to try */ }
+    document.body.removeChild(area);
+  }
+
+  function openAllFolds() {
+    var folds = Array.prototype.slice.call(document.querySelectorAll("details.fold"));
+    if (!folds.length) { return false; }
+    var open = folds.some(function (d) { return !d.open; });
+    folds.forEach(function (d) { d.open = open; });
+    return true;
+  }
+
+  function toggleHelp(force) {
+    var help = document.getElementById("shortcuts");
+    if (!help) { return false; }
+    help.hidden = force === undefined ? !help.hidden : !force;
+    return true;
+  }
+
+  function follow(id) {
+    var link = document.getElementById(id);
+    if (!link) { return false; }
+    window.location.href = link.getAttribute("href");
+    return true;
+  }
+
+  var pendingG = false;
 
   function select(index) {
     var all = rows();
@@ -63,7 +199,35 @@
     var page = document.body.getAttribute("data-page");
     var key = event.key;
     var handled = true;
-    if (key === "j") { select(selectedIndex() + 1); }
+    var help = document.getElementById("shortcuts");
+    if (key === "?") { toggleHelp(); event.preventDefault(); return; }
+    if (key === "Escape" && help && !help.hidden) { toggleHelp(false); event.preventDefault(); return; }
+    if (pendingG) {
+      pendingG = false;
+      var dest = { q: "/queue", r: "/runs", s: "/stats" }[key];
+      if (dest) { window.location.href = dest; event.preventDefault(); }
+      return;
+    }
+    if (key === "g") { pendingG = true; event.preventDefault(); return; }
+    var inTree = target.classList && target.classList.contains("span-row");
+    if (inTree && (key === "ArrowDown" || key === "ArrowUp")) { moveSpan(key === "ArrowDown" ? 1 : -1); event.preventDefault(); return; }
+    if (inTree && (key === "Enter" || key === " ")) { showSpan(target, true, true); event.preventDefault(); return; }
+    var hasSpans = spanRows().length > 0;
+    if (hasSpans && (key === "j" || key === "k")) { moveSpan(key === "j" ? 1 : -1); }
+    else if (hasSpans && key === "h") { handled = parentSpan(); }
+    else if (hasSpans && key === "l") { handled = childSpan(); }
+    else if (key === "e") { handled = nextEvidence(); }
+    else if (key === "y") { handled = copySpan(null); }
+    else if (key === "a") { handled = openAllFolds(); }
+    else if (key === "/" && page === "runs") { var box = document.getElementById("trace-search"); if (box) { box.focus(); box.select(); } else { handled = false; } }
+    else if (key === "n" && page === "runs") { handled = follow("next-page"); }
+    else if (key === "s" && page === "runs") {
+      var selected = rows()[selectedIndex()];
+      var form = selected && selected.querySelector("form.send-review");
+      if (form) { if (form.requestSubmit) { form.requestSubmit(); } else { form.submit(); } } else { handled = false; }
+    }
+    else if (key === "s" && page === "run") { handled = submit("send-to-review"); }
+    else if (key === "j") { select(selectedIndex() + 1); }
     else if (key === "k") { select(selectedIndex() - 1); }
     else if (key === "c") { handled = submit("claim-next"); }
     else if (key === "p") { check("verdict-pass"); document.querySelectorAll("input.category").forEach(function (b) { b.checked = false; }); }
@@ -72,7 +236,7 @@
     else if (key === "n") { var notes = document.getElementById("notes"); if (notes) { notes.focus(); } else { handled = false; } }
     else if (key === "Enter") {
       if (page === "item") { handled = submitVerdict(); }
-      else if (page === "queue") {
+      else if (page === "queue" || page === "runs") {
         var row = rows()[selectedIndex()];
         if (row) { window.location.href = row.getAttribute("data-href"); } else { handled = false; }
       } else { handled = false; }
@@ -82,9 +246,24 @@
 
   document.addEventListener("keydown", onKey);
   document.addEventListener("DOMContentLoaded", function () {
-    if (document.body.getAttribute("data-page") === "queue") { select(0); }
+    var page = document.body.getAttribute("data-page");
+    if (page === "queue" || page === "runs") { select(0); }
     rows().forEach(function (row, i) {
       row.addEventListener("click", function () { select(i); });
     });
+    spanRows().forEach(function (row) {
+      row.addEventListener("click", function () { showSpan(row, true, true); });
+    });
+    document.querySelectorAll("button.copy-json").forEach(function (button) {
+      button.addEventListener("click", function () { copySpan(button); });
+    });
+    document.querySelectorAll("a.ev-span, a.to-span, .span-detail dd a").forEach(function (link) {
+      link.addEventListener("click", function (event) {
+        var row = spanById(link.getAttribute("href").slice(1));
+        if (row) { event.preventDefault(); showSpan(row, true, true); }
+      });
+    });
+    window.addEventListener("hashchange", fromHash);
+    fromHash();
   });
 }());

@@ -24,7 +24,6 @@ from .judge_config import HIGH, LOW, judge_yaml
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeOpenAI]:
     """The judge's model."""

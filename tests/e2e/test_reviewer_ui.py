@@ -146,10 +146,10 @@ class TestKeyboardTriage:
         _press_and_wait(page, "c")
         first = page.url
         assert first.endswith("/items/1")
-        assert "search" in page.inner_text("#tools")
-        assert "Timeout: 5 s" in page.inner_text("#tools")
+        assert "search" in page.inner_text("#conversation")
+        assert "Timeout: 5 s" in page.inner_text("#conversation")
         assert "Question 1" in page.inner_text("#conversation")
-        assert 4 == page.locator("#waterfall g.step").count()
+        assert 4 == page.locator("#waterfall .span-row").count()
         assert "0.05" == page.inner_text("#sample-rate")
         page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
         page.keyboard.press("f")
@@ -224,7 +224,7 @@ class TestInertPayloads:
         assert [] == dialogs
         assert page.evaluate("typeof window.__xss") == "undefined"
         assert XSS_OUTPUT == page.inner_text("#final-output")
-        assert XSS_TOOL in page.inner_text("#tools")
+        assert XSS_TOOL in page.inner_text("#conversation")
         assert XSS_MESSAGE in page.inner_text("#conversation")
         assert XSS_AGENT in page.inner_text("#summary")
         assert XSS_STEP in page.inner_text("#waterfall")

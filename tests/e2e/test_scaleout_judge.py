@@ -22,7 +22,6 @@ from .scaleout import make_cluster, wait_assigned, wait_for
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture
 def fake() -> Iterator[FakeOpenAI]:
     """The judge's model."""

@@ -210,7 +210,6 @@ class TestSigterm:
             rows = db.execute("SELECT complete FROM runs WHERE trace_id = ?", (trace_id,)).fetchall()
         assert [(1,)] == rows
 
-
     def test_unfinished_run_resumes_after_restart(self, tmp_path: Path) -> None:
         """A run without its root at SIGTERM is saved, not scored; after a restart its root completes it."""
         synth = make_run(random.Random(78))

@@ -20,11 +20,14 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from collector.model import SpanEvent
 from review_queue.access import SESSION_COOKIE
 from review_queue.api import create_api_app
+from review_queue.details import DetailsWriter
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.model import Evidence, Message, Step, StepKind, ToolCall
+from scorers.redact import Redactor
 from tests.support.review_queue import scored_run
 
 ADMIN_TOKEN = "security-bootstrap-admin"
@@ -70,7 +73,10 @@ AUTHZ: dict[tuple[str, str], str | frozenset[str]] = {
     ("POST", "/queue/claim"): REVIEW,
     ("GET", "/stats"): READ,
     ("GET", "/items/{item_id}"): READ,
+    ("GET", "/runs"): READ,
     ("GET", "/runs/{trace_id}"): READ,
+    ("GET", "/runs/{trace_id}/spans/{span_id}.json"): READ,
+    ("POST", "/runs/{trace_id}/review"): REVIEW,
     ("POST", "/items/{item_id}/claim"): REVIEW,
     ("POST", "/items/{item_id}/release"): REVIEW,
     ("POST", "/items/{item_id}/verdict"): REVIEW,
@@ -141,7 +147,7 @@ def test_authz(app_parts: tuple[FastAPI, ReviewServices, SqlStore], method: str,
     client = TestClient(app)
     for identity in IDENTITIES:
         token_id = services.tokens.create("victim", "viewer")[1]["id"]  # a fresh one each time: DELETE revokes it
-        path = template.format(item_id=1, trace_id=TRACE, token_id=token_id)
+        path = template.format(item_id=1, trace_id=TRACE, token_id=token_id, span_id="1" * 16)
         body = BODIES.get(template)
         response = client.request(method, path, json=body, headers=_headers(identity, secrets), follow_redirects=False)
         status = response.status_code
@@ -224,7 +230,7 @@ class TestCsrf:
         _login(client, services.tokens.create("root", "admin")[0])
         data = {} if csrf is None else {"csrf": csrf}
         before = client.get("/api/v1/items/1", headers={"X-CSRF-Token": "x"})
-        response = client.post(template.format(item_id=1), data=data, follow_redirects=False)
+        response = client.post(template.format(item_id=1, trace_id=TRACE), data=data, follow_redirects=False)
         assert 403 == response.status_code, response.text
         assert before.status_code == client.get("/api/v1/items/1", headers={"X-CSRF-Token": "x"}).status_code
 
@@ -237,8 +243,25 @@ class TestCsrf:
         assert 200 == client.get("/queue").status_code
 
 
+JS_URL = "javascript:alert(document.cookie)"
+
+
 def _hostile_run() -> Any:
-    steps = (Step(span_id="1" * 16, parent_id=None, name=XSS, kind=StepKind.TOOL, status_message=XSS, error=True),)
+    hostile_attrs = {XSS: XSS, "url": JS_URL, "gen_ai.input.messages": f'[{{"role": "user", "content": "{JS_URL}"}}]'}
+    event = SpanEvent("exception", 1, {"exception.type": XSS, "exception.message": XSS, XSS: JS_URL})
+    steps = (
+        Step(
+            span_id="1" * 16,
+            parent_id=None,
+            name=XSS,
+            kind=StepKind.TOOL,
+            status_message=XSS,
+            error=True,
+            attributes=hostile_attrs,
+            events=(event,),
+        ),
+        Step(span_id="3" * 16, parent_id="1" * 16, name=JS_URL, kind=StepKind.LLM, attributes=hostile_attrs),
+    )
     evidence = (
         Evidence("safety_blocked", "block.vocabulary", "1" * 16, XSS, "status.message", XSS),
         Evidence("errored", XSS, f'{"2" * 16}" onmouseover="alert(1)', XSS, XSS, XSS),
@@ -265,22 +288,37 @@ class TestStoredXss:
     def test_pages_escape_span_content(self, app_parts: tuple[FastAPI, ReviewServices, SqlStore]) -> None:
         """Queue, item and run pages show the payload only escaped; no live tag survives."""
         app, services, store = app_parts
-        store.write([_hostile_run()])
+        hostile = _hostile_run()
+        plain = dataclasses.replace(hostile, run=dataclasses.replace(hostile.run, trace_id="ab" * 16), flag=None)
+        store.write([hostile, plain])
+        DetailsWriter(store.write_details, Redactor()).write_now([hostile, plain])
         client = TestClient(app)
         _login(client, services.tokens.create("root", "admin")[0])
         items = client.get("/api/v1/queue").json()["items"]
         item_id = next(i["id"] for i in items if i["trace_id"] == "ef" * 16)
-        for path in ("/queue", f"/items/{item_id}", f"/runs/{'ef' * 16}", "/stats"):
+        pages = ("/queue", f"/items/{item_id}", f"/runs/{'ef' * 16}", f"/runs/{'ab' * 16}", "/stats", "/runs",
+                 f"/runs?agent={XSS}", f"/runs?q={XSS}&trace={XSS}&score={XSS}&score_min=1")  # fmt: skip
+        for path in pages:
             page = client.get(path)
             assert 200 == page.status_code, path
             assert "<script>alert" not in page.text, path
             assert "<img src=x" not in page.text, path
             assert "&lt;script&gt;" in page.text or path == "/stats", path
             assert 'onmouseover="alert' not in page.text, path
+            assert 'href="javascript:' not in page.text.lower(), path
+            assert 'src="javascript:' not in page.text.lower(), path
             assert "script-src 'self'" in page.headers["content-security-policy"]
         item_page = client.get(f"/items/{item_id}").text
-        assert 'class="ev-span" href="#span-1111111111111111"' in item_page  # evidence links to its span
-        assert 'id="span-1111111111111111"' in item_page
+        assert 'class="ev-span" href="#1111111111111111"' in item_page  # evidence links to its span
+        assert 'id="1111111111111111"' in item_page
+        assert item_page.count(JS_URL) >= 3  # shown as text: attribute value, conversation, span name
+        run_page = client.get(f"/runs/{'ab' * 16}").text
+        assert "&lt;script&gt;alert" in run_page
+        assert JS_URL in run_page
+        span = client.get(f"/runs/{'ab' * 16}/spans/{'1' * 16}.json")
+        assert span.headers["content-type"].startswith("application/json")
+        assert "nosniff" == span.headers["x-content-type-options"]
+        assert XSS in span.json()["attributes"]
 
     def test_api_is_json(self, app_parts: tuple[FastAPI, ReviewServices, SqlStore]) -> None:
         """The API answers the payload verbatim but as application/json, with nosniff."""

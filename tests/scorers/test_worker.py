@@ -127,9 +127,7 @@ class TestFlow:
         clock.t += 2.5
         worker.run_once()
         assert 1.0 == registry.get_sample_value("vigil_runs_total", labels)
-        assert 1.0 == registry.get_sample_value(
-            "vigil_flagged_runs_total", {"agent": "support", "priority": "high"}
-        )
+        assert 1.0 == registry.get_sample_value("vigil_flagged_runs_total", {"agent": "support", "priority": "high"})
         assert (1, 1) == (worker.new_runs, worker.new_flags)  # what vigil run logs at vigil_stopped
 
     def test_crashing_scorer_is_isolated_and_counted(self) -> None:
@@ -232,7 +230,6 @@ class TestShutdown:
         assert [["7" * 32]] == saved
 
 
-
 def _saver() -> tuple[list[list[str]], Callable[[Assembler], None]]:
     """A ``save`` callback for ``shutdown`` and the trace ids of each state it was given."""
     saved: list[list[str]] = []
@@ -271,9 +268,7 @@ class TestFeedbackLookup:
             asked.append(list(trace_ids))
             return {"f" * 32: {"count": 1, "thumbs_down": True}}
 
-        worker = StreamWorker(
-            source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup
-        )
+        worker = StreamWorker(source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup)
         source.items.extend([run_spans("f" * 32, capped=True), run_spans("9" * 32)])
         worker.run_once()
         clock.t += 3

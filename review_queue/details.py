@@ -1,0 +1,490 @@
+"""Run details: the per-run document behind the run page (conversation, span tree, span attributes).
+
+The review item's snapshot exists only for flagged runs; the details document exists for every
+run (kept ``VIGIL_DETAILS_RETENTION_DAYS``, 7 by default; ``0`` keeps it for flagged runs only).
+It is built **off the scoring path**: :class:`DetailsWriter` receives each batch once the store
+has committed it (the stream worker's / consumer's ``on_written`` hook), and a thread of its own
+builds, redacts, bounds, compresses and writes the documents in batches. When that thread falls
+behind, whole batches are dropped and counted (``vigil_run_details_dropped_total``): a missing
+details document shows as "details not kept", it never slows scoring down.
+
+Bounds (per run, documented in the README):
+
+* :data:`MAX_VALUE_CHARS` characters per attribute value, message, argument or result;
+* :data:`MAX_ATTRIBUTES` attributes and :data:`MAX_EVENTS` events per span (the rest counted);
+* :data:`MAX_SPANS` spans per run;
+* :data:`MAX_DOC_BYTES` of JSON before compression: past it, attributes are dropped from the
+  last spans first (each such span says so).
+
+Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
+attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
+is compact JSON; PostgreSQL compresses it with lz4 (migration 0007, as 0004 does for snapshots),
+SQLite stores it as is (see :data:`CODEC`).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import orjson
+import structlog
+
+from collector.model import AttrValue, SpanEvent
+from scorers import content
+from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.pricing import PriceTable
+from scorers.redact import Redactor
+
+__all__ = [
+    "DEFAULT_DETAILS_RETENTION_DAYS",
+    "DETAILS_VERSION",
+    "MAX_ATTRIBUTES",
+    "MAX_DOC_BYTES",
+    "MAX_EVENTS",
+    "MAX_SPANS",
+    "MAX_VALUE_CHARS",
+    "DetailsWriter",
+    "build_details",
+    "decode",
+    "details_row",
+    "encode",
+]
+
+log = structlog.get_logger(__name__)
+
+DETAILS_VERSION: Final = 1
+DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
+"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
+MAX_VALUE_CHARS: Final = 2048
+MAX_ATTRIBUTES: Final = 128
+MAX_EVENTS: Final = 32
+MAX_EVENT_ATTRIBUTES: Final = 32
+MAX_SPANS: Final = 2000
+MAX_LIST_ITEMS: Final = 64
+MAX_DOC_BYTES: Final = 1024 * 1024
+CODEC: Final = "json"
+"""How bodies are stored: compact JSON. PostgreSQL compresses the column with lz4 (TOAST, in the
+database server, as it does the review snapshots since migration 0004); SQLite stores it as is.
+Compressing in Vigil's process (zlib level 1) cost ~100 µs a run: 40 % of the whole pipeline."""
+
+_KIND = {kind: kind.value for kind in StepKind}
+
+
+def build_details(
+    scored: ScoredRun,
+    redactor: Redactor,
+    prices: PriceTable | None = None,
+    texts: Texts | None = None,
+    *,
+    fit: bool = True,
+) -> dict[str, Any]:
+    """The details document of one scored run (plain JSON types, redacted, bounded).
+
+    Args:
+        scored: the run as scored (unredacted: this function redacts).
+        redactor: the redactor of the review snapshot.
+        prices: the model price table (estimated cost per LLM span); none: no cost.
+        texts: the redaction memory to use (a writer keeps one); default a fresh one.
+        fit: cut the document to :data:`MAX_DOC_BYTES` (False: the caller does, once encoded).
+
+    Returns:
+        ``{details_version, trace_id, spans: [...], conversation: [...], content_captured,
+        spans_dropped, truncated}``.
+    """
+    run = scored.run
+    text = texts if texts is not None else Texts(redactor)
+    steps = run.steps[:MAX_SPANS]
+    spans = [_span(step, text, prices) for step in steps]
+    doc: dict[str, Any] = {
+        "details_version": DETAILS_VERSION,
+        "trace_id": run.trace_id,
+        "spans": spans,
+        "spans_dropped": max(0, len(run.steps) - MAX_SPANS),
+        "truncated": False,
+    }
+    conversation = _conversation(run, text)
+    doc["conversation"] = conversation
+    doc["content_captured"] = any(e["kind"] != "guardrail" for e in conversation)
+    if fit:
+        _fit(doc, len(orjson.dumps(doc)))
+    return doc
+
+
+def encode(doc: Mapping[str, Any]) -> bytes:
+    """Stored body of a details document: compact JSON (:data:`CODEC`)."""
+    return orjson.dumps(doc)
+
+
+def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
+    """The details document of a stored body (``json``, or ``zlib1+json``)."""
+    raw = zlib.decompress(body) if codec == "zlib1+json" else body
+    value = orjson.loads(raw)
+    return value if isinstance(value, dict) else {}
+
+
+def details_row(
+    scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float, texts: Texts | None = None
+) -> dict[str, Any]:
+    """The ``run_details`` row of a scored run."""
+    texts = texts if texts is not None else Texts(redactor)
+    doc = build_details(scored, redactor, prices, texts, fit=False)
+    body = encode(doc)
+    if len(body) > MAX_DOC_BYTES:
+        _fit(doc, len(body))
+        body = encode(doc)
+    final = scored.run.final_output
+    return {
+        "final_output": None if final is None else texts(final),
+        "trace_id": scored.run.trace_id,
+        "span_count": scored.run.span_count,
+        "codec": CODEC,
+        "body": body,
+        "created_at": now,
+    }
+
+
+_DROPPED: Final = "\x00dropped"
+"""Cached form of a key the redactor's key filter drops (no stored key contains NUL)."""
+
+
+class Texts:
+    """Redacts and clips text; remembers short values and attribute keys across runs.
+
+    Attribute keys and short values (model names, tool names, ids, finish reasons) repeat from
+    run to run: each is redacted (and each key checked against the redactor's key filter) once,
+    until :data:`CACHE_ENTRIES` are remembered, then the memory starts afresh. Not thread-safe:
+    one per writer thread.
+    """
+
+    __slots__ = ("_redactor", "keys", "values")
+
+    CACHE_ENTRIES: Final = 50_000
+    CACHED_CHARS: Final = 256
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self.values: dict[str, str] = {}
+        """Short value → its stored form."""
+        self.keys: dict[str, str] = {}
+        """Attribute key → its stored form, or :data:`_DROPPED`."""
+
+    def __call__(self, value: str, limit: int = MAX_VALUE_CHARS) -> str:
+        """``value`` cut at ``limit`` characters (saying how many were cut), redacted, NUL-free."""
+        if len(value) <= self.CACHED_CHARS:
+            found = self.values.get(value)
+            if found is None:
+                found = self._redactor.text(value).replace("\x00", "\ufffd")
+                if len(self.values) >= self.CACHE_ENTRIES:
+                    self.values.clear()
+                self.values[value] = found
+            return found if len(found) <= limit else self._cut(found, limit)
+        return self._redactor.text(self._cut(value, limit)).replace("\x00", "\ufffd")
+
+    @staticmethod
+    def _cut(value: str, limit: int) -> str:
+        return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
+
+    def key(self, key: str) -> str | None:
+        """The stored form of an attribute key (redacted, ≤ 256 characters), ``None`` when the key filter drops it."""
+        found = self.keys.get(key)
+        if found is None:
+            found = self(key, 256) if self._redactor.keep_attribute(key) else _DROPPED
+            if len(self.keys) >= self.CACHE_ENTRIES:
+                self.keys.clear()
+            self.keys[key] = found
+        return None if found is _DROPPED else found
+
+
+def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list | tuple) and depth < 3:
+        items = [_value(v, text, depth + 1) for v in value[:MAX_LIST_ITEMS]]
+        if len(value) > MAX_LIST_ITEMS:
+            items.append(f"… {len(value) - MAX_LIST_ITEMS} more")
+        return items
+    if isinstance(value, Mapping) and depth < 3:
+        return _attributes(value, text, depth + 1)[0]
+    return text(str(value))
+
+
+def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[dict[str, Any], int]:
+    # The hot loop of the writer (~100 attributes a run): look-ups in the caches inlined.
+    out: dict[str, Any] = {}
+    dropped = 0
+    keys = text.keys
+    values = text.values
+    for key, value in attrs.items():
+        stored = keys.get(key)
+        if stored is None:
+            stored = (text.key(key) if isinstance(key, str) else None) or _DROPPED
+        if stored is _DROPPED or len(out) >= MAX_ATTRIBUTES:
+            dropped += 1
+            continue
+        kind = type(value)
+        if kind is str:
+            found = values.get(value)  # type: ignore[arg-type]
+            out[stored] = found if found is not None else text(value)  # type: ignore[arg-type]
+        elif kind is int and -(2**63) <= value < 2**63:  # type: ignore[operator]
+            out[stored] = value
+        else:
+            out[stored] = _value(value, text, depth)
+    return out, dropped
+
+
+def _events(events: Sequence[SpanEvent], text: Texts) -> list[dict[str, Any]]:
+    out = []
+    for event in events[:MAX_EVENTS]:
+        attrs, _ = _attributes(dict(list(event.attributes.items())[:MAX_EVENT_ATTRIBUTES]), text)
+        out.append({"name": text(event.name, 256), "time_ns": event.time_ns, "attributes": attrs})
+    return out
+
+
+def _span(step: Step, text: Texts, prices: PriceTable | None) -> dict[str, Any]:
+    attrs, dropped = _attributes(step.attributes, text)
+    cost = None
+    if prices is not None and step.kind is StepKind.LLM and (step.input_tokens or step.output_tokens):
+        price = prices.price(step.model)
+        if price is not None:
+            cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
+    return {
+        "span_id": step.span_id,
+        "parent_id": step.parent_id,
+        "name": text(step.name, 512),
+        "kind": _KIND[step.kind],
+        "start_ns": step.start_ns,
+        "end_ns": step.end_ns,
+        "duration_s": step.duration_s,
+        "error": step.error,
+        "error_type": None if step.error_type is None else text(step.error_type, 256),
+        "status_message": text(step.status_message),
+        "model": None if step.model is None else text(step.model, 256),
+        "input_tokens": step.input_tokens,
+        "output_tokens": step.output_tokens,
+        "cost_usd": cost,
+        "finish_reasons": list(step.finish_reasons),
+        "attributes": attrs,
+        "attributes_dropped": dropped,
+        "events": _events(step.events, text),
+        "events_dropped": max(0, len(step.events) - MAX_EVENTS),
+    }
+
+
+def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
+    """The run as a reviewer reads it, in order: the input, each model turn, each tool call, guardrails, the answer.
+
+    Messages come from each LLM span in start order (:func:`scorers.content.messages_of`: OTel
+    GenAI, OpenInference, Traceloop, Vercel); a message already shown (the history each call
+    repeats) is not shown again. Tool calls come from the tool spans, between the model turns.
+    """
+    tools: dict[str, ToolCall] = {t.span_id: t for t in run.tools}
+    entries: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    history: list[tuple[str, str]] = []
+    shown_results: set[str] = set()
+    for step in run.steps[:MAX_SPANS]:
+        if step.kind is StepKind.LLM:
+            found = [(m.role, m.content) for m in content.messages_of(step.attributes)]
+            common = 0
+            while common < min(len(found), len(history)) and found[common] == history[common]:
+                common += 1
+            # each call repeats the history: show what is new (all of it when the history was rewritten,
+            # but never a message shown before)
+            fresh = found[common:] if common == len(history) else [m for m in found[common:] if m not in seen]
+            history = found
+            for role, said in fresh:
+                if not said.strip() or (role == "tool" and said in shown_results):
+                    continue
+                seen.add((role, said))
+                entries.append(
+                    {"kind": "message", "role": text(role, 64), "content": text(said), "span_id": step.span_id}
+                )
+        elif step.kind is StepKind.TOOL and step.span_id in tools:
+            call = tools[step.span_id]
+            if call.result is not None:
+                shown_results.add(call.result)
+            entries.append(
+                {
+                    "kind": "tool",
+                    "name": text(call.name, 256),
+                    "call_id": call.call_id,
+                    "arguments": None if call.arguments is None else text(call.arguments),
+                    "result": None if call.result is None else text(call.result),
+                    "error": None if call.error is None else text(call.error),
+                    "span_id": step.span_id,
+                }
+            )
+        elif step.kind is StepKind.GUARDRAIL:
+            entries.append(
+                {
+                    "kind": "guardrail",
+                    "name": text(step.name, 256),
+                    "blocked": step.error or run.safety_blocked,
+                    "message": text(step.status_message),
+                    "span_id": step.span_id,
+                }
+            )
+    if not any(e["kind"] == "message" for e in entries):
+        for message in run.messages:  # content captured on the agent span only
+            entries.insert(
+                0, {"kind": "message", "role": text(message.role, 64), "content": text(message.content), "span_id": ""}
+            )
+    final = run.final_output
+    if final is not None:
+        last = next((e for e in reversed(entries) if e["kind"] == "message" and e["role"] == "assistant"), None)
+        redacted = text(final)
+        said = "" if last is None else str(last["content"]).strip()
+        if last is None or not said or (said != redacted.strip() and said not in redacted):
+            entries.append({"kind": "final", "content": redacted, "span_id": ""})
+        else:
+            last["final"] = True
+    return entries
+
+
+def _fit(doc: dict[str, Any], size: int) -> None:
+    """Drop attributes from the last spans until the document (``size`` bytes of JSON) fits :data:`MAX_DOC_BYTES`."""
+    if size <= MAX_DOC_BYTES:
+        return
+    doc["truncated"] = True
+    for span in reversed(doc["spans"]):
+        if size <= MAX_DOC_BYTES:
+            break
+        before = len(orjson.dumps(span))
+        span["attributes_dropped"] += len(span["attributes"])
+        span["attributes"] = {}
+        span["events"] = [{"name": e["name"], "time_ns": e["time_ns"], "attributes": {}} for e in span["events"]]
+        size -= before - len(orjson.dumps(span))
+    while size > MAX_DOC_BYTES and doc["conversation"]:
+        size -= len(orjson.dumps(doc["conversation"].pop(0)))
+
+
+WriteRows = Callable[[list[dict[str, Any]]], None]
+
+
+class DetailsWriter:
+    """Builds and writes run details on a thread of its own; a :class:`collector.lifecycle.Component`.
+
+    Args:
+        write: stores rows (:meth:`review_queue.store.SqlStore.write_details`).
+        redactor: the snapshot's redactor.
+        prices: model prices for the per-span cost (optional).
+        keep_unflagged: write details of unflagged runs too (details retention > 0).
+        max_batches: batches waiting before new ones are dropped.
+        max_runs: runs waiting before new batches are dropped (each holds its spans' attributes:
+            this bounds the memory the writer can hold when it falls behind).
+        on_dropped: called with the number of runs dropped (metrics).
+        clock: Unix seconds.
+    """
+
+    def __init__(
+        self,
+        write: WriteRows,
+        redactor: Redactor,
+        *,
+        prices: PriceTable | None = None,
+        keep_unflagged: bool = True,
+        max_batches: int = 64,
+        max_runs: int = 4096,
+        on_dropped: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._write = write
+        self._redactor = redactor
+        self._prices = prices
+        self._keep_unflagged = keep_unflagged
+        self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
+        self._max_runs = max_runs
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._on_dropped = on_dropped
+        self._clock = clock
+        self._thread: threading.Thread | None = None
+        self._texts = Texts(redactor)
+        self.written = 0
+        self.dropped = 0
+
+    def submit(self, batch: Sequence[ScoredRun]) -> None:
+        """Queue a written batch (never blocks; a full queue drops the batch and counts it)."""
+        if not self._keep_unflagged:
+            batch = [s for s in batch if s.flag is not None]
+        if not batch:
+            return
+        with self._lock:
+            room = self._pending + len(batch) <= self._max_runs
+            if room:
+                try:
+                    self._queue.put_nowait(batch)
+                    self._pending += len(batch)
+                except queue.Full:
+                    room = False
+        if not room:
+            self.dropped += len(batch)
+            if self._on_dropped is not None:
+                self._on_dropped(len(batch))
+
+    def write_now(self, batch: Iterable[ScoredRun]) -> int:
+        """Build and write ``batch`` on the calling thread (tests, ``vigil replay``); returns rows written."""
+        now = self._clock()
+        rows = [details_row(s, self._redactor, self._prices, now, self._texts) for s in batch]
+        if rows:
+            self._write(rows)
+            self.written += len(rows)
+        return len(rows)
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._loop, name="vigil-details", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Write what is queued (within ``timeout_s``) and stop."""
+        if self._thread is None:
+            return True
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            return False
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            runs = list(batch)
+            while len(runs) < 500:  # coalesce what is waiting into one transaction
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._flush(runs)
+                    return
+                runs.extend(more)
+            self._flush(runs)
+
+    def _flush(self, runs: list[ScoredRun]) -> None:
+        with self._lock:
+            self._pending -= len(runs)
+        try:
+            self.write_now(runs)
+        except Exception:  # details are a convenience: log and go on, never stop the thread
+            log.exception("run_details_write_failed", runs=len(runs))
+            self.dropped += len(runs)
+            if self._on_dropped is not None:
+                self._on_dropped(len(runs))
