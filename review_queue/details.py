@@ -59,8 +59,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DETAILS_VERSION: Final = 1
-DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
-"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
+DEFAULT_DETAILS_RETENTION_DAYS: Final = 0.0
+"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0 (the default): flagged
+runs only. Keeping them for every run costs about 40 % of the embedded pipeline's CPU today (BENCHMARKS.md,
+"run details"), so it is opt-in until building them is cheaper."""
 MAX_VALUE_CHARS: Final = 2048
 MAX_ATTRIBUTES: Final = 128
 MAX_EVENTS: Final = 32

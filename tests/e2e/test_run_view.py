@@ -70,7 +70,12 @@ def _trace(stack: str, scenario: str) -> str:
 @pytest.fixture(scope="module")
 def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
     """``vigil run`` (admin token, no random sample) with the four captures replayed and their details written."""
-    env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "0", "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {
+        "VIGIL_QUIET_PERIOD_S": "0.3",
+        "VIGIL_SAMPLE_RATE": "0",
+        "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN,
+        "VIGIL_DETAILS_RETENTION_DAYS": "7",  # details of every run, not only flagged ones
+    }
     with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
         files = [str(FIXTURES / f"{stack}.json") for stack in STACKS]
         subprocess.run(
