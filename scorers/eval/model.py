@@ -324,13 +324,14 @@ class EvalConfig(BaseModel):
                     known = ", ".join(sorted(CRITERIA))
                     raise ValueError(f"a known criterion ({known}), not {name!r}")
                 if isinstance(value, bool) or value is None:
-                    raise ValueError(f"criterion {name!r}: expected a threshold number or an object")
+                    raise ValueError(f"a threshold number or an object for criterion {name!r}")
+                entry: Any = value
                 if isinstance(value, int | float):
-                    value = {"threshold": value}
+                    entry = {"threshold": value}
                 elif isinstance(value, Mapping):
-                    value = {_snake(k): v for k, v in value.items()}
-                    value.pop("judge_model_options", None)
-                fixed[canonical] = value
+                    entry = {_snake(k): v for k, v in value.items()}
+                    entry.pop("judge_model_options", None)
+                fixed[canonical] = entry
             out["criteria"] = fixed
         return out
 
@@ -421,7 +422,9 @@ def _legacy(data: list[Any], file: str, eval_id: str) -> EvalSet:
     for i, item in enumerate(data):
         where = f"$[{i}]"
         if not isinstance(item, Mapping):
-            raise EvalFileError(file, where, f"expected a turn object {{query, expected_tool_use, reference}}, got {_kind(item)}")
+            raise EvalFileError(
+                file, where, f"expected a turn object {{query, expected_tool_use, reference}}, got {_kind(item)}"
+            )
         query = item.get("query")
         if not isinstance(query, str):
             raise EvalFileError(file, f"{where}.query", f"expected the user's query as a string, got {_kind(query)}")
@@ -442,7 +445,9 @@ def _legacy(data: list[Any], file: str, eval_id: str) -> EvalSet:
             calls.append(ToolCall(name=use["tool_name"], args=dict(args)))
         reference = item.get("reference")
         if reference is not None and not isinstance(reference, str):
-            raise EvalFileError(file, f"{where}.reference", f"expected the reference answer as a string, got {_kind(reference)}")
+            raise EvalFileError(
+                file, f"{where}.reference", f"expected the reference answer as a string, got {_kind(reference)}"
+            )
         turns.append(
             Invocation(
                 invocation_id=f"{eval_id}-{i}",
@@ -463,7 +468,9 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise EvalFileError(str(path), "$", f"expected JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise EvalFileError(
+            str(path), "$", f"expected JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
 
 
 def _error(file: str, exc: ValidationError, root: Sequence[str] = ()) -> EvalFileError:
@@ -475,6 +482,8 @@ def _error(file: str, exc: ValidationError, root: Sequence[str] = ()) -> EvalFil
     got = err.get("input")
     if err["type"] == "missing":
         return EvalFileError(file, path, "expected this field, it is missing")
+    if err["type"] == "extra_forbidden":
+        return EvalFileError(file, path, "expected no such key (unknown field)")
     suffix = "" if isinstance(got, Mapping | list) or err["type"] == "value_error" else f" (got {_kind(got)})"
     return EvalFileError(file, path, f"expected {msg[0].lower() + msg[1:] if msg else 'a valid value'}{suffix}")
 
