@@ -175,9 +175,7 @@ def _print_one(console: Console, e: Explanation) -> None:
         table.add_row(name, str(text))
     table.add_row("scores", ", ".join(f"{k}={v:g}" for k, v in e.scored.scores.items()) or "-")
     flag = e.scored.flag
-    table.add_row(
-        "flag", "not flagged" if flag is None else f"{flag.priority.value}: {', '.join(flag.reasons)}"
-    )
+    table.add_row("flag", "not flagged" if flag is None else f"{flag.priority.value}: {', '.join(flag.reasons)}")
     console.print(table, markup=False)
     for name in SIGNALS:
         found = [ev for ev in run.evidence if ev.signal == name]

@@ -148,7 +148,6 @@ def _wait_ready(vigil: VigilProcess) -> None:
     raise VigilProcessError(f"vigil run not ready within {READY_TIMEOUT_S} s\n{vigil.log_tail()}")
 
 
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process (all its threads) has used so far (benchmarks)."""
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())

@@ -1,0 +1,270 @@
+"""Online regression: production runs scored against the eval cases they match, in the pipeline.
+
+A run matches a case when
+
+* its root span carries ``vigil.eval.case_id`` naming a loaded case (the turn is
+  ``vigil.eval.turn``, else 0), or
+* its first captured user message equals, normalised (NFKC, case-folded, whitespace collapsed), the
+  first user message of a case; the turn is the number of user messages in the run minus one
+  (a later turn of a multi-turn conversation), and its last user message must equal that turn's.
+
+The matched run is scored against that expected invocation with the configured (non-judged)
+criteria — LLM-judged criteria would put a model call on the stream thread, so they are offline
+only. The scores join the run's scores as ``eval_<criterion>`` plus ``eval_passed`` (1 or 0); the
+default rule ``eval_regression`` (added only when eval sets are configured) flags a run whose
+``eval_passed`` is 0. Prometheus gets ``vigil_eval_online_runs_total{eval_set, result}`` and
+``vigil_eval_online_pass_rate{eval_set}``.
+
+Eval sets are files; :meth:`OnlineEval.maybe_reload` (called on the scoring thread, at most every
+``reload_interval_s``) re-reads a file whose modification time or size changed; a file that no
+longer parses keeps its previous cases (logged).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from scorers.eval.actual import CASE_ID, TURN, turn_of, user_messages
+from scorers.eval.evaluate import CaseResult, evaluate_case
+from scorers.eval.model import JUDGED, EvalCase, EvalConfig, EvalFileError, EvalSet, load_eval_set
+from scorers.eval.text import normalise_message
+from scorers.model import Run, Score, Scorer
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["EVAL_RULE", "Match", "OnlineEval", "case_index"]
+
+EVAL_RULE: Mapping[str, Mapping[str, str]] = {
+    "eval_regression": {"expr": "has(scores.eval_passed) && scores.eval_passed < 1.0", "priority": "normal"}
+}
+"""The default rule added when eval sets are configured (a configured rule of that name wins)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A run matched to an expected invocation."""
+
+    eval_set_id: str
+    case: EvalCase
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    by_id: Mapping[str, tuple[str, EvalCase]]
+    by_message: Mapping[str, tuple[str, EvalCase]]
+    sets: tuple[str, ...]
+
+
+def case_index(sets: Sequence[EvalSet]) -> _Index:
+    """Index cases by id and by normalised first user message (the first set listing one wins)."""
+    by_id: dict[str, tuple[str, EvalCase]] = {}
+    by_message: dict[str, tuple[str, EvalCase]] = {}
+    for s in sets:
+        for case in s.eval_cases:
+            if not case.turns:
+                continue
+            by_id.setdefault(case.eval_id, (s.eval_set_id, case))
+            key = normalise_message(case.turns[0].user_text)
+            if key:
+                by_message.setdefault(key, (s.eval_set_id, case))
+    return _Index(by_id, by_message, tuple(dict.fromkeys(s.eval_set_id for s in sets)))
+
+
+def match_run(index: _Index, run: Run) -> Match | None:
+    """The expected invocation ``run`` should be scored against, or None."""
+    case_id = run.attributes.get(CASE_ID)
+    if isinstance(case_id, str) and case_id in index.by_id:
+        set_id, case = index.by_id[case_id]
+        turn = run.attributes.get(TURN, 0)
+        if isinstance(turn, int) and not isinstance(turn, bool) and 0 <= turn < len(case.turns):
+            return Match(set_id, case, turn)
+        return None
+    if not index.by_message or not run.messages:
+        return None
+    users = user_messages(run)
+    if not users:
+        return None
+    found = index.by_message.get(normalise_message(users[0]))
+    if found is None:
+        return None
+    set_id, case = found
+    turn = len(users) - 1
+    if turn >= len(case.turns):
+        return None
+    if turn and normalise_message(users[-1]) != normalise_message(case.turns[turn].user_text):
+        return None
+    return Match(set_id, case, turn)
+
+
+class OnlineEval:
+    """Loaded eval sets, matched against every run on the scoring thread.
+
+    Args:
+        paths: eval set files.
+        config: criteria and thresholds (judged criteria are left out online).
+        reload_interval_s: how often file changes are looked for.
+        clock: monotonic seconds (tests).
+
+    Raises:
+        EvalFileError: a file is missing or malformed at start-up (a later bad edit keeps the old cases).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        config: EvalConfig | None = None,
+        *,
+        reload_interval_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.paths = tuple(Path(p) for p in paths)
+        cfg = config or EvalConfig()
+        self.config = EvalConfig(criteria={k: v for k, v in cfg.criteria.items() if k not in JUDGED})
+        self._interval = reload_interval_s
+        self._clock = clock
+        self._stamps: dict[Path, tuple[int, int]] = {}
+        self._sets: dict[Path, EvalSet] = {}
+        for path in self.paths:
+            if not path.is_file():
+                raise EvalFileError(str(path), "$", "expected an eval set file; there is none (eval_sets)")
+            self._sets[path] = load_eval_set(path)
+            self._stamps[path] = _stamp(path)
+        self._index = case_index(list(self._sets.values()))
+        self._next_check = clock() + reload_interval_s
+        self._last: tuple[Run, CaseResult | None] | None = None
+        self._lock = threading.Lock()
+        self._runs: Counter | None = None
+        self._rate: Gauge | None = None
+        self._tally: dict[str, list[int]] = {}
+        self._registries: set[int] = set()
+
+    @property
+    def cases(self) -> int:
+        """Cases loaded."""
+        return sum(len(s.eval_cases) for s in self._sets.values())
+
+    @property
+    def score_names(self) -> tuple[str, ...]:
+        """The score names this adds to a run: ``eval_<criterion>`` and ``eval_passed``."""
+        return (*(f"eval_{name}" for name in self.config.criteria), "eval_passed")
+
+    def register(self, registry: CollectorRegistry) -> None:
+        """Export the per-eval-set metrics on ``registry`` (once per registry)."""
+        if id(registry) in self._registries:
+            return
+        self._registries.add(id(registry))
+        self._runs = Counter(
+            "vigil_eval_online_runs",
+            "Production runs scored against a matching eval case, by eval set and result (pass/fail).",
+            ("eval_set", "result"),
+            registry=registry,
+        )
+        self._rate = Gauge(
+            "vigil_eval_online_pass_rate",
+            "Share of matched production runs that passed their eval case, by eval set (since start).",
+            ("eval_set",),
+            registry=registry,
+        )
+
+    def maybe_reload(self) -> bool:
+        """Re-read changed files (at most every ``reload_interval_s``); True when something was reloaded."""
+        now = self._clock()
+        if now < self._next_check:
+            return False
+        self._next_check = now + self._interval
+        changed = False
+        for path in self.paths:
+            try:
+                stamp = _stamp(path)
+            except OSError as exc:
+                log.warning("eval_set_unreadable", path=str(path), error=str(exc))
+                continue
+            if stamp == self._stamps.get(path):
+                continue
+            self._stamps[path] = stamp
+            try:
+                self._sets[path] = load_eval_set(path)
+            except (EvalFileError, OSError) as exc:
+                log.warning("eval_set_reload_failed", path=str(path), error=str(exc))
+                continue
+            changed = True
+            log.info("eval_set_reloaded", path=str(path), cases=len(self._sets[path].eval_cases))
+        if changed:
+            self._index = case_index(list(self._sets.values()))
+        return changed
+
+    def match(self, run: Run) -> Match | None:
+        """The expected invocation of ``run``, or None."""
+        return match_run(self._index, run)
+
+    def evaluate(self, run: Run) -> CaseResult | None:
+        """Score ``run`` against its matching case (memoised for the run being scored), or None."""
+        last = self._last
+        if last is not None and last[0] is run:
+            return last[1]
+        self.maybe_reload()
+        found = self.match(run)
+        result = None
+        if found is not None:
+            expected = found.case.model_copy(update={"conversation": [found.case.turns[found.turn]]})
+            result = evaluate_case(expected, [turn_of(run)], self.config, eval_set_id=found.eval_set_id)
+            self._count(found.eval_set_id, result.passed)
+        self._last = (run, result)
+        return result
+
+    def scorers(self) -> tuple[tuple[str, Scorer], ...]:
+        """``(name, scorer)`` pairs for the pipeline's chain: one per criterion, then ``eval_passed``."""
+        chain: list[tuple[str, Scorer]] = []
+        for name in self.config.criteria:
+            chain.append((f"eval_{name}", self._criterion_scorer(name)))
+        chain.append(("eval_passed", self._passed))
+        return tuple(chain)
+
+    def _criterion_scorer(self, name: str) -> Scorer:
+        def scorer(run: Run) -> Score | None:
+            result = self.evaluate(run)
+            if result is None:
+                return None
+            found = next((r for r in result.results if r.name == name), None)
+            if found is None or found.score is None:
+                return None
+            return Score(f"eval_{name}", found.score, f"{result.eval_set_id}/{result.eval_id}: {found.detail}"[:300])
+
+        return scorer
+
+    def _passed(self, run: Run) -> Score | None:
+        result = self.evaluate(run)
+        if result is None:
+            return None
+        failed = [r.name for r in result.results if r.passed is False]
+        detail = f"{result.eval_set_id}/{result.eval_id}: " + ("failed " + ", ".join(failed) if failed else "passed")
+        return Score("eval_passed", 1.0 if result.passed else 0.0, detail)
+
+    def _count(self, eval_set: str, passed: bool) -> None:
+        with self._lock:
+            tally = self._tally.setdefault(eval_set, [0, 0])
+            tally[0] += passed
+            tally[1] += 1
+            rate = tally[0] / tally[1]
+        if self._runs is not None and self._rate is not None:
+            self._runs.labels(eval_set, "pass" if passed else "fail").inc()
+            self._rate.labels(eval_set).set(rate)
+
+    def pass_rate(self, eval_set: str) -> float | None:
+        """Share of matched runs of ``eval_set`` that passed, or None before the first."""
+        with self._lock:
+            tally = self._tally.get(eval_set)
+            return None if not tally or not tally[1] else tally[0] / tally[1]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
