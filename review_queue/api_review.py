@@ -225,9 +225,7 @@ def review_router(services: ReviewServices) -> APIRouter:
         return {"item_id": item_id, "state": bench.submit_verdict(item_id, who.name, given)}
 
     @router.post("/items/{item_id}/requeue", response_model=StateOut)
-    def requeue(
-        item_id: RowId, who: Principal = admin, body: RequeueIn | None = None
-    ) -> dict[str, Any]:
+    def requeue(item_id: RowId, who: Principal = admin, body: RequeueIn | None = None) -> dict[str, Any]:
         """Put the item back to pending (admin)."""
         bench.requeue(item_id, who.name, reviews_required=body.reviews_required if body else None)
         return {"item_id": item_id, "state": "pending"}
@@ -239,9 +237,7 @@ def review_router(services: ReviewServices) -> APIRouter:
         return {"item_id": item_id, "state": bench.item(item_id)["state"]}
 
     @router.post("/items/{item_id}/reviews-required", response_model=StateOut)
-    def reviews_required(
-        item_id: RowId, body: ReviewsRequiredIn, who: Principal = admin
-    ) -> dict[str, Any]:
+    def reviews_required(item_id: RowId, body: ReviewsRequiredIn, who: Principal = admin) -> dict[str, Any]:
         """Set how many distinct reviewers must judge the item (admin)."""
         bench.set_reviews_required(item_id, who.name, body.reviews_required)
         return {"item_id": item_id, "state": bench.item(item_id)["state"]}

@@ -478,9 +478,7 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     newer = runs.c.span_count <= new.span_count
     sticky = ("flag_priority", "flag_reasons", "sample_rate")
     fixed = {"trace_id", "created_at", "version", "flagged", *sticky}
-    run_set: dict[str, Any] = {
-        c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed
-    }
+    run_set: dict[str, Any] = {c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed}
     run_set["version"] = runs.c.version + 1
     run_set["flagged"] = sa.or_(runs.c.flagged, sa.and_(newer, new.flagged))
     for name in sticky:
