@@ -289,7 +289,7 @@ def _add_overload_arguments(bench: argparse.ArgumentParser) -> None:
 
 
 def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``vigil tokens …`` and ``vigil export``."""
+    """``vigil tokens …``, ``vigil export`` and ``vigil eval …``."""
     tokens = sub.add_parser("tokens", help="API tokens with roles (admin, reviewer, viewer, ingest)")
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
     create = tokens_sub.add_parser("create", help="create a token and print it (once)")
@@ -299,7 +299,15 @@ def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     revoke = tokens_sub.add_parser("revoke", help="revoke a token by id or every active token of a name")
     revoke.add_argument("token", help="token id or name")
     tokens.set_defaults(func=_cmd_tokens)
-    export = sub.add_parser("export", help="export reviewed runs as an evaluation set")
+    export = sub.add_parser("export", help="export reviewed runs as an evaluation set (alias of 'vigil eval export')")
+    _add_export_arguments(export)
+    from review_queue.app.eval_cli import add_eval_commands
+
+    add_eval_commands(sub, _add_export_arguments)
+
+
+def _add_export_arguments(export: argparse.ArgumentParser) -> None:
+    """The options of ``vigil export`` / ``vigil eval export``."""
     export.add_argument("--format", choices=("evalset", "jsonl"), default="evalset")
     export.add_argument("--output", "-o", default=None, help="file to write (default stdout)")
     export.add_argument("--agent", default=None, help="only this agent's runs")
