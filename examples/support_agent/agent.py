@@ -71,15 +71,13 @@ TOOLS: dict[str, Callable[..., str]] = {
 }
 
 _lock = threading.Lock()
-_client: openai.OpenAI | None = None
-_fake: FakeOpenAI | None = None
+_state: dict[str, Any] = {}
 
 
 def _openai() -> openai.OpenAI:
     """The client (and, the first time, the tracing and the scripted server)."""
-    global _client, _fake
     with _lock:
-        if _client is None:
+        if "client" not in _state:
             current = trace.get_tracer_provider()
             # join the provider already installed (vigil eval run installs one), else create one
             vigil_setup(
@@ -89,10 +87,12 @@ def _openai() -> openai.OpenAI:
             )
             base_url = os.environ.get("OPENAI_BASE_URL")
             if not base_url:
-                _fake = FakeOpenAI(SCRIPTS).start()
-                base_url = _fake.base_url
-            _client = openai.OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"), max_retries=0)
-        return _client
+                _state["fake"] = FakeOpenAI(SCRIPTS).start()
+                base_url = _state["fake"].base_url
+            key = os.environ.get("OPENAI_API_KEY", "unused")
+            _state["client"] = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+        client: openai.OpenAI = _state["client"]
+        return client
 
 
 def _scenario(message: str, suffix: str) -> str:

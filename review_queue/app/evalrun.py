@@ -143,6 +143,38 @@ class _Tagger(SpanProcessor):
         return True
 
 
+class _Switchable(SpanProcessor):
+    """Forwards to its processors until :meth:`detach` (the SDK cannot remove a processor from a provider)."""
+
+    def __init__(self, *processors: SpanProcessor) -> None:
+        self._processors = processors
+        self.active = True
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        if self.active:
+            for p in self._processors:
+                p.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.active:
+            for p in self._processors:
+                p.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return all(p.force_flush(timeout_millis) for p in self._processors) if self.active else True
+
+    def detach(self) -> None:
+        """Flush, then forward nothing more, and shut the processors down."""
+        self.force_flush()
+        self.active = False
+        for p in self._processors:
+            p.shutdown()
+
+    def shutdown(self) -> None:
+        if self.active:
+            self.detach()
+
+
 class _Capture:
     """The receiver's publisher: keeps every decoded span by trace id."""
 
@@ -168,7 +200,9 @@ class _Capture:
                 if left <= 0:
                     break
                 self._lock.wait(left)
-            return {t: self._spans.pop(t, []) for t in wanted}
+            found = {t: self._spans.pop(t, []) for t in wanted}
+        # an agent that adds its own exporter to the same provider sends every span twice
+        return {t: list({s.span_id: s for s in spans}.values()) for t, spans in found.items()}
 
 
 def _has_root(spans: Iterable[VigilSpan]) -> bool:
@@ -202,7 +236,7 @@ class EvalHarness:
         self._server: HttpServer | None = None
         self.endpoint = ""
         self.provider: TracerProvider | None = None
-        self._export: BatchSpanProcessor | None = None
+        self._processors: _Switchable | None = None
         self._env: dict[str, str | None] = {}
 
     def __enter__(self) -> EvalHarness:
@@ -237,19 +271,18 @@ class EvalHarness:
         else:
             self.provider = TracerProvider(resource=Resource.create({"service.name": self._service}))
             otel_trace.set_tracer_provider(self.provider)
-        self._export = BatchSpanProcessor(
+        export = BatchSpanProcessor(
             OTLPSpanExporter(endpoint=self.endpoint + "/v1/traces"),
             schedule_delay_millis=200,
             max_export_batch_size=512,
         )
-        self.provider.add_span_processor(self._tagger)
-        self.provider.add_span_processor(self._export)
+        self._processors = _Switchable(self._tagger, export)
+        self.provider.add_span_processor(self._processors)
 
     def shutdown(self) -> None:
         """Flush, stop the receiver, restore the OTLP variables."""
-        if self._export is not None:
-            self._export.force_flush()
-            self._export.shutdown()  # type: ignore[no-untyped-call]
+        if self._processors is not None:
+            self._processors.detach()
         if self._server is not None:
             self._server.shutdown(5.0)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -353,8 +386,8 @@ class EvalHarness:
 
     def _collect(self, turn: _Turn, message: str, timeout_s: float) -> ActualTurn:
         """Flush the export, wait for the turn's traces, and read the turn from their runs."""
-        if self.provider is not None:
-            self.provider.force_flush()
+        if self._processors is not None:
+            self._processors.force_flush()
         found = self._capture.take(turn.traces, timeout_s)
         self._tagger.forget(turn.traces)
         runs = []
@@ -445,3 +478,25 @@ def judge_from(config: EvalConfig, environ: Mapping[str, str]) -> EvalJudge | No
         if not key:
             raise ValueError(f"judge.api_key_env: environment variable {config.judge.api_key_env} is not set")
     return EvalJudge(config.judge, key)
+
+
+_shared: dict[str, EvalHarness] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_harness() -> EvalHarness:
+    """One harness per process (the global tracer provider is set once), started on first use and
+    stopped at exit; its pipeline is the default configuration (``vigil.yaml`` if present)."""
+    with _shared_lock:
+        if "harness" not in _shared:
+            import atexit
+
+            from review_queue.app.scoring import Scoring
+            from review_queue.app.settings import Settings
+
+            settings = Settings.load(overrides={"eval_sets": ()})
+            harness = EvalHarness(Scoring.from_settings(settings).pipeline(None, None))
+            harness.start()
+            atexit.register(harness.shutdown)
+            _shared["harness"] = harness
+        return _shared["harness"]
