@@ -28,8 +28,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
 
 from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
 from collector.instrument import agent_run, tool_call, vigil_setup
@@ -78,13 +76,7 @@ def _openai() -> openai.OpenAI:
     """The client (and, the first time, the tracing and the scripted server)."""
     with _lock:
         if "client" not in _state:
-            current = trace.get_tracer_provider()
-            # join the provider already installed (vigil eval run installs one), else create one
-            vigil_setup(
-                service_name="support-agent",
-                tracer_provider=current if isinstance(current, TracerProvider) else None,
-                capture_content=True,
-            )
+            vigil_setup(service_name="support-agent", capture_content=True)
             base_url = os.environ.get("OPENAI_BASE_URL")
             if not base_url:
                 _state["fake"] = FakeOpenAI(SCRIPTS).start()

@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import CollectorRegistry
 
+from collector.instrument.setup import join_eval_harness
 from collector.metrics import CollectorMetrics
 from collector.model import Span as VigilSpan
 from collector.model import TraceBatch
@@ -278,9 +279,11 @@ class EvalHarness:
         )
         self._processors = _Switchable(self._tagger, export)
         self.provider.add_span_processor(self._processors)
+        join_eval_harness(self.provider)
 
     def shutdown(self) -> None:
         """Flush, stop the receiver, restore the OTLP variables."""
+        join_eval_harness(None)
         if self._processors is not None:
             self._processors.detach()
         if self._server is not None:
