@@ -117,7 +117,7 @@ class EvalJudge:
         if not rubrics:
             return CriterionResult(name, None, cfg.threshold, None, "no rubrics")
         tools = name == "rubric_tool_use_quality"
-        system = RUBRIC_PROMPT.format(what="agent's use of tools" if tools else "agent's final response")
+        system = RUBRIC_PROMPT.replace("{what}", "agent's use of tools" if tools else "agent's final response")
         per_turn: list[float] = []
         why: list[str] = []
         for n, (act, exp) in enumerate(_pairs(actual, expected), 1):
