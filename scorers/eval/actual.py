@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scorers.eval.criteria import ActualTurn
-from scorers.eval.model import ToolCall
 from scorers.model import Run
 
 __all__ = [
@@ -20,6 +19,7 @@ __all__ = [
     "CONVERSATION_ID",
     "EVAL_SET_ID",
     "TURN",
+    "TracedCall",
     "decode_args",
     "group_by_case",
     "turn_of",
@@ -48,6 +48,33 @@ def decode_args(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"input": value}
 
 
+class TracedCall:
+    """A tool call read from a trace; its arguments are decoded on first use (most never are)."""
+
+    __slots__ = ("_args", "_raw", "id", "name")
+
+    def __init__(self, name: str, raw: str | None, call_id: str | None = None) -> None:
+        self.name = name
+        self.id = call_id
+        self._raw = raw
+        self._args: dict[str, Any] | None = None
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The decoded arguments (see :func:`decode_args`)."""
+        if self._args is None:
+            self._args = decode_args(self._raw)
+        return self._args
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """Same as :attr:`arguments` (the name ADK's ``FunctionCall`` uses)."""
+        return self.arguments
+
+    def __repr__(self) -> str:
+        return f"TracedCall(name={self.name!r}, arguments={self._raw!r})"
+
+
 def user_messages(run: Run) -> list[str]:
     """The user messages captured in the run's conversation, in order."""
     return [m.content for m in run.messages if m.role == "user" and m.content]
@@ -56,7 +83,7 @@ def user_messages(run: Run) -> list[str]:
 def turn_of(run: Run) -> ActualTurn:
     """The turn a run shows: its (last) user message, tool calls with decoded arguments, final answer."""
     users = user_messages(run)
-    calls = tuple(ToolCall(name=t.name, args=decode_args(t.arguments), id=t.call_id) for t in run.tools)
+    calls = tuple(TracedCall(t.name, t.arguments, t.call_id) for t in run.tools)
     return ActualTurn(users[-1] if users else "", calls, run.final_output or "", run.trace_id)
 
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from scorers.eval.model import ArgMatch, CriterionConfig, Invocation, MatchType, ToolCall
+from scorers.eval.model import ArgMatch, CriterionConfig, Invocation, MatchType
 from scorers.eval.text import normalise_message, rouge1
 
 __all__ = [
     "ActualTurn",
+    "Call",
     "CriterionResult",
     "args_match",
     "match_any_order",
@@ -55,6 +56,21 @@ __all__ = [
 ]
 
 
+class Call(Protocol):
+    """A tool call as the criteria see it: an expected :class:`scorers.eval.model.ToolCall` or one read
+    from a trace (:class:`scorers.eval.actual.TracedCall`)."""
+
+    @property
+    def name(self) -> str:
+        """The tool name."""
+        ...
+
+    @property
+    def arguments(self) -> Mapping[str, Any]:
+        """The arguments, decoded JSON."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ActualTurn:
     """What the agent did in one turn.
@@ -67,7 +83,7 @@ class ActualTurn:
     """
 
     user_text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[Call, ...] = ()
     response: str = ""
     trace_id: str = ""
 
@@ -123,20 +139,20 @@ def args_match(actual: Mapping[str, Any], expected: Mapping[str, Any], mode: Arg
     return dict(actual) == dict(expected)
 
 
-def _call_match(mode: ArgMatch) -> Callable[[ToolCall, ToolCall], bool]:
-    def same(actual: ToolCall, expected: ToolCall) -> bool:
+def _call_match(mode: ArgMatch) -> Callable[[Call, Call], bool]:
+    def same(actual: Call, expected: Call) -> bool:
         return actual.name == expected.name and args_match(actual.arguments, expected.arguments, mode)
 
     return same
 
 
-def match_exact(actual: Sequence[ToolCall], expected: Sequence[ToolCall], mode: ArgMatch = ArgMatch.EXACT) -> bool:
+def match_exact(actual: Sequence[Call], expected: Sequence[Call], mode: ArgMatch = ArgMatch.EXACT) -> bool:
     """EXACT: the same calls in the same order, no extra or missing call."""
     same = _call_match(mode)
     return len(actual) == len(expected) and all(same(a, e) for a, e in zip(actual, expected, strict=True))
 
 
-def match_in_order(actual: Sequence[ToolCall], expected: Sequence[ToolCall], mode: ArgMatch = ArgMatch.EXACT) -> bool:
+def match_in_order(actual: Sequence[Call], expected: Sequence[Call], mode: ArgMatch = ArgMatch.EXACT) -> bool:
     """IN_ORDER: the expected calls appear in order within the actual ones (a subsequence)."""
     same = _call_match(mode)
     i = 0
@@ -146,9 +162,7 @@ def match_in_order(actual: Sequence[ToolCall], expected: Sequence[ToolCall], mod
     return i == len(expected)
 
 
-def _pairing(
-    actual: Sequence[ToolCall], expected: Sequence[ToolCall], same: Callable[[ToolCall, ToolCall], bool]
-) -> dict[int, int]:
+def _pairing(actual: Sequence[Call], expected: Sequence[Call], same: Callable[[Call, Call], bool]) -> dict[int, int]:
     """A maximum matching expected index → actual index (augmenting paths; lists are short)."""
     edges = [[j for j, a in enumerate(actual) if same(a, e)] for e in expected]
     owner: dict[int, int] = {}  # actual index -> expected index
@@ -168,7 +182,7 @@ def _pairing(
     return {i: j for j, i in owner.items()}
 
 
-def match_any_order(actual: Sequence[ToolCall], expected: Sequence[ToolCall], mode: ArgMatch = ArgMatch.EXACT) -> bool:
+def match_any_order(actual: Sequence[Call], expected: Sequence[Call], mode: ArgMatch = ArgMatch.EXACT) -> bool:
     """ANY_ORDER: each expected call is matched by its own actual call (extra actual calls allowed)."""
     return len(_pairing(actual, expected, _call_match(mode))) == len(expected)
 
@@ -181,13 +195,13 @@ def _turns(actual: Sequence[ActualTurn], expected: Sequence[Invocation]) -> list
     return list(zip(padded, expected, strict=False))
 
 
-def _show(call: ToolCall) -> str:
+def _show(call: Call) -> str:
     args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
     text = f"{call.name}({args})"
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def _why_trajectory(actual: Sequence[ToolCall], expected: Sequence[ToolCall], match: MatchType, mode: ArgMatch) -> str:
+def _why_trajectory(actual: Sequence[Call], expected: Sequence[Call], match: MatchType, mode: ArgMatch) -> str:
     """What differs: missing calls, argument differences, extra calls, order."""
     pairs = _pairing(actual, expected, _call_match(mode))
     reasons: list[str] = []
@@ -247,7 +261,7 @@ def tool_trajectory(
 
 def _all_calls(
     actual: Sequence[ActualTurn], expected: Sequence[Invocation]
-) -> list[tuple[tuple[ToolCall, ...], list[ToolCall]]]:
+) -> list[tuple[Sequence[Call], Sequence[Call]]]:
     return [(a.tool_calls, e.tool_uses) for a, e in _turns(actual, expected)]
 
 

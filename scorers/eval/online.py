@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -145,6 +146,8 @@ class OnlineEval:
         self._rate: Gauge | None = None
         self._tally: dict[str, list[int]] = {}
         self._registries: set[int] = set()
+        self._single: dict[tuple[int, int], tuple[EvalCase, EvalCase]] = {}
+        self._children: dict[str, tuple[Any, Any, Any]] = {}
 
     @property
     def cases(self) -> int:
@@ -214,11 +217,21 @@ class OnlineEval:
         found = self.match(run)
         result = None
         if found is not None:
-            expected = found.case.model_copy(update={"conversation": [found.case.turns[found.turn]]})
-            result = evaluate_case(expected, [turn_of(run)], self.config, eval_set_id=found.eval_set_id)
+            result = evaluate_case(self._one_turn(found), [turn_of(run)], self.config, eval_set_id=found.eval_set_id)
             self._count(found.eval_set_id, result.passed)
         self._last = (run, result)
         return result
+
+    def _one_turn(self, found: Match) -> EvalCase:
+        """The matched invocation as a one-turn case (built once per case and turn)."""
+        key = (id(found.case), found.turn)
+        case = self._single.get(key)
+        if case is None or case[0] is not found.case:
+            one = found.case.model_copy(update={"conversation": [found.case.turns[found.turn]]})
+            self._single[key] = case = (found.case, one)
+            if len(self._single) > 4 * max(self.cases, 1024):
+                self._single.clear()
+        return case[1]
 
     def scorers(self) -> tuple[tuple[str, Scorer], ...]:
         """``(name, scorer)`` pairs for the pipeline's chain: one per criterion, then ``eval_passed``."""
@@ -255,8 +268,15 @@ class OnlineEval:
             tally[1] += 1
             rate = tally[0] / tally[1]
         if self._runs is not None and self._rate is not None:
-            self._runs.labels(eval_set, "pass" if passed else "fail").inc()
-            self._rate.labels(eval_set).set(rate)
+            children = self._children.get(eval_set)
+            if children is None:
+                children = self._children[eval_set] = (
+                    self._runs.labels(eval_set, "pass"),
+                    self._runs.labels(eval_set, "fail"),
+                    self._rate.labels(eval_set),
+                )
+            children[0 if passed else 1].inc()
+            children[2].set(rate)
 
     def pass_rate(self, eval_set: str) -> float | None:
         """Share of matched runs of ``eval_set`` that passed, or None before the first."""

@@ -59,6 +59,8 @@ def _stem(word: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """The tokens of ``text`` (see the module docstring). Pure."""
+    if text.isascii():  # NFKC leaves ASCII alone; only [a-z0-9] runs are tokens (the common, fast case)
+        return [_stem(w) for w in _ASCII_WORD.findall(text.lower())]
     text = unicodedata.normalize("NFKC", text).lower()
     tokens: list[str] = []
     for m in _TOKEN.finditer(text):
@@ -76,6 +78,12 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+@functools.lru_cache(maxsize=4096)
+def _counts(text: str) -> Counter[str]:
+    """Token counts (memoised: references repeat; callers never mutate the result)."""
+    return Counter(tokenize(text))
+
+
 @dataclass(frozen=True, slots=True)
 class Rouge:
     """ROUGE-1 precision, recall and F-measure."""
@@ -87,8 +95,8 @@ class Rouge:
 
 def rouge1(candidate: str, reference: str) -> Rouge:
     """ROUGE-1 of ``candidate`` (the agent's answer) against ``reference`` (the expected one). Pure."""
-    cand = Counter(tokenize(candidate))
-    ref = Counter(tokenize(reference))
+    cand = _counts(candidate)
+    ref = _counts(reference)
     overlap = sum((cand & ref).values())
     precision = overlap / max(sum(cand.values()), 1)
     recall = overlap / max(sum(ref.values()), 1)
@@ -98,4 +106,6 @@ def rouge1(candidate: str, reference: str) -> Rouge:
 
 def normalise_message(text: str) -> str:
     """A user message as matched against eval cases: NFKC, case-folded, whitespace collapsed and trimmed."""
+    if text.isascii():  # NFKC is the identity and casefold is lower on ASCII
+        return " ".join(text.lower().split())
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
