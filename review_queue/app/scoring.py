@@ -98,7 +98,7 @@ class Scoring:
             configured = {**EVAL_RULE, **configured}
         rules = compile_rules(
             configured,
-            [name for name, _ in chain],
+            [name for name, _ in chain] + list(online.score_names if online is not None else ()),
             repeat_threshold=settings.repeat_threshold,
             judge_names=[spec.name for spec in specs],
         )

@@ -67,6 +67,11 @@ class TracedCall:
         return self._args
 
     @property
+    def canonical(self) -> str | None:
+        """The captured arguments text (canonical JSON when they were JSON)."""
+        return self._raw
+
+    @property
     def args(self) -> dict[str, Any]:
         """Same as :attr:`arguments` (the name ADK's ``FunctionCall`` uses)."""
         return self.arguments

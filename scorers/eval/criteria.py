@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from collector.model import fast_constructor
 from scorers.eval.model import ArgMatch, CriterionConfig, Invocation, MatchType
 from scorers.eval.text import normalise_message, rouge1
 
@@ -120,11 +121,14 @@ class CriterionResult:
         }
 
 
+_new_result = fast_constructor(CriterionResult)
+
+
 def _result(
     name: str, score: float | None, cfg: CriterionConfig, detail: str, per_turn: Sequence[float] = ()
 ) -> CriterionResult:
     passed = None if score is None else score >= cfg.threshold
-    return CriterionResult(name, score, cfg.threshold, passed, detail, tuple(per_turn))
+    return _new_result(name, score, cfg.threshold, passed, detail, tuple(per_turn))
 
 
 # --- argument and call matching ------------------------------------------------------------
@@ -141,13 +145,26 @@ def args_match(actual: Mapping[str, Any], expected: Mapping[str, Any], mode: Arg
 
 def _call_match(mode: ArgMatch) -> Callable[[Call, Call], bool]:
     def same(actual: Call, expected: Call) -> bool:
-        return actual.name == expected.name and args_match(actual.arguments, expected.arguments, mode)
+        if actual.name != expected.name:
+            return False
+        if mode is ArgMatch.EXACT:
+            # equal canonical texts are equal values (unequal texts may still be: 250 and 250.0)
+            text = getattr(actual, "canonical", None)
+            if text is not None and text == getattr(expected, "canonical", None):
+                return True
+        return args_match(actual.arguments, expected.arguments, mode)
 
     return same
 
 
 def match_exact(actual: Sequence[Call], expected: Sequence[Call], mode: ArgMatch = ArgMatch.EXACT) -> bool:
     """EXACT: the same calls in the same order, no extra or missing call."""
+    if len(actual) != len(expected):
+        return False
+    if mode is ArgMatch.EXACT and [(c.name, getattr(c, "canonical", None)) for c in actual] == [
+        (c.name, getattr(c, "canonical", "")) for c in expected
+    ]:
+        return True  # the same names and canonical argument texts (the common, passing case)
     same = _call_match(mode)
     return len(actual) == len(expected) and all(same(a, e) for a, e in zip(actual, expected, strict=True))
 
@@ -218,7 +235,8 @@ def _why_trajectory(actual: Sequence[Call], expected: Sequence[Call], match: Mat
             reasons.append(f"missing {_show(e)}")
     if match is MatchType.EXACT:
         extra = [actual[j] for j in range(len(actual)) if j not in used]
-        reasons += [f"unexpected {_show(c)}" for c in extra]
+        reasons += [f"unexpected {_show(c)}" for c in extra[:5]]
+        reasons += [""] * max(0, len(extra) - 5)  # counted, not shown
     if not reasons:
         reasons.append("calls out of order" if match is not MatchType.ANY_ORDER else "no match")
     return "; ".join(reasons[:4]) + (f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else "")
@@ -241,9 +259,12 @@ def _arg_diff(actual: Mapping[str, Any], expected: Mapping[str, Any], mode: ArgM
 
 
 def tool_trajectory(
-    actual: Sequence[ActualTurn], expected: Sequence[Invocation], cfg: CriterionConfig
+    actual: Sequence[ActualTurn], expected: Sequence[Invocation], cfg: CriterionConfig, *, explain: bool = True
 ) -> CriterionResult:
-    """ADK's ``tool_trajectory_avg_score``: 1/0 per invocation under the match type, averaged."""
+    """ADK's ``tool_trajectory_avg_score``: 1/0 per invocation under the match type, averaged.
+
+    With ``explain=False`` a failed turn is not explained (the online path keeps only the score).
+    """
     matcher = _MATCHERS[cfg.match_type]
     per_turn: list[float] = []
     why: list[str] = []
@@ -251,7 +272,11 @@ def tool_trajectory(
         ok = matcher(act.tool_calls, exp.tool_uses, cfg.arg_match)
         per_turn.append(1.0 if ok else 0.0)
         if not ok:
-            why.append(f"turn {n}: {_why_trajectory(act.tool_calls, exp.tool_uses, cfg.match_type, cfg.arg_match)}")
+            why.append(
+                f"turn {n}: {_why_trajectory(act.tool_calls, exp.tool_uses, cfg.match_type, cfg.arg_match)}"
+                if explain
+                else f"turn {n}: no match"
+            )
     if not per_turn:
         return _result("tool_trajectory", None, cfg, "no expected invocation")
     score = sum(per_turn) / len(per_turn)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.model import fast_constructor
 from scorers.eval import criteria as c
 from scorers.eval.criteria import ActualTurn, CriterionResult
 from scorers.eval.judged import EvalJudge
@@ -19,7 +20,7 @@ from scorers.eval.model import CriterionConfig, EvalCase, EvalConfig
 __all__ = ["CaseResult", "evaluate_case"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CaseResult:
     """One case's verdict.
 
@@ -58,6 +59,9 @@ class CaseResult:
         }
 
 
+_new_case_result = fast_constructor(CaseResult)
+
+
 def evaluate_case(
     case: EvalCase,
     actual: Sequence[ActualTurn],
@@ -67,6 +71,7 @@ def evaluate_case(
     judge: EvalJudge | None = None,
     error: str | None = None,
     repeat: int = 0,
+    explain: bool = True,
 ) -> CaseResult:
     """Score ``case`` against ``actual`` (one turn per expected invocation, in order). Pure but for the judge.
 
@@ -78,6 +83,7 @@ def evaluate_case(
         judge: asks the judged criteria (None: they are left unscored and fail the case).
         error: an error that stopped the run (the case fails; criteria are still scored on what exists).
         repeat: recorded in the result.
+        explain: explain failed tool trajectories (off online, where only the scores are kept).
     """
     expected = case.turns
     results: list[CriterionResult] = []
@@ -86,7 +92,7 @@ def evaluate_case(
         if name == "task_success":
             success = cfg
             continue
-        results.append(_criterion(name, cfg, case, actual, judge))
+        results.append(_criterion(name, cfg, case, actual, judge, explain=explain))
     if success is not None:
         results.append(c.task_success(results, success))
     passed = (
@@ -94,7 +100,7 @@ def evaluate_case(
         and all(r.passed is not False for r in results)
         and not any(r.passed is None and r.detail.startswith("judge") for r in results)
     )
-    return CaseResult(
+    return _new_case_result(
         eval_set_id,
         case.eval_id,
         tuple(results),
@@ -107,11 +113,17 @@ def evaluate_case(
 
 
 def _criterion(
-    name: str, cfg: CriterionConfig, case: EvalCase, actual: Sequence[ActualTurn], judge: EvalJudge | None
+    name: str,
+    cfg: CriterionConfig,
+    case: EvalCase,
+    actual: Sequence[ActualTurn],
+    judge: EvalJudge | None,
+    *,
+    explain: bool = True,
 ) -> CriterionResult:
     expected = case.turns
     if name == "tool_trajectory":
-        return c.tool_trajectory(actual, expected, cfg)
+        return c.tool_trajectory(actual, expected, cfg, explain=explain)
     if name == "response_match":
         return c.response_match(actual, expected, cfg)
     if name == "tool_recall":

@@ -21,6 +21,7 @@ Malformed files raise :class:`EvalFileError` naming the file, the JSON path (``$
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -109,6 +110,11 @@ class ToolCall(_Loose):
     def arguments(self) -> dict[str, Any]:
         """``args`` or ``{}``."""
         return self.args or {}
+
+    @functools.cached_property
+    def canonical(self) -> str:
+        """The arguments as canonical JSON (sorted keys, no spaces, ASCII), as Vigil stores a traced call's."""
+        return json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), default=str)
 
 
 class IntermediateData(_Loose):

@@ -24,23 +24,29 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from collector.model import fast_constructor
 from scorers.eval.actual import CASE_ID, TURN, turn_of, user_messages
 from scorers.eval.evaluate import CaseResult, evaluate_case
-from scorers.eval.model import JUDGED, EvalCase, EvalConfig, EvalFileError, EvalSet, load_eval_set
+from scorers.eval.model import CRITERIA, JUDGED, EvalCase, EvalConfig, EvalFileError, EvalSet, load_eval_set
 from scorers.eval.text import normalise_message
 from scorers.model import Run, Score, Scorer
 
 log = structlog.get_logger(__name__)
 
 __all__ = ["EVAL_RULE", "Match", "OnlineEval", "case_index"]
+
+_new_score = fast_constructor(Score)
+_NAMES: Mapping[str, str] = {name: f"eval_{name}" for name in CRITERIA.values()}
 
 EVAL_RULE: Mapping[str, Mapping[str, str]] = {
     "eval_regression": {"expr": "has(scores.eval_passed) && scores.eval_passed < 1.0", "priority": "normal"}
@@ -90,13 +96,14 @@ def match_run(index: _Index, run: Run) -> Match | None:
         return None
     if not index.by_message or not run.messages:
         return None
-    users = user_messages(run)
-    if not users:
+    first = next((m.content for m in run.messages if m.role == "user" and m.content), None)
+    if first is None:
         return None
-    found = index.by_message.get(normalise_message(users[0]))
+    found = index.by_message.get(normalise_message(first))
     if found is None:
         return None
     set_id, case = found
+    users = user_messages(run)
     turn = len(users) - 1
     if turn >= len(case.turns):
         return None
@@ -143,11 +150,10 @@ class OnlineEval:
         self._last: tuple[Run, CaseResult | None] | None = None
         self._lock = threading.Lock()
         self._runs: Counter | None = None
-        self._rate: Gauge | None = None
         self._tally: dict[str, list[int]] = {}
         self._registries: set[int] = set()
         self._single: dict[tuple[int, int], tuple[EvalCase, EvalCase]] = {}
-        self._children: dict[str, tuple[Any, Any, Any]] = {}
+        self._children: dict[str, tuple[Any, Any]] = {}
 
     @property
     def cases(self) -> int:
@@ -170,12 +176,7 @@ class OnlineEval:
             ("eval_set", "result"),
             registry=registry,
         )
-        self._rate = Gauge(
-            "vigil_eval_online_pass_rate",
-            "Share of matched production runs that passed their eval case, by eval set (since start).",
-            ("eval_set",),
-            registry=registry,
-        )
+        registry.register(_PassRates(self))
 
     def maybe_reload(self) -> bool:
         """Re-read changed files (at most every ``reload_interval_s``); True when something was reloaded."""
@@ -217,7 +218,8 @@ class OnlineEval:
         found = self.match(run)
         result = None
         if found is not None:
-            result = evaluate_case(self._one_turn(found), [turn_of(run)], self.config, eval_set_id=found.eval_set_id)
+            case = self._one_turn(found)
+            result = evaluate_case(case, [turn_of(run)], self.config, eval_set_id=found.eval_set_id, explain=False)
             self._count(found.eval_set_id, result.passed)
         self._last = (run, result)
         return result
@@ -234,55 +236,61 @@ class OnlineEval:
         return case[1]
 
     def scorers(self) -> tuple[tuple[str, Scorer], ...]:
-        """``(name, scorer)`` pairs for the pipeline's chain: one per criterion, then ``eval_passed``."""
-        chain: list[tuple[str, Scorer]] = []
-        for name in self.config.criteria:
-            chain.append((f"eval_{name}", self._criterion_scorer(name)))
-        chain.append(("eval_passed", self._passed))
-        return tuple(chain)
+        """The pipeline chain's entry: ``eval``, giving ``eval_<criterion>`` and ``eval_passed`` for a matched run."""
+        return (("eval", self.score),)
 
-    def _criterion_scorer(self, name: str) -> Scorer:
-        def scorer(run: Run) -> Score | None:
-            result = self.evaluate(run)
-            if result is None:
-                return None
-            found = next((r for r in result.results if r.name == name), None)
-            if found is None or found.score is None:
-                return None
-            return Score(f"eval_{name}", found.score, f"{result.eval_set_id}/{result.eval_id}: {found.detail}"[:300])
-
-        return scorer
-
-    def _passed(self, run: Run) -> Score | None:
+    def score(self, run: Run) -> tuple[Score, ...] | None:
+        """The scores of ``run`` against its case, or None when it matches none."""
         result = self.evaluate(run)
         if result is None:
             return None
-        failed = [r.name for r in result.results if r.passed is False]
-        detail = f"{result.eval_set_id}/{result.eval_id}: " + ("failed " + ", ".join(failed) if failed else "passed")
-        return Score("eval_passed", 1.0 if result.passed else 0.0, detail)
+        # the pipeline keeps only the values; the detail names the case (``vigil eval`` explains it)
+        where = f"{result.eval_set_id}/{result.eval_id}"
+        out = [_new_score(_NAMES[r.name], r.score, where, ()) for r in result.results if r.score is not None]
+        out.append(_new_score("eval_passed", 1.0 if result.passed else 0.0, where, ()))
+        return tuple(out)
 
     def _count(self, eval_set: str, passed: bool) -> None:
         with self._lock:
             tally = self._tally.setdefault(eval_set, [0, 0])
             tally[0] += passed
             tally[1] += 1
-            rate = tally[0] / tally[1]
-        if self._runs is not None and self._rate is not None:
+        if self._runs is not None:
             children = self._children.get(eval_set)
             if children is None:
                 children = self._children[eval_set] = (
                     self._runs.labels(eval_set, "pass"),
                     self._runs.labels(eval_set, "fail"),
-                    self._rate.labels(eval_set),
                 )
             children[0 if passed else 1].inc()
-            children[2].set(rate)
 
     def pass_rate(self, eval_set: str) -> float | None:
         """Share of matched runs of ``eval_set`` that passed, or None before the first."""
         with self._lock:
             tally = self._tally.get(eval_set)
             return None if not tally or not tally[1] else tally[0] / tally[1]
+
+    def pass_rates(self) -> dict[str, float]:
+        """Every eval set's pass rate so far."""
+        with self._lock:
+            return {name: t[0] / t[1] for name, t in self._tally.items() if t[1]}
+
+
+class _PassRates(Collector):
+    """``vigil_eval_online_pass_rate{eval_set}``, computed at scrape time (nothing per run)."""
+
+    def __init__(self, online: OnlineEval) -> None:
+        self._online = online
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "vigil_eval_online_pass_rate",
+            "Share of matched production runs that passed their eval case, by eval set (since start).",
+            labels=("eval_set",),
+        )
+        for name, rate in sorted(self._online.pass_rates().items()):
+            family.add_metric((name,), rate)
+        yield family
 
 
 def _stamp(path: Path) -> tuple[int, int]:

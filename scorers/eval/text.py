@@ -97,9 +97,14 @@ def rouge1(candidate: str, reference: str) -> Rouge:
     """ROUGE-1 of ``candidate`` (the agent's answer) against ``reference`` (the expected one). Pure."""
     cand = _counts(candidate)
     ref = _counts(reference)
-    overlap = sum((cand & ref).values())
-    precision = overlap / max(sum(cand.values()), 1)
-    recall = overlap / max(sum(ref.values()), 1)
+    get = ref.get
+    overlap = 0
+    for token, n in cand.items():
+        m = get(token)
+        if m:
+            overlap += n if n < m else m
+    precision = overlap / max(cand.total(), 1)
+    recall = overlap / max(ref.total(), 1)
     f = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return Rouge(precision, recall, f)
 

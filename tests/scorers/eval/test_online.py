@@ -127,7 +127,7 @@ class TestMatching:
         result = online.evaluate(replace(good))
         assert result is not None
         assert not result.passed
-        assert "missing get_weather" in result.results[0].detail
+        assert 0.0 == result.results[0].score  # the expected tool is now get_weather
         path.write_text("{broken")  # a bad edit keeps the loaded cases
         os.utime(path, ns=(2, 2))
         now[0] = 4.0
