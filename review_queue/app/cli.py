@@ -141,6 +141,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         configure_logging("warning")
         return kafka_main(args)
+    if getattr(args, "eval", False):
+        from review_queue.app.bench.eval_online import main as eval_main
+
+        configure_logging("warning")
+        return eval_main(args.runs if args.runs != 20_000 else 5000, args.repeat)
     from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
@@ -467,6 +472,11 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
     bench.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     bench.add_argument("--judge", action="store_true", help="only the LLM judge on vs off pipeline comparison")
+    bench.add_argument(
+        "--eval",
+        action="store_true",
+        help="online eval cost: 1,000 cases loaded, 10%% of runs matching (default 5,000 runs)",
+    )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
     bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
