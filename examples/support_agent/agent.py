@@ -76,7 +76,7 @@ def _openai() -> openai.OpenAI:
     """The client (and, the first time, the tracing and the scripted server)."""
     with _lock:
         if "client" not in _state:
-            vigil_setup(service_name="support-agent", capture_content=True)
+            _state["tracing"] = vigil_setup(service_name="support-agent", capture_content=True)
             base_url = os.environ.get("OPENAI_BASE_URL")
             if not base_url:
                 _state["fake"] = FakeOpenAI(SCRIPTS).start()

@@ -26,6 +26,7 @@ from pathlib import Path
 from review_queue.app.eval_report import junit_xml, print_report, write_json
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import EvalConfig, EvalFileError, EvalSet, load_eval_config, load_eval_set
+from scorers.pipeline import Pipeline
 
 __all__ = ["add_eval_commands"]
 
@@ -96,7 +97,7 @@ def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
     return eval_set, config
 
 
-def _pipeline(args: argparse.Namespace) -> object:
+def _pipeline(args: argparse.Namespace) -> Pipeline:
     from review_queue.app.cli import configure_logging
     from review_queue.app.scoring import Scoring
     from review_queue.app.settings import Settings
@@ -133,7 +134,7 @@ def _cmd_eval_run(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     pipeline = _pipeline(args)
     options = RunOptions(concurrency=args.concurrency, repeat=args.repeat, span_timeout_s=args.span_timeout)
-    with EvalHarness(pipeline) as harness:  # type: ignore[arg-type]
+    with EvalHarness(pipeline) as harness, harness.active():
         try:
             agent = load_agent(args.agent)
         except AgentError as exc:
@@ -159,7 +160,7 @@ def _cmd_eval_score(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     pipeline = _pipeline(args)
     try:
-        results = score_traces(args.traces, [eval_set], config, pipeline, judge)  # type: ignore[arg-type]
+        results = score_traces(args.traces, [eval_set], config, pipeline, judge)
     except (ExplainError, FileNotFoundError) as exc:
         print(f"vigil eval score: {exc}", file=sys.stderr)
         return EXIT_INPUT

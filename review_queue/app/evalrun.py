@@ -25,6 +25,7 @@ scored (:func:`scorers.eval.evaluate.evaluate_case`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib
 import inspect
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,8 @@ class EvalHarness:
         self.provider: TracerProvider | None = None
         self._processors: _Switchable | None = None
         self._env: dict[str, str | None] = {}
+        self._active = 0
+        self._active_lock = threading.Lock()
 
     def __enter__(self) -> EvalHarness:
         self.start()
@@ -259,13 +262,6 @@ class EvalHarness:
         if not self._server.wait_listening():
             raise RuntimeError(f"the eval receiver could not listen on 127.0.0.1:{port}")
         self.endpoint = f"http://127.0.0.1:{port}"
-        for key, value in (
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", self.endpoint + "/v1/traces"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-        ):
-            self._env[key] = os.environ.get(key)
-            os.environ[key] = value
         current = otel_trace.get_tracer_provider()
         if isinstance(current, TracerProvider):
             self.provider = current
@@ -279,22 +275,44 @@ class EvalHarness:
         )
         self._processors = _Switchable(self._tagger, export)
         self.provider.add_span_processor(self._processors)
-        join_eval_harness(self.provider)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """While inside: ``OTEL_EXPORTER_OTLP_*`` point at this Vigil and ``vigil_setup()`` joins its
+        provider (an agent module that sets itself up at import is imported inside). Reentrant."""
+        with self._active_lock:
+            self._active += 1
+            if self._active == 1:
+                for key, value in (
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint),
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", self.endpoint + "/v1/traces"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ):
+                    self._env[key] = os.environ.get(key)
+                    os.environ[key] = value
+                join_eval_harness(self.provider)
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active -= 1
+                if self._active == 0:
+                    join_eval_harness(None)
+                    for key, previous in self._env.items():
+                        if previous is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = previous
+                    self._env.clear()
 
     def shutdown(self) -> None:
-        """Flush, stop the receiver, restore the OTLP variables."""
-        join_eval_harness(None)
+        """Flush and stop the receiver."""
         if self._processors is not None:
             self._processors.detach()
         if self._server is not None:
             self._server.shutdown(5.0)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5.0)
-        for key, value in self._env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
     # -- running ------------------------------------------------------------------------------
 
@@ -343,7 +361,8 @@ class EvalHarness:
             return result
 
         jobs = [one(case, r) for r in range(options.repeat) for case in cases]
-        return list(await asyncio.gather(*jobs))
+        with self.active():
+            return list(await asyncio.gather(*jobs))
 
     async def _run_case(
         self, set_id: str, case: EvalCase, agent: Agent, options: RunOptions

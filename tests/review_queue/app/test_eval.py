@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +28,21 @@ ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "support_agent"
 EVALSET = EXAMPLE / "evalset.json"
 CONFIG = EXAMPLE / "eval_config.json"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _undo_example_tracing() -> Iterator[None]:
+    """The example agent sets its tracing up once per process (and instruments OpenAI): undo it after."""
+    yield
+    from examples.support_agent import agent
+
+    tracing = agent._state.pop("tracing", None)
+    if tracing is not None:
+        tracing.shutdown()
+    fake = agent._state.pop("fake", None)
+    if fake is not None:
+        fake.shutdown()
+    agent._state.pop("client", None)
 
 
 def _vigil_yaml(tmp_path: Path) -> Path:
