@@ -147,7 +147,6 @@ class OnlineEval:
             self._stamps[path] = _stamp(path)
         self._index = case_index(list(self._sets.values()))
         self._next_check = clock() + reload_interval_s
-        self._last: tuple[Run, CaseResult | None] | None = None
         self._lock = threading.Lock()
         self._runs: Counter | None = None
         self._tally: dict[str, list[int]] = {}
@@ -210,10 +209,7 @@ class OnlineEval:
         return match_run(self._index, run)
 
     def evaluate(self, run: Run) -> CaseResult | None:
-        """Score ``run`` against its matching case (memoised for the run being scored), or None."""
-        last = self._last
-        if last is not None and last[0] is run:
-            return last[1]
+        """Score ``run`` against its matching case, or None."""
         self.maybe_reload()
         found = self.match(run)
         result = None
@@ -221,7 +217,6 @@ class OnlineEval:
             case = self._one_turn(found)
             result = evaluate_case(case, [turn_of(run)], self.config, eval_set_id=found.eval_set_id, explain=False)
             self._count(found.eval_set_id, result.passed)
-        self._last = (run, result)
         return result
 
     def _one_turn(self, found: Match) -> EvalCase:

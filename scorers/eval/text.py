@@ -80,7 +80,7 @@ def tokenize(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _counts(text: str) -> Counter[str]:
-    """Token counts (memoised: references repeat; callers never mutate the result)."""
+    """Token counts of a reference (memoised: references repeat; callers never mutate the result)."""
     return Counter(tokenize(text))
 
 
@@ -95,7 +95,7 @@ class Rouge:
 
 def rouge1(candidate: str, reference: str) -> Rouge:
     """ROUGE-1 of ``candidate`` (the agent's answer) against ``reference`` (the expected one). Pure."""
-    cand = _counts(candidate)
+    cand = Counter(tokenize(candidate))  # answers rarely repeat: not cached
     ref = _counts(reference)
     get = ref.get
     overlap = 0
