@@ -223,3 +223,37 @@ class TestManage:
         new = json.loads(capsys.readouterr().out)
         assert old.keys() == new.keys()
         assert old["eval_cases"] == new["eval_cases"] == []
+
+
+class TestTurnTags:
+    def test_a_multi_turn_case_is_one_trace_per_turn_sharing_case_and_conversation(self) -> None:
+        from opentelemetry import trace as otel_trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from examples.support_agent import agent
+        from scorers.eval.model import load_eval_set
+
+        eval_set = load_eval_set(EVALSET)
+        two_turns = eval_set.model_copy(update={"eval_cases": [eval_set.case("order_then_refund")]})
+        run_eval(two_turns, agent.answer, CONFIG)  # the harness installs the global provider first
+        provider = otel_trace.get_tracer_provider()
+        assert isinstance(provider, TracerProvider)
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        (result,) = run_eval(two_turns, agent.answer, CONFIG)
+        assert result.passed
+        roots = sorted(
+            (s for s in exporter.get_finished_spans() if s.parent is None and s.attributes),
+            key=lambda s: s.start_time or 0,
+        )
+        tagged = [s for s in roots if (s.attributes or {}).get("vigil.eval.case_id") == "order_then_refund"]
+        assert 2 == len(tagged)
+        first, second = (dict(s.attributes or {}) for s in tagged)
+        assert (0, 1) == (first["vigil.eval.turn"], second["vigil.eval.turn"])
+        assert first["gen_ai.conversation.id"] == second["gen_ai.conversation.id"]
+        assert "support_agent" == first["vigil.eval.set_id"]
+        assert tagged[0].context.trace_id != tagged[1].context.trace_id  # one trace per turn
+        assert [f"{s.context.trace_id:032x}" for s in tagged] == list(result.trace_ids)
+        exporter.shutdown()
