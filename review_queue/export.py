@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from review_queue.model import ItemState
 from review_queue.tables import review_items, review_verdicts, runs
 
-__all__ = ["ExportResult", "eval_case", "eval_set", "export_cases"]
+__all__ = ["ExportResult", "case_from_run", "eval_case", "eval_set", "export_cases"]
 
 TOOL_CATEGORIES = frozenset(("wrong_tool", "wrong_arguments", "loop"))
 """Failure categories that make a failed run's tool calls unfit as the expected trajectory."""
@@ -67,6 +67,23 @@ def export_cases(engine: Engine, *, agent: str | None = None, since: float | Non
         else:
             result.cases.append(case)
     return result
+
+
+def case_from_run(engine: Engine, trace_id: str, created: float) -> tuple[dict[str, Any] | None, str]:
+    """One stored run as an EvalCase (``vigil eval add --from-run``), or ``(None, why_not)``.
+
+    The run's review snapshot is used (content is stored redacted, so the case is too); a reviewed
+    run follows :func:`eval_case` (a corrected answer replaces a failed one), an unreviewed one is
+    taken as it ran. Runs without a snapshot (unflagged: only the summary is kept) are refused.
+    """
+    query = sa.select(review_items.c.id, review_items.c.snapshot).where(review_items.c.trace_id == trace_id)
+    with engine.connect() as conn:
+        row = conn.execute(query).mappings().first()
+        if row is None:
+            known = conn.execute(sa.select(runs.c.trace_id).where(runs.c.trace_id == trace_id)).first()
+            return None, "no_snapshot" if known is not None else "unknown_run"
+        verdicts = _verdicts(conn, [int(row["id"])]).get(int(row["id"])) or [{"verdict": "pass"}]
+    return eval_case(row["snapshot"] or {}, verdicts, created)
 
 
 def eval_case(

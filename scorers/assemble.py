@@ -164,11 +164,7 @@ class Assembler:
             finished_only: close only runs whose root span has ended; the others stay in
                 flight (to be saved with :meth:`export_state` and resumed after a restart).
         """
-        out = [
-            self._close(tid, p)
-            for tid, p in list(self._pending.items())
-            if p.root_ended or not finished_only
-        ]
+        out = [self._close(tid, p) for tid, p in list(self._pending.items()) if p.root_ended or not finished_only]
         if not self._pending:
             self._heap.clear()
         return out

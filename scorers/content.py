@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -25,7 +26,7 @@ from scorers.dialects import (
     first,
     messages_of,
 )
-from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_text, clip, content_text, dumps
+from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_str, as_text, clip, content_text, dumps
 from scorers.model import Message
 
 __all__ = [
@@ -135,3 +136,39 @@ def last_assistant(found: Sequence[Message]) -> str | None:
         if message.role in ("assistant", "ai", "model") and message.content:
             return message.content
     return None
+
+
+_OI_TOOL_CALL: Final = re.compile(
+    r"llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\.function\.(name|arguments)"
+)
+
+
+def requested_tool_calls(attributes: Attributes) -> list[tuple[str, str | None]]:
+    """The tool calls an LLM span's answer asked for, in order: ``(name, canonical JSON arguments)``.
+
+    Reads OpenInference ``llm.output_messages.{i}.message.tool_calls.{j}.tool_call.function.*`` and
+    OTel GenAI ``gen_ai.output.messages`` ``tool_call`` parts. Used when a tool span records its
+    input in another form (LangChain passes a one-argument tool its bare value).
+    """
+    found: dict[tuple[int, int], dict[str, object]] = {}
+    for key, value in attributes.items():
+        if not key.startswith("llm.output_messages."):
+            continue
+        m = _OI_TOOL_CALL.fullmatch(key)
+        if m is not None:
+            found.setdefault((int(m.group(1)), int(m.group(2))), {})[m.group(3)] = value
+    calls = [
+        (name, canonical_json(entry.get("arguments")))
+        for _, entry in sorted(found.items())
+        if (name := as_str(entry.get("name")))
+    ]
+    if calls:
+        return calls
+    decoded = as_json(attributes.get("gen_ai.output.messages"))
+    if isinstance(decoded, list):
+        for message in decoded:
+            parts = message.get("parts") if isinstance(message, Mapping) else None
+            for part in parts if isinstance(parts, list) else ():
+                if isinstance(part, Mapping) and part.get("type") == "tool_call" and (name := as_str(part.get("name"))):
+                    calls.append((name, canonical_json(part.get("arguments"))))
+    return calls

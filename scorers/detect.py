@@ -115,6 +115,7 @@ _BLOCK_REASONS_COMPACT: Final = frozenset(
     }
 )
 
+
 def _is_answer_tool(name: str) -> bool:
     return bool(_ANSWER_TOOL.search(name))
 

@@ -241,7 +241,9 @@ class Score:
     span_ids: tuple[str, ...] = ()
 
 
-Scorer: TypeAlias = Callable[[Run], "Score | None"]
+Scorer: TypeAlias = Callable[[Run], "Score | tuple[Score, ...] | None"]
+"""A scorer: ``None`` for no opinion, a :class:`Score` (recorded under the scorer's chain name), or a
+tuple of scores each recorded under its own :attr:`Score.name` (one pass producing several scores)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ values are.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -253,6 +254,7 @@ class _Tally:
     evidence: list[Evidence] = field(default_factory=list)
     last_llm: tuple[Span, tuple[str, ...]] | None = None
     tools_after: list[str] = field(default_factory=list)
+    requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
 
@@ -307,12 +309,31 @@ class _Tally:
             else:
                 fills = self.tool_fills
                 call, failed = to_tool_call(span, err, None if fills is None else fills.get(sid))
+                if call.arguments is not None and not call.arguments.startswith("{") and self.last_llm is not None:
+                    call = self._requested_arguments(call)
                 self.tools.append(call)
                 self.tool_errors += failed
                 self.tools_after.append(call.name)
         elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def _requested_arguments(self, call: ToolCall) -> ToolCall:
+        """The arguments the last LLM call asked this tool for, when the tool span kept only a bare value
+        (LangChain hands a one-argument tool the value alone); each request is used once, in order."""
+        if self.last_llm is None:
+            return call
+        span = self.last_llm[0]
+        if self.requested is None or self.requested[0] != span.span_id:
+            self.requested = (span.span_id, content.requested_tool_calls(span.attributes))
+        pending = self.requested[1]
+        for i, (name, arguments) in enumerate(pending):
+            if name == call.name:
+                del pending[i]
+                if arguments is not None and arguments.startswith("{"):
+                    return dataclasses.replace(call, arguments=arguments)
+                break
+        return call
 
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)

@@ -47,8 +47,13 @@ def score_run(
             if on_error is not None:
                 on_error("scorer", name, exc)
             continue
-        if score is not None:
-            scores[name] = float(score.value)
+        if score is None:
+            continue
+        if type(score) is tuple:
+            for one in score:
+                scores[one.name] = float(one.value)
+        else:
+            scores[name] = float(score.value)  # type: ignore[union-attr]
     return scores, tuple(failed)
 
 

@@ -95,6 +95,20 @@ class VigilTracing:
         self.shutdown()
 
 
+_EVAL_PROVIDER: list[TracerProvider] = []
+"""The provider of ``vigil eval run``'s in-process Vigil while it runs (see :func:`join_eval_harness`)."""
+
+
+def join_eval_harness(provider: TracerProvider | None) -> None:
+    """Make :func:`vigil_setup` join ``provider`` instead of exporting on its own (None: undo).
+
+    ``vigil eval run`` installs a provider that already exports to its in-process Vigil and stamps
+    each turn's spans with the eval case; an agent that calls ``vigil_setup()`` while it runs must use
+    that provider, not a second one of its own.
+    """
+    _EVAL_PROVIDER[:] = [provider] if provider is not None else []
+
+
 def vigil_setup(
     service_name: str | None = None,
     endpoint: str | None = None,
@@ -148,7 +162,11 @@ def vigil_setup(
     environ = os.environ if environ is None else environ
     capture = capture_from_env(environ) if capture_content is None else capture_content
     settings = ExportSettings.from_env(environ, endpoint=endpoint, protocol=protocol, headers=headers)
-    processor = _batch_processor(exporter if exporter is not None else _otlp_exporter(settings), settings)
+    processor: SpanProcessor
+    if tracer_provider is None and exporter is None and _EVAL_PROVIDER:
+        tracer_provider, processor = _EVAL_PROVIDER[0], SpanProcessor()  # it already exports (vigil eval run)
+    else:
+        processor = _batch_processor(exporter if exporter is not None else _otlp_exporter(settings), settings)
     owns = tracer_provider is None
     provider = tracer_provider or TracerProvider(resource=resource_from_env(environ, service_name))
     provider.add_span_processor(processor)

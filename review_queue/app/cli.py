@@ -141,6 +141,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         configure_logging("warning")
         return kafka_main(args)
+    if getattr(args, "eval", False):
+        from review_queue.app.bench.eval_online import main as eval_main
+
+        configure_logging("warning")
+        return eval_main(args.runs if args.runs != 20_000 else 5000, args.repeat)
     from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
@@ -289,7 +294,7 @@ def _add_overload_arguments(bench: argparse.ArgumentParser) -> None:
 
 
 def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``vigil tokens …`` and ``vigil export``."""
+    """``vigil tokens …``, ``vigil export`` and ``vigil eval …``."""
     tokens = sub.add_parser("tokens", help="API tokens with roles (admin, reviewer, viewer, ingest)")
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True)
     create = tokens_sub.add_parser("create", help="create a token and print it (once)")
@@ -299,7 +304,15 @@ def _add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     revoke = tokens_sub.add_parser("revoke", help="revoke a token by id or every active token of a name")
     revoke.add_argument("token", help="token id or name")
     tokens.set_defaults(func=_cmd_tokens)
-    export = sub.add_parser("export", help="export reviewed runs as an evaluation set")
+    export = sub.add_parser("export", help="export reviewed runs as an evaluation set (alias of 'vigil eval export')")
+    _add_export_arguments(export)
+    from review_queue.app.eval_cli import add_eval_commands
+
+    add_eval_commands(sub, _add_export_arguments)
+
+
+def _add_export_arguments(export: argparse.ArgumentParser) -> None:
+    """The options of ``vigil export`` / ``vigil eval export``."""
     export.add_argument("--format", choices=("evalset", "jsonl"), default="evalset")
     export.add_argument("--output", "-o", default=None, help="file to write (default stdout)")
     export.add_argument("--agent", default=None, help="only this agent's runs")
@@ -464,6 +477,11 @@ def parser() -> argparse.ArgumentParser:
         choices=("batch", "interval", "never"),
         default=None,
         help="only the write-ahead spool off vs on pipeline comparison, with this fsync policy",
+    )
+    bench.add_argument(
+        "--eval",
+        action="store_true",
+        help="online eval cost: 1,000 cases loaded, 10%% of runs matching (default 5,000 runs)",
     )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")

@@ -25,6 +25,8 @@ from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore
 from scorers.assemble import Assembler
 from scorers.detect import DetectionConfig, Detector
+from scorers.eval.model import load_eval_config
+from scorers.eval.online import EVAL_RULE, OnlineEval
 from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun, Scorer
@@ -73,6 +75,7 @@ class Scoring:
         rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
         redactor: what is applied before anything is stored or judged.
         detector: the limit/block detection rules with the user's own markers.
+        online: the eval sets production runs are scored against (``eval_sets``), or None.
     """
 
     settings: Settings
@@ -81,24 +84,34 @@ class Scoring:
     rules: tuple[Rule, ...]
     redactor: Redactor
     detector: Detector
+    online: OnlineEval | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
         """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
         chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
         specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
+        configured = judge_rules(specs, settings.rules)
+        online = None
+        if settings.eval_sets:
+            config = load_eval_config(settings.eval_config) if settings.eval_config else None
+            online = OnlineEval(settings.eval_sets, config)
+            chain = (*chain, *online.scorers())
+            configured = {**EVAL_RULE, **configured}
         rules = compile_rules(
-            judge_rules(specs, settings.rules),
-            [name for name, _ in chain],
+            configured,
+            [name for name, _ in chain] + list(online.score_names if online is not None else ()),
             repeat_threshold=settings.repeat_threshold,
             judge_names=[spec.name for spec in specs],
         )
         detector = Detector(DetectionConfig.from_mapping(settings.detection))
-        return cls(settings, chain, specs, rules, redactor_from_settings(settings), detector)
+        return cls(settings, chain, specs, rules, redactor_from_settings(settings), detector, online)
 
     def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
         """The run metrics, with the configured label caps and model prices."""
         s = self.settings
+        if self.online is not None:
+            self.online.register(registry)
         return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
 
     def assembler(self, run_metrics: RunMetrics) -> Assembler:

@@ -173,6 +173,14 @@ class Settings(BaseModel):
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
+    eval_sets: tuple[str, ...] = Field(
+        (),
+        description="Eval set files (ADK EvalSet JSON) production runs are matched and scored against, reloaded "
+        "on change; enables the eval_regression rule (comma-separated in the environment).",
+    )
+    eval_config: str | None = Field(
+        None, description="Eval config file (criteria and thresholds) of the online eval; default ADK's criteria."
+    )
     review_lease_s: float = Field(
         DEFAULT_LEASE_S, gt=0, description="Lease of a claimed review item; it returns to pending when it lapses."
     )
@@ -257,7 +265,7 @@ class Settings(BaseModel):
             raise ValueError("needs at least one category")
         return v
 
-    @field_validator("scorers", "redact", "attributes_deny", "attributes_allow", mode="before")
+    @field_validator("scorers", "redact", "attributes_deny", "attributes_allow", "eval_sets", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         if isinstance(v, str):

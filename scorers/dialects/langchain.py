@@ -30,9 +30,12 @@ class LangChain(Adapter):
 
 
 def _message_text(item: object) -> str | None:
-    """Text of a (possibly LangChain-serialised) message dict."""
+    """Text of a (possibly LangChain-serialised) message dict (``kwargs`` of ``dumpd``, ``data`` of
+    ``message_to_dict`` as OpenInference records a LangGraph state)."""
     if not isinstance(item, Mapping):
         return as_str(item)
     kwargs = item.get("kwargs")
+    if not isinstance(kwargs, Mapping):
+        kwargs = item.get("data")
     source = kwargs if isinstance(kwargs, Mapping) else item
     return content_text(source.get("content"))

@@ -87,14 +87,21 @@ class OpenInference(Adapter):
             side = 0 if match[1] == "input" else 1
             slot = slots.setdefault((side, int(match[2])), {})
             field = match[3]
-            name = "role" if field == "role" else "tool" if field.startswith("tool_calls") else "content"
+            if field == "role":
+                name = "role"
+            elif field.startswith("tool_calls"):
+                name = "tool"
+            else:
+                name = "content" if field == "content" else "contents"
             slot.setdefault(name, []).append(value)
         found: list[Message] = []
         for position in sorted(slots):
             slot = slots[position]
             if "role" not in slot:
                 continue
-            text = "\n".join(slot.get("content", []))
+            # ``message.content`` and ``message.contents.{i}.message_content.text`` may both hold the text
+            # (the openai-agents instrumentor writes both): the whole content wins over its parts
+            text = "\n".join(slot.get("content") or slot.get("contents") or [])
             if not text and "tool" in slot:
                 text = "\n".join(f"tool_call {name}" for name in slot["tool"])
             found.append(Message(role=slot["role"][0], content=clip(text)))

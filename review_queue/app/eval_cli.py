@@ -1,0 +1,249 @@
+"""``vigil eval …``: run an agent over an eval set, score captured traces, manage eval sets.
+
+* ``vigil eval run --agent module:callable EVALSET [--config CFG]``: an in-process Vigil
+  (:class:`review_queue.app.evalrun.EvalHarness`), the agent called for every case with bounded
+  concurrency (``--concurrency``), ``--repeat N`` times; the report on stdout (``--json``,
+  ``--junit FILE``); exit 1 when a case fails its thresholds.
+* ``vigil eval score EVALSET --traces DIR``: the same scoring over captured OTLP files.
+* ``vigil eval show EVALSET``: the cases of an eval set.
+* ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
+* ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped).
+
+Exit status: 0 every case passed, 1 a case failed (or nothing was scored), 2 bad input (the
+message names the file, the JSON path and what was expected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from review_queue.app.eval_report import junit_xml, print_report, write_json
+from scorers.eval.evaluate import CaseResult
+from scorers.eval.model import EvalConfig, EvalFileError, EvalSet, load_eval_config, load_eval_set
+from scorers.pipeline import Pipeline
+
+__all__ = ["add_eval_commands"]
+
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def add_eval_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_export_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Register ``vigil eval`` and its sub-commands."""
+    ev = sub.add_parser("eval", help="reference-based evaluation: run, score, show, export, add")
+    ev_sub = ev.add_subparsers(dest="eval_command", required=True)
+
+    run = ev_sub.add_parser("run", help="run an agent over an eval set through an in-process Vigil and score it")
+    run.add_argument("evalset", type=Path, help="eval set file (ADK EvalSet JSON or legacy list)")
+    run.add_argument("--agent", required=True, help="module:callable taking the user message (and the history)")
+    _add_scoring_arguments(run)
+    run.add_argument("--concurrency", type=_positive_int, default=4, help="cases run at once (default 4)")
+    run.add_argument("--repeat", type=_positive_int, default=1, help="runs per case; the pass rate is reported")
+    run.add_argument("--span-timeout", type=float, default=10.0, help="seconds to wait for a turn's spans")
+    run.set_defaults(func=_cmd_eval_run)
+
+    score = ev_sub.add_parser("score", help="score captured OTLP traces against an eval set (nothing is run)")
+    score.add_argument("evalset", type=Path, help="eval set file")
+    score.add_argument("--traces", type=Path, nargs="+", required=True, help="OTLP files or directories")
+    _add_scoring_arguments(score)
+    score.set_defaults(func=_cmd_eval_score)
+
+    show = ev_sub.add_parser("show", help="list the cases of an eval set")
+    show.add_argument("evalset", type=Path, help="eval set file")
+    show.add_argument("--json", action="store_true", help="the normalised eval set as JSON")
+    show.set_defaults(func=_cmd_eval_show)
+
+    export = ev_sub.add_parser("export", help="export reviewed runs as an evaluation set")
+    add_export_arguments(export)
+
+    add = ev_sub.add_parser("add", help="append a stored run to an eval set as a case (redacted as stored)")
+    add.add_argument("evalset", type=Path, help="eval set file (created when missing)")
+    add.add_argument("--from-run", required=True, dest="trace_id", help="trace id of a stored run")
+    add.add_argument("--eval-id", default=None, help="the case id (default: the trace id)")
+    add.set_defaults(func=_cmd_eval_add)
+
+
+def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        dest="eval_config",
+        type=Path,
+        default=None,
+        help="eval config: criteria and thresholds (ADK test_config.json or YAML); default ADK's",
+    )
+    p.add_argument("--json", dest="json_out", default=None, help="write the JSON report to this file ('-': stdout)")
+    p.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report to this file")
+
+
+def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
+    eval_set = load_eval_set(args.evalset)
+    config = load_eval_config(args.eval_config) if args.eval_config else EvalConfig()
+    return eval_set, config
+
+
+def _pipeline(args: argparse.Namespace) -> Pipeline:
+    from review_queue.app.cli import configure_logging
+    from review_queue.app.scoring import Scoring
+    from review_queue.app.settings import Settings
+
+    settings = Settings.load(config_file=args.config, overrides={"eval_sets": ()})
+    configure_logging("warning")
+    return Scoring.from_settings(settings).pipeline(None, None)
+
+
+def _report(args: argparse.Namespace, results: Sequence[CaseResult]) -> int:
+    if args.json_out == "-":
+        write_json(results, sys.stdout)
+    else:
+        print_report(results, sys.stdout)
+        if args.json_out:
+            with open(args.json_out, "w", encoding="utf-8") as out:
+                write_json(results, out)
+    if args.junit:
+        args.junit.write_text(junit_xml(results), encoding="utf-8")
+    if not results:
+        print("vigil eval: no case was scored", file=sys.stderr)
+        return EXIT_FAILED
+    return 0 if all(r.passed for r in results) else EXIT_FAILED
+
+
+def _cmd_eval_run(args: argparse.Namespace) -> int:
+    from review_queue.app.evalrun import AgentError, EvalHarness, RunOptions, judge_from, load_agent
+
+    try:
+        eval_set, config = _inputs(args)
+        judge = judge_from(config, os.environ)
+    except (EvalFileError, FileNotFoundError, ValueError) as exc:
+        print(f"vigil eval run: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    pipeline = _pipeline(args)
+    options = RunOptions(concurrency=args.concurrency, repeat=args.repeat, span_timeout_s=args.span_timeout)
+    with EvalHarness(pipeline) as harness, harness.active():
+        try:
+            agent = load_agent(args.agent)
+        except AgentError as exc:
+            print(f"vigil eval run: {exc}", file=sys.stderr)
+            return EXIT_INPUT
+        try:
+            results = harness.run(eval_set, agent, config, options=options, judge=judge)
+        finally:
+            if judge is not None:
+                judge.close()
+    return _report(args, results)
+
+
+def _cmd_eval_score(args: argparse.Namespace) -> int:
+    from review_queue.app.evalrun import judge_from, score_traces
+    from review_queue.app.explain import ExplainError
+
+    try:
+        eval_set, config = _inputs(args)
+        judge = judge_from(config, os.environ)
+    except (EvalFileError, FileNotFoundError, ValueError) as exc:
+        print(f"vigil eval score: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    pipeline = _pipeline(args)
+    try:
+        results = score_traces(args.traces, [eval_set], config, pipeline, judge)
+    except (ExplainError, FileNotFoundError) as exc:
+        print(f"vigil eval score: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    finally:
+        if judge is not None:
+            judge.close()
+    return _report(args, results)
+
+
+def _cmd_eval_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    try:
+        eval_set = load_eval_set(args.evalset)
+    except (EvalFileError, FileNotFoundError) as exc:
+        print(f"vigil eval show: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.json:
+        print(json.dumps(eval_set.document(), ensure_ascii=False, indent=1))
+        return 0
+    console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 140)
+    table = Table(title=f"{eval_set.eval_set_id}: {len(eval_set.eval_cases)} case(s)", title_justify="left")
+    for col in ("case", "turn", "user", "expected tools", "expected response"):
+        table.add_column(col, overflow="fold")
+    for case in eval_set.eval_cases:
+        if not case.turns:
+            table.add_row(case.eval_id, "-", "(scenario: no scripted turns; skipped by vigil eval)", "", "")
+        for n, inv in enumerate(case.turns, 1):
+            tools = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in inv.tool_uses)
+            table.add_row(
+                case.eval_id if n == 1 else "", str(n), _cut(inv.user_text), _cut(tools), _cut(inv.expected_response)
+            )
+    console.print(table, markup=False)
+    return 0
+
+
+def _cut(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cmd_eval_add(args: argparse.Namespace) -> int:
+    from review_queue.app.cli import _review_store
+    from review_queue.export import case_from_run, eval_set
+    from scorers.eval.manage import merge_cases
+    from scorers.eval.model import parse_eval_set
+
+    trace_id = args.trace_id.lower()
+    store = _review_store(args)
+    try:
+        case, why = case_from_run(store.engine, trace_id, time.time())
+    finally:
+        store.close()
+    if case is None:
+        reasons = {
+            "unknown_run": "no stored run has this trace id",
+            "no_snapshot": "the run was not flagged, so only its summary is stored (no content to build a case)",
+            "no_user_message": "the run captured no user message",
+            "failed_without_correction": "a reviewer failed the run without a corrected answer",
+        }
+        print(f"vigil eval add: {trace_id}: {reasons.get(why, why)}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.eval_id:
+        case["eval_id"] = args.eval_id
+    try:
+        if args.evalset.exists():
+            target = load_eval_set(args.evalset)
+        else:
+            target = parse_eval_set(eval_set([], args.evalset.stem, time.time()))
+        new = parse_eval_set(eval_set([case], "new", time.time())).eval_cases
+    except EvalFileError as exc:
+        print(f"vigil eval add: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    merged = merge_cases(target, new)
+    if merged.added:
+        args.evalset.write_text(
+            json.dumps(merged.eval_set.document(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
+        print(
+            f"added case {case['eval_id']} to {args.evalset} ({len(merged.eval_set.eval_cases)} case(s))",
+            file=sys.stderr,
+        )
+    else:
+        print(f"{args.evalset} already has this case (same id or same content); nothing added", file=sys.stderr)
+    return 0
