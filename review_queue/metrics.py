@@ -2,7 +2,8 @@
 
 Counters (updated by the workbench and the feedback store in this process):
 ``vigil_review_verdicts_total{agent,verdict}``, ``vigil_review_claims_total``,
-``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``.
+``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``,
+``vigil_task_completions_revoked_total{agent,source}`` (a failing verdict on a completed run).
 
 Scrape-time gauges (one ``GROUP BY`` each per scrape, never stale, shared by every replica):
 ``vigil_review_items{state,priority}``, ``vigil_review_oldest_pending_age_seconds{priority}``,
@@ -52,6 +53,12 @@ class ReviewMetrics(ReviewObserver):
             "vigil_review_verdicts", "Review verdicts recorded, by agent and verdict.", ["agent", "verdict"],
             registry=registry,
         )  # fmt: skip
+        self.revoked = Counter(
+            "vigil_task_completions_revoked",
+            "Runs counted in vigil_task_completions_total whose first failing verdict came later.",
+            ["agent", "source"],
+            registry=registry,
+        )
         self.claims = Counter("vigil_review_claims", "Review items claimed.", registry=registry)
         self.lease_expiries = Counter(
             "vigil_review_lease_expiries", "Claims whose lease lapsed back to pending.", registry=registry
@@ -72,6 +79,10 @@ class ReviewMetrics(ReviewObserver):
     def verdict(self, agent: str, verdict: str) -> None:
         """Count a verdict."""
         self.verdicts.labels(self._agent(agent), verdict).inc()
+
+    def completion_revoked(self, agent: str) -> None:
+        """Count a completion revoked by a failing review verdict."""
+        self.revoked.labels(self._agent(agent), "review").inc()
 
     def feedback_received(self, source: str, kind: str) -> None:
         """Count a new feedback."""

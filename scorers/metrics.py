@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scorers.model import Run, ScoredRun
 from scorers.pricing import Price, PriceTable
+from scorers.slo import task_completed
 
 OVERFLOW = "other"
 
@@ -73,6 +74,14 @@ class RunMetrics:
         r = registry
         self.runs = Counter(
             "vigil_runs", "Runs scored, by agent and outcome.", ["agent", "outcome", "complete"], registry=r
+        )
+        self.completions = Counter(
+            "vigil_task_completions",
+            "Runs that completed their task: ended normally with a final answer, no error, limit or block "
+            "(scorers.slo.task_completed); a later failing verdict is counted in "
+            "vigil_task_completions_revoked_total.",
+            ["agent"],
+            registry=r,
         )
         self.duration = Histogram(
             "vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r
@@ -172,6 +181,8 @@ class RunMetrics:
         if runs is None:
             runs = self._by_outcome[outcome] = self.runs.labels(agent, outcome[1], "true" if run.complete else "false")
         runs.inc()
+        if task_completed(run):
+            c.completions.inc()
         c.duration.observe(run.duration_s, exemplar)
         c.steps.observe(run.llm_calls, exemplar)
         c.run_tokens.observe(run.input_tokens + run.output_tokens, exemplar)
@@ -239,6 +250,7 @@ class _AgentChildren:
     """The per-agent children of :class:`RunMetrics`' metrics."""
 
     __slots__ = (
+        "completions",
         "cost",
         "duration",
         "efficiency",
@@ -252,6 +264,7 @@ class _AgentChildren:
     )
 
     def __init__(self, m: RunMetrics, agent: str) -> None:
+        self.completions = m.completions.labels(agent)  # created at 0: the completion ratio exists from the first run
         self.duration = m.duration.labels(agent)
         self.steps = m.steps.labels(agent)
         self.efficiency = m.efficiency.labels(agent)
