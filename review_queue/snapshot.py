@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scorers.slo import task_completed
 from scorers.model import Flag, Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.slo import task_completed
 
 __all__ = ["SNAPSHOT_VERSION", "evidence_list", "item_row", "run_row", "run_snapshot"]
 

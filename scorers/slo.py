@@ -326,14 +326,15 @@ def _mapping(where: str, value: object) -> Mapping[str, Any]:
 
 def _merge(where: str, base: Mapping[str, Target], overrides: Mapping[str, Any]) -> dict[str, Target]:
     out = dict(base)
-    for name, spec in overrides.items():
+    for name, given in overrides.items():
         path = f"{where}.{name}"
         if not isinstance(name, str) or _NAME.fullmatch(name) is None:
             raise SloConfigError(f"{where}: target name {name!r} must be lowercase letters, digits and underscores")
-        spec = _mapping(path, spec)
+        spec = _mapping(path, given)
         unknown = set(spec) - _KEYS
         if unknown:
-            raise SloConfigError(f"{path}.{sorted(unknown)[0]}: unknown key (expected one of {', '.join(sorted(_KEYS))})")
+            expected = ", ".join(sorted(_KEYS))
+            raise SloConfigError(f"{path}.{sorted(unknown)[0]}: unknown key (expected one of {expected})")
         if spec.get("enabled", True) is False:
             out[name] = _DISABLED
             continue
@@ -407,12 +408,11 @@ def _direction(path: str, spec: Mapping[str, Any], prior: Target | None, sli: Sl
     try:
         return Direction(value)
     except ValueError:
-        raise SloConfigError(f"{path}.direction: {value!r} is not one of {', '.join(d.value for d in Direction)}") from None
+        names = ", ".join(d.value for d in Direction)
+        raise SloConfigError(f"{path}.direction: {value!r} is not one of {names}") from None
 
 
-def _number(
-    path: str, key: str, value: object, low: float, high: float, *, closed_low: bool = False
-) -> float:
+def _number(path: str, key: str, value: object, low: float, high: float, *, closed_low: bool = False) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
     if ok:
         number = float(value)  # type: ignore[arg-type]

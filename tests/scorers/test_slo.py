@@ -90,7 +90,9 @@ class TestParse:
                     "task_completion": {"objective": 0.9, "tolerance": 0.02},
                     "fast_runs": {"histogram": "run_duration", "below": 10, "objective": 0.95},
                 },
-                "agents": {"billing": {"task_completion": {"objective": 0.97}, "safety_block_rate": {"enabled": False}}},
+                "agents": {
+                    "billing": {"task_completion": {"objective": 0.97}, "safety_block_rate": {"enabled": False}}
+                },
             }
         )
         assert 7 == config.window_days
@@ -104,7 +106,7 @@ class TestParse:
     @pytest.mark.parametrize(
         ("data", "message"),
         [
-            ({"targets": {"task_completion": {"objective": 1.5}}}, "slo.targets.task_completion.objective: 1.5 must be"),
+            ({"targets": {"task_completion": {"objective": 1.5}}}, "task_completion.objective: 1.5 must be"),
             ({"targets": {"task_completion": {"objective": "high"}}}, "objective: 'high' must be a number"),
             ({"targets": {"task_completion": {"objectiv": 0.9}}}, "slo.targets.task_completion.objectiv: unknown key"),
             ({"targets": {"mine": {"objective": 0.9}}}, "slo.targets.mine.sli: missing"),
@@ -113,7 +115,7 @@ class TestParse:
             ({"targets": {"x": {"histogram": "run_duration", "below": 7}}}, "slo.targets.x.below: 7 must be a bucket"),
             ({"targets": {"safety_block_rate": {"min": 0.01}}}, "slo.targets.safety_block_rate.min: 0.01 must be"),
             ({"window": "4w"}, "slo.window: '4w' must be days"),
-            ({"agents": {"billing": {"task_completion": {"objective": 0}}}}, "slo.agents.billing.task_completion.objective"),
+            ({"agents": {"billing": {"task_completion": {"objective": 0}}}}, "slo.agents.billing.task_completion"),
             ({"agents": ["billing"]}, "slo.agents: must be a mapping"),
             ({"target": {}}, "slo.target: unknown key"),
         ],
