@@ -50,7 +50,7 @@ class TestTaskCompleted:
     )
     def test_not_completed(self, fields: dict[str, Any]) -> None:
         """An error, a limit, a block, an idle timeout or no final answer: not completed."""
-        answer = {} if "steps" in fields else {"final_output": "x"}
+        answer: dict[str, Any] = {} if "steps" in fields else {"final_output": "x"}
         assert not task_completed(Run("a" * 32, **answer, **fields))
         assert task_completed(Run("a" * 32, final_output="x"))
 
