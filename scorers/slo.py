@@ -308,9 +308,25 @@ def parse_slo(data: Mapping[str, Any] | None) -> SloConfig:
         if not isinstance(agent, str) or not agent or '"' in agent or "\\" in agent:
             raise SloConfigError(f"slo.agents: agent name {agent!r} must be a non-empty string without quotes")
         agents[agent] = _merge(f"slo.agents.{agent}", fleet, _mapping(f"slo.agents.{agent}", overrides))
+    _check_consistent(fleet, agents)
     enabled = {n: t for n, t in fleet.items() if t is not _DISABLED}
     per_agent = {a: {n: t for n, t in ts.items() if t is not _DISABLED} for a, ts in agents.items()}
     return SloConfig(int(match.group(1)), enabled, per_agent)
+
+
+def _check_consistent(fleet: Mapping[str, Target], agents: Mapping[str, Mapping[str, Target]]) -> None:
+    """One target name means one SLI and direction everywhere (its series are recorded once)."""
+    seen = {n: (t.sli, t.direction) for n, t in fleet.items() if t is not _DISABLED}
+    for agent, targets in agents.items():
+        for name, target in targets.items():
+            if target is _DISABLED:
+                continue
+            first = seen.setdefault(name, (target.sli, target.direction))
+            if first != (target.sli, target.direction):
+                raise SloConfigError(
+                    f"slo.agents.{agent}.{name}: an agent may change a target's bounds, not its sli or direction;"
+                    " give it another name"
+                )
 
 
 _DISABLED: Final = Target("disabled", SLIS["error_free"], Direction.AT_LEAST, 0.5)

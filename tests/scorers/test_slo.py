@@ -139,3 +139,8 @@ class TestParse:
         budgets = {n: t.budget for n, t in DEFAULT_TARGETS.items()}
         assert pytest.approx(0.15) == budgets["task_completion"]
         assert budgets["steps_per_task"] is None
+
+    def test_one_sli_per_target_name(self) -> None:
+        """An agent cannot restate a target on another SLI under the same name."""
+        with pytest.raises(SloConfigError, match="slo.agents.billing.task_completion: an agent may change"):
+            parse_slo({"agents": {"billing": {"task_completion": {"sli": "error_free"}}}})
