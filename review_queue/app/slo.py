@@ -165,7 +165,7 @@ def rules(config: SloConfig) -> dict[str, Any]:
 
 def _scoped_records(name: str, scope: Scope, t: Target, days: str) -> list[dict[str, Any]]:
     sel = _sel(name, scope)
-    out = [_record("environment_agent:vigil_slo_objective:value", f"0 * {SLI}:ratio_rate{days}{sel} + {_g(t.objective)}", name)]
+    out = [_record("environment_agent:vigil_slo_objective:value", f"0 * {SLI}:ratio_rate{days}{sel} + {_g(t.objective)}", name, scope)]
     if t.direction is Direction.BAND:
         out.append(_record("environment_agent:vigil_slo_floor:value", f"0 * {SLI}:ratio_rate{days}{sel} + {_g(t.floor)}", name, scope))
     if t.budget is not None:
