@@ -37,6 +37,12 @@ def promtool() -> str:
 RULE_FILES = ("recording_rules.yml", "alert_rules.yml", "slo_rules.yml")
 
 
+def slo_labels(rule: dict[str, object]) -> dict[str, str]:
+    labels = rule["labels"]
+    assert isinstance(labels, dict)
+    return labels
+
+
 def alerts() -> list[dict[str, object]]:
     found = []
     for name in ("alert_rules.yml", "slo_rules.yml"):
@@ -141,7 +147,7 @@ class TestSloRules:
 
     def test_safety_band_alerts_on_both_sides(self) -> None:
         """The safety-block band: burn-rate alerts above its ceiling, VigilSLOBelowFloor under its floor."""
-        band = {str(r["alert"]) for r in alerts() if r["labels"].get("slo") == "safety_block_rate"}  # type: ignore[union-attr]
+        band = {str(r["alert"]) for r in alerts() if slo_labels(r).get("slo") == "safety_block_rate"}
         assert {"VigilSLOFastBurn", "VigilSLOSlowBurn", "VigilSLOBudgetExhausted", "VigilSLOBelowFloor"} == band
 
     def test_thresholds_follow_the_workbook_and_stay_reachable(self) -> None:
@@ -150,7 +156,8 @@ class TestSloRules:
         from scorers.slo import DEFAULT_TARGETS
 
         fast, slow = thresholds(DEFAULT_TARGETS["safety_block_rate"])
-        assert (pytest.approx(0.072), pytest.approx(0.03)) == (fast, slow)
+        assert pytest.approx(0.072) == fast
+        assert pytest.approx(0.03) == slow
         for name in ("task_completion", "step_efficiency", "review_pass_rate"):
             fast, slow = thresholds(DEFAULT_TARGETS[name])
             assert slow < fast < 1.0, name
