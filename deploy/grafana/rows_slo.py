@@ -88,8 +88,7 @@ def _target_row(g: Layout, name: str, t: Target) -> None:
         f"{title}: error budget remaining (28d)",
         f"{R}_error_budget_remaining:ratio{s}",
         "percentunit",
-        "Share of the window's error budget not yet spent (negative: the target was missed;"
-        " VigilSLOBudgetExhausted).",
+        "Share of the window's error budget not yet spent (negative: the target was missed; VigilSLOBudgetExhausted).",
         decimals=1,
     )
     budget["targets"][0]["legendFormat"] = "{{agent}}"

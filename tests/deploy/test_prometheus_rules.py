@@ -124,9 +124,7 @@ class TestSloRules:
 
     def test_every_slo_alert_fires_and_stays_quiet_in_promtool_tests(self) -> None:
         """Per (alert, slo): a test where it fires, and a healthy agent or an earlier time where it does not."""
-        expected = {
-            (str(r["alert"]), slo_labels(r)["slo"]) for r in alerts() if str(r["alert"]).startswith("VigilSLO")
-        }
+        expected = {(str(r["alert"]), slo_labels(r)["slo"]) for r in alerts() if str(r["alert"]).startswith("VigilSLO")}
         assert len(expected) == 14  # 3 budget alerts x 4 budget targets, the band's floor, the trend
         fired: set[tuple[str, str]] = set()
         quiet: set[tuple[str, str]] = set()
