@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from review_queue.access import Access, random_secret
 from review_queue.auth import Authenticator, SessionSigner, TokenStore
@@ -14,6 +14,7 @@ from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.store import SqlStore
 from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
 from scorers.rules import Rule, compile_rules
+from scorers.slo import SloConfig, parse_slo
 
 __all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
 
@@ -33,6 +34,7 @@ class ReviewServices:
         tokens: the token table.
         access: authentication, sessions and role checks.
         metrics: review metrics, when registered.
+        slo: the quality targets shown on the stats page.
     """
 
     store: SqlStore
@@ -41,6 +43,7 @@ class ReviewServices:
     tokens: TokenStore
     access: Access
     metrics: ReviewMetrics | None = None
+    slo: SloConfig = field(default_factory=lambda: parse_slo(None))
 
 
 def build_services(
@@ -56,6 +59,7 @@ def build_services(
     metrics: ReviewMetrics | None = None,
     redact: Callable[[str], str] | None = None,
     clock: Callable[[], float] = time.time,
+    slo: SloConfig | None = None,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
 
@@ -71,6 +75,7 @@ def build_services(
         metrics: review metrics to update.
         redact: applied to feedback comments before they are stored.
         clock: Unix epoch seconds.
+        slo: the quality targets (the defaults when omitted).
     """
     retry = store.retry_after_s
     observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
@@ -92,4 +97,4 @@ def build_services(
         SessionSigner(session_secret or random_secret(), clock=clock),
         secure_cookies=secure_cookies,
     )
-    return ReviewServices(store, workbench, feedback, tokens, access, metrics)
+    return ReviewServices(store, workbench, feedback, tokens, access, metrics, slo or parse_slo(None))

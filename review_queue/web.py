@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import listing, queries, views
+from review_queue import listing, queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -159,8 +159,12 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             depth = queries.queue_stats(conn)
             verdicts = listing.verdict_stats(conn)
             flags = listing.flags_by_reason(conn, now - STATS_WINDOW_S, now, STATS_BUCKET_S)
+            slo_targets = targets.target_rows(conn, services.slo, now)  # stats_targets.html
         pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
-        return render("stats.html", request, depth=depth, pending=pending, verdicts=verdicts, flags=flags, now=now)
+        return render(
+            "stats.html", request, depth=depth, pending=pending, verdicts=verdicts, flags=flags, now=now,
+            slo_targets=slo_targets,
+        )  # fmt: skip
 
 
 def _item_pages(app: FastAPI, services: ReviewServices) -> None:

@@ -190,4 +190,5 @@ def review_services(
         secure_cookies=settings.secure_cookies,
         metrics=metrics,
         redact=redact,
+        slo=settings.slo_config(),
     )
