@@ -44,16 +44,25 @@ class ReviewMetrics(ReviewObserver):
         registry: where to register.
         max_agents: distinct ``agent`` label values before ``other``.
         max_sources: distinct feedback ``source`` values before ``other``.
+        revoked: the process's ``vigil_task_completions_revoked_total`` when its run metrics
+            already registered it (``vigil run``).
     """
 
-    def __init__(self, registry: CollectorRegistry, *, max_agents: int = 50, max_sources: int = 20) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        max_agents: int = 50,
+        max_sources: int = 20,
+        revoked: Counter | None = None,
+    ) -> None:
         self._agent = LabelCap(max_agents)
         self._source = LabelCap(max_sources)
         self.verdicts = Counter(
             "vigil_review_verdicts", "Review verdicts recorded, by agent and verdict.", ["agent", "verdict"],
             registry=registry,
         )  # fmt: skip
-        self.revoked = Counter(
+        self.revoked = revoked or Counter(
             "vigil_task_completions_revoked",
             "Runs counted in vigil_task_completions_total whose first failing verdict came later.",
             ["agent", "source"],

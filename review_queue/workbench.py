@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import DEFAULT_CATEGORIES, ItemState, Principal, Role, VerdictIn, VerdictValue
 from review_queue.store import guard, write_transaction
-from review_queue.tables import review_events, review_items, review_verdicts, runs
+from review_queue.tables import judge_results, review_events, review_items, review_verdicts, runs
 
 __all__ = ["DEFAULT_LEASE_S", "Claim", "ReviewObserver", "Workbench"]
 
@@ -398,11 +398,14 @@ def _eligible(reviewer: str) -> list[sa.ColumnElement[bool]]:
 
 
 def _failed_before(conn: sa.Connection, item: sa.RowMapping) -> bool:
-    """Whether the run already has a failing verdict (its completion was revoked then)."""
-    query = sa.select(review_verdicts.c.id).where(
+    """Whether the run already has a failing verdict, human or LLM judge (its completion was revoked then)."""
+    reviewed = sa.select(review_verdicts.c.trace_id).where(
         review_verdicts.c.trace_id == item["trace_id"], review_verdicts.c.verdict == VerdictValue.FAIL.value
     )
-    return conn.execute(query.limit(1)).first() is not None
+    judged = sa.select(judge_results.c.trace_id).where(
+        judge_results.c.trace_id == item["trace_id"], judge_results.c.passed.is_(False)
+    )
+    return conn.execute(reviewed.union_all(judged).limit(1)).first() is not None
 
 
 def _has_verdict(conn: sa.Connection, item_id: int, reviewer: str) -> bool:

@@ -83,6 +83,13 @@ class RunMetrics:
             ["agent"],
             registry=r,
         )
+        self.revoked = Counter(
+            "vigil_task_completions_revoked",
+            "Runs counted in vigil_task_completions_total whose first failing verdict (source: judge, review)"
+            " came later.",
+            ["agent", "source"],
+            registry=r,
+        )
         self.duration = Histogram(
             "vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r
         )
@@ -148,6 +155,10 @@ class RunMetrics:
     def bind_inflight(self, fn: Callable[[], float]) -> None:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
         self.inflight.set_function(fn)
+
+    def completion_revoked(self, agent: str, source: str = "judge") -> None:
+        """Count a completion revoked by a failing verdict (``scorers.slo``)."""
+        self.revoked.labels(self.agent(agent), source).inc()
 
     def assembler_event(self, event: str, count: int = 1) -> None:
         """Count an assembler event (see :class:`scorers.assemble.Assembler`)."""

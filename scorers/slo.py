@@ -21,9 +21,10 @@ bucket bound / runs. A target is one of:
 
 **Task completion** (:func:`task_completed`): a run completed its task when it ended normally —
 its root span ended (``complete``) and the status is ``ok``, i.e. it neither errored, hit an
-iteration cap nor was safety-blocked — and it produced a final answer (:func:`answered`). A
-failing human verdict given later revokes the completion once (counted apart, so the exported
-ratio stays exact over the window the verdict falls in; see README "Quality targets").
+iteration cap nor was safety-blocked — and it produced a final answer (:func:`answered`). The
+first failing verdict given later (an LLM judge's or a reviewer's) revokes the completion once
+(counted apart, so the exported ratio stays exact over the window the verdict falls in; see
+README "Quality targets").
 """
 
 from __future__ import annotations

@@ -169,7 +169,9 @@ def build(
         on_written = then(judges.submit, on_written)
     pipeline = scoring.pipeline(run_metrics, judges)
     sink = store_sink(settings, store, registry, scoring.redactor)
-    services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
+    services = review_services(
+        settings, store, registry, scoring.rules, redact=scoring.redactor.text, run_metrics=run_metrics
+    )
     worker = StreamWorker(
         stream, assembler, pipeline, sink, run_metrics, on_written=on_written, feedback=services.feedback.summaries
     )

@@ -41,6 +41,7 @@ HUMAN_VERDICTS: Mapping[str, str] = {
 """Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
 several reviewers on one run, the latest verdict is the human answer."""
 
+
 def redactor_from_settings(settings: Settings) -> Redactor:
     """The :class:`Redactor` the settings describe (``redact``, ``redact_patterns``,
     ``attributes_deny``, ``attributes_allow``).
@@ -54,7 +55,6 @@ def redactor_from_settings(settings: Settings) -> Redactor:
         deny=settings.attributes_deny,
         allow=settings.attributes_allow,
     )
-
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Scoring:
             return None, None
         judges = JudgeService(
             self.specs,
-            SqlJudgeSink(store.engine),
+            SqlJudgeSink(store.engine, on_completion_revoked=run_metrics.completion_revoked),
             rules=self.rules,
             sample_rate=self.settings.sample_rate,
             metrics=JudgeMetrics(registry),
@@ -175,9 +175,13 @@ def review_services(
     rules: tuple[Rule, ...],
     *,
     redact: Callable[[str], str] | None = None,
+    run_metrics: RunMetrics | None = None,
 ) -> ReviewServices:
-    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
-    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    """The review services of a process serving the API/UI, with their metrics on ``registry``
+    (sharing ``run_metrics``' revocation counter when the process also scores)."""
+    metrics = ReviewMetrics(
+        registry, max_agents=settings.max_agent_labels, revoked=run_metrics.revoked if run_metrics else None
+    )
     registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
     return build_services(
         store,

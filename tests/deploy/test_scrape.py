@@ -328,7 +328,7 @@ class TestRealScrape:
         assert len(shipped) == len(rules)
         unhealthy = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
         assert [] == unhealthy
-        active = {a["labels"]["alertname"] for a in prometheus.values("ALERTS")}
+        active = {a["metric"]["alertname"] for a in prometheus.values("ALERTS")}
         assert not active & {"VigilDown", "VigilAbsent", "VigilSpansDropped", "VigilStoreWritesFailing"}
 
     def test_slo_rules_record_the_demo_fleet(self, prometheus: Prometheus) -> None:
