@@ -142,5 +142,5 @@ class TestParse:
 
     def test_one_sli_per_target_name(self) -> None:
         """An agent cannot restate a target on another SLI under the same name."""
-        with pytest.raises(SloConfigError, match="slo.agents.billing.task_completion: an agent may change"):
+        with pytest.raises(SloConfigError, match=r"slo\.agents\.billing\.task_completion: an agent may change"):
             parse_slo({"agents": {"billing": {"task_completion": {"sli": "error_free"}}}})
