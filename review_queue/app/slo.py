@@ -134,18 +134,29 @@ def rules(config: SloConfig) -> dict[str, Any]:
     for name, scopes in _scopes(config).items():
         target = scopes[0][1]
         sli = target.sli
+
+        def cap(expr: str, ratio: bool = sli.unit == "ratio") -> str:
+            # Counters of one ratio are extrapolated apart by rate(): keep a share within [0, 1].
+            return (
+                f"clamp_max(\n  {expr}\n, 1)" if ratio and "\n" in expr else f"clamp_max({expr}, 1)" if ratio else expr
+            )
+
         for w in WINDOWS:
             recording.append(_record(f"{NUM}:rate{w}", sli.numerator.replace("{W}", w), name))
             recording.append(_record(f"{DEN}:rate{w}", sli.denominator.replace("{W}", w), name))
             recording.append(
-                _record(f"{SLI}:ratio_rate{w}", f"{NUM}:rate{w}{_sel(name)} / ({DEN}:rate{w}{_sel(name)} > 0)", name)
+                _record(
+                    f"{SLI}:ratio_rate{w}", cap(f"{NUM}:rate{w}{_sel(name)} / ({DEN}:rate{w}{_sel(name)} > 0)"), name
+                )
             )
         for p in periods:
             long.append(
                 _record(
                     f"{SLI}:ratio_rate{p}",
-                    f"sum_over_time({NUM}:rate5m{_sel(name)}[{p}])\n"
-                    f"  / (sum_over_time({DEN}:rate5m{_sel(name)}[{p}]) > 0)",
+                    cap(
+                        f"sum_over_time({NUM}:rate5m{_sel(name)}[{p}])\n"
+                        f"  / (sum_over_time({DEN}:rate5m{_sel(name)}[{p}]) > 0)"
+                    ),
                     name,
                 )
             )
