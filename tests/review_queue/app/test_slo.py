@@ -28,7 +28,7 @@ def metrics_text() -> str:
     runs.observe_run(
         ScoredRun(Run("f" * 32, agent="support", status=RunStatus.BLOCKED, safety_blocked=True, llm_calls=6), {}, None)
     )
-    review = ReviewMetrics(registry)
+    review = ReviewMetrics(registry, revoked=runs.revoked)
     review.verdict("support", "pass")
     review.verdict("support", "fail")
     review.completion_revoked("support")
@@ -136,3 +136,23 @@ class TestCli:
         err = capsys.readouterr().err.strip()
         assert "slo.targets.task_completion.objective: 2 must be a number in (0, 1)" in err
         assert 1 == len(err.splitlines())
+
+
+class TestStartUp:
+    """Every role loads the targets with its settings: a bad one refuses to start."""
+
+    def test_settings_refuse_bad_targets_in_one_line(self, tmp_path: Path) -> None:
+        """Settings.load raises SettingsError naming slo and the target's key; good ones are kept."""
+        from collector.errors import SettingsError
+        from review_queue.app.settings import Settings
+
+        config = tmp_path / "vigil.yaml"
+        config.write_text(
+            yaml.safe_dump({"slo": {"agents": {"billing": {"safety_block_rate": {"max": 0.2, "min": 0.3}}}}})
+        )
+        with pytest.raises(SettingsError) as info:
+            Settings.load(environ={}, config_file=config)
+        assert "slo.agents.billing.safety_block_rate.min: 0.3 must be a number in [0, 0.2]" in str(info.value)
+        assert "\n" not in str(info.value)
+        config.write_text(yaml.safe_dump({"slo": {"targets": {"task_completion": {"objective": 0.9}}}}))
+        assert 0.9 == Settings.load(environ={}, config_file=config).slo_config().targets["task_completion"].objective
