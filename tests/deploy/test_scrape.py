@@ -350,6 +350,21 @@ class TestRealScrape:
         assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in completion)
         assert max(float(s["value"][1]) for s in completion) > 0.0
 
+    def test_slo_summary_from_prometheus_and_from_metrics(self, vigil: VigilProcess, prometheus: Prometheus) -> None:
+        """`vigil slo summary` reads the same targets from Prometheus and from /metrics; a summary matches itself."""
+        from review_queue.app import slo
+        from scorers.slo import parse_slo
+
+        config = parse_slo(None)
+        from_prom = slo.summary_from_prometheus(config, prometheus.values, prometheus.url, "1h")
+        from_metrics = slo.summary_from_metrics(config, httpx.get(vigil.metrics_url, timeout=10).text, "vigil")
+        for doc in (from_prom, from_metrics):
+            completion = doc["targets"]["task_completion"]
+            assert 0.0 < completion["fleet"] <= 1.0
+            assert {"support", "research", "billing", "triage"} <= set(completion["agents"])
+            assert doc["targets"]["steps_per_task"]["fleet"] >= 1.0
+        assert all(f.ok for f in slo.compare(from_metrics, from_metrics))
+
     def test_environment_and_agent_variables_resolve(self, prometheus: Prometheus) -> None:
         """The dashboard's variables list the target label and the demo fleet's agents."""
         env = prometheus.values('count by (environment) (up{job=~"vigil.*"})')

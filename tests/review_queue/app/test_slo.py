@@ -156,3 +156,25 @@ class TestStartUp:
         assert "\n" not in str(info.value)
         config.write_text(yaml.safe_dump({"slo": {"targets": {"task_completion": {"objective": 0.9}}}}))
         assert 0.9 == Settings.load(environ={}, config_file=config).slo_config().targets["task_completion"].objective
+
+    def test_readme_example_generates_valid_rules(self, tmp_path: Path) -> None:
+        """The README's `slo:` example: per-agent scopes, a histogram target, a disabled band — promtool accepts it."""
+        import re
+        import shutil
+        import subprocess
+
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            pytest.skip("LOUD SKIP: `promtool` is missing; apt-get install prometheus (scripts/test.sh does)")
+        readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+        example = re.search(r"```yaml\n(slo:\n.*?)```", readme, re.S)
+        assert example is not None
+        config = tmp_path / "vigil.yaml"
+        config.write_text(example.group(1))
+        assert 0 == main(["--config", str(config), "slo", "generate", "-o", str(tmp_path), "--tests"])
+        files = [str(tmp_path / "slo_rules.yml")]
+        result = subprocess.run([promtool, "check", "rules", *files], capture_output=True, text=True, check=False)
+        assert 0 == result.returncode, result.stdout + result.stderr
+        tests = yaml.safe_load((tmp_path / "tests" / "slo_test.yml").read_text())["tests"]
+        billing = [c for c in tests if any('agent="billing"' in s["series"] for s in c["input_series"])]
+        assert billing  # the agent's own bounds get their own synthetic cases
