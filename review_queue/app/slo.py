@@ -131,6 +131,7 @@ def rules(config: SloConfig) -> dict[str, Any]:
     long: list[dict[str, Any]] = []
     scoped: list[dict[str, Any]] = []
     alerts: list[dict[str, Any]] = []
+    trends: list[dict[str, Any]] = []
     for name, scopes in _scopes(config).items():
         target = scopes[0][1]
         sli = target.sli
@@ -170,10 +171,12 @@ def rules(config: SloConfig) -> dict[str, Any]:
                 (long if w == days else recording).append(_record(f"{ERR}:ratio_rate{w}", expr, name))
         for scope, bounds in scopes:
             scoped += _scoped_records(name, scope, bounds, days)
-            alerts += _alerts(name, scope, bounds, days)
+            for alert in _alerts(name, scope, bounds, days):
+                (trends if alert["alert"] == "VigilSLOTrendRising" else alerts).append(alert)
     return {
         "groups": [
-            {"name": "vigil-slo-sli", "rules": recording},
+            # Trend alerts read only this group's series: evaluated after them, in order.
+            {"name": "vigil-slo-sli", "rules": recording + trends},
             {"name": "vigil-slo-window", "interval": "1m", "rules": long},
             {"name": "vigil-slo-budget", "rules": scoped},
             {"name": "vigil-slo-alerts", "rules": alerts},
@@ -455,7 +458,8 @@ def _expected(rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterabl
 
 
 def promtool_tests(config: SloConfig, rule_file: str = "../slo_rules.yml") -> dict[str, dict[str, Any]]:
-    """promtool test documents by file name: budget and band alerts (1m evaluation), trends (10m)."""
+    """promtool test documents by file name: budget and band alerts (1m evaluation), and trends
+    (10m: their alert sits in the group of the series it reads, so the order is fixed)."""
     doc = rules(config)
     budget_tests: list[dict[str, Any]] = []
     trend_tests: list[dict[str, Any]] = []
