@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from review_queue.errors import StoreUnavailableError
 from review_queue.snapshot import item_row
-from review_queue.tables import judge_results, review_items, runs
+from review_queue.tables import judge_results, review_items, review_verdicts, runs
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
 
@@ -57,10 +57,20 @@ class SqlJudgeSink:
         engine: the store's engine (``SqlStore.engine``).
         clock: Unix epoch seconds for ``created_at``/``updated_at``.
         retry_after_s: the ``retry_after`` of :class:`StoreUnavailableError`.
+        on_completion_revoked: called with the agent when a failing judge verdict is the first
+            failing verdict (judge or human) on a run counted as a completed task (``scorers.slo``).
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time, retry_after_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_after_s: float = 2.0,
+        on_completion_revoked: Callable[[str], None] | None = None,
+    ) -> None:
         self._engine = engine
+        self._on_revoked = on_completion_revoked
         self._clock = clock
         self._retry_after = retry_after_s
         insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
@@ -102,10 +112,12 @@ class SqlJudgeSink:
             with self._engine.connect() as conn:
                 conn.execution_options(**{_SQLITE_BEGIN: "BEGIN IMMEDIATE"})
                 with conn.begin():
+                    revoke = result.passed is False and _first_failure(conn, result.trace_id)
                     conn.execute(self._upsert_result, [_result_row(result, now)])
-                    if flag is None:
-                        return False
-                    return self._merge_flag(conn, scored, flag, now)
+                    new_flag = flag is not None and self._merge_flag(conn, scored, flag, now)
+            if revoke and self._on_revoked is not None:
+                self._on_revoked(scored.run.agent)
+            return new_flag
         except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
             if "no such table" in str(exc.orig):
                 raise
@@ -141,6 +153,20 @@ class SqlJudgeSink:
         )
         conn.execute(self._upsert_item, [item_row(snapshot_of, merged_flag, now)])
         return not was_flagged
+
+
+def _first_failure(conn: sa.Connection, trace_id: str) -> bool:
+    """Whether the run was counted as a completed task and has no failing verdict yet."""
+    completed = conn.execute(sa.select(runs.c.task_completed).where(runs.c.trace_id == trace_id)).scalar()
+    if not completed:
+        return False
+    judged = sa.select(judge_results.c.trace_id).where(
+        judge_results.c.trace_id == trace_id, judge_results.c.passed.is_(False)
+    )
+    reviewed = sa.select(review_verdicts.c.trace_id).where(
+        review_verdicts.c.trace_id == trace_id, review_verdicts.c.verdict == "fail"
+    )
+    return conn.execute(judged.union_all(reviewed).limit(1)).first() is None
 
 
 def _result_row(result: JudgeResult, now: float) -> dict[str, Any]:

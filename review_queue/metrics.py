@@ -2,7 +2,8 @@
 
 Counters (updated by the workbench and the feedback store in this process):
 ``vigil_review_verdicts_total{agent,verdict}``, ``vigil_review_claims_total``,
-``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``.
+``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``,
+``vigil_task_completions_revoked_total{agent,source}`` (a failing verdict on a completed run).
 
 Scrape-time gauges (one ``GROUP BY`` each per scrape, never stale, shared by every replica):
 ``vigil_review_items{state,priority}``, ``vigil_review_oldest_pending_age_seconds{priority}``,
@@ -43,10 +44,17 @@ class ReviewMetrics(ReviewObserver):
         registry: where to register.
         max_agents: distinct ``agent`` label values before ``other``.
         max_sources: distinct feedback ``source`` values before ``other``.
+        revoked: the process's ``vigil_task_completions_revoked_total`` when its run metrics
+            already registered it (``vigil run``).
     """
 
     def __init__(
-        self, registry: CollectorRegistry, *, max_agents: int = DEFAULT_MAX_AGENTS, max_sources: int = 20
+        self,
+        registry: CollectorRegistry,
+        *,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        max_sources: int = 20,
+        revoked: Counter | None = None,
     ) -> None:
         self._agent = LabelCap(max_agents)
         self._source = LabelCap(max_sources)
@@ -54,6 +62,12 @@ class ReviewMetrics(ReviewObserver):
             "vigil_review_verdicts", "Review verdicts recorded, by agent and verdict.", ["agent", "verdict"],
             registry=registry,
         )  # fmt: skip
+        self.revoked = revoked or Counter(
+            "vigil_task_completions_revoked",
+            "Runs counted in vigil_task_completions_total whose first failing verdict came later.",
+            ["agent", "source"],
+            registry=registry,
+        )
         self.claims = Counter("vigil_review_claims", "Review items claimed.", registry=registry)
         self.lease_expiries = Counter(
             "vigil_review_lease_expiries", "Claims whose lease lapsed back to pending.", registry=registry
@@ -74,6 +88,10 @@ class ReviewMetrics(ReviewObserver):
     def verdict(self, agent: str, verdict: str) -> None:
         """Count a verdict."""
         self.verdicts.labels(self._agent(agent), verdict).inc()
+
+    def completion_revoked(self, agent: str) -> None:
+        """Count a completion revoked by a failing review verdict."""
+        self.revoked.labels(self._agent(agent), "review").inc()
 
     def feedback_received(self, source: str, kind: str) -> None:
         """Count a new feedback."""

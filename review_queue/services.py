@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from review_queue.access import Access, random_secret
 from review_queue.auth import Authenticator, SessionSigner, TokenStore
@@ -14,6 +14,7 @@ from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.store import SqlStore
 from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
 from scorers.rules import DEFAULT_SAMPLE_RATE, Rule, compile_rules
+from scorers.slo import SloConfig, parse_slo
 
 __all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
 
@@ -31,6 +32,7 @@ class ReviewServices:
         access: authentication, sessions and role checks.
         metrics: review metrics, when registered.
         clock: Unix epoch seconds (the stats page's "now").
+        slo: the quality targets shown on the stats page.
     """
 
     store: SqlStore
@@ -40,6 +42,7 @@ class ReviewServices:
     access: Access
     metrics: ReviewMetrics | None = None
     clock: Callable[[], float] = time.time
+    slo: SloConfig = field(default_factory=lambda: parse_slo(None))
 
 
 def build_services(
@@ -55,6 +58,7 @@ def build_services(
     metrics: ReviewMetrics | None = None,
     redact: Callable[[str], str] | None = None,
     clock: Callable[[], float] = time.time,
+    slo: SloConfig | None = None,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
 
@@ -70,6 +74,7 @@ def build_services(
         metrics: review metrics to update.
         redact: applied to feedback comments before they are stored.
         clock: Unix epoch seconds.
+        slo: the quality targets (the defaults when omitted).
     """
     retry = store.retry_after_s
     observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
@@ -91,4 +96,4 @@ def build_services(
         SessionSigner(session_secret or random_secret(), clock=clock),
         secure_cookies=secure_cookies,
     )
-    return ReviewServices(store, workbench, feedback, tokens, access, metrics, clock)
+    return ReviewServices(store, workbench, feedback, tokens, access, metrics, clock, slo or parse_slo(None))

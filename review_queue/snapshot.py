@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from scorers.model import Flag, Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.slo import task_completed
 
 __all__ = ["SNAPSHOT_VERSION", "evidence_list", "item_row", "run_row", "run_snapshot"]
 
@@ -76,6 +77,7 @@ def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
         version=1,
         span_count=scored.run.span_count,
         evidence=evidence_list(scored) or None,
+        task_completed=task_completed(scored.run),
     )
     return row
 

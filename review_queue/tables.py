@@ -71,6 +71,7 @@ runs = sa.Table(
     sa.Column("version", sa.Integer(), nullable=False),
     sa.Column("span_count", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("evidence", JSON_TYPE, nullable=True),
+    sa.Column("task_completed", sa.Boolean(), nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
@@ -78,7 +79,9 @@ runs = sa.Table(
 """One row per run (trace id); ``version`` starts at 1 and grows by one per re-score.
 ``span_count``: the spans the stored scoring saw; a re-score from fewer spans (a re-delivered
 tail of the trace) never replaces it (see :meth:`review_queue.store.SqlStore.write`).
-``evidence``: why each headline signal and flag reason is set (:class:`scorers.model.Evidence` dicts)."""
+``evidence``: why each headline signal and flag reason is set (:class:`scorers.model.Evidence` dicts).
+``task_completed``: :func:`scorers.slo.task_completed` when scored (NULL for runs stored before
+it existed); a failing verdict on such a run revokes its completion (``vigil_task_completions_revoked_total``)."""
 
 run_details = sa.Table(
     "run_details",

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import explorer, listing, queries, views
+from review_queue import explorer, listing, queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -172,6 +172,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             flags = listing.flags_by_reason(conn, *hours, STATS_BUCKET_S)
             history = listing.depth_over_time(conn, *hours, STATS_BUCKET_S)
             rates = listing.verdicts_over_time(conn, *days, 86_400)
+            slo_targets = targets.target_rows(conn, services.slo, now)  # stats_targets.html
         pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
         charts = {
             "depth": views.line_chart({"all agents": history["total"]}),
@@ -196,6 +197,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             charts=charts,
             hour_buckets=history["buckets"],
             day_buckets=rates["buckets"],
+            slo_targets=slo_targets,
         )
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import DEFAULT_CATEGORIES, ItemState, Principal, Role, VerdictIn, VerdictValue
 from review_queue.store import guard, write_transaction
-from review_queue.tables import review_events, review_items, review_verdicts, runs
+from review_queue.tables import judge_results, review_events, review_items, review_verdicts, runs
 
 __all__ = ["DEFAULT_LEASE_S", "Claim", "ReviewObserver", "Workbench"]
 
@@ -50,6 +50,9 @@ class ReviewObserver:
 
     def verdict(self, agent: str, verdict: str) -> None:
         """A verdict was recorded."""
+
+    def completion_revoked(self, agent: str) -> None:
+        """The first failing verdict on a run counted as a completed task (``scorers.slo``) was recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +235,10 @@ class Workbench:
             row = self._item(conn, item_id, lock=True)
             if row["state"] != ItemState.CLAIMED.value or row["claimed_by"] != reviewer:
                 raise ConflictError(f"item {item_id} is not claimed by {reviewer}; claim it first")
-            agent = conn.execute(sa.select(runs.c.agent).where(runs.c.trace_id == row["trace_id"])).scalar_one()
+            agent, was_completed = conn.execute(
+                sa.select(runs.c.agent, runs.c.task_completed).where(runs.c.trace_id == row["trace_id"])
+            ).one()
+            revoke = verdict.verdict is VerdictValue.FAIL and bool(was_completed) and not _failed_before(conn, row)
             conn.execute(sa.insert(review_verdicts).values(_verdict_row(row, agent, reviewer, verdict, now)))
             done = row["reviews_done"] + 1
             state = ItemState.DONE if done >= row["reviews_required"] else ItemState.PENDING
@@ -240,6 +246,8 @@ class Workbench:
             self._update(conn, item_id, state=state.value, reviews_done=done, completed_at=completed, **_NO_LEASE)
             self._event(conn, item_id, reviewer, "verdict", {"verdict": verdict.verdict.value, "state": state.value})
         self._observer.verdict(agent, verdict.verdict.value)
+        if revoke:
+            self._observer.completion_revoked(agent)
         return state.value
 
     def expire_leases(self) -> int:
@@ -387,6 +395,17 @@ def _eligible(reviewer: str) -> list[sa.ColumnElement[bool]]:
     reviewed = sa.exists().where(review_verdicts.c.item_id == _ITEMS.c.id, review_verdicts.c.reviewer == reviewer)
     assigned = sa.or_(_ITEMS.c.assigned_to.is_(None), _ITEMS.c.assigned_to == reviewer)
     return [assigned, ~skipped, ~reviewed]
+
+
+def _failed_before(conn: sa.Connection, item: sa.RowMapping) -> bool:
+    """Whether the run already has a failing verdict, human or LLM judge (its completion was revoked then)."""
+    reviewed = sa.select(review_verdicts.c.trace_id).where(
+        review_verdicts.c.trace_id == item["trace_id"], review_verdicts.c.verdict == VerdictValue.FAIL.value
+    )
+    judged = sa.select(judge_results.c.trace_id).where(
+        judge_results.c.trace_id == item["trace_id"], judge_results.c.passed.is_(False)
+    )
+    return conn.execute(reviewed.union_all(judged).limit(1)).first() is not None
 
 
 def _has_verdict(conn: sa.Connection, item_id: int, reviewer: str) -> bool:

@@ -67,3 +67,7 @@ class JudgeCallError(ScorersError):
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
         super().__init__(message)
+
+
+class SloConfigError(ScorersError, ValueError):
+    """The ``slo`` configuration is invalid; the message names the target and the key (one line)."""

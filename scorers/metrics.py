@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scorers.model import Run, ScoredRun
 from scorers.pricing import Price, PriceTable
+from scorers.slo import task_completed
 
 OVERFLOW = "other"
 
@@ -78,6 +79,21 @@ class RunMetrics:
         r = registry
         self.runs = Counter(
             "vigil_runs", "Runs scored, by agent and outcome.", ["agent", "outcome", "complete"], registry=r
+        )
+        self.completions = Counter(
+            "vigil_task_completions",
+            "Runs that completed their task: ended normally with a final answer, no error, limit or block "
+            "(scorers.slo.task_completed); a later failing verdict is counted in "
+            "vigil_task_completions_revoked_total.",
+            ["agent"],
+            registry=r,
+        )
+        self.revoked = Counter(
+            "vigil_task_completions_revoked",
+            "Runs counted in vigil_task_completions_total whose first failing verdict (source: judge, review)"
+            " came later.",
+            ["agent", "source"],
+            registry=r,
         )
         self.duration = Histogram(
             "vigil_run_duration_seconds", "Run duration.", ["agent"], buckets=DURATION_BUCKETS, registry=r
@@ -145,6 +161,10 @@ class RunMetrics:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
         self.inflight.set_function(fn)
 
+    def completion_revoked(self, agent: str, source: str = "judge") -> None:
+        """Count a completion revoked by a failing verdict (``scorers.slo``)."""
+        self.revoked.labels(self.agent(agent), source).inc()
+
     def assembler_event(self, event: str, count: int = 1) -> None:
         """Count an assembler event (see :class:`scorers.assemble.Assembler`)."""
         self.assembler.labels(event).inc(count)
@@ -177,6 +197,8 @@ class RunMetrics:
         if runs is None:
             runs = self._by_outcome[outcome] = self.runs.labels(agent, outcome[1], "true" if run.complete else "false")
         runs.inc()
+        if task_completed(run):
+            c.completions.inc()
         c.duration.observe(run.duration_s, exemplar)
         c.steps.observe(run.llm_calls, exemplar)
         c.run_tokens.observe(run.input_tokens + run.output_tokens, exemplar)
@@ -244,6 +266,7 @@ class _AgentChildren:
     """The per-agent children of :class:`RunMetrics`' metrics."""
 
     __slots__ = (
+        "completions",
         "cost",
         "duration",
         "efficiency",
@@ -257,6 +280,7 @@ class _AgentChildren:
     )
 
     def __init__(self, m: RunMetrics, agent: str) -> None:
+        self.completions = m.completions.labels(agent)  # created at 0: the completion ratio exists from the first run
         self.duration = m.duration.labels(agent)
         self.steps = m.steps.labels(agent)
         self.efficiency = m.efficiency.labels(agent)

@@ -503,6 +503,9 @@ def parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_cmd_rules_check)
     _add_review_commands(sub)
     _add_scale_out(sub)
+    from review_queue.app.slo_cli import add_slo_commands
+
+    add_slo_commands(sub)
     return p
 
 

@@ -168,7 +168,9 @@ def build(
     details = details_writer(settings, store, registry, scoring.redactor)
     on_written = then(details.submit, on_written)  # after the commit, on the writer's own thread
     sink = store_sink(settings, store, registry, scoring.redactor)
-    services = review_services(settings, store, registry, scoring.rules, redact=scoring.redactor.text)
+    services = review_services(
+        settings, store, registry, scoring.rules, redact=scoring.redactor.text, run_metrics=run_metrics
+    )
     spool = _spool(settings, store, registry)
     worker = StreamWorker(
         stream,

@@ -138,7 +138,7 @@ class Scoring:
             return None, None
         judges = JudgeService(
             self.specs,
-            SqlJudgeSink(store.engine),
+            SqlJudgeSink(store.engine, on_completion_revoked=run_metrics.completion_revoked),
             rules=self.rules,
             sample_rate=self.settings.sample_rate,
             metrics=JudgeMetrics(registry),
@@ -208,9 +208,13 @@ def review_services(
     rules: tuple[Rule, ...],
     *,
     redact: Callable[[str], str] | None = None,
+    run_metrics: RunMetrics | None = None,
 ) -> ReviewServices:
-    """The review services of a process serving the API/UI, with their metrics on ``registry``."""
-    metrics = ReviewMetrics(registry, max_agents=settings.max_agent_labels)
+    """The review services of a process serving the API/UI, with their metrics on ``registry``
+    (sharing ``run_metrics``' revocation counter when the process also scores)."""
+    metrics = ReviewMetrics(
+        registry, max_agents=settings.max_agent_labels, revoked=run_metrics.revoked if run_metrics else None
+    )
     registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
     return build_services(
         store,
@@ -223,4 +227,5 @@ def review_services(
         secure_cookies=settings.secure_cookies,
         metrics=metrics,
         redact=redact,
+        slo=settings.slo_config(),
     )

@@ -31,6 +31,7 @@ from scorers.assemble import (
 from scorers.metrics import DEFAULT_MAX_AGENTS, DEFAULT_MAX_TOOLS
 from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
 from scorers.rules import DEFAULT_REPEAT_THRESHOLD, DEFAULT_SAMPLE_RATE
+from scorers.slo import SloConfig, parse_slo
 
 ENV_PREFIX = "VIGIL_"
 DEFAULT_CONFIG_FILE = "vigil.yaml"
@@ -165,6 +166,11 @@ class Settings(BaseModel):
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
     )
+    slo: Mapping[str, Any] | None = Field(
+        None,
+        description="Quality targets {window, targets: {name: {...}}, agents: {agent: {name: {...}}}}; YAML only; "
+        "the five defaults when unset (see scorers.slo and README, Quality targets).",
+    )
     detection: Mapping[str, Any] | None = Field(
         None,
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
@@ -247,6 +253,16 @@ class Settings(BaseModel):
         if v.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return v.lower()
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        parse_slo(v)  # raises a one-line SloConfigError (a ValueError) naming the target and key
+        return v
+
+    def slo_config(self) -> SloConfig:
+        """The validated quality targets."""
+        return parse_slo(self.slo)
 
     @field_validator("model_prices")
     @classmethod

@@ -34,17 +34,29 @@ def promtool() -> str:
     return path
 
 
+RULE_FILES = ("recording_rules.yml", "alert_rules.yml", "slo_rules.yml")
+
+
+def slo_labels(rule: dict[str, object]) -> dict[str, str]:
+    labels = rule["labels"]
+    assert isinstance(labels, dict)
+    return labels
+
+
 def alerts() -> list[dict[str, object]]:
-    doc = yaml.safe_load((PROM_DIR / "alert_rules.yml").read_text())
-    return [r for g in doc["groups"] for r in g["rules"]]
+    found = []
+    for name in ("alert_rules.yml", "slo_rules.yml"):
+        doc = yaml.safe_load((PROM_DIR / name).read_text())
+        found += [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+    return found
 
 
 class TestPromtool:
     """The real promtool accepts the rules and their unit tests pass."""
 
     def test_check_rules(self) -> None:
-        """``promtool check rules`` succeeds on both rule files."""
-        files = [str(PROM_DIR / "recording_rules.yml"), str(PROM_DIR / "alert_rules.yml")]
+        """``promtool check rules`` succeeds on every rule file (lint included: no duplicate rules)."""
+        files = [str(PROM_DIR / f) for f in RULE_FILES]
         result = subprocess.run([promtool(), "check", "rules", *files], capture_output=True, text=True, check=False)
         assert 0 == result.returncode, result.stdout + result.stderr
 
@@ -57,7 +69,7 @@ class TestPromtool:
             check=False,
         )
         assert 0 == result.returncode, result.stdout + result.stderr
-        assert "SUCCESS: 2 rule files found" in result.stdout
+        assert "SUCCESS: 3 rule files found" in result.stdout
 
     def test_unit_tests_pass(self) -> None:
         """``promtool test rules`` passes every file in deploy/prometheus/tests."""
@@ -95,3 +107,55 @@ class TestRuleHygiene:
             for case in yaml.safe_load(path.read_text())["tests"]:
                 tested.update(t["alertname"] for t in case.get("alert_rule_test", []) if t.get("exp_alerts"))
         assert {str(r["alert"]) for r in alerts()} == tested
+
+
+class TestSloRules:
+    """deploy/prometheus/slo_rules.yml and its promtool tests are `vigil slo generate` of the defaults."""
+
+    def test_committed_rules_and_tests_are_generated_from_the_defaults(self, tmp_path: Path) -> None:
+        """Regenerate with `vigil slo generate --defaults -o deploy/prometheus --tests`."""
+        from review_queue.app.cli import main
+
+        assert 0 == main(["slo", "generate", "--defaults", "-o", str(tmp_path), "--tests"])
+        generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.yml"))
+        assert [Path("slo_rules.yml"), Path("tests/slo_test.yml"), Path("tests/slo_trend_test.yml")] == generated
+        for path in generated:
+            assert (tmp_path / path).read_text() == (PROM_DIR / path).read_text(), f"{path} is stale"
+
+    def test_every_slo_alert_fires_and_stays_quiet_in_promtool_tests(self) -> None:
+        """Per (alert, slo): a test where it fires, and a healthy agent or an earlier time where it does not."""
+        expected = {(str(r["alert"]), slo_labels(r)["slo"]) for r in alerts() if str(r["alert"]).startswith("VigilSLO")}
+        assert len(expected) == 14  # 3 budget alerts x 4 budget targets, the band's floor, the trend
+        fired: set[tuple[str, str]] = set()
+        quiet: set[tuple[str, str]] = set()
+        for name in ("slo_test.yml", "slo_trend_test.yml"):
+            for case in yaml.safe_load((PROM_DIR / "tests" / name).read_text())["tests"]:
+                agents = {s["series"].split('agent="')[1].split('"')[0] for s in case["input_series"]}
+                for check in case["alert_rule_test"]:
+                    firing = check["exp_alerts"]
+                    for alert in firing:
+                        fired.add((check["alertname"], alert["exp_labels"]["slo"]))
+                    slos = {a["exp_labels"]["slo"] for a in firing} or {
+                        s for (a, s) in expected if a == check["alertname"]
+                    }
+                    if len({a["exp_labels"]["agent"] for a in firing}) < len(agents):
+                        quiet.update((check["alertname"], s) for s in slos if (check["alertname"], s) in expected)
+        assert expected == fired
+        assert expected == quiet
+
+    def test_safety_band_alerts_on_both_sides(self) -> None:
+        """The safety-block band: burn-rate alerts above its ceiling, VigilSLOBelowFloor under its floor."""
+        band = {str(r["alert"]) for r in alerts() if slo_labels(r).get("slo") == "safety_block_rate"}
+        assert {"VigilSLOFastBurn", "VigilSLOSlowBurn", "VigilSLOBudgetExhausted", "VigilSLOBelowFloor"} == band
+
+    def test_thresholds_follow_the_workbook_and_stay_reachable(self) -> None:
+        """14.4x / 6x the budget for tight targets; capped below 100 % errors for loose ones, fast above slow."""
+        from review_queue.app.slo import thresholds
+        from scorers.slo import DEFAULT_TARGETS
+
+        fast, slow = thresholds(DEFAULT_TARGETS["safety_block_rate"])
+        assert pytest.approx(0.072) == fast
+        assert pytest.approx(0.03) == slow
+        for name in ("task_completion", "step_efficiency", "review_pass_rate"):
+            fast, slow = thresholds(DEFAULT_TARGETS[name])
+            assert slow < fast < 1.0, name

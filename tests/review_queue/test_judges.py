@@ -21,7 +21,7 @@ from review_queue.store import SqlStore
 from review_queue.tables import review_items
 from scorers.judge.metrics import AgreementCollector
 from scorers.judge.model import JudgeResult, VerdictPair
-from scorers.model import Flag, Priority
+from scorers.model import Flag, Priority, RunStatus
 from tests.support.review_queue import scored_run
 
 JUDGE_FLAG = Flag(("judge_ground",), Priority.NORMAL, 0.05)
@@ -56,6 +56,20 @@ class TestSqlJudgeSink:
             judge["model"],
         )
         assert run["flag"] is None
+
+    def test_failing_verdict_revokes_a_completion_once(self, store: SqlStore) -> None:
+        """The first failing verdict on a completed run revokes it; a second judge, a pass or an errored run do not."""
+        revoked: list[str] = []
+        sink = SqlJudgeSink(store.engine, on_completion_revoked=revoked.append)
+        done = scored_run(_tid(1), agent="support", final_output="ok")
+        errored = scored_run(_tid(2), agent="billing", errored=True, status=RunStatus.ERROR)
+        store.write([done, errored])
+        sink.write_judgement(_result(1, 0.9), done, None)
+        sink.write_judgement(_result(1, 0.1), done, None)
+        sink.write_judgement(_result(1, 0.2, judge="other"), done, None)
+        sink.write_judgement(_result(1, 0.1), done, None)  # the same judge again
+        sink.write_judgement(_result(2, 0.1), errored, None)
+        assert ["support"] == revoked
 
     def test_error_result(self, store: SqlStore) -> None:
         """A judge error is stored with NULL score and pass."""

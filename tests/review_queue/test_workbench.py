@@ -14,8 +14,8 @@ import pytest
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import Principal, Role, VerdictIn, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
-from review_queue.workbench import Workbench
-from scorers.model import Priority
+from review_queue.workbench import ReviewObserver, Workbench
+from scorers.model import Priority, RunStatus
 from tests.support.review_queue import Clock, postgres_scratch_url, postgres_unreachable, scored_run
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -296,3 +296,31 @@ class TestPostgresContention:
         every = [i for got in results for i in got]
         assert (200, 200) == (len(every), len(set(every)))
         assert sum(1 for got in results if got) >= 8
+
+
+class TestCompletionRevocation:
+    """A failing verdict revokes a counted task completion once (scorers.slo)."""
+
+    def test_first_fail_on_a_completed_run_revokes_once(self, store: SqlStore, clock: Clock) -> None:
+        """Pass: nothing; first fail on a completed run: one revocation; a second fail or an uncompleted run: none."""
+        revoked: list[str] = []
+
+        class Observer(ReviewObserver):
+            def completion_revoked(self, agent: str) -> None:
+                revoked.append(agent)
+
+        bench = Workbench(store.engine, clock=clock, lease_s=60.0, observer=Observer())
+        fail = VerdictIn(VerdictValue.FAIL, ("loop",))
+        store.write([scored_run(_tid(1), reasons=["r"], agent="support", final_output="ok")])
+        store.write([scored_run(_tid(2), reasons=["r"], agent="billing", errored=True, status=RunStatus.ERROR)])
+        store.write([scored_run(_tid(3), reasons=["r"], agent="triage", final_output="ok")])
+        first, second, third = (int(store.get_run(_tid(n))["review_item"]["id"]) for n in (1, 2, 3))  # type: ignore[index]
+        bench.set_reviews_required(first, "admin", 2)
+        for reviewer in ("alice", "bob"):
+            bench.claim(first, reviewer)
+            bench.submit_verdict(first, reviewer, fail)
+        bench.claim(second, "alice")
+        bench.submit_verdict(second, "alice", fail)
+        bench.claim(third, "alice")
+        bench.submit_verdict(third, "alice", PASS)
+        assert ["support"] == revoked

@@ -1,0 +1,180 @@
+"""Tests of review_queue.app.slo and `vigil slo`: generation, summaries, comparison, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+
+from review_queue.app import slo
+from review_queue.app.cli import main
+from review_queue.metrics import ReviewMetrics
+from scorers.metrics import RunMetrics
+from scorers.model import Run, RunStatus, ScoredRun
+from scorers.slo import parse_slo
+
+
+def metrics_text() -> str:
+    """support: 4 runs, 3 completed, one of those revoked, 1 blocked; 2 verdicts, 1 passed."""
+    registry = CollectorRegistry()
+    runs = RunMetrics(registry)
+    for n in range(3):
+        runs.observe_run(
+            ScoredRun(Run(f"{n:032x}", agent="support", final_output="ok", llm_calls=2), {"step_efficiency": 0.5}, None)
+        )
+    runs.observe_run(
+        ScoredRun(Run("f" * 32, agent="support", status=RunStatus.BLOCKED, safety_blocked=True, llm_calls=6), {}, None)
+    )
+    review = ReviewMetrics(registry, revoked=runs.revoked)
+    review.verdict("support", "pass")
+    review.verdict("support", "fail")
+    review.completion_revoked("support")
+    return generate_latest(registry).decode()
+
+
+class TestSummary:
+    """`vigil slo summary` documents."""
+
+    def test_from_metrics(self) -> None:
+        """Cumulative values per target from /metrics text; targets without data are None."""
+        doc = slo.summary_from_metrics(parse_slo(None), metrics_text(), "test")
+        assert slo.SUMMARY_FORMAT == doc["format"]
+        t = doc["targets"]
+        assert 0.5 == t["task_completion"]["fleet"]  # (3 - 1) / 4
+        assert {"support": 0.5} == t["task_completion"]["agents"]
+        assert 0.5 == t["step_efficiency"]["fleet"]
+        assert 0.5 == t["review_pass_rate"]["fleet"]
+        assert 0.25 == t["safety_block_rate"]["fleet"]
+        assert 3.0 == t["steps_per_task"]["fleet"]
+        assert ("at_least", 0.85, 0.05) == (
+            t["task_completion"]["direction"], t["task_completion"]["objective"], t["task_completion"]["tolerance"]
+        )  # fmt: skip
+
+
+def summary(**values: float) -> dict[str, object]:
+    targets = {}
+    for name, t in parse_slo(None).targets.items():
+        if name in values:
+            targets[name] = slo._entry(t, values[name], {"support": values[name]}, 100)
+    return {"format": slo.SUMMARY_FORMAT, "source": "x", "window": "7d", "targets": targets}
+
+
+class TestCompare:
+    """`vigil slo compare`: relative tolerance per target and direction."""
+
+    def test_completion_drop_beyond_five_percent_fails(self) -> None:
+        """0.80 -> 0.77 is within 5 %, 0.80 -> 0.75 is not (fleet and agent)."""
+        assert all(f.ok for f in slo.compare(summary(task_completion=0.77), summary(task_completion=0.80)))
+        failed = [f for f in slo.compare(summary(task_completion=0.75), summary(task_completion=0.80)) if not f.ok]
+        assert ["", "support"] == [f.agent for f in failed]
+        assert pytest.approx(0.76) == failed[0].limit
+
+    def test_directions(self) -> None:
+        """Steps may rise 20 %; the safety band may double but not fall under its floor; overrides apply."""
+        assert all(f.ok for f in slo.compare(summary(steps_per_task=4.7), summary(steps_per_task=4.0)))
+        assert not any(f.ok for f in slo.compare(summary(steps_per_task=5.0), summary(steps_per_task=4.0)))
+        assert all(f.ok for f in slo.compare(summary(safety_block_rate=0.004), summary(safety_block_rate=0.003)))
+        assert not any(f.ok for f in slo.compare(summary(safety_block_rate=0.0001), summary(safety_block_rate=0.003)))
+        tight = slo.compare(summary(task_completion=0.79), summary(task_completion=0.80), {"task_completion": 0.001})
+        assert not any(f.ok for f in tight)
+
+    def test_not_a_summary(self) -> None:
+        """Anything else is refused with one line."""
+        with pytest.raises(ValueError, match="not a vigil-slo-summary/1 document"):
+            slo.compare({"targets": {}}, summary())
+
+
+class TestCli:
+    """`vigil slo generate | summary | compare`."""
+
+    def test_compare_exit_status(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """0 within tolerance, 1 beyond, 2 on an unreadable file."""
+        base, good, bad = (tmp_path / n for n in ("base.json", "good.json", "bad.json"))
+        base.write_text(json.dumps(summary(task_completion=0.8)))
+        good.write_text(json.dumps(summary(task_completion=0.79)))
+        bad.write_text(json.dumps(summary(task_completion=0.7)))
+        assert 0 == main(["slo", "compare", str(good), str(base)])
+        assert 1 == main(["slo", "compare", str(bad), str(base)])
+        assert "FAIL task_completion" in capsys.readouterr().out
+        assert 2 == main(["slo", "compare", str(tmp_path / "missing.json"), str(base)])
+
+    def test_summary_from_a_metrics_file(self, tmp_path: Path) -> None:
+        """--metrics-file writes the JSON document."""
+        (tmp_path / "m.txt").write_text(metrics_text())
+        out = tmp_path / "s.json"
+        config = tmp_path / "vigil.yaml"
+        config.write_text("{}\n")
+        assert 0 == main(
+            ["--config", str(config), "slo", "summary", "--metrics-file", str(tmp_path / "m.txt"), "-o", str(out)]
+        )
+        assert 0.5 == json.loads(out.read_text())["targets"]["task_completion"]["fleet"]
+
+    def test_generate_for_the_configured_targets(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Per-agent bounds get their own alert rules; the fleet's exclude that agent."""
+        config = tmp_path / "vigil.yaml"
+        config.write_text(yaml.safe_dump({"slo": {"agents": {"billing": {"task_completion": {"objective": 0.95}}}}}))
+        assert 0 == main(["--config", str(config), "slo", "generate"])
+        doc = yaml.safe_load(capsys.readouterr().out)
+        fast = [
+            r
+            for g in doc["groups"]
+            for r in g["rules"]
+            if r.get("alert") == "VigilSLOFastBurn" and r["labels"]["slo"] == "task_completion"
+        ]
+        assert [None, "billing"] == [r["labels"].get("agent") for r in fast]
+        assert 'agent!~"billing"' in fast[0]["expr"]
+        assert 'agent="billing"' in fast[1]["expr"]
+
+    def test_bad_targets_refuse_with_one_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad slo section: exit 2 and one line naming the key."""
+        config = tmp_path / "vigil.yaml"
+        config.write_text(yaml.safe_dump({"slo": {"targets": {"task_completion": {"objective": 2}}}}))
+        assert 2 == main(["--config", str(config), "slo", "generate"])
+        err = capsys.readouterr().err.strip()
+        assert "slo.targets.task_completion.objective: 2 must be a number in (0, 1)" in err
+        assert 1 == len(err.splitlines())
+
+
+class TestStartUp:
+    """Every role loads the targets with its settings: a bad one refuses to start."""
+
+    def test_settings_refuse_bad_targets_in_one_line(self, tmp_path: Path) -> None:
+        """Settings.load raises SettingsError naming slo and the target's key; good ones are kept."""
+        from collector.errors import SettingsError
+        from review_queue.app.settings import Settings
+
+        config = tmp_path / "vigil.yaml"
+        config.write_text(
+            yaml.safe_dump({"slo": {"agents": {"billing": {"safety_block_rate": {"max": 0.2, "min": 0.3}}}}})
+        )
+        with pytest.raises(SettingsError) as info:
+            Settings.load(environ={}, config_file=config)
+        assert "slo.agents.billing.safety_block_rate.min: 0.3 must be a number in [0, 0.2]" in str(info.value)
+        assert "\n" not in str(info.value)
+        config.write_text(yaml.safe_dump({"slo": {"targets": {"task_completion": {"objective": 0.9}}}}))
+        assert 0.9 == Settings.load(environ={}, config_file=config).slo_config().targets["task_completion"].objective
+
+    def test_readme_example_generates_valid_rules(self, tmp_path: Path) -> None:
+        """The README's `slo:` example: per-agent scopes, a histogram target, a disabled band — promtool accepts it."""
+        import re
+        import shutil
+        import subprocess
+
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            pytest.skip("LOUD SKIP: `promtool` is missing; apt-get install prometheus (scripts/test.sh does)")
+        readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+        example = re.search(r"```yaml\n(slo:\n.*?)```", readme, re.S)
+        assert example is not None
+        config = tmp_path / "vigil.yaml"
+        config.write_text(example.group(1))
+        assert 0 == main(["--config", str(config), "slo", "generate", "-o", str(tmp_path), "--tests"])
+        files = [str(tmp_path / "slo_rules.yml")]
+        result = subprocess.run([promtool, "check", "rules", *files], capture_output=True, text=True, check=False)
+        assert 0 == result.returncode, result.stdout + result.stderr
+        tests = yaml.safe_load((tmp_path / "tests" / "slo_test.yml").read_text())["tests"]
+        billing = [c for c in tests if any('agent="billing"' in s["series"] for s in c["input_series"])]
+        assert billing  # the agent's own bounds get their own synthetic cases

@@ -1,0 +1,73 @@
+"""Tests of review_queue.targets: the quality targets and their 7-day values on the stats page."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+
+from review_queue.api import create_api_app
+from review_queue.model import VerdictIn, VerdictValue
+from review_queue.services import build_services
+from review_queue.store import SqlStore
+from review_queue.targets import target_rows
+from review_queue.workbench import Workbench
+from scorers.model import RunStatus
+from scorers.slo import parse_slo
+from tests.support.review_queue import Clock, scored_run
+
+
+def _seed(store: SqlStore, clock: Clock) -> None:
+    """support: 4 completed runs (one later failed by a reviewer), 1 blocked; billing: 2 errored."""
+    for n in range(4):
+        store.write([scored_run(f"{n:032x}", agent="support", final_output="ok", llm_calls=3, reasons=["r"])])
+    store.write([scored_run(f"{9:032x}", agent="support", status=RunStatus.BLOCKED, safety_blocked=True, llm_calls=1)])
+    for n in (10, 11):
+        store.write([scored_run(f"{n:032x}", agent="billing", status=RunStatus.ERROR, errored=True)])
+    bench = Workbench(store.engine, clock=clock, lease_s=60.0)
+    claim = bench.claim_next("alice")
+    assert claim is not None
+    bench.submit_verdict(claim.item_id, "alice", VerdictIn(VerdictValue.FAIL, ("loop",)))
+    claim = bench.claim_next("alice")
+    assert claim is not None
+    bench.submit_verdict(claim.item_id, "alice", VerdictIn(VerdictValue.PASS))
+
+
+class TestTargetRows:
+    """Bounds from the configuration, values from the store."""
+
+    def test_values_and_bounds(self, store: SqlStore, clock: Clock) -> None:
+        """Completion subtracts failed runs; per-agent bounds override the fleet's; efficiency is Prometheus-only."""
+        _seed(store, clock)
+        config = parse_slo({"agents": {"billing": {"task_completion": {"objective": 0.99}}}})
+        with store.engine.connect() as conn:
+            rows = {(r.agent, r.target): r for r in target_rows(conn, config, clock.now + 1)}
+        assert ("60.0 %", False) == (rows["support", "task_completion"].value, rows["support", "task_completion"].met)
+        assert (">= 99 %", "0.0 %") == (
+            rows["billing", "task_completion"].bound,
+            rows["billing", "task_completion"].value,
+        )
+        assert ("20.0 %", False) == (
+            rows["support", "safety_block_rate"].value,
+            rows["support", "safety_block_rate"].met,
+        )
+        assert "0.05 % - 0.5 %" == rows["*", "safety_block_rate"].bound
+        assert ("50.0 %", False) == (rows["support", "review_pass_rate"].value, rows["support", "review_pass_rate"].met)
+        assert ("2.60", None) == (rows["support", "steps_per_task"].value, rows["support", "steps_per_task"].met)
+        assert ("–", None) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)
+        assert "42.9 %" == rows["*", "task_completion"].value  # 3 of 7 runs
+
+    def test_stats_page_shows_the_targets(self, store: SqlStore, clock: Clock) -> None:
+        """The reviewers' stats page has the targets table."""
+        _seed(store, clock)
+        services = build_services(store, slo=parse_slo(None))
+        client = TestClient(create_api_app(store, admin_token=None, services=services))
+        login = client.get("/login").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', login)
+        assert csrf is not None
+        token = services.tokens.create("viewer", "viewer")[0]
+        client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
+        page = client.get("/stats")
+        assert 200 == page.status_code
+        assert 'id="slo-targets"' in page.text
+        assert "&gt;= 85 %" in page.text
