@@ -314,7 +314,7 @@ class _Tally:
                 self.tools.append(call)
                 self.tool_errors += failed
                 self.tools_after.append(call.name)
-        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL:
+        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL or kind is StepKind.OTHER:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
