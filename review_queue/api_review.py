@@ -197,7 +197,7 @@ def review_router(services: ReviewServices) -> APIRouter:
     def get_item(item_id: RowId, who: Principal = reader) -> dict[str, Any]:
         """One item, the verdicts the caller may see, and its audit trail."""
         item = bench.item(item_id)
-        item.update(verdicts=bench.verdicts(item_id, who), events=bench.events(item_id))
+        item.update(verdicts=bench.verdicts(item_id, who), events=bench.events(item_id, who))
         return item
 
     @router.post("/items/{item_id}/claim", response_model=ClaimOut)

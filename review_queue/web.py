@@ -181,7 +181,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             "fall": views.waterfall(snapshot.get("steps", []), snapshot.get("start_ns", 0), snapshot.get("end_ns", 0)),
             "verdicts": bench.verdicts(item_id, who),
-            "events": bench.events(item_id),
+            "events": bench.events(item_id, who),
             "feedback": services.feedback.for_run(item["trace_id"]),
             "categories": bench.categories,
             "holding": item["state"] == ItemState.CLAIMED.value and item["claimed_by"] == who.name,

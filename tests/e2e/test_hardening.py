@@ -1,0 +1,104 @@
+"""Hardening, second pass (issue 20): each finding reproduced against a real ``vigil run`` on real sockets.
+
+One module-scoped ``vigil run`` with a bootstrap admin token serves the findings that need no special
+settings; the others start their own.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from review_queue.app.bench.synth import _kv, body, make_run
+from review_queue.app.process import VigilProcess, start_vigil
+
+pytestmark = pytest.mark.integration
+
+ADMIN_TOKEN = "hardening-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+PROTO = {"Content-Type": "application/x-protobuf"}
+
+
+@pytest.fixture(scope="module")
+def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
+    """``vigil run`` with a bootstrap admin token and no random sample."""
+    env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "0", "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN}
+    with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
+        yield running
+
+
+def _token(vigil: VigilProcess, name: str, role: str) -> str:
+    response = httpx.post(f"{vigil.api}/api/v1/tokens", json={"name": name, "role": role}, headers=ADMIN)
+    assert 201 == response.status_code, response.text
+    return str(response.json()["token"])
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _capped_run(seed: int) -> tuple[str, bytes]:
+    """A synthetic run whose root reports an iteration-cap hit (flagged high by default)."""
+    run = make_run(random.Random(seed))
+    for span in run.spans:
+        if not span.parent_span_id:
+            span.attributes.append(_kv("vigil.max_iterations_hit", True))
+    return run.trace_id, body(list(run.spans))
+
+
+def _flagged_item(vigil: VigilProcess, seed: int, timeout_s: float = 20.0) -> int:
+    """Send a capped run and wait for its review item; returns the item id."""
+    trace_id, payload = _capped_run(seed)
+    assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=PROTO).status_code
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{vigil.api}/api/v1/runs/{trace_id}", headers=ADMIN)
+        if response.status_code == 200 and response.json().get("review_item"):
+            return int(response.json()["review_item"]["id"])
+        time.sleep(0.1)
+    raise AssertionError(f"run {trace_id} was never flagged\n{vigil.log_tail()}")
+
+
+def _metric(vigil: VigilProcess, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in text_string_to_metric_families(httpx.get(vigil.metrics_url).text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+class TestBlindReview:
+    """Finding 1: the audit trail must not carry another reviewer's verdict before the item is done."""
+
+    def test_events_hide_other_verdicts(self, vigil: VigilProcess) -> None:
+        """B sees that A judged, not what A said, through the API and the UI; after B, both see all."""
+        alice, bob = _token(vigil, "blind-alice", "reviewer"), _token(vigil, "blind-bob", "reviewer")
+        item_id = _flagged_item(vigil, 1)
+        url = f"{vigil.api}/api/v1/items/{item_id}"
+        assert 200 == httpx.post(f"{url}/reviews-required", json={"reviews_required": 2}, headers=ADMIN).status_code
+        assert 200 == httpx.post(f"{url}/claim", headers=_bearer(alice)).status_code
+        verdict = {"verdict": "fail", "categories": ["loop"], "notes": "alice-secret-note"}
+        assert 200 == httpx.post(f"{url}/verdict", json=verdict, headers=_bearer(alice)).status_code
+
+        seen = httpx.get(url, headers=_bearer(bob))
+        assert 200 == seen.status_code
+        assert [] == seen.json()["verdicts"]
+        [event] = [e for e in seen.json()["events"] if e["action"] == "verdict"]
+        assert {"state": "pending", "blind": True} == event["detail"]
+        assert "fail" not in str(seen.json()["events"])
+        page = httpx.get(f"{vigil.api}/items/{item_id}", headers=_bearer(bob))
+        assert 200 == page.status_code
+        assert "alice-secret-note" not in page.text and "&#34;fail&#34;" not in page.text
+        assert "fail" in str(httpx.get(url, headers=ADMIN).json()["events"])
+
+        assert 200 == httpx.post(f"{url}/claim", headers=_bearer(bob)).status_code
+        assert 200 == httpx.post(f"{url}/verdict", json={"verdict": "pass"}, headers=_bearer(bob)).status_code
+        done = httpx.get(url, headers=_bearer(bob)).json()
+        assert ["fail", "pass"] == [e["detail"]["verdict"] for e in done["events"] if e["action"] == "verdict"]
