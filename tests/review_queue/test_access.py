@@ -270,6 +270,27 @@ class TestSessions:
         client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
         assert 303 == client.get("/queue", follow_redirects=False).status_code
 
+    def test_logout_ends_copied_cookie(self, client: TestClient, tokens: dict[str, str]) -> None:
+        """A copy of the cookie taken before logout opens nothing after it (the session ended server-side)."""
+        csrf = _login(client, tokens["reviewer"])
+        copied = client.cookies[SESSION_COOKIE]
+        client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+        client.cookies.clear()
+        client.cookies.set(SESSION_COOKIE, copied)
+        assert 303 == client.get("/queue", follow_redirects=False).status_code
+        assert 401 == client.get("/api/v1/runs").status_code
+        assert 401 == client.post("/api/v1/queue/claim", json={}, headers={"X-CSRF-Token": csrf}).status_code
+
+    def test_cookie_without_server_session(
+        self, client: TestClient, tokens: dict[str, str], services: ReviewServices
+    ) -> None:
+        """A well-signed cookie whose session was never stored (or predates the table) is no session."""
+        principal = services.tokens.lookup(tokens["admin"])
+        assert principal is not None
+        value, _ = services.access.sessions.issue(principal)
+        client.cookies.set(SESSION_COOKIE, value)
+        assert 401 == client.get("/api/v1/runs").status_code
+
 
 class TestHeaders:
     """Security headers and the OpenAPI document."""
