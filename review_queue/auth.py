@@ -27,13 +27,13 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from review_queue.errors import InvalidInputError, NotFoundError
+from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import Principal, Role
 from review_queue.store import guard
 from review_queue.tables import api_tokens, ui_sessions
@@ -60,18 +60,31 @@ class TokenStore:
         engine: the store's engine.
         clock: Unix epoch seconds.
         retry_after_s: ``retry_after`` of :class:`~review_queue.errors.StoreUnavailableError`.
+        admin_configured: ``VIGIL_ADMIN_TOKEN`` is set. Without it, no change may leave active tokens
+            but no active admin one (that would lock everyone out of token management): the first
+            token made in open mode must be an admin one, and the last admin token cannot be revoked
+            while other tokens are active (revoking every token returns to open mode).
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time, retry_after_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_after_s: float = 2.0,
+        admin_configured: bool = False,
+    ) -> None:
         self._engine = engine
         self._clock = clock
         self._retry_after = retry_after_s
+        self._admin_configured = admin_configured
 
     def create(self, name: str, role: Role | str) -> tuple[str, dict[str, Any]]:
         """Create a token; returns ``(secret, record)``. The secret is not stored and cannot be shown again.
 
         Raises:
             InvalidInputError: empty or too long name, or an unknown role.
+            ConflictError: no admin token is active or configured and ``role`` is not admin (see the class).
         """
         name = name.strip()
         if not name or len(name) > 128:
@@ -89,6 +102,11 @@ class TokenStore:
             "created_at": self._clock(),
         }
         with guard("token_create", self._retry_after), self._engine.begin() as conn:
+            if role is not Role.ADMIN and not self._admin_configured and not self._admin_left(conn, ()):
+                raise ConflictError(
+                    f"refusing to create a {role.value} token while no admin token exists: nobody could manage "
+                    "tokens any more; create an admin token first (--role admin) or set VIGIL_ADMIN_TOKEN"
+                )
             token_id = conn.execute(sa.insert(api_tokens).values(row).returning(api_tokens.c.id)).scalar_one()
         return secret, self._record({**row, "id": token_id, "last_used_at": None, "revoked_at": None})
 
@@ -103,6 +121,7 @@ class TokenStore:
 
         Raises:
             NotFoundError: no active token matches.
+            ConflictError: it would leave active tokens but no admin one (see the class).
         """
         if isinstance(ident, int) or str(ident).isdigit():
             match = api_tokens.c.id == int(ident)
@@ -112,6 +131,11 @@ class TokenStore:
         with guard("token_revoke", self._retry_after), self._engine.begin() as conn:
             active = sa.select(api_tokens.c.id).where(match, api_tokens.c.revoked_at.is_(None))
             ids = list(conn.execute(active).scalars())
+            if ids and not self._admin_configured and self._others_left(conn, ids) and not self._admin_left(conn, ids):
+                raise ConflictError(
+                    "refusing to revoke the last admin token while other tokens are active: nobody could manage "
+                    "tokens any more; create another admin token first or set VIGIL_ADMIN_TOKEN"
+                )
             if ids:
                 conn.execute(sa.update(api_tokens).where(api_tokens.c.id.in_(ids)).values(revoked_at=now))
                 conn.execute(
@@ -179,6 +203,18 @@ class TokenStore:
         query = sa.select(api_tokens.c.id).where(api_tokens.c.revoked_at.is_(None)).limit(1)
         with guard("token_any", self._retry_after), self._engine.connect() as conn:
             return conn.execute(query).first() is not None
+
+    @staticmethod
+    def _admin_left(conn: sa.Connection, excluding: Sequence[int]) -> bool:
+        query = sa.select(api_tokens.c.id).where(
+            api_tokens.c.revoked_at.is_(None), api_tokens.c.role == Role.ADMIN.value, api_tokens.c.id.not_in(excluding)
+        )
+        return conn.execute(query.limit(1)).first() is not None
+
+    @staticmethod
+    def _others_left(conn: sa.Connection, excluding: Sequence[int]) -> bool:
+        query = sa.select(api_tokens.c.id).where(api_tokens.c.revoked_at.is_(None), api_tokens.c.id.not_in(excluding))
+        return conn.execute(query.limit(1)).first() is not None
 
     @staticmethod
     def _record(row: Any) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def build_services(
         redact=redact,
         retry_after_s=retry,
     )
-    tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry)
+    tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry, admin_configured=admin_token is not None)
     access = Access(
         Authenticator(tokens, admin_token),
         SessionSigner(session_secret or random_secret(), clock=clock),

@@ -216,11 +216,13 @@ def _review_store(args: argparse.Namespace) -> SqlStore:
 
 
 def _cmd_tokens(args: argparse.Namespace) -> int:
+    from review_queue.app.settings import Settings
     from review_queue.auth import TokenStore
-    from review_queue.errors import InvalidInputError, NotFoundError
+    from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 
     store = _review_store(args)
-    tokens = TokenStore(store.engine)
+    admin_configured = Settings.load(config_file=args.config).admin_token is not None
+    tokens = TokenStore(store.engine, admin_configured=admin_configured)
     try:
         if args.tokens_command == "create":
             secret, record = tokens.create(args.name, args.role)
@@ -238,7 +240,7 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
         else:
             count = tokens.revoke(args.token)
             print(f"revoked {count} token(s)", file=sys.stderr)
-    except (InvalidInputError, NotFoundError) as exc:
+    except (InvalidInputError, NotFoundError, ConflictError) as exc:
         print(f"vigil tokens: {exc}", file=sys.stderr)
         return 1
     finally:

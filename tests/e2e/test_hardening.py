@@ -6,10 +6,14 @@ settings; the others start their own.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -146,3 +150,31 @@ class TestSessions:
         assert 200 == httpx.delete(f"{vigil.api}/api/v1/tokens/{record['id']}", headers=ADMIN).status_code
         assert 401 == client.get("/api/v1/runs").status_code
         client.close()
+
+
+class TestOpenModeLockout:
+    """Finding 10: in open mode the first token must be an admin one, over the API and the CLI."""
+
+    def test_first_token_must_be_admin(self, tmp_path: Path) -> None:
+        """A first reviewer token is refused (409 / exit 1, one line, the reason); Vigil stays open."""
+        with start_vigil(tmp_path) as vigil:
+            refused = httpx.post(f"{vigil.api}/api/v1/tokens", json={"name": "alice", "role": "reviewer"})
+            assert 409 == refused.status_code
+            assert "no admin token" in refused.json()["detail"]
+            assert 200 == httpx.get(f"{vigil.api}/api/v1/runs").status_code
+            env = {**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
+            cli = subprocess.run(
+                [sys.executable, "-m", "review_queue.app.cli", "tokens", "create", "--role", "reviewer", "--name", "bob"],
+                env=env, capture_output=True, text=True, timeout=60, check=False,
+            )
+            assert 1 == cli.returncode
+            assert "" == cli.stdout
+            assert 1 == len(cli.stderr.strip().splitlines()), cli.stderr
+            assert "no admin token" in cli.stderr
+            made = httpx.post(f"{vigil.api}/api/v1/tokens", json={"name": "root", "role": "admin"})
+            assert 201 == made.status_code
+            assert 401 == httpx.get(f"{vigil.api}/api/v1/runs").status_code
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
