@@ -164,7 +164,7 @@ class TestOpenModeLockout:
             assert 200 == httpx.get(f"{vigil.api}/api/v1/runs").status_code
             env = {**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
             cli = subprocess.run(
-                [sys.executable, "-m", "review_queue.app.cli", "tokens", "create", "--role", "reviewer", "--name", "bob"],
+                [sys.executable, "-m", "review_queue.app.cli", "tokens", "create", "--role", "reviewer", "--name", "b"],
                 env=env, capture_output=True, text=True, timeout=60, check=False,
             )
             assert 1 == cli.returncode

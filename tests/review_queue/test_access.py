@@ -165,7 +165,8 @@ class TestRejections:
         assert "no admin token" in refused.json()["detail"]
         assert 200 == client.get("/api/v1/runs").status_code
         admin = client.post("/api/v1/tokens", json={"name": "root", "role": "admin"}).json()
-        reviewer = client.post("/api/v1/tokens", json={"name": "alice", "role": "reviewer"}, headers=_bearer(admin["token"]))
+        as_admin = _bearer(admin["token"])
+        reviewer = client.post("/api/v1/tokens", json={"name": "alice", "role": "reviewer"}, headers=as_admin)
         assert 201 == reviewer.status_code
         last = client.delete(f"/api/v1/tokens/{admin['id']}", headers=_bearer(admin["token"]))
         assert 409 == last.status_code
