@@ -19,7 +19,13 @@ from pydantic import BaseModel, Field
 
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_review import ErrorOut, review_router
-from review_queue.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
+from review_queue.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    OverCapacityError,
+    StoreUnavailableError,
+)
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices, build_services
@@ -204,6 +210,7 @@ def create_api_app(
     for error, status in ((NotFoundError, 404), (ConflictError, 409)):
         app.add_exception_handler(error, _status(status))
     app.add_exception_handler(InvalidInputError, _invalid_input)
+    app.add_exception_handler(OverCapacityError, _over_capacity)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
@@ -303,6 +310,13 @@ async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
         {"detail": "database unavailable"},
         status_code=503,
         headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
+
+
+async def _over_capacity(_request: Request, exc: Exception) -> JSONResponse:
+    retry_after = getattr(exc, "retry_after", 60.0)
+    return JSONResponse(
+        {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(max(1, math.ceil(retry_after)))}
     )
 
 

@@ -251,9 +251,16 @@ def review_router(services: ReviewServices) -> APIRouter:
         """The failure categories verdicts may use."""
         return list(bench.categories)
 
-    @router.post("/feedback", response_model=FeedbackOut)
+    @router.post(
+        "/feedback",
+        response_model=FeedbackOut,
+        responses={429: {"model": ErrorOut, "description": "The run is not stored and the held feedback is full."}},
+    )
     def feedback(body: FeedbackBody, who: Principal = sender) -> dict[str, Any]:
-        """Record user feedback (idempotent on ``feedback_id``) and re-evaluate the run's flag rules."""
+        """Record user feedback (idempotent on ``feedback_id``) and re-evaluate the run's flag rules.
+
+        Feedback for a run not stored yet is held for ``VIGIL_FEEDBACK_PENDING_S`` within
+        ``VIGIL_FEEDBACK_PENDING_MAX`` rows; beyond that it is refused with 429 + Retry-After."""
         kind, value = parse_score(body.score)
         fb = FeedbackIn(
             body.trace_id.lower(), kind, value, body.comment, body.source, body.feedback_id or uuid.uuid4().hex

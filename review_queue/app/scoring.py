@@ -190,4 +190,6 @@ def review_services(
         secure_cookies=settings.secure_cookies,
         metrics=metrics,
         redact=redact,
+        feedback_pending_max=settings.feedback_pending_max,
+        feedback_pending_s=settings.feedback_pending_s,
     )

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.services import DEFAULT_SAMPLE_RATE
 from review_queue.workbench import DEFAULT_LEASE_S
@@ -149,6 +150,14 @@ class Settings(BaseModel):
         None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
     )
     secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
+    feedback_pending_max: int = Field(
+        DEFAULT_PENDING_MAX,
+        ge=0,
+        description="Feedback rows held for runs not stored yet; beyond it such feedback is refused (429).",
+    )
+    feedback_pending_s: float = Field(
+        DEFAULT_PENDING_S, gt=0, description="Seconds feedback waits for its run before it is dropped."
+    )
     ingest_auth: bool = Field(
         False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
     )

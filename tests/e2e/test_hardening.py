@@ -178,3 +178,30 @@ class TestOpenModeLockout:
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
+
+
+class TestFeedbackBound:
+    """Finding 7: feedback for trace ids that are not stored is held within bounds, then dropped and counted."""
+
+    def test_unknown_trace_feedback_bounded(self, tmp_path: Path) -> None:
+        """5 held at most: the 6th is a 429 + Retry-After (counted); after the wait they are dropped (counted)."""
+        env = {"VIGIL_FEEDBACK_PENDING_MAX": "5", "VIGIL_FEEDBACK_PENDING_S": "1", "VIGIL_QUIET_PERIOD_S": "0.3"}
+        with start_vigil(tmp_path, env) as vigil:
+            url = f"{vigil.api}/api/v1/feedback"
+
+            def send(n: int) -> httpx.Response:
+                payload = {"feedback_id": f"fb-{n}", "trace_id": f"{n:032x}", "score": "down"}
+                return httpx.post(url, json=payload)
+
+            assert [200] * 5 == [send(n).status_code for n in range(1, 6)]
+            over = send(6)
+            assert 429 == over.status_code
+            assert int(over.headers["retry-after"]) >= 1
+            assert "feedback already wait" in over.json()["detail"]
+            assert 1.0 == _metric(vigil, "vigil_feedback_refused_total", reason="pending_full")
+            assert 200 == send(1).status_code  # a retry of held feedback is a duplicate, not a refusal
+            deadline = time.monotonic() + 15
+            while _metric(vigil, "vigil_feedback_dropped_total", reason="expired") < 5 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert 5.0 == _metric(vigil, "vigil_feedback_dropped_total", reason="expired")
+            assert 200 == send(7).status_code
