@@ -42,6 +42,7 @@ from review_queue.app.components import (
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.connections import HttpMetrics
 from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
 from review_queue.app.scoring import Scoring, redactor_from_settings, review_services, store_sink, then
 from review_queue.app.settings import Settings
@@ -67,9 +68,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 
-def _probes(s: Settings, registry: CollectorRegistry, checks: Checks) -> HttpServer:
+def _probes(s: Settings, registry: CollectorRegistry, checks: Checks, metrics: HttpMetrics | None = None) -> HttpServer:
     """The role's ``/healthz``, ``/readyz`` and ``/metrics`` server on the metrics port."""
-    return probe_server(s.http_host, s.metrics_port, registry, checks)
+    metrics = metrics or HttpMetrics(registry)
+    return probe_server(s.http_host, s.metrics_port, registry, checks, limits=s.connection_limits(), metrics=metrics)
 
 
 # --- collector --------------------------------------------------------------------------
@@ -102,10 +104,15 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
         limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
     )
     loop = asyncio.get_running_loop()
-    receiver = HttpServer(app, s.otlp_http_host, s.otlp_http_port, loop)
+    http_metrics = HttpMetrics(registry)
+    receiver = HttpServer(
+        app, s.otlp_http_host, s.otlp_http_port, loop,
+        limits=s.connection_limits(), listener="otlp_http", metrics=http_metrics,
+    )  # fmt: skip
     receivers: list[Component] = [receiver]
     stopping = threading.Event()
-    probes = _probes(s, registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()})
+    checks = lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()}  # noqa: E731
+    probes = _probes(s, registry, checks, http_metrics)
     if s.otlp_grpc_port:
         grpc_server = await create_grpc_server(
             limited,
@@ -310,8 +317,12 @@ async def serve_review(s: Settings) -> bool:
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
     token = s.admin_token.get_secret_value() if s.admin_token else None
     app = create_api_app(store, admin_token=token, ready=store.ping, services=services)
-    api = HttpServer(app, s.http_host, s.http_port, asyncio.get_running_loop())
-    probes = _probes(s, registry, lambda: {"database": store.ping()})
+    http_metrics = HttpMetrics(registry)
+    api = HttpServer(
+        app, s.http_host, s.http_port, asyncio.get_running_loop(),
+        limits=s.connection_limits(), listener="api", metrics=http_metrics,
+    )  # fmt: skip
+    probes = _probes(s, registry, lambda: {"database": store.ping()}, http_metrics)
     retention = Retention(
         store.engine,
         days=s.retention_days,

@@ -40,6 +40,7 @@ from review_queue.app.components import (
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.connections import HttpMetrics
 from review_queue.app.scoring import Scoring, review_services, store_sink, then
 from review_queue.app.settings import Settings
 from review_queue.maintenance import Maintenance
@@ -231,7 +232,10 @@ async def run_components(
         ingest_token=ingest,
         token_check=token_check,
     )
-    receiver = HttpServer(otlp_app, s.otlp_http_host, s.otlp_http_port, loop)
+    limits, http_metrics = s.connection_limits(), HttpMetrics(emb.registry)
+    receiver = HttpServer(
+        otlp_app, s.otlp_http_host, s.otlp_http_port, loop, listener="otlp_http", limits=limits, metrics=http_metrics
+    )
     api_app = create_api_app(
         emb.store,
         admin_token=token,
@@ -239,8 +243,11 @@ async def run_components(
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
     )
-    api = HttpServer(api_app, s.http_host, s.http_port, loop)
-    metrics = probe_server(s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
+    api = HttpServer(api_app, s.http_host, s.http_port, loop, listener="api", limits=limits, metrics=http_metrics)
+    metrics = probe_server(
+        s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy},
+        limits=limits, metrics=http_metrics,
+    )  # fmt: skip
     receivers: list[Component] = [receiver]
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
         grpc_server = await create_grpc_server(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.services import DEFAULT_SAMPLE_RATE
@@ -150,6 +151,22 @@ class Settings(BaseModel):
         None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
     )
     secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
+    http_header_timeout_s: float = Field(
+        DEFAULT_LIMITS.header_timeout_s,
+        gt=0,
+        description="Seconds an HTTP client has to send its request line and headers (API/UI, OTLP/HTTP, probes).",
+    )
+    http_body_timeout_s: float = Field(
+        DEFAULT_LIMITS.body_timeout_s, gt=0, description="Seconds an HTTP client has to send a request body."
+    )
+    http_keep_alive_s: int = Field(
+        DEFAULT_LIMITS.keep_alive_s, ge=1, description="Seconds an idle keep-alive HTTP connection is kept."
+    )
+    http_max_connections: int = Field(
+        DEFAULT_LIMITS.max_connections,
+        ge=1,
+        description="Open connections per HTTP listener; beyond it the longest-idle ones are closed.",
+    )
     feedback_pending_max: int = Field(
         DEFAULT_PENDING_MAX,
         ge=0,
@@ -221,6 +238,15 @@ class Settings(BaseModel):
         if isinstance(v, str):
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The HTTP listeners' limits (``VIGIL_HTTP_*``)."""
+        return ConnectionLimits(
+            header_timeout_s=self.http_header_timeout_s,
+            body_timeout_s=self.http_body_timeout_s,
+            keep_alive_s=self.http_keep_alive_s,
+            max_connections=self.http_max_connections,
+        )
 
     @classmethod
     def load(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -205,3 +206,64 @@ class TestFeedbackBound:
                 time.sleep(0.5)
             assert 5.0 == _metric(vigil, "vigil_feedback_dropped_total", reason="expired")
             assert 200 == send(7).status_code
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (EOF or reset; a 431 answer counts once read)."""
+    sock.settimeout(0.05)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except (TimeoutError, BlockingIOError):
+        return False
+
+
+class TestSlowloris:
+    """Finding 3: idle and half-sent connections are closed, capped per listener, and counted."""
+
+    def test_idle_flood_on_api_and_otlp(self, tmp_path: Path) -> None:
+        """2,000 idle/half-sent connections (1,000 per port): normal requests answer within 1 s, the
+        cap closes the longest-waiting ones, the rest are closed by the header timeout; all counted."""
+        env = {"VIGIL_HTTP_HEADER_TIMEOUT_S": "2", "VIGIL_HTTP_MAX_CONNECTIONS": "800"}
+        with start_vigil(tmp_path, env) as vigil:
+            held: list[socket.socket] = []
+            for port in (vigil.http_port, vigil.otlp_http_port):
+                for n in range(1000):
+                    sock = socket.create_connection(("127.0.0.1", port))
+                    if n % 2:
+                        sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Ty")
+                    held.append(sock)
+            started = time.monotonic()
+            assert 200 == httpx.get(f"{vigil.api}/api/v1/runs", timeout=5).status_code
+            _, payload = _capped_run(7)
+            assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=PROTO).status_code
+            assert time.monotonic() - started < 1.0
+            time.sleep(1.0)
+            assert sum(map(_closed_by_peer, held)) >= 400  # the cap: 200 over it on each port, oldest first
+            time.sleep(2.5)  # header timeout 2 s, swept every 0.2 s
+            assert all(map(_closed_by_peer, held))
+            for sock in held:
+                sock.close()
+            for listener in ("api", "otlp_http"):
+                name = "vigil_http_connections_closed_total"
+                timeouts = _metric(vigil, name, listener=listener, reason="header_timeout")
+                evicted = _metric(vigil, name, listener=listener, reason="over_limit")
+                assert 1000 == timeouts + evicted
+                assert evicted >= 200
+
+    def test_headers_too_large(self, vigil: VigilProcess) -> None:
+        """Endless headers are answered 431 and closed (counted), not buffered for ever."""
+        with socket.create_connection(("127.0.0.1", vigil.http_port)) as sock:
+            sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\n")
+            try:
+                for _ in range(40):
+                    sock.sendall(b"X-Pad: " + b"a" * 4096 + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            sock.settimeout(5)
+            assert sock.recv(200).startswith(b"HTTP/1.1 431")
+        assert 1.0 <= _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
