@@ -267,3 +267,56 @@ class TestSlowloris:
             sock.settimeout(5)
             assert sock.recv(200).startswith(b"HTTP/1.1 431")
         assert 1.0 <= _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, by hand (the protobuf runtime refuses to build deep values)."""
+    size, prefix = len(payload), bytearray([field << 3 | 2])
+    while True:
+        low, size = size & 0x7F, size >> 7
+        prefix.append(low | (0x80 if size else 0))
+        if not size:
+            return bytes(prefix) + payload
+
+
+class TestPartialSuccess:
+    """Finding 6: one bad span costs only itself (OTLP partial success); protobuf and JSON agree."""
+
+    def test_deep_and_malformed_attributes(self, vigil: VigilProcess) -> None:
+        """A root, a child with a value nested 40 kvlist levels (kept, cut at MAX_DEPTH as in JSON) and a
+        child whose attribute is not UTF-8 (rejected with a message): 200, the run is stored with 2 spans."""
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        trace_id = random.Random(66).randbytes(16)
+        request = ExportTraceServiceRequest()
+        spans = request.resource_spans.add().scope_spans.add().spans
+        now = time.time_ns()
+        for n in range(3):
+            spans.add(
+                trace_id=trace_id, span_id=bytes([n + 1]) * 8, name=f"step {n}",
+                parent_span_id=b"" if n == 0 else b"\x01" * 8, start_time_unix_nano=now, end_time_unix_nano=now + 10,
+            )  # fmt: skip
+        value = _ld(1, b"leaf")
+        for _ in range(40):
+            value = _ld(6, _ld(1, _ld(1, b"k") + _ld(2, value)))
+        extra = {1: _ld(9, _ld(1, b"deep") + _ld(2, value)), 2: _ld(9, _ld(1, b"\xff\xfe") + _ld(2, _ld(1, b"v")))}
+        scope = b"".join(_ld(2, sp.SerializeToString() + extra.get(n, b"")) for n, sp in enumerate(spans))
+        body = _ld(1, _ld(2, scope))
+        response = httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=body, headers=PROTO)
+        assert 200 == response.status_code
+        answer = ExportTraceServiceResponse.FromString(response.content)
+        assert 1 == answer.partial_success.rejected_spans
+        assert "UTF-8" in answer.partial_success.error_message
+        deadline = time.monotonic() + 20
+        run: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            got = httpx.get(f"{vigil.api}/api/v1/runs/{trace_id.hex()}", headers=ADMIN)
+            if got.status_code == 200:
+                run = got.json()
+                break
+            time.sleep(0.2)
+        assert run, vigil.log_tail()
+        assert trace_id.hex() == run["trace_id"]  # stored: the batch was not lost for one bad span
