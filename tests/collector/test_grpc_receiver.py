@@ -268,6 +268,8 @@ class TestRejections:
         error = h.export_error(payload, compression=compression)
         assert grpc.StatusCode.RESOURCE_EXHAUSTED == error.code()
         assert 0 == h.stream.qsize()
+        assert 1.0 == h.sample("vigil_otlp_rejected_requests_total", reason="too_large")
+        assert 1.0 == h.sample("vigil_otlp_requests_total", encoding="grpc", code="413")
         h.assert_still_works()
 
 

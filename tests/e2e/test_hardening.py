@@ -320,3 +320,30 @@ class TestPartialSuccess:
             time.sleep(0.2)
         assert run, vigil.log_tail()
         assert trace_id.hex() == run["trace_id"]  # stored: the batch was not lost for one bad span
+
+
+class TestRefusedVersusDropped:
+    """Finding 9: refusals (retried by the sender) and losses are separate series; gRPC over-size is counted."""
+
+    def test_series_and_grpc_too_large(self, tmp_path: Path) -> None:
+        """A gRPC message over the body limit is RESOURCE_EXHAUSTED and counted as too_large (413); stream
+        refusals are ``vigil_refused_total``, never ``vigil_dropped_total``."""
+        import grpc
+
+        from collector.grpc_receiver import EXPORT_METHOD
+
+        with start_vigil(tmp_path, {"VIGIL_MAX_BODY_BYTES": "65536"}) as vigil:
+            _, payload = _capped_run(9)
+            oversized = payload + _ld(1, _ld(2, _ld(2, b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8)))
+            oversized += _ld(1, b"\x00" * 70_000)
+            with grpc.insecure_channel(vigil.otlp_grpc_target) as channel:
+                export = channel.unary_unary(EXPORT_METHOD)
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(oversized, timeout=10)
+                assert grpc.StatusCode.RESOURCE_EXHAUSTED == refused.value.code()
+                export(payload, timeout=10)
+            assert 1.0 == _metric(vigil, "vigil_otlp_rejected_requests_total", reason="too_large")
+            assert 1.0 == _metric(vigil, "vigil_otlp_requests_total", encoding="grpc", code="413")
+            text = httpx.get(vigil.metrics_url).text
+            assert 'vigil_refused_total{reason="full",stage="stream"}' in text
+            assert 'vigil_dropped_total{reason="full",stage="stream"}' not in text
