@@ -106,6 +106,7 @@ def vigil_setup(
     tracer_provider: TracerProvider | None = None,
     exporter: SpanExporter | None = None,
     environ: Mapping[str, str] | None = None,
+    set_global: bool = True,
 ) -> VigilTracing:
     """Send this process's agent spans to Vigil over OTLP.
 
@@ -134,6 +135,10 @@ def vigil_setup(
         exporter: export with this exporter instead of OTLP (tests, a console exporter);
             still behind the batch processor.
         environ: the environment to read (default ``os.environ``); tests pass a dict.
+        set_global: make the new provider the global one when none is set yet (so third-party
+            instrumentors pick it up). ``vigil run --demo`` passes False: in Vigil's own process a
+            global provider would let libraries that trace by default (FastAPI's telemetry) send
+            Vigil's own requests to its receiver.
 
     Returns:
         The set-up tracing, with ``tracer_provider``, ``force_flush()`` and ``shutdown()``.
@@ -141,8 +146,8 @@ def vigil_setup(
     Raises:
         SettingsError: an ``OTEL_*`` variable or argument has an unsupported value.
 
-    The global tracer provider is set to the new provider only if none is set yet (so
-    third-party instrumentors pick it up); the helpers use it either way. The
+    The global tracer provider is set to the new provider only if none is set yet and
+    ``set_global`` (so third-party instrumentors pick it up); the helpers use it either way. The
     ``BatchSpanProcessor`` honours ``OTEL_BSP_*``; the SDK registers an ``atexit`` flush.
     """
     environ = os.environ if environ is None else environ
@@ -152,7 +157,7 @@ def vigil_setup(
     owns = tracer_provider is None
     provider = tracer_provider or TracerProvider(resource=resource_from_env(environ, service_name))
     provider.add_span_processor(processor)
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
     previous = spans.configure(provider, capture)
     instrumented = _instrument_openai(provider) if instrument_openai else False

@@ -316,7 +316,9 @@ async def serve_review(s: Settings) -> bool:
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
     token = s.admin_token.get_secret_value() if s.admin_token else None
-    app = create_api_app(store, admin_token=token, ready=store.ping, services=services)
+    app = create_api_app(
+        store, admin_token=token, ready=store.ping, services=services, self_telemetry=s.self_telemetry
+    )
     http_metrics = HttpMetrics(registry)
     api = HttpServer(
         app, s.http_host, s.http_port, asyncio.get_running_loop(),

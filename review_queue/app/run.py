@@ -242,6 +242,7 @@ async def run_components(
         ready=lambda: emb.worker.healthy,
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
+        self_telemetry=s.self_telemetry,
     )
     api = HttpServer(api_app, s.http_host, s.http_port, loop, listener="api", limits=limits, metrics=http_metrics)
     metrics = probe_server(

@@ -151,6 +151,11 @@ class Settings(BaseModel):
         None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
     )
     secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
+    self_telemetry: bool = Field(
+        False,
+        description="Keep FastAPI's built-in OpenTelemetry on the API (to the process's global providers); "
+        "off so Vigil never ingests its own requests.",
+    )
     http_header_timeout_s: float = Field(
         DEFAULT_LIMITS.header_timeout_s,
         gt=0,

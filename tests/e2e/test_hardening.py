@@ -347,3 +347,20 @@ class TestRefusedVersusDropped:
             text = httpx.get(vigil.metrics_url).text
             assert 'vigil_refused_total{reason="full",stage="stream"}' in text
             assert 'vigil_dropped_total{reason="full",stage="stream"}' not in text
+
+
+class TestNoSelfIngestion:
+    """Finding 11: ``vigil run --demo`` never turns Vigil's own API requests into runs."""
+
+    def test_page_views_are_not_runs(self, tmp_path: Path) -> None:
+        """Page and API views while the demo runs: every stored run is one of the demo's four agents."""
+        with start_vigil(tmp_path, {"VIGIL_QUIET_PERIOD_S": "0.3"}, ("--demo", "--demo-rate", "2")) as vigil:
+            time.sleep(3)
+            for _ in range(10):
+                assert 200 == httpx.get(f"{vigil.api}/api/v1/runs").status_code
+                assert 200 == httpx.get(f"{vigil.api}/login").status_code
+            time.sleep(5)  # the demo's batch processor and the quiet period
+            runs = httpx.get(f"{vigil.api}/api/v1/runs", params={"limit": 500}).json()["items"]
+            agents = {r["agent"] for r in runs}
+            assert agents, vigil.log_tail()
+            assert agents <= {"support", "research", "billing", "triage"}, agents
