@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from collector.instrument import spans
 from collector.instrument.config import GRPC, ExportSettings, resource_from_env
-from collector.instrument.content import capture_from_env
+from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, capture_from_env
 
 log = structlog.get_logger(__name__)
 
@@ -152,6 +152,12 @@ def vigil_setup(
     """
     environ = os.environ if environ is None else environ
     capture = capture_from_env(environ) if capture_content is None else capture_content
+    if environ.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, "").strip().lower() == "true":
+        log.warning(
+            "capture_content_true_ignored_by_openai_instrumentation",
+            hint=f"set {OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT}=span_only: the OpenAI "
+            "instrumentation records no prompt or answer with 'true'",
+        )
     settings = ExportSettings.from_env(environ, endpoint=endpoint, protocol=protocol, headers=headers)
     processor = _batch_processor(exporter if exporter is not None else _otlp_exporter(settings), settings)
     owns = tracer_provider is None

@@ -364,3 +364,54 @@ class TestNoSelfIngestion:
             agents = {r["agent"] for r in runs}
             assert agents, vigil.log_tail()
             assert agents <= {"support", "research", "billing", "triage"}, agents
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+class TestReadmeContentCapture:
+    """Finding 12: the README's content-capture step, as written, gets the prompt into Vigil and the export."""
+
+    def test_follow_the_readme(self, tmp_path: Path) -> None:
+        """The README's capture value (one value everywhere) makes the pinned OpenAI instrumentation record
+        the prompt: it is in the run's conversation and in ``vigil export`` after a verdict."""
+        from collector.demo.fakeopenai import FakeOpenAI, TextTurn
+        from tests.e2e.readme_agent import PROMPT
+
+        values = set(re.findall(r"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=([A-Za-z_]+)", README.read_text()))
+        assert 1 == len(values), values
+        env = {"VIGIL_SAMPLE_RATE": "1", "VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN}
+        with start_vigil(tmp_path, env) as vigil, FakeOpenAI({"readme": [TextTurn("Refunds within 30 days.")]}) as fake:
+            agent_env = {
+                **_clean_env(),
+                "OTEL_EXPORTER_OTLP_ENDPOINT": vigil.otlp_endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": values.pop(),
+            }
+            driver = Path(__file__).with_name("readme_agent.py")
+            ran = subprocess.run(
+                [sys.executable, str(driver), fake.base_url], env=agent_env, capture_output=True, text=True,
+                timeout=60, check=False,
+            )  # fmt: skip
+            assert 0 == ran.returncode, ran.stderr
+            assert "ignored_by_openai" not in ran.stderr
+            deadline = time.monotonic() + 20
+            items: list[dict[str, object]] = []
+            while not items and time.monotonic() < deadline:
+                items = httpx.get(f"{vigil.api}/api/v1/queue", headers=ADMIN).json()["items"]
+                time.sleep(0.2)
+            [item] = items
+            page = httpx.get(f"{vigil.api}/items/{item['id']}", headers=ADMIN)
+            assert "refund policy for order 4711" in page.text
+            reviewer = _token(vigil, "readme-reviewer", "reviewer")
+            url = f"{vigil.api}/api/v1/items/{item['id']}"
+            assert 200 == httpx.post(f"{url}/claim", headers=_bearer(reviewer)).status_code
+            assert 200 == httpx.post(f"{url}/verdict", json={"verdict": "pass"}, headers=_bearer(reviewer)).status_code
+            export = subprocess.run(
+                [sys.executable, "-m", "review_queue.app.cli", "export", "--format", "jsonl"],
+                env={**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"},
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert 0 == export.returncode, export.stderr
+            assert "refund policy for order 4711" in export.stdout, export.stdout
+            assert PROMPT.split(" [[")[0] in export.stdout
