@@ -38,7 +38,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.errors import BackpressureError, DecodeError
+from collector.errors import BackpressureError, DecodeError, ListenError
 from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
@@ -117,7 +117,7 @@ async def create_grpc_server(
         :data:`~collector.receiver.THREADPOOL_DECODE_BYTES` or more in a worker thread.
 
     Raises:
-        RuntimeError: the address could not be bound (raised by gRPC).
+        ListenError: the address could not be bound.
     """
     receiver = _GrpcReceiver(
         publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes
@@ -130,7 +130,10 @@ async def create_grpc_server(
         ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise ListenError("OTLP/gRPC, VIGIL_OTLP_GRPC_PORT", host, port) from exc
     metrics.spans_received.labels("grpc")  # the series exists (at zero) only when the receiver does
     log.info("otlp_grpc_bound", host=host, port=bound)
     return server

@@ -197,6 +197,8 @@ class DemoFleet:
             pool.shutdown(wait=True, cancel_futures=True)
             tracing.force_flush()
             tracing.shutdown()
+            if tracing.export_counts is not None:
+                self.stats.exports(tracing.export_counts.exported, tracing.export_counts.failed)
             client.close()
             fake.shutdown()
             log.info("demo_stopped", summary=self.stats.summary())

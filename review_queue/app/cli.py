@@ -105,6 +105,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         doc = {"endpoint": endpoint, "seed": args.seed, "runs": [asdict(r) for r in runs]}
         args.truth.write_text(json.dumps(doc, indent=1) + "\n")
     print(fleet.stats.summary(), file=sys.stderr)
+    stats = fleet.stats
+    if stats.spans_failed or (runs and not stats.spans_exported):
+        total = stats.spans_failed + stats.spans_exported
+        print(f"vigil demo: {stats.spans_failed} of {total} spans could not be exported to {endpoint}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -432,9 +437,20 @@ def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     explain.set_defaults(func=_cmd_explain)
 
 
+def _version() -> str:
+    """The installed distribution's version (``vigil-sidecar``), or ``unknown`` when run from a bare tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vigil-sidecar")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``vigil``."""
     p = argparse.ArgumentParser(prog="vigil", description="Observability and review sidecar for LLM agents.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("--config", default=None, help="YAML config file (default $VIGIL_CONFIG or ./vigil.yaml)")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="everything in one process on SQLite (receivers, scorers, API, /metrics)")

@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.errors import ListenError
 from collector.lifecycle import Components
 from review_queue.app.connections import (
     DEFAULT_LIMITS,
@@ -171,6 +172,7 @@ class HttpServer:
         listener: str = "http",
         metrics: HttpMetrics | None = None,
     ) -> None:
+        self.listener = listener
         self.server = http_server(
             app, host, port, stop_grace_s=stop_grace_s, limits=limits, listener=listener, metrics=metrics
         )
@@ -183,8 +185,24 @@ class HttpServer:
         return self.server.stop_grace_s + self.server.cancel_s
 
     def start(self) -> None:
-        """Start serving (listening shortly after)."""
-        self.future = asyncio.run_coroutine_threadsafe(self.server.serve(), self._loop)
+        """Start serving and wait until it listens (call it from another thread than the loop's).
+
+        Raises:
+            ListenError: the port could not be bound (uvicorn logged why).
+        """
+        self.future = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
+        if not self.wait_listening():
+            raise self._listen_error()
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve()
+        except SystemExit:  # uvicorn exits when it cannot bind; inside a task that would end the loop
+            raise self._listen_error() from None
+
+    def _listen_error(self) -> ListenError:
+        config = self.server.config
+        return ListenError(f"HTTP {self.listener}", str(config.host), int(config.port))
 
     def wait_listening(self, poll_s: float = 0.05) -> bool:
         """Block until the server listens; False when it ended first."""
@@ -203,6 +221,8 @@ class HttpServer:
             self.future.result(timeout)
         except concurrent.futures.TimeoutError:
             return False
+        except ListenError:  # start() raised it already
+            return True
         except (Exception, concurrent.futures.CancelledError):
             log.exception("http_server_failed", port=self.server.config.port)
             return False

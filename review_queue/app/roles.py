@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -154,18 +153,25 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
 # --- scorer -----------------------------------------------------------------------------
 
 
-def upgrade_with_retry(url: str, stop: Callable[[], bool] = lambda: False, max_wait_s: float = 10.0) -> None:
-    """Migrate the database, retrying with backoff while it is unreachable (until ``stop()``)."""
+def upgrade_with_retry(url: str, stop: threading.Event | None = None, max_wait_s: float = 10.0) -> None:
+    """Migrate the database, retrying with backoff while it is unreachable, until ``stop`` is set
+    (SIGTERM/SIGINT: the wait is cut short, so Ctrl-C never hangs on an unreachable database).
+
+    Raises:
+        StoreUnavailableError: ``stop`` was set while the database was still unreachable.
+    """
     backoff = 0.5
+    stop = stop or threading.Event()
     while True:
         try:
             upgrade_database(url)
             return
         except StoreUnavailableError as exc:
-            if stop():
+            if stop.is_set():
                 raise
             log.warning("database_unavailable", retry_in=backoff, error=str(exc))
-            time.sleep(backoff)
+            if stop.wait(backoff):
+                raise StoreUnavailableError(0, f"stopped while the database was unreachable: {exc}") from exc
             backoff = min(backoff * 2, max_wait_s)
 
 
@@ -244,10 +250,10 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     last written batches were submitted to them), the probes, the store.
     """
     registry = CollectorRegistry()
-    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    stop = StopSignal()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url, stop.stopping)
     role = build_scorer_role(s, registry)
     scorer = role.scorer
-    stop = StopSignal()
     probes = _probes(s, registry, lambda: {"consumer": scorer.healthy})
     c = Components()
     c.add("gc", Hooks(on_start=tune_gc))
@@ -310,7 +316,8 @@ async def serve_review(s: Settings) -> bool:
     Stop order: the API and probe servers, lease expiry and feedback joins, retention, the store.
     """
     registry = CollectorRegistry()
-    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    stop = StopSignal()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url, stop.stopping)
     store = SqlStore(s.database_url)
     chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
@@ -339,7 +346,7 @@ async def serve_review(s: Settings) -> bool:
     c.add("maintenance", Maintenance(services.workbench, services.feedback), UPKEEP_STOP_S)
     c.add("http", Together(api, probes), max(api.stop_budget_s, probes.stop_budget_s))
     started = {"api": s.http_port, "metrics": s.metrics_port, "database": _redact(s.database_url)}
-    await serve_until_signal("review", c, [api, probes], started)
+    await serve_until_signal("review", c, [api, probes], started, stop=stop)
     return True
 
 

@@ -206,6 +206,25 @@ class Settings(BaseModel):
         1.0, gt=0, description="Longest time between offset commits of a scorer with safe progress."
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        """A SQLAlchemy URL whose driver is installed (checked without connecting)."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(v).get_dialect()
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL: use sqlite:///path/vigil.db or postgresql+psycopg://user@host:5432/db"
+            ) from None
+        except NoSuchModuleError as exc:
+            raise ValueError(f"unknown database driver: {exc}") from None
+        except ImportError as exc:
+            raise ValueError(f"the database driver is not installed: {exc}") from None
+        return v
+
     @field_validator("kafka_compression")
     @classmethod
     def _compression(cls, v: str) -> str:
@@ -279,7 +298,15 @@ class Settings(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else "?"
-            raise SettingsError(key, f"{ENV_PREFIX}{key.upper()}", err["msg"], values.get(key)) from exc
+            value = values.get(key)
+            if key in _SECRET_KEYS or (key == "database_url" and isinstance(value, str) and "@" in value):
+                value = "<hidden>"  # tokens, and a database URL that may carry a password
+            reason = err["msg"].removeprefix("Value error, ")
+            raise SettingsError(key, f"{ENV_PREFIX}{key.upper()}", reason, value) from exc
+
+
+_SECRET_KEYS = frozenset({"admin_token", "ingest_token", "session_secret"})
+"""Settings whose value never appears in an error message."""
 
 
 def _read_yaml(config_file: str | Path | None, env: Mapping[str, str]) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -415,3 +416,89 @@ class TestReadmeContentCapture:
             assert 0 == export.returncode, export.stderr
             assert "refund policy for order 4711" in export.stdout, export.stdout
             assert PROMPT.split(" [[")[0] in export.stdout
+
+
+def _vigil(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    full = {**_clean_env(), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "review_queue.app.cli", *args], env=full, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def _one_line(stderr: str) -> list[str]:
+    """stderr without the JSON log lines (and gRPC's C-core line), i.e. what a person reads."""
+    return [line for line in stderr.splitlines() if line and not line.startswith(("{", "E1", "W1", "I1"))]
+
+
+class TestCli:
+    """Finding 13: the CLI's rough edges."""
+
+    def test_version(self) -> None:
+        """``vigil --version`` prints the version and exits 0."""
+        done = _vigil("--version")
+        assert 0 == done.returncode
+        assert re.fullmatch(r"vigil \S+\n", done.stdout), done.stdout
+
+    def test_demo_fails_when_nothing_is_exported(self) -> None:
+        """``vigil demo`` against a closed port exits 1 and says how many spans were not exported."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        done = _vigil("demo", "--endpoint", f"http://127.0.0.1:{port}", "--runs", "2", "--pace", "0",
+                      env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})  # fmt: skip
+        assert 1 == done.returncode, done.stderr
+        assert re.search(r"vigil demo: (\d+) of \1 spans could not be exported", done.stderr), done.stderr
+
+    @pytest.mark.parametrize("url", ["nonsense", "foo://u:s3cret@h/db"])
+    def test_bad_database_url(self, url: str, tmp_path: Path) -> None:
+        """A URL that is not a database URL is one line naming the variable, exit 2, secrets hidden."""
+        done = _vigil("run", env={"VIGIL_DATABASE_URL": url})
+        assert 2 == done.returncode
+        [line] = _one_line(done.stderr)
+        assert "VIGIL_DATABASE_URL" in line
+        assert "s3cret" not in done.stderr
+        assert "Traceback" not in done.stderr
+
+    @pytest.mark.parametrize("variable", ["VIGIL_OTLP_GRPC_PORT", "VIGIL_HTTP_PORT", "VIGIL_OTLP_HTTP_PORT"])
+    def test_port_in_use(self, variable: str, tmp_path: Path) -> None:
+        """A port already in use ends ``vigil run`` with one line naming it, exit 2, no traceback."""
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            env = {f"VIGIL_{name}_PORT": "0" for name in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
+            env.update({"VIGIL_HTTP_HOST": "127.0.0.1", "VIGIL_OTLP_HTTP_HOST": "127.0.0.1", variable: str(port)})
+            env["VIGIL_DATABASE_URL"] = f"sqlite:///{tmp_path / 'vigil.db'}"
+            done = _vigil("run", env=env)
+        assert 2 == done.returncode, done.stderr[-2000:]
+        [line] = _one_line(done.stderr)
+        assert f"cannot listen on 127.0.0.1:{port}" in line
+        assert "Traceback" not in done.stderr
+
+    def test_review_stops_on_ctrl_c_without_database(self) -> None:
+        """``vigil review`` waiting for an unreachable database stops at SIGINT within seconds."""
+        env = {**_clean_env(), "VIGIL_DATABASE_URL": "postgresql+psycopg://x@127.0.0.1:1/db", "VIGIL_HTTP_PORT": "0",
+               "VIGIL_METRICS_PORT": "0", "VIGIL_HTTP_HOST": "127.0.0.1"}  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "review_queue.app.cli", "review"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stderr is not None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "database_unavailable" not in process.stderr.readline():
+                pass
+            process.send_signal(signal.SIGINT)
+            assert 2 == process.wait(10)
+            assert "stopped while the database was unreachable" in process.stderr.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def test_readme_first_block_ends_with_the_server(self) -> None:
+        """Pasting the README's first code block runs every command: the one serving for ever comes last."""
+        block = README.read_text().split("```", 2)[1].strip().splitlines()
+        serving = [n for n, line in enumerate(block) if "vigil run" in line]
+        assert [len(block) - 1] == serving, block
+        assert any("scripts/test.sh" in line for line in block[:-1])
