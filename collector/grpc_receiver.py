@@ -92,6 +92,8 @@ async def create_grpc_server(
     retry_after_s: int,
     ingest_token: str | None = None,
     token_check: Callable[[str], bool] | None = None,
+    handshake_timeout_s: float = 10.0,
+    idle_timeout_s: float = 300.0,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -111,6 +113,9 @@ async def create_grpc_server(
         ingest_token: when set, metadata ``authorization: Bearer <token>`` is required.
         token_check: when set, a bearer token is required and accepted when it equals
             ``ingest_token`` or ``token_check(token)`` is true (see :func:`collector.receiver.create_otlp_app`).
+        handshake_timeout_s: a connection that has not completed its HTTP/2 handshake by then is
+            closed (a silent or slow client; ``VIGIL_HTTP_HEADER_TIMEOUT_S``).
+        idle_timeout_s: a connection without a call for this long is closed (GOAWAY).
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
@@ -127,6 +132,8 @@ async def create_grpc_server(
         options=[
             ("grpc.max_receive_message_length", min(2**31 - 1, GRPC_LIMIT_FACTOR * max_message_bytes)),
             ("grpc.so_reuseport", 0),  # a busy port fails to bind instead of being shared silently
+            ("grpc.server_handshake_timeout_ms", max(1, int(handshake_timeout_s * 1000))),
+            ("grpc.max_connection_idle_ms", max(1, int(idle_timeout_s * 1000))),
         ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))

@@ -121,6 +121,7 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
             max_message_bytes=s.max_body_bytes,
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
+            handshake_timeout_s=s.http_header_timeout_s,
         )
         receivers.append(GrpcServer(grpc_server, loop))
 

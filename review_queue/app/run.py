@@ -260,6 +260,7 @@ async def run_components(
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
             token_check=token_check,
+            handshake_timeout_s=s.http_header_timeout_s,
         )
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(

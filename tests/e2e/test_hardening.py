@@ -256,6 +256,16 @@ class TestSlowloris:
                 assert 1000 == timeouts + evicted
                 assert evicted >= 200
 
+    def test_grpc_handshake_timeout(self, tmp_path: Path) -> None:
+        """Silent or half-sent connections to the OTLP/gRPC port are closed after the header timeout."""
+        with start_vigil(tmp_path, {"VIGIL_HTTP_HEADER_TIMEOUT_S": "2"}) as vigil:
+            held = [socket.create_connection(("127.0.0.1", vigil.otlp_grpc_port)) for _ in range(20)]
+            held[1].sendall(b"PRI * HTTP/2.0\r\n")
+            time.sleep(3.5)
+            assert all(map(_closed_by_peer, held))
+            for sock in held:
+                sock.close()
+
     def test_headers_too_large(self, vigil: VigilProcess) -> None:
         """Endless headers are answered 431 and closed (counted), not buffered for ever."""
         with socket.create_connection(("127.0.0.1", vigil.http_port)) as sock:
