@@ -37,10 +37,12 @@ class RedactingSink:
 
     def _redact(self, scored: ScoredRun) -> ScoredRun:
         run = scored.run
+        evidence = self._redactor.evidence(scored.evidence)
         if scored.flag is not None:
-            return dataclasses.replace(scored, run=self._redactor.run(run))
-        if run.error_type:
-            return dataclasses.replace(
-                scored, run=dataclasses.replace(run, error_type=self._redactor.text(run.error_type))
+            return dataclasses.replace(scored, run=self._redactor.run(run), evidence=evidence)
+        if run.error_type or run.evidence or scored.evidence:
+            plain = dataclasses.replace(
+                run, error_type=self._redactor.maybe(run.error_type), evidence=self._redactor.evidence(run.evidence)
             )
+            return dataclasses.replace(scored, run=plain, evidence=evidence)
         return scored

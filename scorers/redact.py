@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from scorers.errors import ScorersError
-from scorers.model import Message, Run, Step, ToolCall
+from scorers.model import Evidence, Message, Run, Step, ToolCall
 
 __all__ = ["BUILTIN_PATTERNS", "DEFAULT_DENY", "RedactionConfigError", "Redactor", "luhn_ok"]
 
@@ -148,7 +148,14 @@ class Redactor:
                 for k, v in run.attributes.items()
                 if self.keep_attribute(k)
             },
+            evidence=self.evidence(run.evidence),
         )
+
+    def evidence(self, found: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+        """``found`` with the matched values and span names redacted (they quote agent text)."""
+        if not self._passes or not found:
+            return found
+        return tuple(dataclasses.replace(e, value=self.text(e.value), span_name=self.text(e.span_name)) for e in found)
 
     def _step(self, step: Step) -> Step:
         if not step.status_message and step.error_type is None:
