@@ -142,6 +142,7 @@ def http_server(
         lifespan="off",
         http=guarded_protocol(guard),
         timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
     )
     return _Server(config, stop_grace_s, guard)
 

@@ -181,28 +181,54 @@ _HEADER_TOO_LARGE = (
 )
 
 
-def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP/1.1 protocol (httptools, else h11) with the header-size limit of ``guard``."""
-    base: type[Any]
+def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol] | str:
+    """uvicorn's httptools HTTP/1.1 protocol with the header-size limit of ``guard`` (``"h11"``, whose
+    own ``h11_max_incomplete_event_size`` then applies, when httptools is not installed)."""
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - httptools is a dependency of uvicorn[standard]
-        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+        return "h11"
     limit = guard.limits.max_header_bytes
 
-    class GuardedProtocol(base):  # type: ignore[misc]
-        """Counts the bytes received while no request is in progress; past the limit: 431 and close."""
+    class GuardedProtocol(HttpToolsProtocol):
+        """Counts the bytes of each request's URL and headers, past the limit: 431 and close.
+
+        Two counts, either may trip: the URL and header bytes the parser hands over, and the raw
+        bytes of chunks received entirely inside a request head (a header value that never ends is
+        buffered by the parser without being handed over). Body bytes never count, also not those of
+        a request answered before its body was read (an early 503)."""
 
         _head_bytes = 0
+        _raw_head_bytes = 0
+        _in_head = False
+        _messages = 0
+
+        def on_message_begin(self) -> None:
+            self._head_bytes = self._raw_head_bytes = 0
+            self._in_head = True
+            self._messages += 1
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._head_bytes += len(url)
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._head_bytes += len(name) + len(value) + 4
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
 
         def data_received(self, data: bytes) -> None:
+            in_head, messages = self._in_head, self._messages
             super().data_received(data)
-            if _state(self)[0] != "wait":
-                self._head_bytes = 0
-                return
-            self._head_bytes += len(data)
+            if in_head and self._in_head and messages == self._messages:  # the whole chunk is head bytes
+                self._raw_head_bytes += len(data)
             transport = self.transport
-            if self._head_bytes > limit and not transport.is_closing():
+            too_large = self._head_bytes > limit or self._raw_head_bytes > limit
+            if too_large and self._in_head and not transport.is_closing():
                 transport.write(_HEADER_TOO_LARGE)
                 transport.close()
                 guard.closed("header_too_large")

@@ -266,18 +266,32 @@ class TestSlowloris:
             for sock in held:
                 sock.close()
 
-    def test_headers_too_large(self, vigil: VigilProcess) -> None:
-        """Endless headers are answered 431 and closed (counted), not buffered for ever."""
+    @pytest.mark.parametrize("endless", [b"X-Pad: " + b"a" * 4096 + b"\r\n", b"a" * 4096])
+    def test_headers_too_large(self, vigil: VigilProcess, endless: bytes) -> None:
+        """Endless headers (many, or one value that never ends) are answered 431 and closed (counted),
+        not buffered for ever."""
+        before = _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
         with socket.create_connection(("127.0.0.1", vigil.http_port)) as sock:
-            sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\n")
+            sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\nX-Big: ")
             try:
-                for _ in range(40):
-                    sock.sendall(b"X-Pad: " + b"a" * 4096 + b"\r\n")
+                for _ in range(100):
+                    sock.sendall(endless)
             except (BrokenPipeError, ConnectionResetError):
                 pass
             sock.settimeout(5)
             assert sock.recv(200).startswith(b"HTTP/1.1 431")
-        assert 1.0 <= _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
+        after = _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
+        assert before + 1 == after
+
+    def test_early_answer_then_big_body_is_not_a_header(self, vigil: VigilProcess) -> None:
+        """A body over the header limit after an early answer (here 415 before reading) is not taken for
+        headers: the keep-alive connection then serves the next request."""
+        with httpx.Client() as client:
+            url = f"{vigil.otlp_endpoint}/v1/traces"
+            refused = client.post(url, content=b"\x00" * 300_000, headers={"Content-Type": "text/plain"})
+            assert 415 == refused.status_code
+            _, payload = _capped_run(11)
+            assert 200 == client.post(url, content=payload, headers=PROTO).status_code
 
 
 def _ld(field: int, payload: bytes) -> bytes:
