@@ -239,14 +239,14 @@ async def run_components(
     api_app = create_api_app(
         emb.store,
         admin_token=token,
-        ready=lambda: emb.worker.healthy,
+        ready=lambda: emb.worker.healthy and receiver.server.started,  # ready once spans can come in
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
         self_telemetry=s.self_telemetry,
     )
     api = HttpServer(api_app, s.http_host, s.http_port, loop, listener="api", limits=limits, metrics=http_metrics)
     metrics = probe_server(
-        s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy},
+        s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy, "otlp_http": receiver.server.started},
         limits=limits, metrics=http_metrics,
     )  # fmt: skip
     receivers: list[Component] = [receiver]
