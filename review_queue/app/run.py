@@ -246,7 +246,10 @@ async def run_components(
     )
     api = HttpServer(api_app, s.http_host, s.http_port, loop, listener="api", limits=limits, metrics=http_metrics)
     metrics = probe_server(
-        s.http_host, s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy, "otlp_http": receiver.server.started},
+        s.http_host,
+        s.metrics_port,
+        emb.registry,
+        lambda: {"worker": emb.worker.healthy, "otlp_http": receiver.server.started},
         limits=limits, metrics=http_metrics,
     )  # fmt: skip
     receivers: list[Component] = [receiver]
