@@ -25,6 +25,16 @@ class SettingsError(CollectorError, ValueError):
         super().__init__(f"invalid setting {key!r} ({variable}={value!r}): {reason}")
 
 
+class ListenError(CollectorError, OSError):
+    """A listener could not bind its address (port in use, not permitted); Vigil refuses to start."""
+
+    def __init__(self, what: str, host: str, port: int) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port} ({what}): the port is in use or not permitted; "
+            "stop what holds it or choose another port"
+        )
+
+
 class DecodeError(CollectorError, ValueError):
     """An OTLP body could not be decoded at all.
 

@@ -12,15 +12,17 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
 * ``UNAVAILABLE`` when the publisher is full, with a ``google.rpc.RetryInfo`` in the
   trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter); before
   the message is decoded when the publisher can tell (:func:`collector.stream.check_room`);
-* ``RESOURCE_EXHAUSTED`` for a message over ``max_message_bytes`` (raw or decompressed).
-  The gRPC library answers it before the handler runs, so it is **not counted** in
-  :class:`CollectorMetrics`. The Python exporter retries it (up to 6 tries), unlike the
+* ``RESOURCE_EXHAUSTED`` for a message over ``max_message_bytes`` (decompressed), counted as
+  ``too_large`` like the HTTP receiver's 413. The gRPC library's own receive limit is set to
+  :data:`GRPC_LIMIT_FACTOR` times ``max_message_bytes``, so the handler sees (and counts) the
+  usual oversized message; only one over that outer bound is refused by the library before the
+  handler runs, uncounted. The Python exporter retries it (up to 6 tries), unlike the
   specification says.
 
 Metrics use the ``encoding="grpc"`` label. ``vigil_otlp_requests_total{code}`` holds the
 HTTP status the OTLP/HTTP receiver would have answered (:data:`HTTP_EQUIVALENT`), so one
 query covers both transports: ``OK`` → 200, ``INVALID_ARGUMENT`` → 400,
-``UNAUTHENTICATED`` → 401, ``UNAVAILABLE`` → 503.
+``UNAUTHENTICATED`` → 401, ``RESOURCE_EXHAUSTED`` → 413, ``UNAVAILABLE`` → 503.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.errors import BackpressureError, DecodeError
+from collector.errors import BackpressureError, DecodeError, ListenError
 from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
@@ -57,11 +59,15 @@ HTTP_EQUIVALENT: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.OK: 200,
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
     grpc.StatusCode.UNAVAILABLE: 503,
 }
 """The ``code`` label counted for each status the handler answers."""
 
 _LOG_INTERVAL_S = 10.0
+
+GRPC_LIMIT_FACTOR = 2
+"""The gRPC library's receive limit, in multiples of ``max_message_bytes`` (see the module docstring)."""
 
 
 class _Rejection(Exception):
@@ -86,6 +92,8 @@ async def create_grpc_server(
     retry_after_s: int,
     ingest_token: str | None = None,
     token_check: Callable[[str], bool] | None = None,
+    handshake_timeout_s: float = 10.0,
+    idle_timeout_s: float = 300.0,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -98,31 +106,41 @@ async def create_grpc_server(
         metrics: where requests, spans and rejections are counted (``encoding="grpc"``).
         host: bind address.
         port: TCP port (0 binds an ephemeral port).
-        max_message_bytes: receive limit, applied by gRPC to the raw and to the
-            decompressed message; over it the call fails with ``RESOURCE_EXHAUSTED``.
+        max_message_bytes: receive limit of the decompressed message; over it the call fails with
+            ``RESOURCE_EXHAUSTED`` (counted ``too_large``).
         retry_after_s: ``RetryInfo.retry_delay`` sent with ``UNAVAILABLE`` (longer if the
             publisher asks).
         ingest_token: when set, metadata ``authorization: Bearer <token>`` is required.
         token_check: when set, a bearer token is required and accepted when it equals
             ``ingest_token`` or ``token_check(token)`` is true (see :func:`collector.receiver.create_otlp_app`).
+        handshake_timeout_s: a connection that has not completed its HTTP/2 handshake by then is
+            closed (a silent or slow client; ``VIGIL_HTTP_HEADER_TIMEOUT_S``).
+        idle_timeout_s: a connection without a call for this long is closed (GOAWAY).
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
         :data:`~collector.receiver.THREADPOOL_DECODE_BYTES` or more in a worker thread.
 
     Raises:
-        RuntimeError: the address could not be bound (raised by gRPC).
+        ListenError: the address could not be bound.
     """
-    receiver = _GrpcReceiver(publisher, metrics, retry_after_s, ingest_token, token_check)
+    receiver = _GrpcReceiver(
+        publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes
+    )
     handler = grpc.unary_unary_rpc_method_handler(receiver.export)  # no (de)serializers: raw bytes
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", min(2**31 - 1, GRPC_LIMIT_FACTOR * max_message_bytes)),
             ("grpc.so_reuseport", 0),  # a busy port fails to bind instead of being shared silently
+            ("grpc.server_handshake_timeout_ms", max(1, int(handshake_timeout_s * 1000))),
+            ("grpc.max_connection_idle_ms", max(1, int(idle_timeout_s * 1000))),
         ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise ListenError("OTLP/gRPC, VIGIL_OTLP_GRPC_PORT", host, port) from exc
     metrics.spans_received.labels("grpc")  # the series exists (at zero) only when the receiver does
     log.info("otlp_grpc_bound", host=host, port=bound)
     return server
@@ -138,7 +156,10 @@ class _GrpcReceiver:
         retry_after_s: int,
         token: str | None,
         token_check: Callable[[str], bool] | None = None,
+        *,
+        max_message_bytes: int = 2**31 - 1,
     ) -> None:
+        self._limit = max_message_bytes
         self._publisher = publisher
         self._metrics = metrics
         self._retry_after_s = retry_after_s
@@ -161,6 +182,10 @@ class _GrpcReceiver:
 
     async def _accept(self, body: bytes, context: grpc.aio.ServicerContext) -> DecodeResult:
         self._authorize(context.invocation_metadata() or ())
+        if len(body) > self._limit:
+            raise _Rejection(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "too_large", f"message exceeds {self._limit} bytes"
+            )
         try:
             check_room(self._publisher, len(body))
         except BackpressureError as exc:

@@ -190,8 +190,8 @@ class KafkaPublisher:
         self._thread: threading.Thread | None = None
         self._last_log = 0.0
         if metrics is not None:
-            metrics.dropped.labels("kafka", "full")
-            metrics.dropped.labels("kafka", "unavailable")
+            metrics.refused.labels("kafka", "full")
+            metrics.refused.labels("kafka", "unavailable")
             metrics.dropped.labels("kafka", "delivery_failed")
         if self._kmetrics is not None:
             self._kmetrics.buffer.set_function(lambda: float(self._pending))
@@ -294,7 +294,7 @@ class KafkaPublisher:
             # Records already sent will arrive; the retry duplicates their spans, which the
             # scorers merge on span id, so refusing the whole request loses nothing.
             if self._metrics is not None:
-                self._metrics.dropped.labels("kafka", "unavailable").inc(sum(n for _, _, n in records[sent:]))
+                self._metrics.refused.labels("kafka", "unavailable").inc(sum(n for _, _, n in records[sent:]))
             raise BackpressureError(self._retry_after) from exc
 
     def _delivered(self, nbytes: int, _metadata: object) -> None:
@@ -314,7 +314,7 @@ class KafkaPublisher:
 
     def _refuse(self, batches: Sequence[TraceBatch], reason: str) -> None:
         if self._metrics is not None:
-            self._metrics.dropped.labels("kafka", reason).inc(sum(len(b.spans) for b in batches))
+            self._metrics.refused.labels("kafka", reason).inc(sum(len(b.spans) for b in batches))
         raise BackpressureError(self._retry_after)
 
     def _connect_loop(self) -> None:

@@ -3,7 +3,7 @@
 is refused with :class:`~collector.errors.BackpressureError`, so the receivers answer
 503 / ``UNAVAILABLE`` with Retry-After and the senders' retries carry the data until
 there is room. Nothing already accepted is dropped; refused spans are counted
-(``vigil_dropped_total{stage="receiver",reason="memory_limit"}``).
+(``vigil_refused_total{stage="receiver",reason="memory_limit"}``).
 
 Resident memory is read from ``/proc/self/statm`` at most every ``check_interval_s``
 (a read costs ~10 µs); where that file does not exist the limiter never refuses.
@@ -98,7 +98,7 @@ class LimitedPublisher:
             BackpressureError: memory is over the ceiling (nothing taken), or the inner one is full.
         """
         if self._limiter.over():
-            self._metrics.dropped.labels("receiver", "memory_limit").inc(sum(len(b.spans) for b in batches))
+            self._metrics.refused.labels("receiver", "memory_limit").inc(sum(len(b.spans) for b in batches))
             raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
         self._inner.publish(batches)
 

@@ -49,8 +49,11 @@ class CollectorMetrics:
         ``vigil_spans_rejected_total{reason}``: spans refused, where their number is known
             (``invalid_id``, ``backpressure``); requests refused before decoding are counted
             only in ``vigil_otlp_rejected_requests_total``.
-        ``vigil_dropped_total{stage,reason}``: spans a bounded buffer refused
-            (``stage="stream"``, ``reason="full"``).
+        ``vigil_refused_total{stage,reason}``: spans refused with a retryable answer (503 /
+            ``UNAVAILABLE`` + ``Retry-After``) after they were decoded: the sender still holds them and
+            retries (``stream``/``full``, ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
+        ``vigil_dropped_total{stage,reason}``: spans lost after they were accepted (answered 200):
+            ``kafka``/``delivery_failed``.
         ``vigil_stream_depth_batches`` / ``vigil_stream_capacity_batches``: the in-process
             stream, read at scrape time once :meth:`bind_stream` was called.
 
@@ -77,7 +80,15 @@ class CollectorMetrics:
             "vigil_spans_received", "Spans accepted onto the stream.", ["encoding"], registry=r
         )
         self.spans_rejected = Counter("vigil_spans_rejected", "Spans refused, by reason.", ["reason"], registry=r)
-        self.dropped = Counter("vigil_dropped", "Spans refused by a bounded buffer.", ["stage", "reason"], registry=r)
+        self.refused = Counter(
+            "vigil_refused",
+            "Spans refused with 503/UNAVAILABLE + Retry-After after decoding (the sender retries them).",
+            ["stage", "reason"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "vigil_dropped", "Spans lost after they were accepted (answered 200).", ["stage", "reason"], registry=r
+        )
         self.stream_depth = Gauge("vigil_stream_depth_batches", "Records waiting in the in-process stream.", registry=r)
         self.stream_capacity = Gauge("vigil_stream_capacity_batches", "Capacity of the in-process stream.", registry=r)
         for encoding in ("protobuf", "json"):
@@ -85,8 +96,8 @@ class CollectorMetrics:
         for reason in get_args(RejectReason):
             self.spans_rejected.labels(reason)
             self.rejected_requests.labels(reason)
-        self.dropped.labels("stream", "full")
-        self.dropped.labels("receiver", "memory_limit")
+        self.refused.labels("stream", "full")
+        self.refused.labels("receiver", "memory_limit")
 
     def request(self, encoding: Encoding, code: int) -> None:
         """Count one finished OTLP request with its HTTP status code."""
@@ -105,8 +116,8 @@ class CollectorMetrics:
             self.spans_rejected.labels(reason).inc(spans)
 
     def stream_full(self, spans: int) -> None:
-        """Count spans the in-process stream refused because it was full."""
-        self.dropped.labels("stream", "full").inc(spans)
+        """Count spans the in-process stream refused because it was full (answered 503: retried)."""
+        self.refused.labels("stream", "full").inc(spans)
 
     def bind_stream(self, depth: Callable[[], float], capacity: int) -> None:
         """Read the stream depth from ``depth`` at scrape time and publish its capacity."""

@@ -1,7 +1,8 @@
 """OTLP trace bodies (protobuf and JSON) to :mod:`collector.model` spans, and back to protobuf.
 
 Pure functions, no I/O; safe to call from any thread. Decoders validate each span on
-its own: a span with a bad id is rejected (counted in :attr:`DecodeResult.rejected`,
+its own: a span with a bad id or malformed attributes (a resource with malformed attributes:
+its spans) is rejected (counted in :attr:`DecodeResult.rejected`,
 reason in :attr:`DecodeResult.errors`) and never takes its neighbours down. Only a body
 that cannot be parsed at all raises :class:`~collector.errors.DecodeError`.
 
@@ -14,6 +15,7 @@ first-seen order. :func:`encode_batch` is the inverse used for stream/Kafka reco
 from __future__ import annotations
 
 import importlib
+import struct
 import time
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -151,7 +153,11 @@ def _decode_protobuf_python(body: bytes) -> DecodeResult:
         request = WireRequest.FromString(body)
         acc = _Accumulator()
         for rs in request.resource_spans:
-            resource = _raw_attrs(rs.resource.attributes)
+            try:
+                resource = _raw_attrs(rs.resource.attributes)
+            except _ProtobufError as exc:  # only this resource's spans are lost
+                acc.reject(f"invalid resource attributes: {exc}", sum(len(ss.spans) for ss in rs.scope_spans))
+                continue
             for ss in rs.scope_spans:
                 _pb_scope_spans(ss, resource, acc)
     except _ProtobufError as exc:
@@ -178,6 +184,12 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
         ):
             acc.reject(_id_problem(trace_id, span_id, parent_id) or "invalid ids")
             continue
+        try:
+            attributes = _raw_attrs(sp.attributes)
+            events = tuple(_pb_event(e) for e in sp.events) if sp.events else ()
+        except _ProtobufError as exc:  # one span's malformed attributes never take its neighbours down
+            acc.reject(f"invalid attributes: {exc}")
+            continue
         status = sp.status
         if trace_id != last_trace:  # spans of one trace usually come together: hex and look up once
             last_trace, hex_trace = trace_id, trace_id.hex()
@@ -193,8 +205,8 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
             sp.end_time_unix_nano,
             codes.get(status.code, StatusCode.UNSET),
             status.message,
-            _raw_attrs(sp.attributes),
-            tuple(_pb_event(e) for e in sp.events) if sp.events else (),
+            attributes,
+            events,
             resource,
             scope,
         )
@@ -277,9 +289,15 @@ def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
     if simple is not None:
         key, value = simple
     else:
-        kv = KeyValue.FromString(raw)
-        key = kv.key
-        value = _pb_value(kv.value, 0)
+        try:
+            kv = KeyValue.FromString(raw)
+        except _ProtobufError:
+            # Nesting past the protobuf runtime's recursion limit (~33 kvlist levels) fails the
+            # generic parser; the wire reader cuts at MAX_DEPTH like the JSON decoder does.
+            key, value = _wire_pair(memoryview(raw), 0)
+        else:
+            key = kv.key
+            value = _pb_value(kv.value, 0)
     if len(raw) <= MEMO_MAX_BYTES and not isinstance(value, dict):
         _remember(raw, key, value)
     return key, value
@@ -330,6 +348,90 @@ def _pb_value(value: Any, depth: int) -> AttrValue:
     if which == "kvlist_value":
         return {kv.key: _pb_value(kv.value, depth + 1) for kv in value.kvlist_value.values}
     return None  # unset, or string_value_strindex (profiles only)
+
+
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise _ProtobufError("truncated varint")
+        byte = data[at]
+        result |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return result, at
+        shift += 7
+
+
+def _wire_fields(data: memoryview) -> Iterable[tuple[int, int, int | memoryview]]:
+    """``(field, wire type, value)`` of a message's wire bytes (varints as ints, others as bytes)."""
+    at = 0
+    while at < len(data):
+        tag, at = _varint(data, at)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            number, at = _varint(data, at)
+            yield field, wire, number
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            if at + size > len(data):
+                raise _ProtobufError("truncated fixed field")
+            yield field, wire, data[at : at + size]
+            at += size
+        elif wire == 2:
+            size, at = _varint(data, at)
+            if at + size > len(data):
+                raise _ProtobufError("truncated length-delimited field")
+            yield field, wire, data[at : at + size]
+            at += size
+        else:
+            raise _ProtobufError(f"unsupported wire type {wire}")
+
+
+def _text(value: int | memoryview) -> str:
+    if not isinstance(value, memoryview):
+        raise _ProtobufError("string field with a numeric wire type")
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError as exc:
+        raise _ProtobufError(f"attribute text is not valid UTF-8: {exc}") from exc
+
+
+def _wire_pair(data: memoryview, depth: int) -> tuple[str, AttrValue]:
+    """A ``KeyValue`` read straight from the wire (for nesting too deep for the protobuf runtime)."""
+    key, value = "", None
+    for field, _, raw in _wire_fields(data):
+        if field == 1:
+            key = _text(raw)
+        elif field == 2 and isinstance(raw, memoryview):
+            value = _wire_value(raw, depth)
+    return key, value
+
+
+def _wire_value(data: memoryview, depth: int) -> AttrValue:
+    """An ``AnyValue`` from the wire; ``array``/``kvlist`` at :data:`MAX_DEPTH` become ``None`` (as in JSON)."""
+    value: AttrValue = None
+    for field, wire, raw in _wire_fields(data):
+        if field == 1:
+            value = _text(raw)
+        elif field == 2 and wire == 0 and isinstance(raw, int):
+            value = bool(raw)
+        elif field == 3 and wire == 0 and isinstance(raw, int):
+            value = raw - (1 << 64) if raw >= 1 << 63 else raw
+        elif field == 4 and wire == 1 and isinstance(raw, memoryview):
+            value = float(struct.unpack("<d", raw)[0])
+        elif field == 7 and isinstance(raw, memoryview):
+            value = bytes(raw)
+        elif field in (5, 6) and isinstance(raw, memoryview):
+            if depth >= MAX_DEPTH:
+                value = None
+            else:
+                items = [v for f, _, v in _wire_fields(raw) if f == 1 and isinstance(v, memoryview)]
+                if field == 5:
+                    value = [_wire_value(v, depth + 1) for v in items]
+                else:
+                    value = dict(_wire_pair(v, depth + 1) for v in items)
+    return value
 
 
 def decode_json(body: bytes) -> DecodeResult:

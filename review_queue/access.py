@@ -133,9 +133,11 @@ class Access:
         raise AuthFailure(401, "missing or invalid bearer token")
 
     def issue(self, response: Response, principal: Principal) -> dict[str, Any]:
-        """Start a session for ``principal``: set the signed HttpOnly cookie; returns its payload."""
+        """Start a session for ``principal``: store it server-side and set the signed HttpOnly cookie;
+        returns its payload. Blocking (a database write): call it from a worker thread."""
         fingerprint = _OPEN_SESSION if principal is ANONYMOUS else self.auth.admin_fingerprint
         value, payload = self.sessions.issue(principal, fingerprint)
+        self.auth.tokens.open_session(payload["sid"], principal, float(payload["exp"]))
         response.set_cookie(
             SESSION_COOKIE,
             value,
@@ -147,9 +149,11 @@ class Access:
         )
         return payload
 
-    @staticmethod
-    def end(response: Response) -> None:
-        """Clear the session cookie."""
+    def end(self, response: Response, session: dict[str, Any] | None) -> None:
+        """End ``session`` server-side (a copy of its cookie opens nothing any more) and clear the cookie.
+        Blocking (a database write): call it from a worker thread."""
+        if session is not None:
+            self.auth.end_session(session.get("sid"))
         response.delete_cookie(SESSION_COOKIE, path="/")
 
     async def session(self, request: Request) -> dict[str, Any] | None:
@@ -162,6 +166,8 @@ class Access:
             return None
         payload = self.sessions.verify(cookie)
         if payload is None:
+            return None
+        if not await run_in_threadpool(self.auth.session_active, payload.get("sid")):
             return None
         if payload.get("adm") == _OPEN_SESSION and payload.get("tid") is None:
             valid = await run_in_threadpool(self.auth.open)

@@ -8,6 +8,7 @@ a bearer token (``VIGIL_ADMIN_TOKEN`` or a stored token) or the UI's session coo
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -19,7 +20,13 @@ from pydantic import BaseModel, Field
 
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_review import ErrorOut, review_router
-from review_queue.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
+from review_queue.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    OverCapacityError,
+    StoreUnavailableError,
+)
 from review_queue.model import ItemState
 from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices, build_services
@@ -181,6 +188,7 @@ def create_api_app(
     judge_agreement: Callable[[], Sequence[Agreement]] | None = None,
     services: ReviewServices | None = None,
     ui: bool = True,
+    self_telemetry: bool = False,
 ) -> FastAPI:
     """Build the API application (and the reviewer UI).
 
@@ -191,12 +199,21 @@ def create_api_app(
         judge_agreement: judge–human agreement figures; serves ``GET /api/v1/judges/agreement`` when set.
         services: the review services (built with defaults over ``store`` when omitted).
         ui: also serve the reviewer web UI.
+        self_telemetry: keep FastAPI's built-in OpenTelemetry (request spans, metrics and logs to the
+            process's global providers; ``VIGIL_SELF_TELEMETRY``). Off by default: Vigil must never
+            trace its own API into the OTLP receiver it serves (a demo or an agent in the same
+            process sets the global provider), where every page view became a run to review.
 
     Returns:
         A FastAPI app; mount it or serve it with uvicorn.
     """
     services = services or build_services(store, admin_token=admin_token)
-    app = FastAPI(title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.")
+    telemetry: dict[str, Any] = {}
+    if not self_telemetry and "telemetry" in inspect.signature(FastAPI.__init__).parameters:  # FastAPI ≥ 0.165
+        telemetry["telemetry"] = {"tracing": False, "metrics": False, "logs": False, "auto_configure": False}
+    app = FastAPI(
+        title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.", **telemetry
+    )
     app.add_middleware(SecurityHeaders)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     app.add_exception_handler(InvalidCursorError, _bad_cursor)
@@ -204,6 +221,7 @@ def create_api_app(
     for error, status in ((NotFoundError, 404), (ConflictError, 409)):
         app.add_exception_handler(error, _status(status))
     app.add_exception_handler(InvalidInputError, _invalid_input)
+    app.add_exception_handler(OverCapacityError, _over_capacity)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
@@ -303,6 +321,13 @@ async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
         {"detail": "database unavailable"},
         status_code=503,
         headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
+
+
+async def _over_capacity(_request: Request, exc: Exception) -> JSONResponse:
+    retry_after = getattr(exc, "retry_after", 60.0)
+    return JSONResponse(
+        {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(max(1, math.ceil(retry_after)))}
     )
 
 

@@ -197,7 +197,7 @@ def review_router(services: ReviewServices) -> APIRouter:
     def get_item(item_id: RowId, who: Principal = reader) -> dict[str, Any]:
         """One item, the verdicts the caller may see, and its audit trail."""
         item = bench.item(item_id)
-        item.update(verdicts=bench.verdicts(item_id, who), events=bench.events(item_id))
+        item.update(verdicts=bench.verdicts(item_id, who), events=bench.events(item_id, who))
         return item
 
     @router.post("/items/{item_id}/claim", response_model=ClaimOut)
@@ -247,9 +247,16 @@ def review_router(services: ReviewServices) -> APIRouter:
         """The failure categories verdicts may use."""
         return list(bench.categories)
 
-    @router.post("/feedback", response_model=FeedbackOut)
+    @router.post(
+        "/feedback",
+        response_model=FeedbackOut,
+        responses={429: {"model": ErrorOut, "description": "The run is not stored and the held feedback is full."}},
+    )
     def feedback(body: FeedbackBody, who: Principal = sender) -> dict[str, Any]:
-        """Record user feedback (idempotent on ``feedback_id``) and re-evaluate the run's flag rules."""
+        """Record user feedback (idempotent on ``feedback_id``) and re-evaluate the run's flag rules.
+
+        Feedback for a run not stored yet is held for ``VIGIL_FEEDBACK_PENDING_S`` within
+        ``VIGIL_FEEDBACK_PENDING_MAX`` rows; beyond that it is refused with 429 + Retry-After."""
         kind, value = parse_score(body.score)
         fb = FeedbackIn(
             body.trace_id.lower(), kind, value, body.comment, body.source, body.feedback_id or uuid.uuid4().hex

@@ -9,9 +9,12 @@ With no admin token configured and no active token in the database, Vigil runs *
 every caller is the admin ``anonymous`` (a warning is logged at start-up). Creating the
 first token closes it.
 
-Sessions: the web UI exchanges a token for a cookie holding ``{token id, name, role, csrf,
-expiry}`` signed with HMAC-SHA256. The token's revocation is re-checked on every request
-(cached for :data:`CACHE_S`), so a revoked token's sessions end within seconds.
+Sessions: the web UI exchanges a token for a cookie holding ``{session id, token id, name, role,
+csrf, expiry}`` signed with HMAC-SHA256. The session is also stored server-side (``ui_sessions``,
+the SHA-256 of its random id): logout ends the row, revoking a token ends every session of it, and
+a cookie opens nothing once its row is ended, even when copied before. Both checks are re-done on
+every request (cached for :data:`CACHE_S`; the process that ends a session drops its cache, other
+replicas see it within that time).
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from review_queue.errors import InvalidInputError, NotFoundError
+from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 from review_queue.model import Principal, Role
 from review_queue.store import guard
-from review_queue.tables import api_tokens
+from review_queue.tables import api_tokens, ui_sessions
 
 __all__ = ["CACHE_S", "Authenticator", "SessionSigner", "TokenStore", "hash_token"]
 
@@ -57,18 +60,31 @@ class TokenStore:
         engine: the store's engine.
         clock: Unix epoch seconds.
         retry_after_s: ``retry_after`` of :class:`~review_queue.errors.StoreUnavailableError`.
+        admin_configured: ``VIGIL_ADMIN_TOKEN`` is set. Without it, no change may leave active tokens
+            but no active admin one (that would lock everyone out of token management): the first
+            token made in open mode must be an admin one, and the last admin token cannot be revoked
+            while other tokens are active (revoking every token returns to open mode).
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time, retry_after_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_after_s: float = 2.0,
+        admin_configured: bool = False,
+    ) -> None:
         self._engine = engine
         self._clock = clock
         self._retry_after = retry_after_s
+        self._admin_configured = admin_configured
 
     def create(self, name: str, role: Role | str) -> tuple[str, dict[str, Any]]:
         """Create a token; returns ``(secret, record)``. The secret is not stored and cannot be shown again.
 
         Raises:
             InvalidInputError: empty or too long name, or an unknown role.
+            ConflictError: no admin token is active or configured and ``role`` is not admin (see the class).
         """
         name = name.strip()
         if not name or len(name) > 128:
@@ -86,6 +102,11 @@ class TokenStore:
             "created_at": self._clock(),
         }
         with guard("token_create", self._retry_after), self._engine.begin() as conn:
+            if role is not Role.ADMIN and not self._admin_configured and not self._admin_left(conn, ()):
+                raise ConflictError(
+                    f"refusing to create a {role.value} token while no admin token exists: nobody could manage "
+                    "tokens any more; create an admin token first (--role admin) or set VIGIL_ADMIN_TOKEN"
+                )
             token_id = conn.execute(sa.insert(api_tokens).values(row).returning(api_tokens.c.id)).scalar_one()
         return secret, self._record({**row, "id": token_id, "last_used_at": None, "revoked_at": None})
 
@@ -100,17 +121,67 @@ class TokenStore:
 
         Raises:
             NotFoundError: no active token matches.
+            ConflictError: it would leave active tokens but no admin one (see the class).
         """
         if isinstance(ident, int) or str(ident).isdigit():
             match = api_tokens.c.id == int(ident)
         else:
             match = api_tokens.c.name == str(ident)
-        stmt = sa.update(api_tokens).where(match, api_tokens.c.revoked_at.is_(None)).values(revoked_at=self._clock())
+        now = self._clock()
         with guard("token_revoke", self._retry_after), self._engine.begin() as conn:
-            count = conn.execute(stmt).rowcount
-        if not count:
+            active = sa.select(api_tokens.c.id).where(match, api_tokens.c.revoked_at.is_(None))
+            ids = list(conn.execute(active).scalars())
+            if ids and not self._admin_configured and self._others_left(conn, ids) and not self._admin_left(conn, ids):
+                raise ConflictError(
+                    "refusing to revoke the last admin token while other tokens are active: nobody could manage "
+                    "tokens any more; create another admin token first or set VIGIL_ADMIN_TOKEN"
+                )
+            if ids:
+                conn.execute(sa.update(api_tokens).where(api_tokens.c.id.in_(ids)).values(revoked_at=now))
+                conn.execute(
+                    sa.update(ui_sessions)
+                    .where(ui_sessions.c.token_id.in_(ids), ui_sessions.c.ended_at.is_(None))
+                    .values(ended_at=now)
+                )
+        if not ids:
             raise NotFoundError(f"no active token {ident!r}")
-        return int(count)
+        return len(ids)
+
+    def open_session(self, session_id: str, principal: Principal, expires_at: float) -> None:
+        """Store a new UI session (its id's SHA-256); sessions expired for a day are deleted on the way."""
+        now = self._clock()
+        row = {
+            "id_hash": hash_token(session_id),
+            "token_id": principal.token_id,
+            "name": principal.name,
+            "role": principal.role.value,
+            "created_at": now,
+            "expires_at": expires_at,
+            "ended_at": None,
+        }
+        with guard("session_open", self._retry_after), self._engine.begin() as conn:
+            conn.execute(sa.delete(ui_sessions).where(ui_sessions.c.expires_at < now - 86_400))
+            conn.execute(sa.insert(ui_sessions).values(row))
+
+    def session_active(self, session_id: str) -> bool:
+        """Whether the UI session exists, has not ended and has not expired."""
+        query = sa.select(ui_sessions.c.id_hash).where(
+            ui_sessions.c.id_hash == hash_token(session_id),
+            ui_sessions.c.ended_at.is_(None),
+            ui_sessions.c.expires_at > self._clock(),
+        )
+        with guard("session_active", self._retry_after), self._engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
+    def end_session(self, session_id: str) -> None:
+        """End a UI session (logout); nothing when it is unknown or already ended."""
+        stmt = (
+            sa.update(ui_sessions)
+            .where(ui_sessions.c.id_hash == hash_token(session_id), ui_sessions.c.ended_at.is_(None))
+            .values(ended_at=self._clock())
+        )
+        with guard("session_end", self._retry_after), self._engine.begin() as conn:
+            conn.execute(stmt)
 
     def lookup(self, secret: str) -> Principal | None:
         """The principal of an active token, or ``None`` (unknown or revoked)."""
@@ -132,6 +203,18 @@ class TokenStore:
         query = sa.select(api_tokens.c.id).where(api_tokens.c.revoked_at.is_(None)).limit(1)
         with guard("token_any", self._retry_after), self._engine.connect() as conn:
             return conn.execute(query).first() is not None
+
+    @staticmethod
+    def _admin_left(conn: sa.Connection, excluding: Sequence[int]) -> bool:
+        query = sa.select(api_tokens.c.id).where(
+            api_tokens.c.revoked_at.is_(None), api_tokens.c.role == Role.ADMIN.value, api_tokens.c.id.not_in(excluding)
+        )
+        return conn.execute(query.limit(1)).first() is not None
+
+    @staticmethod
+    def _others_left(conn: sa.Connection, excluding: Sequence[int]) -> bool:
+        query = sa.select(api_tokens.c.id).where(api_tokens.c.revoked_at.is_(None), api_tokens.c.id.not_in(excluding))
+        return conn.execute(query.limit(1)).first() is not None
 
     @staticmethod
     def _record(row: Any) -> dict[str, Any]:
@@ -183,6 +266,18 @@ class Authenticator:
             return self._admin is not None and admin_fingerprint == self.admin_fingerprint
         return bool(self._cached(f"a:{token_id}", lambda: self.tokens.active(token_id)))
 
+    def session_active(self, session_id: object) -> bool:
+        """Whether the server-side session ``session_id`` is still open (``False`` for a cookie without one)."""
+        if not isinstance(session_id, str) or not session_id:
+            return False
+        return bool(self._cached("s:" + hash_token(session_id), lambda: self.tokens.session_active(session_id)))
+
+    def end_session(self, session_id: object) -> None:
+        """End a server-side session (logout) and drop the cache, so this process refuses it at once."""
+        if isinstance(session_id, str) and session_id:
+            self.tokens.end_session(session_id)
+        self.forget()
+
     def ingest_allowed(self, secret: str) -> bool:
         """The OTLP ingest check: a token of role ``ingest`` or ``admin``."""
         found = self.principal(secret)
@@ -226,6 +321,7 @@ class SessionSigner:
     def issue(self, principal: Principal, admin_fingerprint: str | None = None) -> tuple[str, dict[str, Any]]:
         """A new session for ``principal``: ``(cookie value, payload)`` with a fresh CSRF token."""
         payload = {
+            "sid": secrets.token_urlsafe(32),
             "tid": principal.token_id,
             "name": principal.name,
             "role": principal.role.value,

@@ -28,5 +28,13 @@ class ConflictError(ReviewQueueError):
     """The item is not in a state that allows the operation (not yours, already done, reviewed twice)."""
 
 
+class OverCapacityError(ReviewQueueError):
+    """A bounded backlog is full; the request was refused (HTTP 429), retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float = 60.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class InvalidInputError(ReviewQueueError, ValueError):
     """A verdict, feedback or token request is malformed (unknown category, bad score, bad role)."""

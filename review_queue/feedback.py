@@ -13,6 +13,12 @@ Feedback may arrive before the run is scored or long after:
 Each feedback row is joined once its run exists (``joined_at``); :meth:`FeedbackStore.join_pending`
 sweeps rows whose run appeared after they did, which closes the race between a feedback
 write and a concurrent run write on PostgreSQL. Idempotent on the client's feedback id.
+
+Feedback for a trace id that is not (yet) a stored run is **held, within bounds**: at most
+``pending_max`` unjoined rows (:data:`DEFAULT_PENDING_MAX`; beyond it, new feedback for unknown runs
+is refused with :class:`~review_queue.errors.OverCapacityError`, counted ``pending_full``), each for at
+most ``pending_s`` (:data:`DEFAULT_PENDING_S`; :meth:`FeedbackStore.expire_pending` then deletes it,
+counted ``expired``). So no caller can grow the database without bound with made-up trace ids.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import structlog
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from review_queue.errors import InvalidInputError
+from review_queue.errors import InvalidInputError, OverCapacityError
 from review_queue.model import FeedbackIn
 from review_queue.snapshot import SNAPSHOT_VERSION
 from review_queue.store import guard, write_transaction
@@ -40,6 +46,13 @@ log = structlog.get_logger(__name__)
 
 JOIN_BATCH = 200
 """Feedback rows joined per sweep transaction."""
+
+DEFAULT_PENDING_MAX = 10_000
+"""Unjoined feedback rows (their run not stored yet) held at most; the default of ``VIGIL_FEEDBACK_PENDING_MAX``."""
+
+DEFAULT_PENDING_S = 3600.0
+"""Seconds unjoined feedback waits for its run before it is dropped; the default of ``VIGIL_FEEDBACK_PENDING_S``
+(runs are scored within ``max_idle_s`` + the quiet period of their first span, 300 s by default)."""
 
 
 def parse_score(score: object) -> tuple[str, float]:
@@ -102,6 +115,10 @@ class FeedbackStore:
         on_received: ``(source, kind)`` called once per new (non-duplicate) feedback, for metrics.
         redact: applied to the user's comment before it is stored (the run redactor's ``text``).
         retry_after_s: ``retry_after`` of :class:`~review_queue.errors.StoreUnavailableError`.
+        pending_max: unjoined feedback rows held at most (0: no feedback for unknown runs is held).
+        pending_s: seconds unjoined feedback waits for its run.
+        on_refused: ``(reason)`` called per refused feedback, for metrics.
+        on_dropped: ``(reason, count)`` called when held feedback is dropped, for metrics.
     """
 
     def __init__(
@@ -114,8 +131,16 @@ class FeedbackStore:
         on_received: Callable[[str, str], None] | None = None,
         redact: Callable[[str], str] | None = None,
         retry_after_s: float = 2.0,
+        pending_max: int = DEFAULT_PENDING_MAX,
+        pending_s: float = DEFAULT_PENDING_S,
+        on_refused: Callable[[str], None] | None = None,
+        on_dropped: Callable[[str, int], None] | None = None,
     ) -> None:
         self._engine = engine
+        self._pending_max = pending_max
+        self._pending_s = pending_s
+        self._on_refused = on_refused
+        self._on_dropped = on_dropped
         self._redact = redact
         self._rules = tuple(rules)
         self._priorities = {rule.name: rule.priority for rule in rules}
@@ -131,6 +156,7 @@ class FeedbackStore:
 
         Raises:
             StoreUnavailableError: the database cannot be reached.
+            OverCapacityError: the run is not stored and ``pending_max`` feedback rows already wait for theirs.
         """
         row = {
             "feedback_id": fb.feedback_id,
@@ -144,6 +170,14 @@ class FeedbackStore:
         }
         stmt = self._insert(feedback).values(row).on_conflict_do_nothing(index_elements=["feedback_id"])
         with guard("feedback", self._retry_after), self._engine.connect() as conn, write_transaction(conn):
+            if self._backlog_full(conn, fb):
+                if self._on_refused is not None:
+                    self._on_refused("pending_full")
+                raise OverCapacityError(
+                    f"run {fb.trace_id} is not stored and {self._pending_max} feedback already wait for "
+                    "their runs; retry once the run is scored",
+                    retry_after=min(self._pending_s, 60.0),
+                )
             inserted = conn.execute(stmt.returning(feedback.c.id)).first() is not None
             stored_trace = conn.execute(
                 sa.select(feedback.c.trace_id).where(feedback.c.feedback_id == fb.feedback_id)
@@ -154,6 +188,35 @@ class FeedbackStore:
         result = FeedbackResult(feedback_id=fb.feedback_id, trace_id=stored_trace, duplicate=not inserted)
         result.update(joined=flag is not False, flag=None if flag is False else flag)
         return result
+
+    def expire_pending(self) -> int:
+        """Delete feedback that waited ``pending_s`` for a run that never came; returns how many.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        cutoff = self._clock() - self._pending_s
+        stale = sa.and_(
+            feedback.c.joined_at.is_(None),
+            feedback.c.created_at < cutoff,
+            ~sa.exists().where(runs.c.trace_id == feedback.c.trace_id),
+        )
+        with guard("feedback_expire", self._retry_after), self._engine.connect() as conn, write_transaction(conn):
+            dropped = int(conn.execute(sa.delete(feedback).where(stale)).rowcount or 0)
+        if dropped:
+            log.info("feedback_expired", rows=dropped, waited_s=self._pending_s)
+            if self._on_dropped is not None:
+                self._on_dropped("expired", dropped)
+        return dropped
+
+    def _backlog_full(self, conn: sa.Connection, fb: FeedbackIn) -> bool:
+        """Whether ``fb`` is new feedback for a run not stored while ``pending_max`` rows already wait."""
+        if conn.execute(sa.select(feedback.c.id).where(feedback.c.feedback_id == fb.feedback_id)).first():
+            return False  # a retry of stored feedback: answered as a duplicate
+        if conn.execute(sa.select(runs.c.trace_id).where(runs.c.trace_id == fb.trace_id)).first():
+            return False
+        waiting = sa.select(feedback.c.id).where(feedback.c.joined_at.is_(None)).limit(self._pending_max).subquery()
+        return int(conn.execute(sa.select(sa.func.count()).select_from(waiting)).scalar_one()) >= self._pending_max
 
     def summaries(self, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The ``feedback`` rule variable of every run in ``trace_ids`` that has feedback.

@@ -1,4 +1,5 @@
-"""Background upkeep of the review queue: lapsed leases back to pending, late feedback joined to runs.
+"""Background upkeep of the review queue: lapsed leases back to pending, late feedback joined to runs
+(or dropped when its run never came).
 
 Claims expire lazily anyway (every claim first returns lapsed leases), and feedback is joined
 when it arrives; this loop covers the quiet cases — nobody claiming, or a run that was written
@@ -35,9 +36,12 @@ class Maintenance:
         self._periodic = Periodic("vigil-review-maintenance", self.tick, interval_s, event="review_maintenance_failed")
 
     def tick(self) -> tuple[int, int]:
-        """One pass: ``(leases expired, runs re-evaluated with feedback)``; (0, 0) while the database is down."""
+        """One pass: ``(leases expired, runs re-evaluated with feedback)``; (0, 0) while the database is down.
+        Feedback that waited too long for its run is dropped on the way."""
         try:
-            return self._workbench.expire_leases(), self._feedback.join_pending()
+            joined = self._feedback.join_pending()
+            self._feedback.expire_pending()
+            return self._workbench.expire_leases(), joined
         except StoreUnavailableError as exc:
             log.warning("review_maintenance_skipped", error=str(exc))
             return 0, 0

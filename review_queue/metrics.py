@@ -4,6 +4,7 @@ Counters (updated by the workbench and the feedback store in this process):
 ``vigil_review_verdicts_total{agent,verdict}``, ``vigil_review_claims_total``,
 ``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``,
 ``vigil_task_completions_revoked_total{agent,source}`` (a failing verdict on a completed run).
+``vigil_feedback_refused_total{reason}``, ``vigil_feedback_dropped_total{reason}``.
 
 Scrape-time gauges (one ``GROUP BY`` each per scrape, never stale, shared by every replica):
 ``vigil_review_items{state,priority}``, ``vigil_review_oldest_pending_age_seconds{priority}``,
@@ -76,6 +77,15 @@ class ReviewMetrics(ReviewObserver):
             "vigil_feedback_received", "User feedback received (duplicates excluded).", ["source", "kind"],
             registry=registry,
         )  # fmt: skip
+        self.feedback_refused = Counter(
+            "vigil_feedback_refused", "User feedback refused (HTTP 429), by reason.", ["reason"], registry=registry
+        )
+        self.feedback_dropped = Counter(
+            "vigil_feedback_dropped", "Held user feedback deleted unjoined, by reason.", ["reason"], registry=registry
+        )
+        for reason in ("pending_full",):
+            self.feedback_refused.labels(reason)
+        self.feedback_dropped.labels("expired")
 
     def claimed(self) -> None:
         """Count a claim."""
@@ -96,6 +106,14 @@ class ReviewMetrics(ReviewObserver):
     def feedback_received(self, source: str, kind: str) -> None:
         """Count a new feedback."""
         self.feedback.labels(self._source(source), kind).inc()
+
+    def feedback_refused_once(self, reason: str) -> None:
+        """Count a refused feedback."""
+        self.feedback_refused.labels(reason).inc()
+
+    def feedback_dropped_rows(self, reason: str, count: int) -> None:
+        """Count held feedback dropped."""
+        self.feedback_dropped.labels(reason).inc(count)
 
 
 class QueueCollector(Collector):

@@ -37,12 +37,12 @@ class RedactingSink:
 
     def _redact(self, scored: ScoredRun) -> ScoredRun:
         run = scored.run
-        redactor = self._redactor
+        evidence = self._redactor.evidence(scored.evidence)
         if scored.flag is not None:
-            return dataclasses.replace(scored, run=redactor.run(run), evidence=redactor.evidence(scored.evidence))
-        if run.error_type or run.evidence:
-            kept = dataclasses.replace(
-                run, error_type=redactor.maybe(run.error_type), evidence=redactor.evidence(run.evidence)
+            return dataclasses.replace(scored, run=self._redactor.run(run), evidence=evidence)
+        if run.error_type or run.evidence or scored.evidence:
+            plain = dataclasses.replace(
+                run, error_type=self._redactor.maybe(run.error_type), evidence=self._redactor.evidence(run.evidence)
             )
-            return dataclasses.replace(scored, run=kept)
+            return dataclasses.replace(scored, run=plain, evidence=evidence)
         return scored

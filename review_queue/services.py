@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from review_queue.access import Access, random_secret
 from review_queue.auth import Authenticator, SessionSigner, TokenStore
-from review_queue.feedback import FeedbackStore
+from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S, FeedbackStore
 from review_queue.metrics import ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.store import SqlStore
@@ -59,6 +59,8 @@ def build_services(
     redact: Callable[[str], str] | None = None,
     clock: Callable[[], float] = time.time,
     slo: SloConfig | None = None,
+    feedback_pending_max: int = DEFAULT_PENDING_MAX,
+    feedback_pending_s: float = DEFAULT_PENDING_S,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
 
@@ -75,6 +77,8 @@ def build_services(
         redact: applied to feedback comments before they are stored.
         clock: Unix epoch seconds.
         slo: the quality targets (the defaults when omitted).
+        feedback_pending_max: feedback rows held for runs not stored yet, at most.
+        feedback_pending_s: seconds such feedback waits for its run.
     """
     retry = store.retry_after_s
     observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
@@ -89,8 +93,12 @@ def build_services(
         on_received=metrics.feedback_received if metrics is not None else None,
         redact=redact,
         retry_after_s=retry,
+        pending_max=feedback_pending_max,
+        pending_s=feedback_pending_s,
+        on_refused=metrics.feedback_refused_once if metrics is not None else None,
+        on_dropped=metrics.feedback_dropped_rows if metrics is not None else None,
     )
-    tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry)
+    tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry, admin_configured=admin_token is not None)
     access = Access(
         Authenticator(tokens, admin_token),
         SessionSigner(session_secret or random_secret(), clock=clock),

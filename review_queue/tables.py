@@ -23,6 +23,7 @@ __all__ = [
     "review_verdicts",
     "run_details",
     "runs",
+    "ui_sessions",
 ]
 
 JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -230,3 +231,20 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", sa.Double(), nullable=True),
 )
 """API tokens: SHA-256 of the secret, never the secret; ``revoked_at`` set on revocation."""
+
+ui_sessions = sa.Table(
+    "ui_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(64), primary_key=True),
+    sa.Column("token_id", _ID_TYPE, nullable=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("expires_at", sa.Double(), nullable=False),
+    sa.Column("ended_at", sa.Double(), nullable=True),
+    sa.Index("ix_ui_sessions_token", "token_id"),
+    sa.Index("ix_ui_sessions_expires", "expires_at"),
+)
+"""Reviewer UI sessions (migration ``0007``): SHA-256 of the random session id the signed cookie
+carries, never the id; ``ended_at`` set on logout and when the session's token is revoked.
+A cookie whose row is missing, ended or expired opens nothing, even if its signature is good."""

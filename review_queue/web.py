@@ -109,16 +109,16 @@ def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
         if principal.role is Role.INGEST:
             return RedirectResponse("/login?error=ingest", status_code=303)
         response = RedirectResponse("/queue", status_code=303)
-        access.issue(response, principal)
+        await run_in_threadpool(access.issue, response, principal)
         response.delete_cookie(LOGIN_CSRF_COOKIE)
         return response
 
     anyone = Depends(access.require_page(*Role))
 
     @app.post("/logout", include_in_schema=False)
-    def logout(who: Principal = anyone) -> RedirectResponse:
+    def logout(request: Request, who: Principal = anyone) -> RedirectResponse:
         response = RedirectResponse("/login", status_code=303)
-        access.end(response)
+        access.end(response, request.state.caller.session)
         return response
 
 
@@ -219,7 +219,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             **_run_view(services, item["trace_id"], snapshot, run),
             "verdicts": bench.verdicts(item_id, who),
-            "events": bench.events(item_id),
+            "events": bench.events(item_id, who),
             "feedback": services.feedback.for_run(item["trace_id"]),
             "categories": bench.categories,
             "holding": item["state"] == ItemState.CLAIMED.value and item["claimed_by"] == who.name,

@@ -266,14 +266,24 @@ class Workbench:
                 query = query.where(review_verdicts.c.reviewer == viewer.name)
             return [_verdict_dict(v) for v in conn.execute(query.order_by(review_verdicts.c.id)).mappings()]
 
-    def events(self, item_id: int) -> list[dict[str, Any]]:
-        """The audit trail of an item, oldest first."""
+    def events(self, item_id: int, viewer: Principal) -> list[dict[str, Any]]:
+        """The audit trail of an item that ``viewer`` may see, oldest first.
+
+        Blind review, as :meth:`verdicts`: until the item is done, a non-admin sees the other
+        reviewers' ``verdict`` events without their verdict (``detail`` keeps only the item's state
+        and ``blind: true``); their own events and every other action are shown whole.
+        """
         with guard("events", self._retry_after), self._engine.connect() as conn:
+            row = self._item(conn, item_id)
+            blind = row["state"] != ItemState.DONE.value and viewer.role is not Role.ADMIN
             query = sa.select(review_events).where(review_events.c.item_id == item_id).order_by(review_events.c.id)
-            return [
-                {"actor": e["actor"], "action": e["action"], "detail": e["detail"], "at": e["at"]}
-                for e in conn.execute(query).mappings()
-            ]
+            found = []
+            for e in conn.execute(query).mappings():
+                detail = e["detail"]
+                if blind and e["action"] == "verdict" and e["actor"] != viewer.name:
+                    detail = {"state": (detail or {}).get("state"), "blind": True}
+                found.append({"actor": e["actor"], "action": e["action"], "detail": detail, "at": e["at"]})
+            return found
 
     def item(self, item_id: int) -> dict[str, Any]:
         """The item's queue fields (no snapshot).

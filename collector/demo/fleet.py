@@ -177,6 +177,7 @@ class DemoFleet:
             protocol=self.protocol,
             headers=self.headers,
             capture_content=self.capture_content,
+            set_global=False,  # every span has its provider passed in; never trace the host process
         )
         fake = _BoundedFake({s.name: s.turns for s in scenarios(self.seed)}).start()
         client = latency_client(fake.base_url, self.pace, self.seed, sleep=self._stop.wait)
@@ -196,6 +197,8 @@ class DemoFleet:
             pool.shutdown(wait=True, cancel_futures=True)
             tracing.force_flush()
             tracing.shutdown()
+            if tracing.export_counts is not None:
+                self.stats.exports(tracing.export_counts.exported, tracing.export_counts.failed)
             client.close()
             fake.shutdown()
             log.info("demo_stopped", summary=self.stats.summary())

@@ -39,6 +39,8 @@ class FleetStats:
         self._sent: Counter[Kind] = Counter()
         self._done: Counter[Kind] = Counter()
         self._raised = 0
+        self.spans_exported = 0
+        self.spans_failed = 0
 
     def restart(self) -> None:
         """Restart the clock the rate is measured from (counts are kept)."""
@@ -57,6 +59,11 @@ class FleetStats:
             self._done[kind] += 1
             self._raised += raised
 
+    def exports(self, exported: int, failed: int) -> None:
+        """Record the spans the exporter delivered and the spans it failed to (at the end)."""
+        with self._lock:
+            self.spans_exported, self.spans_failed = exported, failed
+
     def snapshot(self) -> tuple[dict[Kind, int], dict[Kind, int], int, float]:
         """``(sent by kind, done by kind, runs that raised, seconds since start)``."""
         with self._lock:
@@ -74,7 +81,8 @@ class FleetStats:
         kinds = ", ".join(f"{k.value} {n}" for k, n in sorted(sent.items(), key=lambda kv: -kv[1]))
         return (
             f"{sum(sent.values())} runs sent at {self.rate():.2f}/s, {sum(done.values())} finished "
-            f"({raised} raised) in {elapsed:.1f} s: {kinds}"
+            f"({raised} raised) in {elapsed:.1f} s: {kinds}; spans exported {self.spans_exported}, "
+            f"failed {self.spans_failed}"
         )
 
     def table(self) -> Group:

@@ -9,19 +9,59 @@ official OpenAI instrumentation (``opentelemetry-instrumentation-genai-openai``)
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import structlog
 from opentelemetry import trace
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from collector.instrument import spans
 from collector.instrument.config import GRPC, ExportSettings, resource_from_env
-from collector.instrument.content import capture_from_env
+from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, capture_from_env
 
 log = structlog.get_logger(__name__)
+
+
+class ExportCounts(SpanExporter):
+    """Wraps an exporter and counts the spans it exported and the spans whose export failed.
+
+    Attributes:
+        exported: spans the wrapped exporter reported exported.
+        failed: spans of failed exports (the SDK logs and drops them).
+    """
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+        self._lock = threading.Lock()
+        self.exported = 0
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Export through the wrapped exporter and count the outcome (an exception counts as a failure)."""
+        result = SpanExportResult.FAILURE
+        try:
+            result = self._exporter.export(spans)
+        finally:
+            self._count(result, len(spans))
+        return result
+
+    def _count(self, result: SpanExportResult, spans: int) -> None:
+        with self._lock:
+            if result is SpanExportResult.SUCCESS:
+                self.exported += spans
+            else:
+                self.failed += spans
+
+    def shutdown(self) -> None:
+        """Shut the wrapped exporter down."""
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the wrapped exporter."""
+        return self._exporter.force_flush(timeout_millis)
 
 
 class VigilTracing:
@@ -34,6 +74,7 @@ class VigilTracing:
         settings: the resolved exporter and batch settings (the OTLP part unused when an
             exporter was passed in).
         capture_content: whether the helpers record content.
+        export_counts: spans exported and spans whose export failed so far.
     """
 
     def __init__(
@@ -46,8 +87,10 @@ class VigilTracing:
         capture_content: bool,
         previous: spans.Defaults | None,
         instrumented_openai: bool = False,
+        export_counts: ExportCounts | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
+        self.export_counts = export_counts
         self.settings = settings
         self.capture_content = capture_content
         self._processor = processor
@@ -120,6 +163,7 @@ def vigil_setup(
     tracer_provider: TracerProvider | None = None,
     exporter: SpanExporter | None = None,
     environ: Mapping[str, str] | None = None,
+    set_global: bool = True,
 ) -> VigilTracing:
     """Send this process's agent spans to Vigil over OTLP.
 
@@ -148,6 +192,10 @@ def vigil_setup(
         exporter: export with this exporter instead of OTLP (tests, a console exporter);
             still behind the batch processor.
         environ: the environment to read (default ``os.environ``); tests pass a dict.
+        set_global: make the new provider the global one when none is set yet (so third-party
+            instrumentors pick it up). ``vigil run --demo`` passes False: in Vigil's own process a
+            global provider would let libraries that trace by default (FastAPI's telemetry) send
+            Vigil's own requests to its receiver.
 
     Returns:
         The set-up tracing, with ``tracer_provider``, ``force_flush()`` and ``shutdown()``.
@@ -155,22 +203,30 @@ def vigil_setup(
     Raises:
         SettingsError: an ``OTEL_*`` variable or argument has an unsupported value.
 
-    The global tracer provider is set to the new provider only if none is set yet (so
-    third-party instrumentors pick it up); the helpers use it either way. The
+    The global tracer provider is set to the new provider only if none is set yet and
+    ``set_global`` (so third-party instrumentors pick it up); the helpers use it either way. The
     ``BatchSpanProcessor`` honours ``OTEL_BSP_*``; the SDK registers an ``atexit`` flush.
     """
     environ = os.environ if environ is None else environ
     capture = capture_from_env(environ) if capture_content is None else capture_content
+    if environ.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, "").strip().lower() == "true":
+        log.warning(
+            "capture_content_true_ignored_by_openai_instrumentation",
+            hint=f"set {OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT}=span_only: the OpenAI "
+            "instrumentation records no prompt or answer with 'true'",
+        )
     settings = ExportSettings.from_env(environ, endpoint=endpoint, protocol=protocol, headers=headers)
     processor: SpanProcessor
+    counts: ExportCounts | None = None
     if tracer_provider is None and exporter is None and _EVAL_PROVIDER:
         tracer_provider, processor = _EVAL_PROVIDER[0], SpanProcessor()  # it already exports (vigil eval run)
     else:
-        processor = _batch_processor(exporter if exporter is not None else _otlp_exporter(settings), settings)
+        counts = ExportCounts(exporter if exporter is not None else _otlp_exporter(settings))
+        processor = _batch_processor(counts, settings)
     owns = tracer_provider is None
     provider = tracer_provider or TracerProvider(resource=resource_from_env(environ, service_name))
     provider.add_span_processor(processor)
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)
     previous = spans.configure(provider, capture)
     instrumented = _instrument_openai(provider) if instrument_openai else False
@@ -182,6 +238,7 @@ def vigil_setup(
         capture_content=capture,
         previous=previous,
         instrumented_openai=instrumented,
+        export_counts=counts,
     )
     log.debug("vigil_tracing_set_up", settings=repr(settings), capture_content=capture)
     return tracing

@@ -193,10 +193,18 @@ def pipeline_row(g: Layout) -> None:
     )
     g.add(
         timeseries(
-            "Drops",
-            [target(f"sum by (stage, reason) (rate(vigil_dropped_total{{{ENV}}}[{RI}]))", "{{stage}} {{reason}}")],
+            "Drops and refusals",
+            [
+                target(
+                    f"sum by (stage, reason) (rate(vigil_dropped_total{{{ENV}}}[{RI}]))", "lost {{stage}} {{reason}}"
+                ),
+                target(
+                    f"sum by (stage, reason) (rate(vigil_refused_total{{{ENV}}}[{RI}]))", "refused {{stage}} {{reason}}"
+                ),
+            ],
             "ops",
-            "Spans refused by a bounded buffer (lost).",
+            "Spans lost after they were accepted (dropped), and spans refused with 503 + Retry-After after"
+            " decoding (refused: the senders retry them).",
         ),
         6,
     )

@@ -105,6 +105,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         doc = {"endpoint": endpoint, "seed": args.seed, "runs": [asdict(r) for r in runs]}
         args.truth.write_text(json.dumps(doc, indent=1) + "\n")
     print(fleet.stats.summary(), file=sys.stderr)
+    stats = fleet.stats
+    if stats.spans_failed or (runs and not stats.spans_exported):
+        total = stats.spans_failed + stats.spans_exported
+        print(f"vigil demo: {stats.spans_failed} of {total} spans could not be exported to {endpoint}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -221,11 +226,13 @@ def _review_store(args: argparse.Namespace) -> SqlStore:
 
 
 def _cmd_tokens(args: argparse.Namespace) -> int:
+    from review_queue.app.settings import Settings
     from review_queue.auth import TokenStore
-    from review_queue.errors import InvalidInputError, NotFoundError
+    from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
 
     store = _review_store(args)
-    tokens = TokenStore(store.engine)
+    admin_configured = Settings.load(config_file=args.config).admin_token is not None
+    tokens = TokenStore(store.engine, admin_configured=admin_configured)
     try:
         if args.tokens_command == "create":
             secret, record = tokens.create(args.name, args.role)
@@ -243,7 +250,7 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
         else:
             count = tokens.revoke(args.token)
             print(f"revoked {count} token(s)", file=sys.stderr)
-    except (InvalidInputError, NotFoundError) as exc:
+    except (InvalidInputError, NotFoundError, ConflictError) as exc:
         print(f"vigil tokens: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -443,30 +450,18 @@ def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     explain.set_defaults(func=_cmd_explain)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of ``vigil``."""
-    p = argparse.ArgumentParser(prog="vigil", description="Observability and review sidecar for LLM agents.")
-    p.add_argument("--config", default=None, help="YAML config file (default $VIGIL_CONFIG or ./vigil.yaml)")
-    sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="everything in one process on SQLite (receivers, scorers, API, /metrics)")
-    run.add_argument("--demo", action="store_true", help="also run the demo agent fleet against this Vigil")
-    run.add_argument("--demo-rate", type=_positive, default=2.0, help="demo runs per second (default 2)")
-    run.set_defaults(func=_cmd_run)
-    demo = sub.add_parser("demo", help="send simulated agent runs (a realistic good/bad mix) to an OTLP endpoint")
-    demo.add_argument("--endpoint", help="OTLP endpoint (default http://127.0.0.1:4318, :4317 for grpc)")
-    demo.add_argument("--protocol", choices=("http/protobuf", "grpc"), default="http/protobuf")
-    demo.add_argument("--rate", type=_positive, default=5.0, help="runs started per second (default 5)")
-    limit = demo.add_mutually_exclusive_group()
-    limit.add_argument("--duration", type=_positive, default=None, help="seconds to send for (default: until Ctrl-C)")
-    limit.add_argument("--runs", type=int, default=None, help="number of runs to send")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the run sequence (default 0)")
-    demo.add_argument("--pace", type=float, default=1.0, help="latency multiplier, 0 = no simulated latency")
-    demo.add_argument("--truth", type=Path, default=None, help="write every run's ground truth to this JSON file")
-    demo.add_argument(
-        "--feedback-url", default=None, help="Vigil API base URL: POST users' thumbs-down to its feedback API"
-    )
-    demo.add_argument("--feedback-token", default=None, help="bearer token (role ingest) for --feedback-url")
-    demo.set_defaults(func=_cmd_demo)
+def _version() -> str:
+    """The installed distribution's version (``vigil-sidecar``), or ``unknown`` when run from a bare tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vigil-sidecar")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``vigil bench`` and its variants (spool, eval, judge, Kafka, overload)."""
     bench = sub.add_parser("bench", help="measure ingest and pipeline throughput and flag latency")
     bench.add_argument("--runs", type=int, default=20_000, help="runs per measurement")
     bench.add_argument("--repeat", type=int, default=5, help="repetitions (the median is reported)")
@@ -488,6 +483,34 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
     _add_overload_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``vigil``."""
+    p = argparse.ArgumentParser(prog="vigil", description="Observability and review sidecar for LLM agents.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--config", default=None, help="YAML config file (default $VIGIL_CONFIG or ./vigil.yaml)")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="everything in one process on SQLite (receivers, scorers, API, /metrics)")
+    run.add_argument("--demo", action="store_true", help="also run the demo agent fleet against this Vigil")
+    run.add_argument("--demo-rate", type=_positive, default=2.0, help="demo runs per second (default 2)")
+    run.set_defaults(func=_cmd_run)
+    demo = sub.add_parser("demo", help="send simulated agent runs (a realistic good/bad mix) to an OTLP endpoint")
+    demo.add_argument("--endpoint", help="OTLP endpoint (default http://127.0.0.1:4318, :4317 for grpc)")
+    demo.add_argument("--protocol", choices=("http/protobuf", "grpc"), default="http/protobuf")
+    demo.add_argument("--rate", type=_positive, default=5.0, help="runs started per second (default 5)")
+    limit = demo.add_mutually_exclusive_group()
+    limit.add_argument("--duration", type=_positive, default=None, help="seconds to send for (default: until Ctrl-C)")
+    limit.add_argument("--runs", type=int, default=None, help="number of runs to send")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the run sequence (default 0)")
+    demo.add_argument("--pace", type=float, default=1.0, help="latency multiplier, 0 = no simulated latency")
+    demo.add_argument("--truth", type=Path, default=None, help="write every run's ground truth to this JSON file")
+    demo.add_argument(
+        "--feedback-url", default=None, help="Vigil API base URL: POST users' thumbs-down to its feedback API"
+    )
+    demo.add_argument("--feedback-token", default=None, help="bearer token (role ingest) for --feedback-url")
+    demo.set_defaults(func=_cmd_demo)
+    _add_bench(sub)
     purge = sub.add_parser("purge", help="delete everything stored about given traces (deletion requests)")
     purge.add_argument("--trace-id", action="append", required=True, help="a trace id; repeat for several")
     purge.set_defaults(func=_cmd_purge)

@@ -33,6 +33,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.lifecycle import Components
+from review_queue.app.connections import (
+    DEFAULT_LIMITS,
+    SWEEP_TICKS,
+    ConnectionGuard,
+    ConnectionLimits,
+    HttpMetrics,
+    guarded_protocol,
+)
 from review_queue.errors import ReviewQueueError
 
 __all__ = [
@@ -73,10 +81,19 @@ class _Server(uvicorn.Server):
     accepted) and gives their handlers ``cancel_s`` to notice before cancelling them.
     """
 
-    def __init__(self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S) -> None:
+    def __init__(
+        self, config: uvicorn.Config, stop_grace_s: float = HTTP_STOP_GRACE_S, guard: ConnectionGuard | None = None
+    ) -> None:
         super().__init__(config)
         self.stop_grace_s = stop_grace_s
         self.cancel_s = stop_grace_s
+        self.guard = guard
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s), plus the connection limits' sweep."""
+        if self.guard is not None and counter % SWEEP_TICKS == 0:
+            self.guard.sweep(self.server_state.connections)
+        return await super().on_tick(counter)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -103,10 +120,32 @@ class _Server(uvicorn.Server):
                 task.cancel()
 
 
-def http_server(app: object, host: str, port: int, *, stop_grace_s: float = HTTP_STOP_GRACE_S) -> _Server:
-    """A uvicorn server for ``app`` with a bounded graceful stop (see :class:`_Server`)."""
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")  # type: ignore[arg-type]
-    return _Server(config, stop_grace_s)
+def http_server(
+    app: object,
+    host: str,
+    port: int,
+    *,
+    stop_grace_s: float = HTTP_STOP_GRACE_S,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
+    listener: str = "http",
+    metrics: HttpMetrics | None = None,
+) -> _Server:
+    """A uvicorn server for ``app`` with a bounded graceful stop (see :class:`_Server`) and the connection
+    limits of :mod:`review_queue.app.connections` (counted on ``metrics`` under ``listener``)."""
+    on_closed, on_open = metrics.listener(listener) if metrics is not None else (None, None)
+    guard = ConnectionGuard(limits, on_closed, on_open)
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        http=guarded_protocol(guard),
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+    )
+    return _Server(config, stop_grace_s, guard)
 
 
 class ListenError(ReviewQueueError):
@@ -146,6 +185,9 @@ class HttpServer:
         port: TCP port.
         loop: the event loop that serves it (start and shutdown are called from another thread).
         stop_grace_s: see :class:`_Server`.
+        limits: header/body timeouts, keep-alive and the connection cap (:mod:`review_queue.app.connections`).
+        listener: the ``listener`` label of its connection metrics (``api``, ``otlp_http``, ``probes``).
+        metrics: where its closed/open connections are counted.
     """
 
     def __init__(
@@ -156,8 +198,14 @@ class HttpServer:
         loop: asyncio.AbstractEventLoop,
         *,
         stop_grace_s: float = HTTP_STOP_GRACE_S,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+        listener: str = "http",
+        metrics: HttpMetrics | None = None,
     ) -> None:
-        self.server = http_server(app, host, port, stop_grace_s=stop_grace_s)
+        self.listener = listener
+        self.server = http_server(
+            app, host, port, stop_grace_s=stop_grace_s, limits=limits, listener=listener, metrics=metrics
+        )
         self._loop = loop
         self.future: concurrent.futures.Future[None] | None = None
 
@@ -167,14 +215,28 @@ class HttpServer:
         return self.server.stop_grace_s + self.server.cancel_s
 
     def start(self) -> None:
-        """Bind the listening socket now, then serve it on the loop.
+        """Bind the listening socket now, serve it on the loop, and wait until it listens (call it from
+        another thread than the loop's).
 
         Raises:
-            ListenError: the address cannot be bound (in use, not local, no permission): the role
-                stops before it logs that it started.
+            ListenError: the address cannot be bound (in use, not local, no permission), or the server
+                stopped before it listened: the role stops before it logs that it started.
         """
-        sock = bind_socket(self.server.config.host, self.server.config.port, self.server.config.backlog)
-        self.future = asyncio.run_coroutine_threadsafe(self.server.serve(sockets=[sock]), self._loop)
+        config = self.server.config
+        sock = bind_socket(config.host, config.port, config.backlog)
+        self.future = asyncio.run_coroutine_threadsafe(self._serve(sock), self._loop)
+        if not self.wait_listening():
+            raise self._listen_error()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        try:
+            await self.server.serve(sockets=[sock])
+        except SystemExit:  # uvicorn exits when it cannot serve; inside a task that would end the loop
+            raise self._listen_error() from None
+
+    def _listen_error(self) -> ListenError:
+        config = self.server.config
+        return ListenError(f"cannot listen on {config.host}:{config.port}: the HTTP {self.listener} server stopped")
 
     def wait_listening(self, poll_s: float = 0.05) -> bool:
         """Block until the server listens; False when it ended first."""
@@ -193,6 +255,8 @@ class HttpServer:
             self.future.result(timeout)
         except concurrent.futures.TimeoutError:
             return False
+        except ListenError:  # start() raised it already
+            return True
         except (Exception, concurrent.futures.CancelledError):
             log.exception("http_server_failed", port=self.server.config.port)
             return False
@@ -222,10 +286,21 @@ def probe_app(registry: CollectorRegistry, checks: Checks) -> Starlette:
     return Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)])
 
 
-def probe_server(host: str, port: int, registry: CollectorRegistry, checks: Checks) -> HttpServer:
+def probe_server(
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    checks: Checks,
+    *,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
+    metrics: HttpMetrics | None = None,
+) -> HttpServer:
     """The :func:`probe_app` server of a role, on the running loop, with the probes' short stop grace."""
     loop = asyncio.get_running_loop()
-    return HttpServer(probe_app(registry, checks), host, port, loop, stop_grace_s=PROBE_STOP_GRACE_S)
+    app = probe_app(registry, checks)
+    return HttpServer(
+        app, host, port, loop, stop_grace_s=PROBE_STOP_GRACE_S, limits=limits, listener="probes", metrics=metrics
+    )
 
 
 class GrpcServer:

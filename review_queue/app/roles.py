@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -38,11 +37,11 @@ from review_queue.app.components import (
     Checks,
     GrpcServer,
     HttpServer,
-    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.connections import HttpMetrics
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
 from review_queue.app.scoring import (
@@ -77,9 +76,12 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 
-def _probes(s: Settings, registry: CollectorRegistry, checks: Checks) -> HttpServer:
+def _probes(s: Settings, registry: CollectorRegistry, checks: Checks, metrics: HttpMetrics | None = None) -> HttpServer:
     """The role's ``/healthz``, ``/readyz`` and ``/metrics`` server on the metrics port."""
-    return probe_server(s.bind_host("metrics"), s.metrics_port, registry, checks)
+    metrics = metrics or HttpMetrics(registry)
+    return probe_server(
+        s.bind_host("metrics"), s.metrics_port, registry, checks, limits=s.connection_limits(), metrics=metrics
+    )
 
 
 # --- collector --------------------------------------------------------------------------
@@ -113,25 +115,26 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     )
     warn_open_ingest(s, ingest is not None)
     loop = asyncio.get_running_loop()
-    receiver = HttpServer(app, s.bind_host("otlp_http"), s.otlp_http_port, loop)
+    http_metrics = HttpMetrics(registry)
+    receiver = HttpServer(
+        app, s.bind_host("otlp_http"), s.otlp_http_port, loop,
+        limits=s.connection_limits(), listener="otlp_http", metrics=http_metrics,
+    )  # fmt: skip
     receivers: list[Component] = [receiver]
     stopping = threading.Event()
-    probes = _probes(s, registry, lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()})
+    checks = lambda: {"kafka": publisher.ready(), "accepting": not stopping.is_set()}  # noqa: E731
+    probes = _probes(s, registry, checks, http_metrics)
     if s.otlp_grpc_port:
-        try:
-            grpc_server = await create_grpc_server(
-                limited,
-                metrics,
-                host=s.bind_host("otlp_grpc"),
-                port=s.otlp_grpc_port,
-                max_message_bytes=s.max_body_bytes,
-                retry_after_s=s.retry_after_s,
-                ingest_token=ingest,
-            )
-        except RuntimeError as exc:  # grpc cannot bind the address
-            raise ListenError(
-                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
-            ) from exc
+        grpc_server = await create_grpc_server(
+            limited,
+            metrics,
+            host=s.bind_host("otlp_grpc"),
+            port=s.otlp_grpc_port,
+            max_message_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
+            handshake_timeout_s=s.http_header_timeout_s,
+        )
         receivers.append(GrpcServer(grpc_server, loop))
 
     def delay(timeout: float) -> bool:
@@ -163,18 +166,25 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
 # --- scorer -----------------------------------------------------------------------------
 
 
-def upgrade_with_retry(url: str, stop: Callable[[], bool] = lambda: False, max_wait_s: float = 10.0) -> None:
-    """Migrate the database, retrying with backoff while it is unreachable (until ``stop()``)."""
+def upgrade_with_retry(url: str, stop: threading.Event | None = None, max_wait_s: float = 10.0) -> None:
+    """Migrate the database, retrying with backoff while it is unreachable, until ``stop`` is set
+    (SIGTERM/SIGINT: the wait is cut short, so Ctrl-C never hangs on an unreachable database).
+
+    Raises:
+        StoreUnavailableError: ``stop`` was set while the database was still unreachable.
+    """
     backoff = 0.5
+    stop = stop or threading.Event()
     while True:
         try:
             upgrade_database(url)
             return
         except StoreUnavailableError as exc:
-            if stop():
+            if stop.is_set():
                 raise
             log.warning("database_unavailable", retry_in=backoff, error=str(exc))
-            time.sleep(backoff)
+            if stop.wait(backoff):
+                raise StoreUnavailableError(0, f"stopped while the database was unreachable: {exc}") from exc
             backoff = min(backoff * 2, max_wait_s)
 
 
@@ -256,10 +266,10 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     last written batches were submitted to them), the probes, the store.
     """
     registry = CollectorRegistry()
-    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    stop = StopSignal()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url, stop.stopping)
     role = build_scorer_role(s, registry)
     scorer = role.scorer
-    stop = StopSignal()
     probes = _probes(s, registry, lambda: {"consumer": scorer.healthy})
     c = Components()
     c.add("gc", Hooks(on_start=tune_gc))
@@ -324,16 +334,21 @@ async def serve_review(s: Settings) -> bool:
     Stop order: the API and probe servers, lease expiry and feedback joins, retention, the store.
     """
     registry = CollectorRegistry()
-    await asyncio.to_thread(upgrade_with_retry, s.database_url)
+    stop = StopSignal()
+    await asyncio.to_thread(upgrade_with_retry, s.database_url, stop.stopping)
     store = SqlStore(s.database_url)
     chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
     token = s.admin_token.get_secret_value() if s.admin_token else None
-    app = create_api_app(store, admin_token=token, ready=store.ping, services=services)
+    app = create_api_app(store, admin_token=token, ready=store.ping, services=services, self_telemetry=s.self_telemetry)
     refuse_open_api(s, services.access.auth.open())
-    api = HttpServer(app, s.bind_host("http"), s.http_port, asyncio.get_running_loop())
-    probes = _probes(s, registry, lambda: {"database": store.ping()})
+    http_metrics = HttpMetrics(registry)
+    api = HttpServer(
+        app, s.bind_host("http"), s.http_port, asyncio.get_running_loop(),
+        limits=s.connection_limits(), listener="api", metrics=http_metrics,
+    )  # fmt: skip
+    probes = _probes(s, registry, lambda: {"database": store.ping()}, http_metrics)
     retention = Retention(
         store.engine,
         days=s.retention_days,
@@ -349,7 +364,7 @@ async def serve_review(s: Settings) -> bool:
     c.add("maintenance", Maintenance(services.workbench, services.feedback), UPKEEP_STOP_S)
     c.add("http", Together(api, probes), max(api.stop_budget_s, probes.stop_budget_s))
     started = {"api": s.http_port, "metrics": s.metrics_port, "database": _redact(s.database_url)}
-    await serve_until_signal("review", c, [api, probes], started)
+    await serve_until_signal("review", c, [api, probes], started, stop=stop)
     return True
 
 

@@ -40,11 +40,11 @@ from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
     GrpcServer,
     HttpServer,
-    ListenError,
     StopSignal,
     probe_server,
     serve_until_signal,
 )
+from review_queue.app.connections import HttpMetrics
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
 from review_queue.app.scoring import Scoring, details_writer, review_services, store_sink, then
 from review_queue.app.settings import Settings
@@ -282,33 +282,42 @@ async def run_components(
         ingest_token=ingest,
         token_check=token_check,
     )
-    receiver = HttpServer(otlp_app, s.bind_host("otlp_http"), s.otlp_http_port, loop)
+    limits, http_metrics = s.connection_limits(), HttpMetrics(emb.registry)
+    receiver = HttpServer(
+        otlp_app, s.bind_host("otlp_http"), s.otlp_http_port, loop, listener="otlp_http", limits=limits,
+        metrics=http_metrics,
+    )  # fmt: skip
     api_app = create_api_app(
         emb.store,
         admin_token=token,
-        ready=lambda: emb.worker.healthy,
+        ready=lambda: emb.worker.healthy and receiver.server.started,  # ready once spans can come in
         judge_agreement=None if emb.agreement is None else emb.agreement.current,
         services=emb.services,
+        self_telemetry=s.self_telemetry,
     )
-    api = HttpServer(api_app, s.bind_host("http"), s.http_port, loop)
-    metrics = probe_server(s.bind_host("metrics"), s.metrics_port, emb.registry, lambda: {"worker": emb.worker.healthy})
+    api = HttpServer(
+        api_app, s.bind_host("http"), s.http_port, loop, listener="api", limits=limits, metrics=http_metrics
+    )
+    metrics = probe_server(
+        s.bind_host("metrics"),
+        s.metrics_port,
+        emb.registry,
+        lambda: {"worker": emb.worker.healthy, "otlp_http": receiver.server.started},
+        limits=limits, metrics=http_metrics,
+    )  # fmt: skip
     receivers: list[Component] = [receiver]
     if s.otlp_grpc_port:  # 0 disables the gRPC receiver
-        try:
-            grpc_server = await create_grpc_server(
-                publisher,
-                emb.collector_metrics,
-                host=s.bind_host("otlp_grpc"),
-                port=s.otlp_grpc_port,
-                max_message_bytes=s.max_body_bytes,
-                retry_after_s=s.retry_after_s,
-                ingest_token=ingest,
-                token_check=token_check,
-            )
-        except RuntimeError as exc:  # grpc cannot bind the address
-            raise ListenError(
-                f"cannot listen on {s.bind_host('otlp_grpc')}:{s.otlp_grpc_port} (OTLP/gRPC): {exc}"
-            ) from exc
+        grpc_server = await create_grpc_server(
+            publisher,
+            emb.collector_metrics,
+            host=s.bind_host("otlp_grpc"),
+            port=s.otlp_grpc_port,
+            max_message_bytes=s.max_body_bytes,
+            retry_after_s=s.retry_after_s,
+            ingest_token=ingest,
+            token_check=token_check,
+            handshake_timeout_s=s.http_header_timeout_s,
+        )
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(
         emb.store.engine,

@@ -228,4 +228,6 @@ def review_services(
         metrics=metrics,
         redact=redact,
         slo=settings.slo_config(),
+        feedback_pending_max=settings.feedback_pending_max,
+        feedback_pending_s=settings.feedback_pending_s,
     )

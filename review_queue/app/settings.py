@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS
+from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
@@ -199,6 +201,35 @@ class Settings(BaseModel):
         None, description="Key signing UI session cookies (≥ 16 bytes); random per process when unset."
     )
     secure_cookies: bool = Field(False, description="Mark UI cookies Secure (serve the UI over HTTPS).")
+    self_telemetry: bool = Field(
+        False,
+        description="Keep FastAPI's built-in OpenTelemetry on the API (to the process's global providers); "
+        "off so Vigil never ingests its own requests.",
+    )
+    http_header_timeout_s: float = Field(
+        DEFAULT_LIMITS.header_timeout_s,
+        gt=0,
+        description="Seconds an HTTP client has to send its request line and headers (API/UI, OTLP/HTTP, probes).",
+    )
+    http_body_timeout_s: float = Field(
+        DEFAULT_LIMITS.body_timeout_s, gt=0, description="Seconds an HTTP client has to send a request body."
+    )
+    http_keep_alive_s: int = Field(
+        DEFAULT_LIMITS.keep_alive_s, ge=1, description="Seconds an idle keep-alive HTTP connection is kept."
+    )
+    http_max_connections: int = Field(
+        DEFAULT_LIMITS.max_connections,
+        ge=1,
+        description="Open connections per HTTP listener; beyond it the longest-idle ones are closed.",
+    )
+    feedback_pending_max: int = Field(
+        DEFAULT_PENDING_MAX,
+        ge=0,
+        description="Feedback rows held for runs not stored yet; beyond it such feedback is refused (429).",
+    )
+    feedback_pending_s: float = Field(
+        DEFAULT_PENDING_S, gt=0, description="Seconds feedback waits for its run before it is dropped."
+    )
     ingest_auth: bool = Field(
         False, description="Require a bearer token of role ingest (or admin) on OTLP ingest, also without ingest_token."
     )
@@ -239,6 +270,25 @@ class Settings(BaseModel):
     kafka_commit_interval_s: float = Field(
         1.0, gt=0, description="Longest time between offset commits of a scorer with safe progress."
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        """A SQLAlchemy URL whose driver is installed (checked without connecting)."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(v).get_dialect()
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL: use sqlite:///path/vigil.db or postgresql+psycopg://user@host:5432/db"
+            ) from None
+        except NoSuchModuleError as exc:
+            raise ValueError(f"unknown database driver: {exc}") from None
+        except ImportError as exc:
+            raise ValueError(f"the database driver is not installed: {exc}") from None
+        return v
 
     @field_validator("kafka_compression")
     @classmethod
@@ -298,6 +348,15 @@ class Settings(BaseModel):
         }
         return next((host for host in chains[endpoint] if host is not None), self.listen_host)
 
+    def connection_limits(self) -> ConnectionLimits:
+        """The HTTP listeners' limits (``VIGIL_HTTP_*``)."""
+        return ConnectionLimits(
+            header_timeout_s=self.http_header_timeout_s,
+            body_timeout_s=self.http_body_timeout_s,
+            keep_alive_s=self.http_keep_alive_s,
+            max_connections=self.http_max_connections,
+        )
+
     @classmethod
     def load(
         cls,
@@ -331,9 +390,12 @@ class Settings(BaseModel):
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else "?"
             where = ".".join(str(part) for part in err["loc"])
-            reason = err["msg"] if len(err["loc"]) <= 1 else f"at {where}: {err['msg']}"
+            reason = err["msg"].removeprefix("Value error, ")
+            reason = reason if len(err["loc"]) <= 1 else f"at {where}: {reason}"
             variable = origin.get(key, f"{ENV_PREFIX}{key.upper()}")
             value = values.get(key) if len(err["loc"]) <= 1 else err.get("input")
+            if key in _SECRET_KEYS or (key == "database_url" and isinstance(value, str) and "@" in value):
+                value = "<hidden>"  # tokens, and a database URL that may carry a password
             raise SettingsError(key, variable, reason, value) from exc
 
 
@@ -397,3 +459,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, str]:
             if key in fields:
                 out[key] = value
     return out
+
+
+_SECRET_KEYS = frozenset({"admin_token", "ingest_token", "session_secret"})
+"""Settings whose value never appears in an error message."""

@@ -11,6 +11,7 @@ every rejection by reason, and a good request afterwards still works.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from starlette.testclient import TestClient
 from collector.errors import DecodeError
 from collector.metrics import CollectorMetrics
 from collector.model import DecodeResult
-from collector.otlp import decode_json, decode_protobuf, encode_batch
+from collector.otlp import MAX_DEPTH, decode_json, decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
 from tests.support.fuzzing import json_bodies, otlp_requests, protobuf_bodies
@@ -168,16 +169,37 @@ def test_receiver_never_fails_with_500(body: bytes, content_type: str, encoding:
     assert 200 == after.status_code
 
 
-def test_nesting_beyond_the_parser_limit_is_a_clear_400() -> None:
-    """A body nested deeper than the protobuf runtime parses is refused whole, with a reason."""
+def test_nesting_beyond_the_parser_limit_is_cut_as_in_json() -> None:
+    """A value nested deeper than the protobuf runtime parses keeps its span, cut to None at MAX_DEPTH
+    like the same body in OTLP/JSON; its neighbours are kept too (no 400 for the batch)."""
     request = ExportTraceServiceRequest()
-    sp = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    spans = request.resource_spans.add().scope_spans.add().spans
+    sp = spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    spans.add(trace_id=b"\x01" * 16, span_id=b"\x03" * 8)
     target = sp.attributes.add(key="deep").value
     for _ in range(150):
         target = target.array_value.values.add()
     body = request.SerializeToString()
+    result = decode_protobuf(body)
+    assert (0, 2) == (result.rejected, len(result.batches[0].spans))
+    value = result.batches[0].spans[0].attributes["deep"]
+    depth = 0
+    while isinstance(value, list):
+        value, depth = value[0], depth + 1
+    assert (MAX_DEPTH, None) == (depth, value)
+    nested: dict[str, object] = {}
+    node = nested
+    for _ in range(150):
+        inner: dict[str, object] = {}
+        node["arrayValue"] = {"values": [inner]}
+        node = inner
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "01" * 16, "spanId": "02" * 8, "attributes": [{"key": "deep", "value": nested}]},
+        {"traceId": "01" * 16, "spanId": "03" * 8},
+    ]}]}]}  # fmt: skip
+    as_json = decode_json(json.dumps(doc).encode())
+    assert result.batches[0].spans[0].attributes == as_json.batches[0].spans[0].attributes
     r = _Receiver()
     response = r.client.post("/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"})
-    assert 400 == response.status_code
-    assert "depth" in response.text.lower()
-    assert 1.0 == r.total("vigil_otlp_rejected_requests_total")
+    assert 200 == response.status_code
+    assert 0.0 == r.total("vigil_otlp_rejected_requests_total")

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from prometheus_client import CollectorRegistry
 
+from collector.errors import ListenError
 from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_server
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES
@@ -268,6 +269,8 @@ class TestRejections:
         error = h.export_error(payload, compression=compression)
         assert grpc.StatusCode.RESOURCE_EXHAUSTED == error.code()
         assert 0 == h.stream.qsize()
+        assert 1.0 == h.sample("vigil_otlp_rejected_requests_total", reason="too_large")
+        assert 1.0 == h.sample("vigil_otlp_requests_total", encoding="grpc", code="413")
         h.assert_still_works()
 
 
@@ -284,8 +287,8 @@ class TestServer:
             await first.stop(None)
 
     def test_busy_port_fails(self) -> None:
-        """Binding a port already served raises instead of silently sharing it (no SO_REUSEPORT)."""
-        with pytest.raises(RuntimeError):
+        """Binding a port already served raises a one-line ListenError, never shares it (no SO_REUSEPORT)."""
+        with pytest.raises(ListenError, match=r"cannot listen on 127\.0\.0\.1"):
             asyncio.run(self._bind_twice(_free_port()))
 
     def test_grpc_series_exists_at_zero(self, h: Harness) -> None:

@@ -111,7 +111,7 @@ class TestBackpressure:
         with pytest.raises(BackpressureError) as info:
             h.publisher.publish([_batch(4)])
         assert 3 == info.value.retry_after
-        assert 4 == h.value("vigil_dropped_total", stage="kafka", reason="unavailable")
+        assert 4 == h.value("vigil_refused_total", stage="kafka", reason="unavailable")
         assert not h.publisher.ready()
 
     def test_budget_full_refuses_all_or_nothing(self) -> None:
@@ -124,7 +124,7 @@ class TestBackpressure:
         with pytest.raises(BackpressureError):
             h.publisher.publish([_batch(2), *big])
         assert 1 == len(producer.sent)
-        assert 1502 == h.value("vigil_dropped_total", stage="kafka", reason="full")
+        assert 1502 == h.value("vigil_refused_total", stage="kafka", reason="full")
         producer.sent[0][3].succeed()
         assert 0 == h.publisher.pending_bytes
         assert 1 == h.value("vigil_kafka_records_sent_total")
@@ -143,7 +143,7 @@ class TestBackpressure:
         h.publisher.check_room(room)
         with pytest.raises(BackpressureError):
             h.publisher.check_room(room + 1)
-        assert 0 == h.value("vigil_dropped_total", stage="kafka", reason="full")  # spans unknown: not counted
+        assert 0 == h.value("vigil_refused_total", stage="kafka", reason="full")  # spans unknown: not counted
         producer.sent[0][3].succeed()
         h.publisher.check_room(10**9)
 

@@ -65,7 +65,7 @@ def test_limited_publisher_refuses_and_counts() -> None:
         publisher.publish([_batch()])
     assert 7 == info.value.retry_after
     assert 1 == stream.qsize()
-    assert 2.0 == registry.get_sample_value("vigil_dropped_total", {"stage": "receiver", "reason": "memory_limit"})
+    assert 2.0 == registry.get_sample_value("vigil_refused_total", {"stage": "receiver", "reason": "memory_limit"})
     assert publisher.ready()
 
 

@@ -349,15 +349,16 @@ class TestAttributeMemo:
         assert ("id", "call_1") in otlp._PAIRS.values()
 
     @pytest.mark.parametrize("tag", [b"\x0a", b"\x3a"])
-    def test_bad_utf8_rejects_the_body(self, tag: bytes) -> None:
-        """Invalid UTF-8 in an attribute string is a DecodeError, as for any string field."""
+    def test_bad_utf8_rejects_the_span(self, tag: bytes) -> None:
+        """Invalid UTF-8 in an attribute string rejects that span, with the reason (OTLP partial success)."""
         body = _request({"attributes": {"k": b"\xff\xfe"}}).SerializeToString()
         body = body.replace(b"\x3a\x02\xff\xfe", tag + b"\x02\xff\xfe")
+        result = decode_protobuf(body)
         if tag == b"\x3a":  # bytes values may hold anything
-            assert [{"k": b"\xff\xfe"}] == [dict(s.attributes) for b in decode_protobuf(body).batches for s in b.spans]
+            assert [{"k": b"\xff\xfe"}] == [dict(s.attributes) for b in result.batches for s in b.spans]
             return
-        with pytest.raises(DecodeError):
-            decode_protobuf(body)
+        assert (0, 1) == (len(result.batches), result.rejected)
+        assert "not valid UTF-8" in result.errors[0]
 
 
 def _encodes_back(batches: Sequence[TraceBatch]) -> None:

@@ -295,7 +295,7 @@ class TestRejections:
         assert "retry later" in Status.FromString(response.content).message
         assert 1 == h.stream.qsize()
         assert 6.0 == h.sample("vigil_spans_rejected_total", reason="backpressure")
-        assert 6.0 == h.sample("vigil_dropped_total", stage="stream", reason="full")
+        assert 6.0 == h.sample("vigil_refused_total", stage="stream", reason="full")
         assert (1.0, 1.0) == (h.requests("protobuf", 503), h.rejected("backpressure"))
         h.stream.get_many(10, 0)
         h.assert_still_works()

@@ -103,7 +103,7 @@ class TestInProcessStream:
         stream.publish([_batch(0)])
         with pytest.raises(BackpressureError):
             stream.publish([_batch(1, spans=3), _batch(2, spans=2)])
-        assert 5.0 == registry.get_sample_value("vigil_dropped_total", {"stage": "stream", "reason": "full"})
+        assert 5.0 == registry.get_sample_value("vigil_refused_total", {"stage": "stream", "reason": "full"})
         assert 1.0 == registry.get_sample_value("vigil_stream_depth_batches")
         assert 1.0 == registry.get_sample_value("vigil_stream_capacity_batches")
         stream.get_many(1, 0)

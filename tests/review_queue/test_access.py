@@ -150,10 +150,29 @@ class TestRejections:
         services = build_services(store)
         client = TestClient(create_api_app(store, admin_token=None, services=services))
         assert 200 == client.get("/api/v1/runs").status_code
-        secret, _ = services.tokens.create("alice", "reviewer")
+        secret, _ = services.tokens.create("root", "admin")
         services.access.auth.forget()
         assert 401 == client.get("/api/v1/runs").status_code
         assert 200 == client.get("/api/v1/runs", headers=_bearer(secret)).status_code
+
+    def test_open_mode_first_token_must_be_admin(self, store: SqlStore) -> None:
+        """In open mode a first non-admin token is refused with the reason (409), and the API stays open;
+        the last admin token cannot be revoked while others are active; revoking everything reopens."""
+        services = build_services(store)
+        client = TestClient(create_api_app(store, admin_token=None, services=services))
+        refused = client.post("/api/v1/tokens", json={"name": "alice", "role": "reviewer"})
+        assert 409 == refused.status_code
+        assert "no admin token" in refused.json()["detail"]
+        assert 200 == client.get("/api/v1/runs").status_code
+        admin = client.post("/api/v1/tokens", json={"name": "root", "role": "admin"}).json()
+        as_admin = _bearer(admin["token"])
+        reviewer = client.post("/api/v1/tokens", json={"name": "alice", "role": "reviewer"}, headers=as_admin)
+        assert 201 == reviewer.status_code
+        last = client.delete(f"/api/v1/tokens/{admin['id']}", headers=_bearer(admin["token"]))
+        assert 409 == last.status_code
+        assert "last admin token" in last.json()["detail"]
+        services.tokens.revoke("alice")
+        assert 200 == client.delete(f"/api/v1/tokens/{admin['id']}", headers=_bearer(admin["token"])).status_code
 
 
 def _login(client: TestClient, token: str) -> str:
@@ -269,6 +288,27 @@ class TestSessions:
         csrf = _login(client, tokens["viewer"])
         client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
         assert 303 == client.get("/queue", follow_redirects=False).status_code
+
+    def test_logout_ends_copied_cookie(self, client: TestClient, tokens: dict[str, str]) -> None:
+        """A copy of the cookie taken before logout opens nothing after it (the session ended server-side)."""
+        csrf = _login(client, tokens["reviewer"])
+        copied = client.cookies[SESSION_COOKIE]
+        client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+        client.cookies.clear()
+        client.cookies.set(SESSION_COOKIE, copied)
+        assert 303 == client.get("/queue", follow_redirects=False).status_code
+        assert 401 == client.get("/api/v1/runs").status_code
+        assert 401 == client.post("/api/v1/queue/claim", json={}, headers={"X-CSRF-Token": csrf}).status_code
+
+    def test_cookie_without_server_session(
+        self, client: TestClient, tokens: dict[str, str], services: ReviewServices
+    ) -> None:
+        """A well-signed cookie whose session was never stored (or predates the table) is no session."""
+        principal = services.tokens.lookup(tokens["admin"])
+        assert principal is not None
+        value, _ = services.access.sessions.issue(principal)
+        client.cookies.set(SESSION_COOKIE, value)
+        assert 401 == client.get("/api/v1/runs").status_code
 
 
 class TestHeaders:

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from collector.model import Span, TraceBatch
-from review_queue.errors import InvalidInputError
+from review_queue.errors import InvalidInputError, OverCapacityError
 from review_queue.feedback import FeedbackStore, parse_score, summarize
 from review_queue.model import FeedbackIn
 from review_queue.store import SqlStore
@@ -201,3 +201,30 @@ class TestRedaction:
         [stored] = fb.for_run(_tid(8))
         assert "jane@example.com" not in stored["comment"]
         assert "REDACTED" in stored["comment"]
+
+
+class TestPendingBound:
+    """Feedback for runs not stored is held within a row bound and a time bound (issue 20 #7)."""
+
+    def test_refused_when_full_and_expired_later(self, store: SqlStore) -> None:
+        """Past ``pending_max`` unjoined rows new unknown-run feedback is refused; stored runs and
+        duplicates still pass; after ``pending_s`` the held rows are dropped and counted."""
+        clock = Clock()
+        refused: list[str] = []
+        dropped: list[tuple[str, int]] = []
+        fb = FeedbackStore(
+            store.engine, RULES, 0.0, clock=clock, pending_max=3, pending_s=600.0,
+            on_refused=refused.append, on_dropped=lambda r, n: dropped.append((r, n)),
+        )  # fmt: skip
+        for n in range(3):
+            assert not fb.record(_down(_tid(100 + n), f"fb-{n}"))["joined"]
+        with pytest.raises(OverCapacityError, match="feedback already wait"):
+            fb.record(_down(_tid(200), "fb-over"))
+        assert ["pending_full"] == refused
+        assert fb.record(_down(_tid(100), "fb-0"))["duplicate"]
+        store.write([PIPELINE.process(_capped_run(_tid(300)))])
+        assert fb.record(_down(_tid(300), "fb-known"))["joined"]
+        clock.now += 601.0
+        assert 3 == fb.expire_pending()
+        assert [("expired", 3)] == dropped
+        assert not fb.record(_down(_tid(201), "fb-after"))["joined"]

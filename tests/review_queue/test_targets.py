@@ -65,6 +65,7 @@ class TestTargetRows:
         login = client.get("/login").text
         csrf = re.search(r'name="csrf" value="([^"]+)"', login)
         assert csrf is not None
+        services.tokens.create("root", "admin")  # the first token must be an admin one (open-mode lockout)
         token = services.tokens.create("viewer", "viewer")[0]
         client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
         page = client.get("/stats")

@@ -18,6 +18,8 @@ from review_queue.workbench import ReviewObserver, Workbench
 from scorers.model import Priority, RunStatus
 from tests.support.review_queue import Clock, postgres_scratch_url, postgres_unreachable, scored_run
 
+ADMIN = Principal("root", Role.ADMIN)
+
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PASS = VerdictIn(VerdictValue.PASS)
 
@@ -61,7 +63,7 @@ class TestClaim:
         assert (item, _tid(1), clock.now + 60.0) == (claim.item_id, claim.trace_id, claim.lease_expires_at)
         state = bench.item(item)
         assert ("claimed", "alice") == (state["state"], state["claimed_by"])
-        assert ["claim"] == [e["action"] for e in bench.events(item)]
+        assert ["claim"] == [e["action"] for e in bench.events(item, ADMIN)]
 
     def test_lease_expires_back_to_pending(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """After the lease lapses the item is pending again and another reviewer gets it."""
@@ -73,7 +75,7 @@ class TestClaim:
         claim = bench.claim_next("bob")
         assert claim is not None
         assert item == claim.item_id
-        assert ["claim", "lease_expired", "claim"] == [e["action"] for e in bench.events(item)]
+        assert ["claim", "lease_expired", "claim"] == [e["action"] for e in bench.events(item, ADMIN)]
         with pytest.raises(ConflictError):
             bench.submit_verdict(item, "alice", PASS)
 
@@ -132,7 +134,7 @@ class TestClaim:
         claim = bench.claim_next("alice")
         assert claim is not None
         assert item == claim.item_id
-        assert ["assign", "assign", "claim"] == [e["action"] for e in bench.events(item)]
+        assert ["assign", "assign", "claim"] == [e["action"] for e in bench.events(item, ADMIN)]
 
     def test_release_and_skip(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """Release puts an item back for anyone; skip hides it from the skipper only."""
@@ -229,6 +231,22 @@ class TestVerdicts:
         assert "done" == bench.submit_verdict(item, "bob", VerdictIn(VerdictValue.FAIL, ("hallucination",)))
         assert ["alice", "bob"] == [v["reviewer"] for v in bench.verdicts(item, bob)]
 
+    def test_blind_audit_trail(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Until the item is done, the audit trail hides the other reviewers' verdicts (admins see all)."""
+        item = _flag(store, clock, 1)
+        bench.set_reviews_required(item, "admin", 2)
+        bench.claim(item, "alice")
+        bench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("loop",)))
+        bob = Principal("bob", Role.REVIEWER)
+        [seen] = [e for e in bench.events(item, bob) if e["action"] == "verdict"]
+        assert {"state": "pending", "blind": True} == seen["detail"]
+        for viewer in (Principal("alice", Role.REVIEWER), ADMIN):
+            [own] = [e for e in bench.events(item, viewer) if e["action"] == "verdict"]
+            assert "fail" == own["detail"]["verdict"]
+        bench.claim(item, "bob")
+        bench.submit_verdict(item, "bob", PASS)
+        assert ["fail", "pass"] == [e["detail"]["verdict"] for e in bench.events(item, bob) if e["action"] == "verdict"]
+
     def test_same_reviewer_cannot_review_twice(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """Claiming by id an item one already judged is a conflict."""
         item = _flag(store, clock, 1)
@@ -248,7 +266,7 @@ class TestVerdicts:
         assert bench.claim_next("alice") is None
         bench.claim_next("bob")
         assert "done" == bench.submit_verdict(item, "bob", PASS)
-        actions = [(e["actor"], e["action"]) for e in bench.events(item)]
+        actions = [(e["actor"], e["action"]) for e in bench.events(item, ADMIN)]
         assert [
             ("alice", "claim"),
             ("alice", "verdict"),

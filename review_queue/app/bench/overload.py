@@ -267,8 +267,9 @@ def _metrics(url: str) -> dict[str, float]:
             if sample.name == "vigil_otlp_requests_total":
                 key = f"requests_{sample.labels['code']}"
                 out[key] = out.get(key, 0.0) + sample.value
-            if sample.name == "vigil_dropped_total":
-                key = f"dropped_{sample.labels['stage']}_{sample.labels['reason']}"
+            if sample.name in ("vigil_dropped_total", "vigil_refused_total"):
+                kind = "dropped" if sample.name == "vigil_dropped_total" else "refused"
+                key = f"{kind}_{sample.labels['stage']}_{sample.labels['reason']}"
                 out[key] = out.get(key, 0.0) + sample.value
     return out
 
