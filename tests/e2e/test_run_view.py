@@ -304,12 +304,12 @@ class TestExplorer:
         page.goto(f"{vigil.api}/runs?flagged=no&status=ok")
         assert {t for t, r in stored.items() if not r["flag"] and r["status"] == "ok"} == self._shown(page)
 
-        page.goto(f"{vigil.api}/runs?q=21+C+and+SUNNY")  # text of a final answer, any case
+        page.goto(f"{vigil.api}/runs?q=SUNNY")  # text of a final answer, any case
         import sqlite3
 
         with sqlite3.connect(vigil.workdir / "vigil.db") as db:
             answers = dict(db.execute("SELECT trace_id, final_output FROM run_details"))
-        matching = {t for t, text in answers.items() if text and "21 c and sunny" in text.lower()}
+        matching = {t for t, text in answers.items() if text and "sunny" in text.lower()}
         assert matching
         assert matching == self._shown(page)
 
