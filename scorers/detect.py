@@ -53,13 +53,13 @@ common path: spans without errors or markers are skipped by one set test.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from collector.model import Attributes, Span
+from scorers.dialects.base import as_json, dumps
 from scorers.errors import DetectionConfigError
 from scorers.model import Evidence, Message, StepKind
 
@@ -118,13 +118,6 @@ _BLOCK_REASONS_COMPACT: Final = frozenset(
 
 def _is_answer_tool(name: str) -> bool:
     return bool(_ANSWER_TOOL.search(name))
-
-
-def _loads(text: str) -> object:
-    try:
-        return json.loads(text[: 1 << 20])
-    except (ValueError, RecursionError):
-        return None
 
 
 BLOCK_REASON_FORMS: Final = frozenset(
@@ -336,11 +329,6 @@ def output_finish_reasons(attrs: Attributes) -> tuple[str, ...]:
             if found:
                 return found[:8]
     return ()
-
-
-@functools.lru_cache(maxsize=512)
-def _any_block_reason(reasons: tuple[str, ...]) -> bool:
-    return any(is_block_reason(r) for r in reasons)
 
 
 def is_block_reason(reason: str) -> bool:
@@ -626,7 +614,7 @@ class Detector:
         value = span.attributes.get("output.value")
         if not isinstance(value, str) or '"trajectory"' not in value or '"tool_name_' not in value:
             return
-        decoded = _loads(value)
+        decoded = as_json(value)
         trajectory = decoded.get("trajectory") if isinstance(decoded, Mapping) else None
         if not isinstance(trajectory, Mapping):
             return
@@ -684,7 +672,7 @@ class Detector:
             value = span.attributes.get(key)
             if value is None:
                 continue
-            text = value if isinstance(value, str) else _dump(value)
+            text = value if isinstance(value, str) else dumps(value) or ""
             if text:
                 low = text[-8192:].lower()
                 for phrase in _LIMIT_OUTPUT_TEXTS:
@@ -749,16 +737,6 @@ DEFAULT_DETECTOR: Final = Detector()
 def _ev(signal: str, rule: str, span: Span, source: str, value: str) -> Evidence:
     text = value if len(value) <= MAX_EVIDENCE_TEXT else value[: MAX_EVIDENCE_TEXT - 1] + "…"
     return Evidence(signal, rule, span.span_id, span.name[:256], source, text)
-
-
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
-def _dump(value: object) -> str:
-    try:
-        return _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError):
-        return ""
 
 
 def _has_inputs(attrs: Attributes) -> bool:
