@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from collector.errors import DecodeError
 from collector.otlp import decode_json, decode_protobuf
 
-__all__ = ["ReplayStats", "collect_files", "replay"]
+__all__ = ["ReplayStats", "body_kind", "collect_files", "replay"]
 
 PROTOBUF_SUFFIXES = frozenset({".pb", ".bin", ".protobuf", ".otlp"})
 JSON_SUFFIXES = frozenset({".json"})
@@ -55,7 +55,7 @@ class ReplayStats:
         )
 
 
-def _kind(path: Path) -> str | None:
+def body_kind(path: Path) -> str | None:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
@@ -77,7 +77,7 @@ def collect_files(paths: Iterable[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
-            out.extend(sorted(p for p in path.rglob("*") if p.is_file() and _kind(p) is not None))
+            out.extend(sorted(p for p in path.rglob("*") if p.is_file() and body_kind(p) is not None))
         elif path.exists():
             out.append(path)
         else:
@@ -106,7 +106,7 @@ def _rejected_in(response: httpx.Response, kind: str) -> int:
 
 
 def _send(client: httpx.Client, url: str, path: Path, stats: ReplayStats) -> None:
-    kind = _kind(path) or "protobuf"
+    kind = body_kind(path) or "protobuf"
     data = path.read_bytes()
     compressed = path.suffix.lower() == ".gz"
     spans = _span_count(gzip.decompress(data) if compressed else data, kind)

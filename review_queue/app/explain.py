@@ -28,7 +28,7 @@ from rich.table import Table
 from collector.errors import DecodeError
 from collector.model import Span
 from collector.otlp import decode_json, decode_protobuf
-from review_queue.replay import JSON_SUFFIXES, PROTOBUF_SUFFIXES, collect_files
+from review_queue.replay import body_kind, collect_files
 from scorers.detect import BLOCK, ERRORED, LIMIT, is_tool_request
 from scorers.model import Evidence, Run, ScoredRun, StepKind
 from scorers.normalise import normalise
@@ -88,17 +88,15 @@ def load_traces(paths: Iterable[Path]) -> dict[str, list[Span]]:
     traces: dict[str, list[Span]] = {}
     for path in collect_files(paths):
         raw = path.read_bytes()
-        suffixes = [s.lower() for s in path.suffixes]
-        if suffixes and suffixes[-1] == ".gz":
-            raw = gzip.decompress(raw)
-            suffixes = suffixes[:-1]
-        kind = suffixes[-1] if suffixes else ""
+        kind = body_kind(path)  # the same suffix rules as vigil replay; an unknown suffix is sniffed
         try:
-            if kind in JSON_SUFFIXES or (kind not in PROTOBUF_SUFFIXES and raw[:1] in (b"{", b"[")):
+            if path.suffix.lower() == ".gz":
+                raw = gzip.decompress(raw)
+            if kind == "json" or (kind is None and raw[:1] in (b"{", b"[")):
                 result = decode_json(raw)
             else:
                 result = decode_protobuf(raw)
-        except DecodeError as exc:
+        except (DecodeError, OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
             raise ExplainError(f"{path}: not an OTLP trace export: {exc}") from None
         for batch in result.batches:
             traces.setdefault(batch.trace_id, []).extend(batch.spans)

@@ -110,3 +110,13 @@ def test_why_not_names_the_last_finish_reason() -> None:
     reasons = why_not(run)
     assert "finished with stop" in reasons["hit_max_iterations"]
     assert "finish reasons seen: stop" in reasons["safety_blocked"]
+
+
+def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``.gz`` file that is not gzip is refused like any other bad file: one line, exit 2."""
+    path = tmp_path / "capture.json.gz"
+    path.write_bytes(b"not gzip at all")
+    assert EXIT_CONFIG == main(["--config", str(_config(tmp_path)), "explain", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert "not an OTLP trace export" in err
+    assert 1 == len(err.splitlines())
