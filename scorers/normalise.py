@@ -314,7 +314,7 @@ class _Tally:
                 self.tools.append(call)
                 self.tool_errors += failed
                 self.tools_after.append(call.name)
-        elif kind is StepKind.AGENT or kind is StepKind.GUARDRAIL or kind is StepKind.OTHER:
+        elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
@@ -368,9 +368,11 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     raised = culprit is not None
     complete = complete and tree.root is not None
     evidence = tally.evidence
+    error_type = signals.error_info(culprit).type if culprit is not None else None
     if culprit is not None:
-        evidence.append(_raised_evidence(culprit))
-    if tree.root is not None and tree.kinds[tree.root.span_id][0] not in (StepKind.AGENT, StepKind.GUARDRAIL):
+        evidence.append(_raised_evidence(culprit, error_type))
+    root_kind = tree.kinds[tree.root.span_id][0] if tree.root is not None else None
+    if tree.root is not None and root_kind not in _SCANNED_IN_VISIT:  # the span pass scanned those already
         tally.detector.agent_counters(tree.root, evidence, tree.kinds[tree.root.span_id][0])
     tally.detector.cutoff(tally.last_llm, tally.tools_after, raised=raised, complete=complete, out=evidence)
     messages = _conversation(tree)
@@ -399,7 +401,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         hit_max_iterations=limit,
         safety_blocked=blocked,
         errored=raised,
-        error_type=signals.error_info(culprit).type if culprit is not None else None,
+        error_type=error_type,
         optimal_steps=_optimal_steps(head),
         final_output=content.final_output(head.attributes) or content.last_assistant(messages),
         steps=tuple(tally.steps),
@@ -411,17 +413,18 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     )
 
 
-def _raised_evidence(culprit: Span) -> Evidence:
-    err = signals.error_info(culprit)
+def _raised_evidence(culprit: Span, error_type: str | None) -> Evidence:
     if culprit.status_message:
         source, value = "status.message", culprit.status_message
     else:
-        source, value = "error.type", err.type or "error"
+        source, value = "error.type", error_type or "error"
     rule = "errored.root" if not culprit.parent_span_id else "errored.agent_span"
     return Evidence(ERRORED, rule, culprit.span_id, culprit.name[:256], source, value[:240])
 
 
 _MAX_EVIDENCE: Final = 32
+_SCANNED_IN_VISIT: Final = frozenset((StepKind.AGENT, StepKind.GUARDRAIL, StepKind.OTHER))
+"""Kinds whose spans the span pass hands to ``Detector.agent_counters`` (decision and counter attributes)."""
 
 
 def _dedupe_evidence(evidence: list[Evidence]) -> tuple[Evidence, ...]:
