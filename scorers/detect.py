@@ -683,7 +683,7 @@ class Detector:
     def _markers(self, span: Span, kind: StepKind, out: list[Evidence]) -> None:
         attrs = span.attributes
         if self._on["block.guardrail"] and not _GUARDRAIL_KEYS.isdisjoint(attrs):
-            hit = _guardrail_attribute(attrs)
+            hit = _guard_decision(attrs, guardrail_span=False)
             if hit is not None:
                 out.append(_ev(BLOCK, "block.guardrail", span, hit[0], hit[1]))
         if self._on["limit.counter"]:
@@ -768,23 +768,6 @@ def _lower(value: object) -> str | None:
     return value.strip().lower() if isinstance(value, str) else None
 
 
-def _guardrail_attribute(attrs: Attributes) -> tuple[str, str] | None:
-    checks: tuple[tuple[str, frozenset[str]], ...] = (
-        ("gen_ai.guardrail.triggered", frozenset({"true"})),
-        ("gen_ai.guardrail.result.value", frozenset({"true", "guardrail_intervened", "intervened", "blocked"})),
-        ("gen_ai.guardrail.action.type", frozenset({"block", "blocked", "deny"})),
-        ("gen_ai.guardrail.verdict.type", frozenset({"deny", "block", "blocked"})),
-        ("gen_ai.guardrail.status", frozenset({"failed", "blocked", "triggered"})),
-        ("vigil.safety_blocked", frozenset({"true"})),
-        ("vigil.guardrail.blocked", frozenset({"true"})),
-    )
-    for key, values in checks:
-        value = _lower(attrs.get(key))
-        if value is not None and value in values:
-            return key, value
-    return None
-
-
 _GUARD_KEY_WORDS: Final = ("guardrail", "guardian", "moderation", "security.decision", "tripwire", "safety", "rail.")
 """Attribute keys that can carry a guardrail/moderation decision (lower-cased substrings)."""
 _GUARD_BLOCK_VALUES: Final = frozenset(
@@ -811,12 +794,15 @@ def _guard_decision(attrs: Attributes, *, guardrail_span: bool) -> tuple[str, st
             low = key.lower()
             if not _has_guard_key(low):
                 continue
-            if isinstance(value, bool):
-                if value and low.endswith(_GUARD_TRUE_SUFFIXES):
-                    return key, "true"
+            text = _lower(value)  # booleans read as "true"/"false"
+            if text is None or low.endswith(("config", "policy", "on_fail")):
                 continue
-            text = _lower(value)
-            if text is not None and text in _GUARD_BLOCK_VALUES and not low.endswith(("config", "policy", "on_fail")):
+            if text == "true":
+                if low.endswith(_GUARD_TRUE_SUFFIXES) or low.endswith("result.value"):
+                    return key, text
+            elif not isinstance(value, bool) and (
+                text in _GUARD_BLOCK_VALUES or (text == "failed" and low.endswith(".status"))
+            ):
                 return key, text
     if guardrail_span:
         out = _lower(attrs.get("output.value"))
