@@ -5,7 +5,15 @@ Records are byte-compatible with the OpenTelemetry Collector's kafka exporter wi
 (``otlp_proto``) holding the spans of exactly one trace, the key is the trace id as 32
 lowercase hex characters, so every record of a trace lands on one partition.
 
-Production is ``acks=all`` and idempotent by default (kafka-python ≥ 2.1). Memory is
+Production is ``acks=all`` and idempotent by default (kafka-python ≥ 2.1). The receivers await
+:meth:`KafkaPublisher.publish_body`, which returns only once Kafka acknowledged every record of
+the request, so a 200 / ``OK`` means the spans are on the topic: a ``kill -9`` of the collector
+loses nothing that was answered 200 (records handed to the producer but not acknowledged belong
+to requests still unanswered, which the senders retry). Many requests wait side by side and share
+the producer's batches (``linger_ms`` stays small). A request whose records are not acknowledged
+within ``ack_timeout_s`` is answered 503 + Retry-After and counted in
+``vigil_refused_total{stage="kafka",reason="ack_timeout"}`` (its records may still arrive: the
+retry then duplicates spans, which the scorers merge on span id). Memory is
 bounded by :attr:`KafkaPublisher.buffer_bytes`: the bytes of records handed to the producer
 and not yet acknowledged. A publish that does not fit raises
 :class:`~collector.errors.BackpressureError`, so the receivers answer 503 / ``UNAVAILABLE``
@@ -18,6 +26,8 @@ and ``vigil_dropped_total{stage="kafka",reason="delivery_failed"}``: never silen
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +44,7 @@ from collector.otlp import encode_batch
 
 __all__ = [
     "COMPRESSIONS",
+    "DEFAULT_ACK_TIMEOUT_S",
     "DEFAULT_BUFFER_BYTES",
     "DEFAULT_TOPIC",
     "KafkaMetrics",
@@ -53,6 +64,12 @@ DEFAULT_TOPIC = "otlp_spans"
 
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 """Record bytes a publisher holds unacknowledged (the default of ``VIGIL_KAFKA_BUFFER_BYTES``)."""
+
+DEFAULT_ACK_TIMEOUT_S = 5.0
+"""How long a request waits for Kafka's acknowledgement before 503 (``VIGIL_KAFKA_ACK_TIMEOUT_S``).
+
+Below the OTLP exporters' default request timeout (10 s), so that the sender gets a 503 with
+Retry-After rather than timing out on its own."""
 
 _CONNECT_RETRY_S = 2.0
 _LOG_INTERVAL_S = 10.0
@@ -156,12 +173,14 @@ class KafkaPublisher:
     """A :class:`collector.stream.Publisher` that produces one Kafka record per trace.
 
     Thread-safe. :meth:`publish` never blocks on Kafka: it encodes, checks the byte budget
-    and hands the records to the producer's I/O thread. Lifecycle: :meth:`start`,
-    :meth:`flush`, :meth:`shutdown`.
+    and hands the records to the producer's I/O thread. :meth:`publish_body` (what the
+    receivers await) does the same, then waits, without blocking the event loop, until Kafka
+    acknowledged every record. Lifecycle: :meth:`start`, :meth:`flush`, :meth:`shutdown`.
 
     Args:
         config: bootstrap servers, topic, compression, budget.
         retry_after_s: the ``retry_after`` of :class:`BackpressureError`.
+        ack_timeout_s: how long :meth:`publish_body` waits for the acknowledgements.
         metrics: the collector's metrics (refused spans) — optional.
         registry: where :class:`KafkaMetrics` are registered — optional.
         producer_factory: builds the producer from keyword options (default ``KafkaProducer``).
@@ -172,11 +191,15 @@ class KafkaPublisher:
         config: ProducerConfig,
         *,
         retry_after_s: float = 2.0,
+        ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
         metrics: CollectorMetrics | None = None,
         registry: CollectorRegistry | None = None,
         producer_factory: Callable[..., Any] | None = None,
     ) -> None:
         check_compression(config.compression)
+        if ack_timeout_s <= 0:
+            raise ValueError(f"ack_timeout_s must be positive, got {ack_timeout_s}")
+        self._ack_timeout = ack_timeout_s
         self._options = config.producer_options()
         self._config = config
         self._retry_after = retry_after_s
@@ -192,6 +215,8 @@ class KafkaPublisher:
         if metrics is not None:
             metrics.refused.labels("kafka", "full")
             metrics.refused.labels("kafka", "unavailable")
+            metrics.refused.labels("kafka", "ack_timeout")
+            metrics.refused.labels("kafka", "delivery_failed")
             metrics.dropped.labels("kafka", "delivery_failed")
         if self._kmetrics is not None:
             self._kmetrics.buffer.set_function(lambda: float(self._pending))
@@ -217,14 +242,49 @@ class KafkaPublisher:
         return self._producer is not None and not self._closed.is_set()
 
     def publish(self, batches: Sequence[TraceBatch]) -> None:
-        """Produce one record per batch, all or none of them.
+        """Produce one record per batch, all or none of them, without waiting for Kafka.
+
+        A record that then fails is counted as dropped: its request was already answered.
 
         Raises:
             BackpressureError: not connected yet, or the records do not fit the byte budget;
-                nothing was produced and the refused spans were counted as dropped.
+                nothing was produced and the refused spans were counted.
+        """
+        if batches:
+            self._produce(batches, None)
+
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+        """Produce one record per batch and return once Kafka acknowledged every one (``acks=all``).
+
+        The receivers await this before they answer 200. ``body`` and ``encoding`` are not used
+        (the records are re-encoded per trace). Waiting costs no thread: the producer's I/O
+        thread settles one asyncio future per request when its last record is acknowledged.
+
+        Raises:
+            BackpressureError: nothing was produced (not connected, budget full), a record failed,
+                or the acknowledgements did not come within ``ack_timeout_s``: the request is to
+                be answered 503 + Retry-After; the refused spans were counted
+                (``vigil_refused_total{stage="kafka"}``).
         """
         if not batches:
             return
+        waiter = _Acks(asyncio.get_running_loop(), len(batches))
+        self._produce(batches, waiter)
+        spans = sum(len(b.spans) for b in batches)
+        try:
+            error = await asyncio.wait_for(waiter.future, self._ack_timeout)
+        except TimeoutError:
+            waiter.abandon()
+            self._count_refused("ack_timeout", spans)
+            self._rate_limited_log("kafka_ack_timeout", timeout_s=self._ack_timeout, spans=spans)
+            raise BackpressureError(
+                self._retry_after, f"Kafka did not acknowledge within {self._ack_timeout:g} s"
+            ) from None
+        if error is not None:
+            self._count_refused("delivery_failed", spans)
+            raise BackpressureError(self._retry_after, f"Kafka did not take the records: {error!r}")
+
+    def _produce(self, batches: Sequence[TraceBatch], waiter: _Acks | None) -> None:
         producer = self._producer
         if producer is None or self._closed.is_set():
             self._refuse(batches, "unavailable")
@@ -238,7 +298,7 @@ class KafkaPublisher:
                 self._pending += size
         if full:
             self._refuse(batches, "full")
-        self._send(producer, records, size)
+        self._send(producer, records, waiter)
 
     def check_room(self, size_hint: int = 0) -> None:
         """Refuse early when not connected, or when ``size_hint`` more bytes would overflow the budget.
@@ -276,7 +336,7 @@ class KafkaPublisher:
             producer.close(timeout=max(0.0, deadline - time.monotonic()))
         return flushed
 
-    def _send(self, producer: Any, records: list[tuple[bytes, bytes, int]], size: int) -> None:
+    def _send(self, producer: Any, records: list[tuple[bytes, bytes, int]], waiter: _Acks | None) -> None:
         topic = self._config.topic
         sent = 0
         try:
@@ -284,8 +344,8 @@ class KafkaPublisher:
                 future = producer.send(topic, key=key, value=value)
                 sent += 1
                 nbytes = len(key) + len(value)
-                future.add_callback(self._delivered, nbytes)
-                future.add_errback(self._failed, nbytes, spans)
+                future.add_callback(self._delivered, nbytes, waiter)
+                future.add_errback(self._failed, nbytes, spans, waiter)
         except Exception as exc:  # any producer error: give back the budget and ask to retry
             unsent = sum(len(k) + len(v) for k, v, _ in records[sent:])
             with self._lock:
@@ -293,29 +353,37 @@ class KafkaPublisher:
             self._rate_limited_log("kafka_send_failed", error=repr(exc), records=len(records) - sent)
             # Records already sent will arrive; the retry duplicates their spans, which the
             # scorers merge on span id, so refusing the whole request loses nothing.
-            if self._metrics is not None:
-                self._metrics.refused.labels("kafka", "unavailable").inc(sum(n for _, _, n in records[sent:]))
+            if waiter is not None:
+                waiter.abandon()
+            self._count_refused("unavailable", sum(n for _, _, n in records[sent:]))
             raise BackpressureError(self._retry_after) from exc
 
-    def _delivered(self, nbytes: int, _metadata: object) -> None:
+    def _delivered(self, nbytes: int, waiter: _Acks | None, _metadata: object) -> None:
         with self._lock:
             self._pending -= nbytes
         if self._kmetrics is not None:
             self._kmetrics.sent.inc()
+        if waiter is not None:
+            waiter.settle(None)
 
-    def _failed(self, nbytes: int, spans: int, exc: BaseException) -> None:
+    def _failed(self, nbytes: int, spans: int, waiter: _Acks | None, exc: BaseException) -> None:
         with self._lock:
             self._pending -= nbytes
         if self._kmetrics is not None:
             self._kmetrics.failures.inc()
-        if self._metrics is not None:
+        if waiter is not None:  # its request is answered 503 (or was already): refused, not dropped
+            waiter.settle(exc)
+        elif self._metrics is not None:
             self._metrics.dropped.labels("kafka", "delivery_failed").inc(spans)
         self._rate_limited_log("kafka_delivery_failed", error=repr(exc), spans=spans)
 
     def _refuse(self, batches: Sequence[TraceBatch], reason: str) -> None:
-        if self._metrics is not None:
-            self._metrics.refused.labels("kafka", reason).inc(sum(len(b.spans) for b in batches))
+        self._count_refused(reason, sum(len(b.spans) for b in batches))
         raise BackpressureError(self._retry_after)
+
+    def _count_refused(self, reason: str, spans: int) -> None:
+        if self._metrics is not None:
+            self._metrics.refused.labels("kafka", reason).inc(spans)
 
     def _connect_loop(self) -> None:
         factory = self._factory or _kafka_producer
@@ -336,6 +404,42 @@ class KafkaPublisher:
         if now - self._last_log >= _LOG_INTERVAL_S:
             self._last_log = now
             log.warning(event, **fields)
+
+
+class _Acks:
+    """The acknowledgements one request waits for: an asyncio future settled from the producer's thread.
+
+    ``future`` gets None once all ``count`` records were acknowledged, or the first failure at
+    once. It is settled with one ``call_soon_threadsafe`` per request, not one per record.
+    """
+
+    __slots__ = ("_left", "_lock", "_loop", "_settled", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
+        self._loop = loop
+        self._left = count
+        self._lock = threading.Lock()
+        self._settled = False
+        self.future: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def settle(self, error: BaseException | None) -> None:
+        """One record's outcome (None: acknowledged); any thread."""
+        with self._lock:
+            self._left -= 1
+            if self._settled or (error is None and self._left > 0):
+                return
+            self._settled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._resolve, error)
+
+    def abandon(self) -> None:
+        """Nobody waits any more (timed out, or refused): later outcomes are ignored."""
+        with self._lock:
+            self._settled = True
+
+    def _resolve(self, error: BaseException | None) -> None:
+        if not self.future.done():
+            self.future.set_result(error)
 
 
 def _kafka_producer(**options: Any) -> Any:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
-from collector.stream import Publisher, check_room
+from collector.stream import BodyPublisher, Publisher, check_room
 
 __all__ = ["LimitedPublisher", "MemoryLimiter", "rss_bytes"]
 
@@ -97,10 +97,22 @@ class LimitedPublisher:
         Raises:
             BackpressureError: memory is over the ceiling (nothing taken), or the inner one is full.
         """
-        if self._limiter.over():
-            self._metrics.refused.labels("receiver", "memory_limit").inc(sum(len(b.spans) for b in batches))
-            raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
+        self._refuse_over_limit(batches)
         self._inner.publish(batches)
+
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+        """:meth:`publish`, awaiting the inner publisher's ``publish_body`` when it has one
+        (the Kafka publisher of ``vigil collector``: the answer waits for Kafka's acknowledgement).
+
+        Raises:
+            BackpressureError: memory is over the ceiling (nothing taken), or the inner one refused.
+        """
+        inner = self._inner
+        if not isinstance(inner, BodyPublisher):
+            self.publish(batches)
+            return
+        self._refuse_over_limit(batches)
+        await inner.publish_body(batches, body, encoding)
 
     def check_room(self, size_hint: int = 0) -> None:
         """Refuse early while memory is over the ceiling or the inner publisher is full.
@@ -111,6 +123,11 @@ class LimitedPublisher:
         if self._limiter.over():
             raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
         check_room(self._inner, size_hint)
+
+    def _refuse_over_limit(self, batches: Sequence[TraceBatch]) -> None:
+        if self._limiter.over():
+            self._metrics.refused.labels("receiver", "memory_limit").inc(sum(len(b.spans) for b in batches))
+            raise BackpressureError(self._retry_after, f"memory limit of {self._limiter.limit_bytes} bytes reached")
 
     def ready(self) -> bool:
         """Ready when the inner publisher is (memory pressure is transient, not unreadiness)."""

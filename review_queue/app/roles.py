@@ -96,7 +96,13 @@ def build_publisher(s: Settings, registry: CollectorRegistry, metrics: Collector
         idempotent=s.kafka_idempotent,
         buffer_bytes=s.kafka_buffer_bytes,
     )
-    return KafkaPublisher(config, retry_after_s=s.retry_after_s, metrics=metrics, registry=registry)
+    return KafkaPublisher(
+        config,
+        retry_after_s=s.retry_after_s,
+        ack_timeout_s=s.kafka_ack_timeout_s,
+        metrics=metrics,
+        registry=registry,
+    )
 
 
 async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from collector.errors import SettingsError
-from collector.kafka import DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
+from collector.kafka import DEFAULT_ACK_TIMEOUT_S, DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
 from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
@@ -262,6 +262,12 @@ class Settings(BaseModel):
         DEFAULT_BUFFER_BYTES,
         ge=65536,
         description="Record bytes the collector holds unacknowledged; beyond it receivers answer 503.",
+    )
+    kafka_ack_timeout_s: float = Field(
+        DEFAULT_ACK_TIMEOUT_S,
+        gt=0,
+        description="vigil collector: how long a request waits for Kafka's acknowledgement (acks=all) of its "
+        "records before it is answered 503 + Retry-After; the collector answers 200 only once they are acknowledged.",
     )
     kafka_session_timeout_ms: int = Field(
         10_000, ge=1000, description="Consumer group session timeout (tansu joins take about half of it)."

@@ -1,18 +1,23 @@
-"""Tests of collector.kafka: record format, byte budget, refusals and delivery failures (fake producer)."""
+"""Tests of collector.kafka: record format, byte budget, refusals, delivery failures and the wait for
+Kafka's acknowledgement before a request is answered (fake producer)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
+from starlette.testclient import TestClient
 
 from collector.errors import BackpressureError
-from collector.kafka import KafkaPublisher, ProducerConfig, record_key
+from collector.kafka import DEFAULT_ACK_TIMEOUT_S, KafkaPublisher, ProducerConfig, record_key
+from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
-from collector.otlp import decode_protobuf
+from collector.otlp import decode_protobuf, encode_batch
+from collector.receiver import create_otlp_app
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
 
@@ -20,13 +25,20 @@ from tests.support.spans import span
 class Harness:
     """A publisher on a fake producer, started and connected."""
 
-    def __init__(self, buffer_bytes: int = 1 << 20, **config: object) -> None:
+    def __init__(
+        self, buffer_bytes: int = 1 << 20, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S, **config: object
+    ) -> None:
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.producers: list[FakeProducer] = []
         cfg = ProducerConfig(bootstrap="k1:9092,k2:9092", buffer_bytes=buffer_bytes, **config)  # type: ignore[arg-type]
         self.publisher = KafkaPublisher(
-            cfg, retry_after_s=3, metrics=self.metrics, registry=self.registry, producer_factory=self._make
+            cfg,
+            retry_after_s=3,
+            ack_timeout_s=ack_timeout_s,
+            metrics=self.metrics,
+            registry=self.registry,
+            producer_factory=self._make,
         )
 
     def _make(self, **options: object) -> FakeProducer:
@@ -175,6 +187,110 @@ class TestBackpressure:
         assert producer.closed
         with pytest.raises(BackpressureError):
             h.publisher.publish([_batch(2)])
+
+
+def _body(batches: list[TraceBatch]) -> bytes:
+    """One OTLP protobuf request holding ``batches`` (one trace each)."""
+    request = ExportTraceServiceRequest()
+    for batch in batches:
+        request.MergeFromString(encode_batch(batch))
+    return bytes(request.SerializeToString())
+
+
+class TestAcknowledged:
+    """publish_body, awaited by the receivers, returns only once Kafka acknowledged every record."""
+
+    def test_returns_after_the_last_acknowledgement(self) -> None:
+        """The wait ends when the last of the request's records is acknowledged, not before."""
+        h = Harness()
+        producer = h.connect()
+        batches = [_batch(2), _batch(3)]
+
+        async def scenario() -> list[bool]:
+            task = asyncio.create_task(h.publisher.publish_body(batches, b"", "protobuf"))
+            seen = []
+            await asyncio.sleep(0.01)
+            seen.append(task.done())
+            producer.sent[0][3].succeed()
+            await asyncio.sleep(0.01)
+            seen.append(task.done())
+            producer.sent[1][3].succeed()
+            await asyncio.wait_for(task, 5)
+            seen.append(task.done())
+            return seen
+
+        assert [False, False, True] == asyncio.run(scenario())
+        assert 2 == h.value("vigil_kafka_records_sent_total")
+        assert 0 == h.publisher.pending_bytes
+
+    def test_ack_timeout_answers_503_and_counts(self) -> None:
+        """No acknowledgement within the timeout: the OTLP/HTTP request gets 503 + Retry-After, the spans
+        are counted as refused (the sender retries), not as dropped; a late ack frees the budget."""
+        h = Harness(ack_timeout_s=0.05)
+        producer = h.connect()
+        limited = LimitedPublisher(h.publisher, MemoryLimiter(0), 3, h.metrics)  # as vigil collector wires it
+        app = create_otlp_app(limited, h.metrics, max_body_bytes=1 << 20, retry_after_s=1)
+        batches = [_batch(4), _batch(2)]
+        with TestClient(app) as client:
+            response = client.post(
+                "/v1/traces", content=_body(batches), headers={"Content-Type": "application/x-protobuf"}
+            )
+        assert 503 == response.status_code
+        assert "3" == response.headers["Retry-After"]
+        assert 2 == len(producer.sent)
+        assert 6 == h.value("vigil_refused_total", stage="kafka", reason="ack_timeout")
+        assert 1 == h.value("vigil_otlp_requests_total", encoding="protobuf", code="503")
+        assert 0 == h.value("vigil_otlp_requests_total", encoding="protobuf", code="200")
+        assert 0 == h.value("vigil_spans_received_total", encoding="protobuf")
+        for *_, future in producer.sent:
+            future.succeed()  # arrives after the answer: the retry duplicates spans, merged on span id
+        assert 0 == h.publisher.pending_bytes
+        assert 0 == h.value("vigil_dropped_total", stage="kafka", reason="delivery_failed")
+
+    def test_acknowledged_request_answers_200(self) -> None:
+        """The same wiring answers 200 once the producer acknowledges (here: at once)."""
+        h = Harness(ack_timeout_s=5)
+        producer = h.connect()
+        producer.ack_on_send = True
+        app = create_otlp_app(h.publisher, h.metrics, max_body_bytes=1 << 20, retry_after_s=1)
+        with TestClient(app) as client:
+            response = client.post(
+                "/v1/traces", content=_body([_batch(3)]), headers={"Content-Type": "application/x-protobuf"}
+            )
+        assert 200 == response.status_code
+        assert 3 == h.value("vigil_spans_received_total", encoding="protobuf")
+        assert 0 == h.value("vigil_refused_total", stage="kafka", reason="ack_timeout")
+
+    def test_failed_record_refuses_the_request(self) -> None:
+        """A record that fails while its request waits: 503 at once, counted as refused, never as dropped."""
+        h = Harness()
+        producer = h.connect()
+
+        async def scenario() -> BackpressureError:
+            task = asyncio.create_task(h.publisher.publish_body([_batch(2), _batch(5)], b"", "protobuf"))
+            await asyncio.sleep(0.01)
+            producer.sent[0][3].succeed()
+            producer.sent[1][3].fail(TimeoutError("delivery timeout"))
+            with pytest.raises(BackpressureError) as info:
+                await asyncio.wait_for(task, 5)
+            return info.value
+
+        error = asyncio.run(scenario())
+        assert 3 == error.retry_after
+        assert 7 == h.value("vigil_refused_total", stage="kafka", reason="delivery_failed")
+        assert 0 == h.value("vigil_dropped_total", stage="kafka", reason="delivery_failed")
+        assert 1 == h.value("vigil_kafka_delivery_failures_total")
+        assert 0 == h.publisher.pending_bytes
+
+    def test_memory_limit_refuses_before_producing(self) -> None:
+        """LimitedPublisher checks the memory ceiling before the records reach the producer."""
+        h = Harness()
+        producer = h.connect()
+        limited = LimitedPublisher(h.publisher, MemoryLimiter(1, read_rss=lambda: 2), 3, h.metrics)
+        with pytest.raises(BackpressureError):
+            asyncio.run(limited.publish_body([_batch(2)], b"", "protobuf"))
+        assert [] == producer.sent
+        assert 2 == h.value("vigil_refused_total", stage="receiver", reason="memory_limit")
 
 
 class TestClientLibrary:

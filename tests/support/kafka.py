@@ -8,14 +8,22 @@ from typing import Any
 
 
 class FakeFuture:
-    """A produce future whose outcome the test decides (:meth:`succeed` / :meth:`fail`)."""
+    """A produce future whose outcome the test decides (:meth:`succeed` / :meth:`fail`).
 
-    def __init__(self) -> None:
+    Args:
+        acked: already acknowledged: a callback added runs at once (as kafka-python's does).
+    """
+
+    def __init__(self, acked: bool = False) -> None:
         self._callbacks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._errbacks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._acked = acked
 
     def add_callback(self, fn: Callable[..., Any], *args: Any) -> FakeFuture:
-        """Call ``fn(*args, metadata)`` on success."""
+        """Call ``fn(*args, metadata)`` on success (at once when already acknowledged)."""
+        if self._acked:
+            fn(*args, None)
+            return self
         self._callbacks.append((fn, args))
         return self
 
@@ -42,19 +50,21 @@ class FakeProducer:
         sent: ``(topic, key, value, future)`` per record, in order.
         options: the keyword options it was built with.
         fail_sends: when set, ``send`` raises it.
+        ack_on_send: acknowledge each record as soon as it is sent (a broker that answers at once).
     """
 
     def __init__(self, **options: Any) -> None:
         self.options = options
         self.sent: list[tuple[str, bytes | None, bytes, FakeFuture]] = []
         self.fail_sends: BaseException | None = None
+        self.ack_on_send = False
         self.closed = False
 
     def send(self, topic: str, value: bytes, key: bytes | None = None) -> FakeFuture:
         """Queue one record."""
         if self.fail_sends is not None:
             raise self.fail_sends
-        future = FakeFuture()
+        future = FakeFuture(acked=self.ack_on_send)
         self.sent.append((topic, key, value, future))
         return future
 
