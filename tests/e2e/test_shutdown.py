@@ -272,27 +272,35 @@ class TestCollector:
         assert set(posters[3].statuses) <= {code.value[0] for code in RETRYABLE_GRPC}
 
     def test_flush_waits_for_a_slow_broker(self, workdir: Path) -> None:
-        """Records accepted while Kafka does not answer are delivered by the stop's flush once it answers again."""
+        """Requests waiting for Kafka's acknowledgement while it does not answer are not cut by SIGTERM:
+        once it answers again they are answered 200, and their records are on the topic."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from review_queue.app.bench.broker import start_tansu
 
         with start_tansu(workdir) as broker:
             cluster = make_cluster(broker, "sqlite://", workdir, partitions=2)
-            collector = cluster.spawn("collector")
+            collector = cluster.spawn("collector", VIGIL_KAFKA_ACK_TIMEOUT_S="30")
             try:
                 collector.wait_ready()
                 runs = generate(60, seed=88)
                 url = f"{collector.otlp_endpoint}/v1/traces"
                 assert 200 == httpx.post(url, content=body(list(runs[0].spans)), headers=PROTO).status_code
                 broker.pause()
+                pool = ThreadPoolExecutor(len(runs) - 1)
                 try:
-                    for run in runs[1:]:
-                        assert 200 == httpx.post(url, content=body(list(run.spans)), headers=PROTO).status_code
-                    assert collector.metric("vigil_kafka_buffer_bytes") > 0  # unacknowledged at SIGTERM
+                    post = lambda run: httpx.post(url, content=body(list(run.spans)), headers=PROTO, timeout=60)  # noqa: E731
+                    answers = [pool.submit(post, run) for run in runs[1:]]
+                    wait_for(lambda: collector.metric("vigil_kafka_buffer_bytes") > 0, 30, "records unacknowledged")
+                    time.sleep(0.5)
+                    assert not any(a.done() for a in answers)  # nothing answered before Kafka acknowledged
                     collector.process.send_signal(15)
-                    time.sleep(1.5)  # the collector is flushing against a broker that does not answer
+                    time.sleep(1.5)  # the collector is stopping against a broker that does not answer
                     assert collector.alive()
                 finally:
                     broker.resume()
+                    pool.shutdown(wait=True)
+                assert [200] * len(answers) == [a.result().status_code for a in answers]
                 assert 0 == collector.stop(timeout_s=45)
             finally:
                 if collector.alive():
