@@ -61,6 +61,8 @@ from collector.stream import Publisher, check_room
 __all__ = [
     "FSYNC_POLICIES",
     "FsyncPolicy",
+    "ReadCursor",
+    "ReadResult",
     "Spool",
     "SpoolError",
     "SpoolMetrics",
@@ -82,6 +84,8 @@ _ENCODING_NAMES = {v[0]: k for k, v in ENCODINGS.items()}
 _IOV_MAX = 1024
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 """Segments are closed and a new one started past this size (the unit of deletion)."""
+READ_BYTES = 4 * 1024 * 1024
+"""How much :meth:`Spool.read` reads at once by default."""
 
 
 class SpoolError(CollectorError):
@@ -100,6 +104,23 @@ class SpooledBatch(TraceBatch):
 
     seq: int = 0
     parts: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCursor:
+    """Where :meth:`Spool.read` stopped: the segment (its first number), the byte offset and the number there."""
+
+    segment: int
+    offset: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What :meth:`Spool.read` returns: the bodies read and the cursor for the next read."""
+
+    records: list[SpoolRecord]
+    cursor: ReadCursor | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,16 +388,63 @@ class Spool:
             BackpressureError: over the byte budget, or the write/fsync failed (nothing held).
         """
         seq, future = self.append(body, encoding)
-        if future is not None:
-            try:
-                await asyncio.wrap_future(future)
-            except OSError as exc:
-                self.ack(seq)
-                raise BackpressureError(self._retry_after, f"spool write failed: {exc}") from exc
-            except asyncio.CancelledError:  # the request was dropped unanswered: the sender resends it
-                future.add_done_callback(lambda _: self.ack(seq))
-                raise
+        await self.committed(seq, future)
         return seq
+
+    async def committed(self, seq: int, future: concurrent.futures.Future[None] | None) -> None:
+        """Wait (without blocking the event loop) until the body :meth:`append` returned ``(seq, future)`` for
+        is as durable as the policy says; a body that could not be written is acknowledged (dropped) at once.
+
+        Raises:
+            BackpressureError: the write/fsync failed (nothing held).
+        """
+        if future is None:
+            return
+        try:
+            await asyncio.wrap_future(future)
+        except OSError as exc:
+            self.ack(seq)
+            raise BackpressureError(self._retry_after, f"spool write failed: {exc}") from exc
+        except asyncio.CancelledError:  # the request was dropped unanswered: the sender resends it
+            future.add_done_callback(lambda _: self.ack(seq))
+            raise
+
+    def first_unacked(self) -> int | None:
+        """The number of the oldest body not yet acknowledged, or None when every body was."""
+        with self._lock:
+            return min(self._seq_segment) if self._seq_segment else None
+
+    def read(self, seq: int, cursor: ReadCursor | None = None, max_bytes: int = READ_BYTES) -> ReadResult:
+        """Bodies from number ``seq`` on, as far as they are written to the OS yet (a reader that follows
+        the spool: ``vigil collector`` draining it to Kafka).
+
+        Args:
+            seq: the first body wanted (unacknowledged; otherwise nothing is returned).
+            cursor: the :attr:`ReadResult.cursor` of the previous read, so the segment is not parsed
+                from its start again.
+            max_bytes: about how much to read at once (at least one whole body).
+
+        Returns:
+            The bodies (possibly none: not written yet) and the cursor to pass next time.
+        """
+        with self._lock:
+            first = self._seq_segment.get(seq)
+            segment = self._segments.get(first) if first is not None else None
+        if first is None or segment is None:
+            return ReadResult([], cursor)
+        if cursor is None or cursor.segment != first or cursor.seq > seq:
+            cursor = ReadCursor(first, len(MAGIC), first)
+        try:
+            with segment.path.open("rb") as f:
+                f.seek(cursor.offset)
+                data = f.read(max_bytes)
+                if len(data) >= _HEADER.size and _HEADER.unpack_from(data)[0] + _HEADER.size > len(data):
+                    data += f.read(_HEADER.unpack_from(data)[0] + _HEADER.size - len(data))  # one large body
+        except FileNotFoundError:  # not created yet (the flusher writes it), or just deleted
+            return ReadResult([], cursor)
+        records, used = _parse_records(data, 0, cursor.seq)
+        cursor = ReadCursor(first, cursor.offset + used, cursor.seq + len(records))
+        return ReadResult([r for r in records if r.seq >= seq], cursor)
 
     def _write(self, first: int, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Write records of segment ``first`` (lock held, or flusher thread owning the fd)."""
@@ -661,10 +729,14 @@ def _datasync(fd: int) -> None:
 
 def _parse(data: bytes, first: int) -> tuple[list[SpoolRecord], int]:
     """The good records of a segment's bytes, and where they end (0 without a valid magic)."""
-    out: list[SpoolRecord] = []
     if not data.startswith(MAGIC):
-        return out, 0
-    pos = len(MAGIC)
+        return [], 0
+    return _parse_records(data, len(MAGIC), first)
+
+
+def _parse_records(data: bytes, pos: int, first: int) -> tuple[list[SpoolRecord], int]:
+    """The good records in ``data`` from ``pos`` (numbered from ``first``), and where they end."""
+    out: list[SpoolRecord] = []
     while pos + _HEADER.size <= len(data):
         size, crc = _HEADER.unpack_from(data, pos)
         start = pos + _HEADER.size

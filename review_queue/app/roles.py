@@ -23,12 +23,14 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry
 
+from collector.errors import SettingsError
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
 from collector.lifecycle import Closing, Component, Components, Hooks, Together
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
+from collector.spool import Spool, SpoolMetrics
 from review_queue.api import create_api_app
 from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
@@ -88,7 +90,12 @@ def _probes(s: Settings, registry: CollectorRegistry, checks: Checks, metrics: H
 
 
 def build_publisher(s: Settings, registry: CollectorRegistry, metrics: CollectorMetrics) -> KafkaPublisher:
-    """The Kafka publisher of ``vigil collector`` from the settings (not started)."""
+    """The Kafka publisher of ``vigil collector`` from the settings (not started), with its spool when
+    ``kafka_spool`` is on.
+
+    Raises:
+        SettingsError: ``kafka_spool`` without a ``spool_path``.
+    """
     config = ProducerConfig(
         bootstrap=s.kafka_bootstrap,
         topic=s.kafka_topic,
@@ -96,12 +103,25 @@ def build_publisher(s: Settings, registry: CollectorRegistry, metrics: Collector
         idempotent=s.kafka_idempotent,
         buffer_bytes=s.kafka_buffer_bytes,
     )
+    spool = None
+    if s.kafka_spool:
+        if not s.spool_path:
+            raise SettingsError("kafka_spool", "VIGIL_KAFKA_SPOOL", "needs a spool directory (VIGIL_SPOOL_PATH)", True)
+        spool = Spool(
+            s.spool_path,
+            fsync=s.spool_fsync,
+            max_bytes=s.spool_max_mb * 1024 * 1024,
+            interval_s=s.spool_fsync_interval_ms / 1000,
+            retry_after_s=s.retry_after_s,
+            metrics=SpoolMetrics(registry),
+        )
     return KafkaPublisher(
         config,
         retry_after_s=s.retry_after_s,
         ack_timeout_s=s.kafka_ack_timeout_s,
         metrics=metrics,
         registry=registry,
+        spool=spool,
     )
 
 

@@ -249,6 +249,12 @@ class Settings(BaseModel):
         512, gt=0, description="Byte budget of the spool in MiB; when full, OTLP requests get 503 + Retry-After."
     )
     # --- scale-out on Kafka (vigil collector / vigil scorer) ---
+    kafka_spool: bool = Field(
+        False,
+        description="vigil collector: while Kafka does not take a request (unreachable, no acknowledgement within "
+        "kafka_ack_timeout_s), append it to the spool (spool_path, spool_fsync, spool_max_mb) and answer 200 once the "
+        "spool's policy is met; drained to Kafka in order when it answers again, also after a restart.",
+    )
     kafka_bootstrap: str = Field(
         "127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers, host:port[,host:port...]."
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -18,6 +20,7 @@ from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
+from collector.spool import Spool
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
 
@@ -26,7 +29,11 @@ class Harness:
     """A publisher on a fake producer, started and connected."""
 
     def __init__(
-        self, buffer_bytes: int = 1 << 20, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S, **config: object
+        self,
+        buffer_bytes: int = 1 << 20,
+        ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+        spool: Spool | None = None,
+        **config: object,
     ) -> None:
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
@@ -39,6 +46,7 @@ class Harness:
             metrics=self.metrics,
             registry=self.registry,
             producer_factory=self._make,
+            spool=spool,
         )
 
     def _make(self, **options: object) -> FakeProducer:
@@ -291,6 +299,75 @@ class TestAcknowledged:
             asyncio.run(limited.publish_body([_batch(2)], b"", "protobuf"))
         assert [] == producer.sent
         assert 2 == h.value("vigil_refused_total", stage="receiver", reason="memory_limit")
+
+
+def _wait(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class TestSpool:
+    """With a spool, requests Kafka does not take are spooled (200), then drained to Kafka in order."""
+
+    def test_spooled_while_kafka_does_not_answer_then_drained_in_order(self, tmp_path: Path) -> None:
+        """No acknowledgement in time: the body is spooled and the request succeeds; later requests go to
+        the spool too; once Kafka answers, the drain produces them in order and requests go direct again."""
+        spool = Spool(tmp_path / "spool", fsync="batch")
+        h = Harness(ack_timeout_s=0.05, spool=spool)
+        producer = h.connect()
+        first, second = [_batch(3), _batch(2)], [_batch(4)]
+        asyncio.run(h.publisher.publish_body(first, _body(first), "protobuf"))  # times out: spooled, no error
+        assert 1 == spool.unacked
+        assert 1 == h.value("vigil_kafka_spooling")
+        assert 0 == h.value("vigil_refused_total", stage="kafka", reason="ack_timeout")  # answered 200, not refused
+        direct = len(producer.sent)
+        asyncio.run(h.publisher.publish_body(second, _body(second), "protobuf"))  # spooling: to the spool
+        assert 2 == spool.unacked
+        producer.ack_on_send = True  # Kafka answers again
+        _wait(lambda: spool.unacked == 0, "the drain")
+        drained = [key for _, key, _, _ in producer.sent[direct:]]  # drain rounds, retried until acknowledged
+        assert [record_key(b.trace_id) for b in first + second] == list(dict.fromkeys(drained))  # in order
+        _wait(lambda: h.value("vigil_kafka_spooling") == 0, "spooling off")
+        assert 2 == h.value("vigil_kafka_spool_drained_total")
+        third = [_batch(1)]
+        asyncio.run(h.publisher.publish_body(third, _body(third), "protobuf"))
+        assert record_key(third[0].trace_id) == producer.sent[-1][1]
+        assert 0 == spool.unacked
+        assert h.publisher.shutdown(1.0)
+
+    def test_full_spool_refuses_and_counts(self, tmp_path: Path) -> None:
+        """Past the spool's byte budget the request is refused (503) and its spans counted."""
+        spool = Spool(tmp_path / "spool", max_bytes=64)
+        h = Harness(spool=spool)  # never connected: every request goes to the spool
+        h.publisher.start()
+        batches = [_batch(3)]
+        asyncio.run(h.publisher.publish_body(batches, _body(batches), "protobuf"))  # an empty spool takes anything
+        with pytest.raises(BackpressureError):
+            asyncio.run(h.publisher.publish_body(batches, _body(batches), "protobuf"))
+        assert 3 == h.value("vigil_refused_total", stage="spool", reason="full")
+        assert h.publisher.ready()  # a spool takes requests while Kafka is unreachable
+        h.publisher.shutdown(1.0)
+
+    def test_restart_drains_what_the_last_process_spooled(self, tmp_path: Path) -> None:
+        """Bodies left in the spool by a previous process are produced once Kafka is reachable."""
+        directory = tmp_path / "spool"
+        left = [_batch(2), _batch(5)]
+        old = Spool(directory)
+        old.open()
+        _, future = old.append(_body(left), "protobuf")
+        assert future is not None
+        future.result(5)
+        old.close()
+        spool = Spool(directory)
+        h = Harness(spool=spool)
+        producer = h.connect()
+        producer.ack_on_send = True
+        _wait(lambda: spool.unacked == 0, "the drain of the old spool")
+        assert [record_key(b.trace_id) for b in left] == [key for _, key, _, _ in producer.sent]
+        assert h.publisher.shutdown(1.0)
+        assert [] == spool.segment_paths()
 
 
 class TestClientLibrary:
