@@ -154,3 +154,66 @@ class TestKillNine:
         assert killed_acked > 100, summary  # the stream was running at the first kill
         assert senders.unanswered >= 1, summary  # requests were in flight at the kills
         assert set() == missing, summary
+
+
+class TestSpoolWhileKafkaIsDown:
+    """``VIGIL_KAFKA_SPOOL=true``: requests Kafka does not take are spooled (200), kept across a kill -9, drained."""
+
+    def test_spooled_runs_survive_kill_nine_and_reach_the_topic(self, tansu: TansuBroker, workdir: Path) -> None:
+        """The broker freezes: requests are spooled and answered 200; the collector is killed while it
+        holds them; a new one on the same spool drains them once the broker answers: every run answered
+        200 is on the topic."""
+        (workdir / "empty.yaml").write_text("{}\n")
+        topic = f"otlp_spans_{secrets.token_hex(4)}"
+        tansu.create_topic(topic, 4)
+        env = {
+            "VIGIL_KAFKA_BOOTSTRAP": tansu.bootstrap,
+            "VIGIL_KAFKA_TOPIC": topic,
+            "VIGIL_CONFIG": str(workdir / "empty.yaml"),
+            "VIGIL_LOG_LEVEL": "info",
+            "VIGIL_KAFKA_SPOOL": "true",
+            "VIGIL_SPOOL_PATH": str(workdir / "spool"),
+            "VIGIL_KAFKA_ACK_TIMEOUT_S": "1",
+        }
+        senders = Senders(seed=40)
+        try:
+            with _collector(workdir, env, "spool-1") as first:
+                senders.start(first.otlp_endpoint)
+                time.sleep(2.0)
+                tansu.pause()
+                try:
+                    before = len(senders.acked)
+                    time.sleep(4.0)
+                    frozen_acked = len(senders.acked) - before
+                    spooling = first.metric("vigil_kafka_spooling")
+                    first.kill()
+                    senders.endpoint = ""
+                finally:
+                    tansu.resume()
+            with _collector(workdir, env, "spool-2") as second:
+                senders.endpoint = second.otlp_endpoint
+                time.sleep(2.0)
+                senders.stop()
+
+                def drained() -> bool:
+                    return second.metric("vigil_spool_records") == 0 and second.metric("vigil_kafka_spooling") == 0
+
+                deadline = time.monotonic() + 60
+                while not drained():
+                    assert time.monotonic() < deadline, second.log_tail()
+                    time.sleep(0.5)
+                drained_bodies = second.metric("vigil_kafka_spool_drained_total")
+        finally:
+            tansu.resume()
+            senders.stop()
+        on_topic = set(topic_keys(tansu.bootstrap, topic, timeout_s=120))
+        missing = senders.acked - on_topic
+        summary = (
+            f"{len(missing)} of {len(senders.acked)} runs answered 200 are not on the topic "
+            f"(answered 200 while the broker was frozen: {frozen_acked}; bodies drained after the restart: "
+            f"{drained_bodies}; unanswered: {senders.unanswered})"
+        )
+        assert 1 == spooling, summary
+        assert frozen_acked > 0, summary  # the spool answered while Kafka did not
+        assert drained_bodies > 0, summary  # the new collector drained what the killed one had spooled
+        assert set() == missing, summary
