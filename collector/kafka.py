@@ -486,9 +486,12 @@ class KafkaPublisher:
             records.extend((record_key(b.trace_id), encode_batch(b), len(b.spans)) for b in decoded.batches)
         if not records:
             return True
+        size = sum(len(k) + len(v) for k, v, _ in records)
+        with self._lock:  # the byte budget holds for the drain too (a retried round re-sends its records)
+            if self._pending and self._pending + size > self._config.buffer_bytes:
+                return False
+            self._pending += size
         waiter = _RoundAcks(len(records))
-        with self._lock:
-            self._pending += sum(len(k) + len(v) for k, v, _ in records)
         try:
             self._send(self._producer, records, waiter, count=False)
         except BackpressureError:
