@@ -4,16 +4,19 @@ Kafka's acknowledgement before a request is answered (fake producer)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
 from collector.errors import BackpressureError
+from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_server
 from collector.kafka import DEFAULT_ACK_TIMEOUT_S, KafkaPublisher, ProducerConfig, record_key
 from collector.limits import LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
@@ -21,6 +24,7 @@ from collector.model import TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
 from collector.spool import Spool
+from review_queue.app.process import free_port
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
 
@@ -254,6 +258,37 @@ class TestAcknowledged:
             future.succeed()  # arrives after the answer: the retry duplicates spans, merged on span id
         assert 0 == h.publisher.pending_bytes
         assert 0 == h.value("vigil_dropped_total", stage="kafka", reason="delivery_failed")
+
+    def test_grpc_ack_timeout_is_unavailable_and_counted(self) -> None:
+        """The same over OTLP/gRPC: UNAVAILABLE with a RetryInfo trailer, spans counted as refused."""
+        h = Harness(ack_timeout_s=0.05)
+        h.connect()
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        port = free_port()
+
+        async def start() -> grpc.aio.Server:
+            server = await create_grpc_server(
+                h.publisher, h.metrics, host="127.0.0.1", port=port, max_message_bytes=1 << 20, retry_after_s=1
+            )
+            await server.start()
+            return server
+
+        server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, pytest.raises(grpc.RpcError) as info:
+                channel.unary_unary(EXPORT_METHOD)(_body([_batch(5)]), timeout=10)
+            assert grpc.StatusCode.UNAVAILABLE == info.value.code()
+            trailers = dict(info.value.trailing_metadata() or ())
+            assert RETRY_INFO_KEY in trailers
+            assert 5 == h.value("vigil_refused_total", stage="kafka", reason="ack_timeout")
+            assert 1 == h.value("vigil_otlp_requests_total", encoding="grpc", code="503")
+        finally:
+            asyncio.run_coroutine_threadsafe(server.stop(None), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
 
     def test_acknowledged_request_answers_200(self) -> None:
         """The same wiring answers 200 once the producer acknowledges (here: at once)."""
