@@ -129,7 +129,7 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     """Run ``vigil collector`` until SIGTERM/SIGINT. Returns True when every record was acknowledged.
 
     Stop order: ``VIGIL_SHUTDOWN_DELAY_S`` still receiving (``/readyz`` 503), the receivers (HTTP
-    and gRPC together), the Kafka producer's flush, the probes.
+    and gRPC together), the Kafka producer's flush, the probes, the young-generation collector.
     """
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
@@ -172,6 +172,11 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
         return True
 
     c = Components()
+    # Decoded spans now live until Kafka acknowledges their request (~ms, across an await): with the
+    # default gen-0 threshold (700) they were traversed by young collections and promoted, which cost
+    # ~30 % of ingest CPU per span (BENCHMARKS.md, issue 20); the same tuning as vigil run and vigil scorer.
+    c.add("gc", Hooks(on_start=tune_gc))
+    c.add("young_gc", YoungCollector())
     c.add("probes", probes, probes.stop_budget_s)
     c.add("publisher", publisher, drain_timeout_s)
     c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
