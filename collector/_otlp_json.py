@@ -49,7 +49,7 @@ def decode(body: bytes) -> DecodeResult:
                     acc.add(_json_span(sp, resource, scope))
                 except _Invalid as exc:
                     acc.reject(str(exc))
-    return acc.result()
+    return acc.result(len(body))
 
 
 def _without_lone_surrogates(node: Any) -> Any:

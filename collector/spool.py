@@ -588,7 +588,7 @@ class Spool:
 def stamp(batches: Sequence[TraceBatch], seq: int) -> list[SpooledBatch]:
     """The records of one spooled body, each carrying its sequence number and the body's record count."""
     parts = len(batches)
-    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, seq, parts) for b in batches]
+    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, b.size, seq, parts) for b in batches]
 
 
 class SpoolingPublisher:

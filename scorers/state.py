@@ -11,6 +11,16 @@ What this does not cover: a SIGKILL or a crash, which never reaches the save. Th
 write-ahead spool's job (:mod:`collector.spool`): every accepted body stays on disk until its
 runs are written (or saved here by a clean stop) and is replayed at the next start.
 
+Size: the file holds what the assembler holds, and the assembler is bounded in bytes
+(:class:`collector.budget.MemoryBudgets`: ``inflight`` and ``late``, which count more than the
+wire bytes written here), so the file stays within those two budgets — tens of MiB at the
+default memory limit, whatever the traffic (a flood of traces whose root never arrives is
+force-closed, not accumulated). Loading reads one record at a time and the assembler enforces
+its budgets as it takes them back, so a restart never holds more than the budgets either. With
+the spool on, the state file is still what lets a clean stop release the spool (the runs in
+flight are kept here, not in ever-growing segments) and keeps the late-span cache across a
+restart; both are bounded.
+
 File format: ``VIGILST1`` then records of ``kind`` (1 byte: ``P`` in flight, ``C``
 closed), a 4-byte big-endian length and an OTLP ``ExportTraceServiceRequest`` holding
 one trace (the stream record format of :func:`collector.otlp.encode_batch`). Written to a
@@ -21,14 +31,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from collector.errors import DecodeError
-from collector.model import Span, TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
-from scorers.assemble import Assembler
+from scorers.assemble import Assembler, ClosedTrace
 from scorers.errors import ScorersError
 
 __all__ = ["StateFileError", "load_state", "save_state"]
@@ -55,8 +65,8 @@ def save_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
     with tmp.open("wb") as f:
         f.write(_MAGIC)
         for kind, entries in ((b"C", closed), (b"P", in_flight)):
-            for trace_id, spans in entries:
-                data = encode_batch(TraceBatch(trace_id, tuple(spans), 0))
+            for batch in entries:
+                data = encode_batch(batch)
                 f.write(_HEADER.pack(kind, len(data)))
                 f.write(data)
         f.flush()
@@ -66,10 +76,14 @@ def save_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
     return len(in_flight), len(closed)
 
 
-def load_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
+def load_state(
+    path: str | Path, assembler: Assembler, on_forced: Callable[[list[ClosedTrace]], object] | None = None
+) -> tuple[int, int]:
     """Load a state file written by :func:`save_state` into ``assembler``, then delete it.
 
-    A missing file is an empty state.
+    A missing file is an empty state. Records are read and handed to the assembler one at a time;
+    runs it force-closes to stay within its budgets go to ``on_forced`` (to be scored and
+    written), or are dropped with a warning when there is none.
 
     Returns:
         ``(in_flight, closed)`` run counts restored.
@@ -80,28 +94,37 @@ def load_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
     source = Path(path)
     if not source.exists():
         return 0, 0
-    data = source.read_bytes()
-    if not data.startswith(_MAGIC):
-        raise StateFileError(f"{source} is not a Vigil state file (remove it or set VIGIL_STATE_PATH)")
-    in_flight: list[tuple[str, tuple[Span, ...]]] = []
-    closed: list[tuple[str, tuple[Span, ...]]] = []
-    pos = len(_MAGIC)
-    while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            raise StateFileError(f"{source} is truncated at byte {pos}")
-        kind, size = _HEADER.unpack_from(data, pos)
-        pos += _HEADER.size
-        body = data[pos : pos + size]
-        if len(body) != size or kind not in (b"P", b"C"):
-            raise StateFileError(f"{source} is corrupt at byte {pos}")
-        pos += size
-        try:
-            result = decode_protobuf(body)
-        except DecodeError as exc:
-            raise StateFileError(f"{source} holds an undecodable record at byte {pos - size}: {exc}") from exc
-        target = in_flight if kind == b"P" else closed
-        target.extend((batch.trace_id, batch.spans) for batch in result.batches)
-    assembler.import_state(in_flight, closed)
+    counts = {b"P": 0, b"C": 0}
+    forced: list[ClosedTrace] = []
+    with source.open("rb") as f:
+        if f.read(len(_MAGIC)) != _MAGIC:
+            raise StateFileError(f"{source} is not a Vigil state file (remove it or set VIGIL_STATE_PATH)")
+        pos = len(_MAGIC)
+        while header := f.read(_HEADER.size):
+            if len(header) != _HEADER.size:
+                raise StateFileError(f"{source} is truncated at byte {pos}")
+            kind, size = _HEADER.unpack(header)
+            pos += _HEADER.size
+            body = f.read(size)
+            if len(body) != size or kind not in counts:
+                raise StateFileError(f"{source} is corrupt at byte {pos}")
+            try:
+                result = decode_protobuf(body)
+            except DecodeError as exc:
+                raise StateFileError(f"{source} holds an undecodable record at byte {pos}: {exc}") from exc
+            pos += size
+            counts[kind] += len(result.batches)
+            if kind == b"P":
+                forced.extend(assembler.import_state(result.batches, []))
+            else:
+                assembler.import_state([], result.batches)
+    if forced:
+        if on_forced is not None:
+            on_forced(forced)
+        else:
+            log.warning("assembler_state_over_budget", runs=len(forced))
     source.unlink()
-    log.info("assembler_state_loaded", path=str(source), in_flight=len(in_flight), closed=len(closed))
-    return len(in_flight), len(closed)
+    log.info(
+        "assembler_state_loaded", path=str(source), in_flight=counts[b"P"], closed=counts[b"C"], forced=len(forced)
+    )
+    return counts[b"P"], counts[b"C"]

@@ -361,7 +361,7 @@ class Drain:
     def start(self) -> None:
         """Load the saved state (deleting the file), replay the spool, then start the worker."""
         if self._state_path:
-            load_state(self._state_path, self._worker.assembler)
+            load_state(self._state_path, self._worker.assembler, self._worker.adopt)
         if self._spool is not None:
             replay_spool(self._spool, self._worker)
         self._worker.start()

@@ -37,7 +37,7 @@ def _compiled(body: bytes) -> DecodeResult | None:
     acc = otlp._Accumulator()
     if not fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, otlp._KINDS, otlp._CODES, otlp.MAX_DEPTH):
         return None
-    return acc.result()
+    return acc.result(len(body))
 
 
 def _python(body: bytes) -> DecodeResult | DecodeError:

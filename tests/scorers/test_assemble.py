@@ -175,13 +175,25 @@ class TestCaps:
         (closed,) = asm.drain()
         assert 3 == len(closed.spans)
 
-    def test_inflight_cap_force_closes_soonest_due_as_incomplete(self) -> None:
-        """At the in-flight cap the run due soonest is closed (incomplete) to admit the new one."""
+    def test_inflight_cap_force_closes_a_rootless_run_before_a_complete_one(self) -> None:
+        """At the in-flight cap a run still waiting for its root is closed (incomplete) first, even
+        though the complete run is due sooner: traces whose root never comes cannot push out complete runs."""
         clock, events = Clock(), Events()
         asm = make(clock, events, max_inflight=2)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))
         forced = asm.add(batch(span("3", trace="c" * 32)))
-        assert [(TRACE, False)] == [(c.trace_id, c.complete) for c in forced]
+        assert [(OTHER, False)] == [(c.trace_id, c.complete) for c in forced]
         assert 2 == asm.inflight
+        assert 1 == events.counts["evicted_inflight"]
+
+    def test_inflight_cap_force_closes_soonest_due_when_every_root_ended(self) -> None:
+        """With no rootless run in flight the run due soonest is closed (incomplete) to admit the new one."""
+        clock, events = Clock(), Events()
+        asm = make(clock, events, max_inflight=2)
+        asm.add(batch(span("1", None)))
+        clock.t += 1
+        asm.add(batch(span("2", None, trace=OTHER)))
+        forced = asm.add(batch(span("3", None, trace="c" * 32)))
+        assert [(TRACE, False)] == [(c.trace_id, c.complete) for c in forced]
         assert 1 == events.counts["evicted_inflight"]
