@@ -25,6 +25,7 @@ from functools import partial
 import structlog
 from prometheus_client import CollectorRegistry
 
+from collector.budget import MemoryMetrics
 from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
@@ -156,7 +157,10 @@ def build(
     registry = registry or CollectorRegistry()
     scoring = Scoring.from_settings(settings, environ)
     collector_metrics = CollectorMetrics(registry)
-    stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
+    budgets = settings.memory_budgets()
+    stream = InProcessStream(
+        settings.queue_max_batches, settings.retry_after_s, collector_metrics, max_bytes=budgets.stream
+    )
     upgrade_database(settings.database_url)
     store = SqlStore(settings.database_url)
     run_metrics = scoring.run_metrics(registry)
@@ -182,6 +186,15 @@ def build(
         feedback=services.feedback.summaries,
         acks=None if spool is None else AckTracker(spool.ack),
     )
+    memory = MemoryMetrics(registry)
+    memory.budgets(budgets)  # intake: reserved for the receivers' admission
+    memory.bind("stream", stream.account)
+    memory.bind("inflight", assembler.inflight_account)
+    memory.bind("late", assembler.closed_account)
+    if judges is not None:
+        memory.bind("judge", judges.account)
+    if spool is not None:
+        memory.bind("spool", spool.account)
     return Embedded(
         settings,
         registry,
@@ -210,6 +223,7 @@ def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> 
         retry_after_s=settings.retry_after_s,
         metrics=SpoolMetrics(registry),
         before_delete=partial(durable_store, store),
+        memory_bytes=settings.memory_budgets().spool,
     )
 
 
