@@ -108,7 +108,7 @@ class MemoryBudgets:
         """Split ``limit_bytes`` by :data:`SHARES`; a limit of 0 (or less) leaves every budget unbounded.
 
         With the default limit of 1,024 MiB: intake 256 MiB, stream 51 MiB, in flight 61 MiB,
-        late cache 41 MiB, judges 20 MiB, spool 31 MiB.
+        late cache 40 MiB, judges 20 MiB, spool 30 MiB (rounded down).
         """
         if limit_bytes <= 0:
             return cls()
