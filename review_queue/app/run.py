@@ -351,7 +351,7 @@ async def run_components(
         c.add("details", emb.details, UPKEEP_STOP_S)
     if emb.judges is not None:
         c.add("judges", emb.judges, JUDGE_DRAIN_S)
-    c.add("worker", Drain(emb.worker, s.state_path, emb.spool), drain_timeout_s)
+    c.add("worker", Drain(emb.worker, s.state_path, emb.spool, s.memory_budgets().inflight), drain_timeout_s)
     c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
     if demo_rate:
         c.add("demo", _demo(emb, receiver, demo_rate), DEMO_STOP_S)
@@ -365,12 +365,16 @@ class Drain:
         worker: the stream worker.
         state_path: where runs still waiting for their root are saved (:mod:`scorers.state`); None: nowhere.
         spool: the write-ahead spool, replayed at start and closed at the end of the drain.
+        state_max_bytes: bound of the state file (the in-flight byte budget); 0: none.
     """
 
-    def __init__(self, worker: StreamWorker, state_path: str | None, spool: Spool | None = None) -> None:
+    def __init__(
+        self, worker: StreamWorker, state_path: str | None, spool: Spool | None = None, state_max_bytes: int = 0
+    ) -> None:
         self._worker = worker
         self._state_path = state_path
         self._spool = spool
+        self._state_max = state_max_bytes
 
     def start(self) -> None:
         """Load the saved state (deleting the file), replay the spool, then start the worker."""
@@ -382,7 +386,7 @@ class Drain:
 
     def shutdown(self, timeout: float) -> bool:
         """Score and write every finished run within ``timeout``; save the unfinished ones; close the spool."""
-        save = partial(save_state, self._state_path) if self._state_path else None
+        save = partial(save_state, self._state_path, max_bytes=self._state_max) if self._state_path else None
         try:
             return self._worker.shutdown(timeout, save=save)
         finally:

@@ -120,3 +120,24 @@ def test_loading_into_smaller_budgets_hands_the_excess_over(tmp_path: Path) -> N
     assert (10, 0) == load_state(path, after, taken.extend)
     assert (1, 9) == (after.inflight, len(taken))
     assert all(not c.complete for c in taken)
+
+
+def test_max_bytes_keeps_runs_in_flight_and_the_newest_closed_runs(tmp_path: Path) -> None:
+    """The file is bounded: runs in flight are always written, the late-span cache fills the rest, newest first."""
+    path = tmp_path / "vigil.state"
+    clock = Clock()
+    asm = _asm(clock)
+    for i in range(20):
+        asm.add(
+            _batch([Span(f"{i + 1:032x}", "00000000000000a1", None, "root", end_ns=2, attributes={"m": "x" * 500})])
+        )
+    clock.t = 10.0
+    assert 20 == len(asm.due())
+    asm.add(_batch([Span("f" * 32, "00000000000000a2", "00000000000000a1", "child", end_ns=2)]))
+    assert (1, 5) == save_state(path, asm, max_bytes=3500)
+    assert path.stat().st_size <= 3500
+    after = _asm(Clock())
+    assert (1, 5) == load_state(path, after)
+    in_flight, closed = after.export_state()
+    assert ["f" * 32] == [b.trace_id for b in in_flight]
+    assert [f"{i + 1:032x}" for i in range(15, 20)] == [b.trace_id for b in closed]
