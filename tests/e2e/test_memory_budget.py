@@ -96,23 +96,23 @@ def test_rootless_flood_cannot_block_complete_runs_and_the_state_file_stays_boun
     budget, the state file saved at SIGTERM stays within it too (tens of MB), and the restart on that file
     peaks well under the memory limit."""
     rng = random.Random(20)
-    url_of = lambda v: f"{v.otlp_endpoint}/v1/traces"  # noqa: E731
     with start_vigil(tmp_path) as vigil, httpx.Client(timeout=60) as client:
+        url = f"{vigil.otlp_endpoint}/v1/traces"
         budget = _metric(vigil, "vigil_memory_budget_bytes", structure="inflight")
         assert LIMIT_MIB * MIB * 0.06 // 1 == budget
         complete_ids = []
         flood_refusals = 0
         for i, payload in enumerate(_rootless_bodies(rng)):
-            status, refused = _post(client, url_of(vigil), payload, attempts=30)
+            status, refused = _post(client, url, payload, attempts=30)
             assert 200 == status, f"flood body {i} never accepted\n{vigil.log_tail()}"
             flood_refusals += refused
             if i % 20 == 10:  # a complete run in the middle of the flood
                 run = make_run(rng)
-                status, refused = _post(client, url_of(vigil), body(list(run.spans)), attempts=10)
+                status, refused = _post(client, url, body(list(run.spans)), attempts=10)
                 assert 200 == status, f"complete run refused during the flood\n{vigil.log_tail()}"
                 complete_ids.append(run.trace_id)
         run = make_run(rng)
-        status, _ = _post(client, url_of(vigil), body(list(run.spans)), attempts=10)
+        status, _ = _post(client, url, body(list(run.spans)), attempts=10)
         assert 200 == status
         complete_ids.append(run.trace_id)
         for trace_id in complete_ids:
