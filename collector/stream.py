@@ -141,17 +141,16 @@ class InProcessStream:
         """
         if not batches:
             return
-        sized = [(b, batch_bytes(b)) for b in batches]
+        sized = [(b, b.size or batch_bytes(b)) for b in batches]
         size = sum(n for _, n in sized)
         account = self.account
         with self._cond:
             items = self._items
-            room = self._max - len(items)
-            fits_count = len(batches) <= room
-            fits_bytes = account.fits(size)
+            fits_count = len(batches) <= self._max - len(items)
+            fits_bytes = not account.budget or account.held + size <= account.budget  # (ByteAccount.fits)
             if not self._closed and ((fits_count and fits_bytes) or not items):
                 items.extend(sized)
-                account.add(size)
+                account.held += size
                 self._cond.notify()
                 return
         if self._metrics is not None:
@@ -183,8 +182,9 @@ class InProcessStream:
                     return []
                 self._cond.wait(remaining)
             count = min(max_items, len(self._items))
-            taken = [self._items.popleft() for _ in range(count)]
-            self.account.sub(sum(n for _, n in taken))
+            popleft = self._items.popleft
+            taken = [popleft() for _ in range(count)]
+            self.account.held -= sum(n for _, n in taken)
             return [b for b, _ in taken]
 
     def qsize(self) -> int:

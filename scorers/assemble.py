@@ -163,18 +163,20 @@ class Assembler:
             if enforce and len(self._pending) >= self._max_inflight:
                 forced.extend(self._evict_one("evicted_inflight"))
             self._pending[trace_id] = pending
-            self.inflight_account.add(pending.size)
-        self._merge(pending, batch.spans, batch_bytes(batch))
+            self.inflight_account.held += pending.size
+        self._merge(pending, batch.spans, batch.size or batch_bytes(batch))
         pending.last_seen = now
         self._schedule(trace_id, pending)
-        if pending.root_ended:
-            self._rootless.pop(trace_id, None)
-        else:
-            self._rootless[trace_id] = None
-            self._rootless.move_to_end(trace_id)
+        rootless = self._rootless
+        if not pending.root_ended:
+            rootless[trace_id] = None
+            rootless.move_to_end(trace_id)
+        elif trace_id in rootless:
+            del rootless[trace_id]
         account = self.inflight_account
-        while enforce and account.over() and len(self._pending) > 1:
-            forced.extend(self._evict_one("evicted_inflight_bytes", keep=trace_id))
+        if enforce and account.budget and account.held > account.budget:  # (ByteAccount.over, inlined)
+            while account.over() and len(self._pending) > 1:
+                forced.extend(self._evict_one("evicted_inflight_bytes", keep=trace_id))
         return forced
 
     def due(self) -> list[ClosedTrace]:
@@ -281,7 +283,7 @@ class Assembler:
         if added:  # the new spans' share of the record's estimate (a replaced span keeps its count)
             grown = size * added // len(spans) if added < len(spans) else size
             pending.size += grown
-            self.inflight_account.add(grown)
+            self.inflight_account.held += grown
         if dropped:
             self._count("spans_dropped_cap", dropped)
 
@@ -316,8 +318,9 @@ class Assembler:
 
     def _close(self, trace_id: str, pending: _Pending, *, forced: bool = False) -> ClosedTrace:
         del self._pending[trace_id]
-        self._rootless.pop(trace_id, None)
-        self.inflight_account.sub(pending.size)
+        if not pending.root_ended:
+            self._rootless.pop(trace_id, None)
+        self.inflight_account.held -= pending.size
         spans = tuple(pending.spans.values())
         self._remember_closed(trace_id, spans, pending.size)
         complete = pending.root_ended and not forced
@@ -327,11 +330,13 @@ class Assembler:
         closed = self._closed
         account = self.closed_account
         closed[trace_id] = (spans, size)
-        account.add(size)
+        account.held += size
+        if len(closed) <= self._closed_size and (not account.budget or account.held <= account.budget):
+            return
         evicted = 0
         while closed and (len(closed) > self._closed_size or (account.over() and len(closed) > 1)):
             old, (_, old_size) = closed.popitem(last=False)
-            account.sub(old_size)
+            account.held -= old_size
             evicted += 1
             self._recently_evicted[old] = None
             if len(self._recently_evicted) > max(self._closed_size, len(closed)) * 4:
