@@ -176,7 +176,10 @@ class Assembler:
         account = self.inflight_account
         if enforce and account.budget and account.held > account.budget:  # (ByteAccount.over, inlined)
             while account.over() and len(self._pending) > 1:
-                forced.extend(self._evict_one("evicted_inflight_bytes", keep=trace_id))
+                evicted = self._evict_one("evicted_inflight_bytes", keep=trace_id)
+                if not evicted:
+                    break
+                forced.extend(evicted)
         return forced
 
     def due(self) -> list[ClosedTrace]:
