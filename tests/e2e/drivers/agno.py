@@ -39,7 +39,7 @@ from agno.exceptions import InputCheckError  # noqa: E402
 from agno.guardrails import PIIDetectionGuardrail  # noqa: E402
 from agno.models.openai import OpenAIChat  # noqa: E402
 from agno.run.base import RunStatus  # noqa: E402
-from harness import API_KEY, Harness  # noqa: E402
+from harness import API_KEY, Harness, tools  # noqa: E402
 from openinference.instrumentation.agno import AgnoInstrumentor  # noqa: E402
 
 from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn  # noqa: E402
@@ -48,19 +48,9 @@ TOOL_CALL_LIMIT = 2
 LIMIT_MESSAGE = "Tool call limit reached."
 """How Agno's tool message starts when it refuses a call over ``tool_call_limit``."""
 
-_current: dict[str, Any] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+_current: dict[str, bool] = {}
+"""What the driver's callbacks noticed during the scenario in progress."""
+get_weather, lookup_order = tools()
 
 
 class NotedPIIGuardrail(PIIDetectionGuardrail):  # type: ignore[misc]
@@ -113,7 +103,7 @@ def main() -> None:
     ]
     for name, text in plan:
         with h.scenario(name, agent=agent.name or "travel_agent") as run:
-            _current.update(run=run, blocked=False)
+            _current["blocked"] = False
             output = agent.run(f"{run.marker} {text}")
             run.errored = output.status == RunStatus.error
             run.safety_blocked = bool(_current["blocked"])

@@ -39,7 +39,7 @@ import openai  # noqa: E402
 from crewai import LLM, Agent, Crew, Task  # noqa: E402
 from crewai.events import LLMCallStartedEvent, crewai_event_bus  # noqa: E402
 from crewai.tools import tool  # noqa: E402
-from harness import API_KEY, Harness, RunTruth  # noqa: E402
+from harness import API_KEY, Harness, RunTruth, tools  # noqa: E402
 from openinference.instrumentation.crewai import CrewAIInstrumentor  # noqa: E402
 from openinference.instrumentation.openai import OpenAIInstrumentor  # noqa: E402
 
@@ -50,21 +50,9 @@ FORCE_FINAL = "Now it's time you MUST give your absolute best final answer."
 
 MAX_ITER = 3
 
-_current: dict[str, Any] = {}
-
-
-@tool("get_weather")
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool("lookup_order")
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+_current: dict[str, bool] = {}
+"""What the driver's callbacks noticed during the scenario in progress."""
+get_weather, lookup_order = (tool(f.__name__)(f) for f in tools())
 
 
 @crewai_event_bus.on(LLMCallStartedEvent)
@@ -111,7 +99,7 @@ def main() -> None:
     for name, prompt, stream, expected in plan:
         crew_agent = agent(stream)
         with h.scenario(name, agent=crew_agent.role, expected=expected) as run:
-            _current.update(run=run, forced=False)
+            _current["forced"] = False
             task = Task(description=f"{run.marker} {prompt}", expected_output="A short answer.", agent=crew_agent)
             try:
                 Crew(agents=[crew_agent], tasks=[task], name="travel_crew").kickoff()

@@ -39,7 +39,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError, LMError
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, Harness, tools
 from openinference.instrumentation.dspy import DSPyInstrumentor
 from openinference.instrumentation.litellm import LiteLLMInstrumentor
 
@@ -47,19 +47,7 @@ from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, Tu
 
 MAX_ITERS = 3
 
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = tools()
 
 
 class TravelAgent(dspy.Module):  # type: ignore[misc]
@@ -141,7 +129,6 @@ def main() -> None:
     ]
     for name, lm, text, expected in plan:
         with dspy.context(lm=lm), h.scenario(name, agent="TravelAgent", expected=expected) as run:
-            _current["run"] = run
             prediction = agent(question=f"{run.marker} {text}")
             tools_used = [v for k, v in prediction.trajectory.items() if k.startswith("tool_name_")]
             run.hit_max_iterations = len(tools_used) >= MAX_ITERS and "finish" not in tools_used

@@ -34,40 +34,20 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, tools
 
 from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "gl_travel_agent"
 MODEL = "gpt-4o-mini"
 SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
 
 
 class MaxIterationsExceeded(RuntimeError):
     """The app's own loop cap: raised when the agent used up its iterations."""
 
 
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``; every order is unknown here."""
-    raise LookupError(f"order {order_id} not found")
-
-
+get_weather, lookup_order = tools(LookupError)
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "lookup_order": lookup_order}
 
 
@@ -114,10 +94,7 @@ class TravelAgent:
                 result = TOOLS[name](**arguments)
                 inv.tool_result = result
         except LookupError as exc:
-            truth.tool(failed=True)
             result = f"Error: {exc}"
-        else:
-            truth.tool()
         return {"role": "tool", "tool_call_id": call.id, "content": result}
 
 

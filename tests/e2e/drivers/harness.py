@@ -25,7 +25,7 @@ import sys
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +44,19 @@ from collector.demo.fakeopenai import FakeOpenAI, Turn, turn_to_json
 
 API_KEY = "sk-vigil-e2e-fake"
 """The API key drivers hand to their clients; the fake server ignores it."""
+
+TOOL_SPECS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": doc,
+            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
+        },
+    }
+    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
+]
+"""The two tools of :func:`tools` as Chat Completions ``tools``, for drivers that run their own loop."""
 
 
 @dataclass
@@ -82,6 +95,36 @@ class RunTruth:
         """Count one tool execution (and one error when ``failed``)."""
         self.tool_calls += 1
         self.tool_errors += int(failed)
+
+
+_active: list[RunTruth] = []
+"""The run of the scenario in progress (set by :meth:`Harness.scenario`)."""
+
+
+def current() -> RunTruth:
+    """The run of the scenario in progress: where a tool or a framework callback counts."""
+    return _active[-1]
+
+
+def tools(error: type[Exception] = ValueError) -> tuple[Callable[..., str], Callable[..., str]]:
+    """The two tools every agent driver offers, counting into :func:`current`.
+
+    ``get_weather(city)`` answers; ``lookup_order(order_id)`` fails with ``error`` (the type the
+    driver's framework or loop expects from a failing tool). A driver wraps them in its
+    framework's tool decorator where it has one; names and docstrings are the tools' schema.
+    """
+
+    def get_weather(city: str) -> str:
+        """Return the current weather for a city."""
+        current().tool()
+        return f"It is 21 C and sunny in {city}."
+
+    def lookup_order(order_id: str) -> str:
+        """Return the status of an order."""
+        current().tool(failed=True)
+        raise error(f"order {order_id} not found")
+
+    return get_weather, lookup_order
 
 
 class _RootRecorder(SpanProcessor):
@@ -159,11 +202,14 @@ class Harness:
         run = RunTruth(scenario=name, agent=agent, key=f"{name}#{self.tag}")
         run.marker = f"[[scenario:{run.key}]]"
         before = len(self._roots.roots)
+        _active.append(run)
         try:
             yield run
         except expected as exc:
             run.errored = True
             run.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        finally:
+            _active.remove(run)
         roots = self._roots.roots[before:]
         if len(roots) != 1:
             raise RuntimeError(f"scenario {name} started {len(roots)} root spans: {roots}")

@@ -29,7 +29,7 @@ import urllib.request
 from typing import Any
 
 import openai
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, Harness, tools
 from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ReActAgent
 from llama_index.llms.openai import OpenAI
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
@@ -47,19 +47,7 @@ from collector.demo.fakeopenai import (
 
 MAX_ITERATIONS = 3
 
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = tools()
 
 
 def _react(thought: str, action: str, **arguments: Any) -> TextTurn:
@@ -146,7 +134,6 @@ async def scenarios(h: Harness) -> None:
     for name, agent, text, expected in plan:
         limited = name.startswith("li_max_iterations")
         with h.scenario(name, agent=agent.name, expected=expected) as run:
-            _current["run"] = run
             try:
                 handler = agent.run(user_msg=f"{run.marker} {text}", max_iterations=MAX_ITERATIONS if limited else 20)
                 # Every agent step the driver sees; at the limit all MAX_ITERATIONS steps asked for tools.

@@ -41,7 +41,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, Harness, current
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentError, AgentMaxStepsError
@@ -50,7 +50,6 @@ from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, To
 
 AGENT = "sa_travel_agent"
 SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-_current: dict[str, RunTruth] = {}
 
 
 @tool
@@ -60,7 +59,7 @@ def get_weather(city: str) -> str:
     Args:
         city: the city name.
     """
-    _current["run"].tool()
+    current().tool()
     return f"It is 21 C and sunny in {city}."
 
 
@@ -71,7 +70,7 @@ def lookup_order(order_id: str) -> str:
     Args:
         order_id: the order id.
     """
-    _current["run"].tool(failed=True)
+    current().tool(failed=True)
     raise LookupError(f"order {order_id} not found")
 
 
@@ -122,7 +121,6 @@ def main() -> None:
             tools=[get_weather, lookup_order], model=model, name=AGENT, max_steps=max_steps, verbosity_level=0
         )
         with h.scenario(name, agent=AGENT, expected=(AgentError,)) as run:
-            _current["run"] = run
             result: Any = agent.run(f"{run.marker} {prompt}", return_full_result=True)
             # Graceful limit: nothing is raised, but the run's state and last step say so.
             last_error = getattr(agent.memory.steps[-1], "error", None)

@@ -36,7 +36,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, TOOL_SPECS, Harness, tools
 from openai import InternalServerError, OpenAI
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
@@ -48,36 +48,13 @@ from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, To
 AGENT = "tl_travel_agent"
 MODEL = "gpt-4o-mini"
 SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
-_current: dict[str, RunTruth] = {}
 
 
 class MaxIterationsExceeded(RuntimeError):
     """The app's own loop cap: raised when the agent used up its iterations."""
 
 
-@tool(name="get_weather")
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool(name="lookup_order")
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``; every order is unknown here."""
-    _current["run"].tool(failed=True)
-    raise LookupError(f"order {order_id} not found")
+get_weather, lookup_order = (tool(name=f.__name__)(f) for f in tools(LookupError))
 
 
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "lookup_order": lookup_order}
@@ -153,7 +130,6 @@ def main() -> None:
     ]
     for name, prompt, cap, raise_on_cap in plan:
         with h.scenario(name, agent=AGENT, expected=(MaxIterationsExceeded, InternalServerError)) as run:
-            _current["run"] = run
             try:
                 answer = travel_desk(travel, f"{run.marker} {prompt}", cap, raise_on_cap)
             except MaxIterationsExceeded:
