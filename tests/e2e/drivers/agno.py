@@ -39,10 +39,10 @@ from agno.exceptions import InputCheckError  # noqa: E402
 from agno.guardrails import PIIDetectionGuardrail  # noqa: E402
 from agno.models.openai import OpenAIChat  # noqa: E402
 from agno.run.base import RunStatus  # noqa: E402
-from harness import API_KEY, Harness, tools  # noqa: E402
+from harness import API_KEY, SERVER_ERROR, Harness, tools  # noqa: E402
 from openinference.instrumentation.agno import AgnoInstrumentor  # noqa: E402
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn  # noqa: E402
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn  # noqa: E402
 
 TOOL_CALL_LIMIT = 2
 LIMIT_MESSAGE = "Tool call limit reached."
@@ -73,10 +73,7 @@ def register(h: Harness) -> None:
     h.register("ag_tool_call_limit", [oslo] * (TOOL_CALL_LIMIT + 1) + [TextTurn("I must stop: mild in Oslo.")])
     h.register("ag_pii_guardrail", [TextTurn("This must never be served.")])
     h.register("ag_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "ag_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("ag_http_500", [SERVER_ERROR])
 
 
 def main() -> None:

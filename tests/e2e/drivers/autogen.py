@@ -34,11 +34,11 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.messages import ToolCallRequestEvent, ToolCallSummaryMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
-from harness import API_KEY, Harness, tools
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
 from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 MAX_TOOL_ITERATIONS = 3
 MAX_MESSAGES = 4
@@ -54,10 +54,7 @@ def register(h: Harness) -> None:
     h.register("au_max_tool_iterations", [ToolCallTurn.of("get_weather", city="Oslo")])
     h.register("au_max_messages", [TextTurn("Let us think about it some more.")])
     h.register("au_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "au_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("au_http_500", [SERVER_ERROR])
 
 
 async def scenarios(h: Harness) -> None:

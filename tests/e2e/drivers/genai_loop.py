@@ -34,13 +34,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, tools
+from harness import API_KEY, SERVER_ERROR, TOOL_SPECS, Harness, RunTruth, tools
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "gl_travel_agent"
 MODEL = "gpt-4o-mini"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 
 
 class MaxIterationsExceeded(RuntimeError):

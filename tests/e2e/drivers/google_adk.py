@@ -42,10 +42,10 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
-from harness import API_KEY, Harness, RunTruth, tools
+from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, tools
 from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 MAX_LLM_CALLS = 3
 APP = "travel_desk"
@@ -83,10 +83,7 @@ def register(h: Harness) -> None:
     h.register("ad_max_llm_calls", [ToolCallTurn.of("get_weather", city="Oslo")])
     h.register("ad_guardrail", [TextTurn("This must never be served.")])
     h.register("ad_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "ad_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("ad_http_500", [SERVER_ERROR])
 
 
 async def run_agent(runner: InMemoryRunner, run: RunTruth, text: str, config: RunConfig) -> None:

@@ -40,10 +40,13 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.demo.fakeopenai import FakeOpenAI, Turn, turn_to_json
+from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, Turn, turn_to_json
 
 API_KEY = "sk-vigil-e2e-fake"
 """The API key drivers hand to their clients; the fake server ignores it."""
+
+SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
+"""The model's answer in the ``*_http_500`` scenarios: OpenAI's own 500."""
 
 TOOL_SPECS = [
     {
@@ -173,9 +176,16 @@ class Harness:
         """The fake server's root URL (its ``/_fake/...`` endpoints)."""
         return self.base_url.removesuffix("/v1")
 
-    def register(self, name: str, turns: Sequence[Turn]) -> None:
-        """Register script ``name`` with the fake server (over HTTP, so any server works)."""
-        body = json.dumps({"turns": [turn_to_json(t) for t in turns]}).encode()
+    def register(self, name: str, turns: Sequence[Turn], *, sequential: bool = False) -> None:
+        """Register script ``name`` with the fake server (over HTTP, so any server works).
+
+        ``sequential``: the turn served is the number of requests already served for the run
+        (instead of one counted from the conversation's assistant messages).
+        """
+        script: dict[str, Any] = {"turns": [turn_to_json(t) for t in turns]}
+        if sequential:
+            script["sequential"] = True
+        body = json.dumps(script).encode()
         request = urllib.request.Request(f"{self.admin_url}/_fake/scripts/{name}", body, method="PUT")
         request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-from harness import API_KEY, Harness, tools
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -55,10 +55,9 @@ from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, RefusalTurn, TextTurn, ToolCall, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, RefusalTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "lc_travel_agent"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 get_weather, lookup_order = (tool(f) for f in tools(LookupError))
 
 

@@ -36,20 +36,17 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + [_HERE]
 
-import json
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from harness import API_KEY, Harness, current
+from harness import API_KEY, SERVER_ERROR, Harness, current
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentError, AgentMaxStepsError
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn, Turn, turn_to_json
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn, Turn
 
 AGENT = "sa_travel_agent"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 
 
 @tool
@@ -85,11 +82,7 @@ def register(h: Harness, name: str, turns: Sequence[Turn]) -> None:
     smolagents does not replay a failed step's tool-call message (the error is merged into the
     user message), so the fake server cannot count assistant turns in the conversation.
     """
-    body = json.dumps({"turns": [turn_to_json(t) for t in turns], "sequential": True}).encode()
-    request = urllib.request.Request(f"{h.admin_url}/_fake/scripts/{name}", body, method="PUT")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
+    h.register(name, turns, sequential=True)
 
 
 def main() -> None:

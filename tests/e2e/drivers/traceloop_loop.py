@@ -36,18 +36,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, TOOL_SPECS, Harness, tools
+from harness import API_KEY, SERVER_ERROR, TOOL_SPECS, Harness, tools
 from openai import InternalServerError, OpenAI
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
 from traceloop.sdk import Instruments, Traceloop
 from traceloop.sdk.decorators import agent, tool, workflow
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "tl_travel_agent"
 MODEL = "gpt-4o-mini"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 
 
 class MaxIterationsExceeded(RuntimeError):
