@@ -6,7 +6,6 @@ flagged runs. Screenshots of the queue and of a run view land in ``test-artifact
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -28,8 +27,6 @@ from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 T = 1_700_000_000_000_000_000
 
@@ -98,18 +95,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
     uv.should_exit = True
     thread.join(10)
     store.close()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    """Headless Debian chromium under Playwright."""
-    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
-        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
 
 
 def _login(page: Any, server: Server, token: str) -> None:

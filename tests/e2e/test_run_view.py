@@ -12,7 +12,6 @@ shortcuts. Screenshots of each page land in ``test-artifacts/``.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -41,15 +40,6 @@ from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 ADMIN_TOKEN = "e2e-run-view-admin"
@@ -117,18 +107,6 @@ def _wait_for(check: Any, timeout_s: float) -> None:
             return
         time.sleep(0.3)
     raise AssertionError("timed out")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Debian chromium under Playwright."""
-    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
-        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

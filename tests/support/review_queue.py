@@ -6,10 +6,12 @@
 - :func:`postgres_scratch_url`: an isolated PostgreSQL schema for one test (or session).
 - :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
 - :class:`Clock`: a settable wall clock (Unix epoch seconds) starting at :data:`T0`.
+- :func:`login`: log a test client in through the UI's form.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,7 @@ __all__ = [
     "TRUTH_FIELDS",
     "Clock",
     "InMemoryRunSink",
+    "login",
     "postgres_scratch_url",
     "postgres_unreachable",
     "scored_run",
@@ -47,6 +50,21 @@ TRUTH_FIELDS = (
 )
 """Run fields an end-to-end test compares one to one between an agent's ground truth (what its
 driver or the demo fleet observed) and the run Vigil stored (``GET /api/v1/runs/{trace_id}``)."""
+
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def login(client: Any, token: str) -> str:
+    """Log ``client`` (a Starlette ``TestClient`` of the UI) in through the form with ``token``;
+    return the CSRF token of the new session (read from the queue page)."""
+    csrf = _CSRF.search(client.get("/login").text)
+    assert csrf is not None, "no CSRF field on /login"
+    response = client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
+    assert 303 == response.status_code, response.text
+    found = _CSRF.search(client.get("/queue").text)
+    assert found is not None, "no CSRF field on /queue after login"
+    return found.group(1)
 
 
 class Clock:
