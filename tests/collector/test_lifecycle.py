@@ -8,6 +8,7 @@ import time
 import pytest
 
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
+from tests.support.fixtures import wait_until
 
 
 class Recorder:
@@ -134,9 +135,7 @@ def test_periodic_ticks_until_shut_down_and_survives_a_failing_tick() -> None:
 
     periodic = Periodic("vigil-test", tick, 0.01, immediately=True)
     periodic.start()
-    deadline = time.monotonic() + 10
-    while len(ticks) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(ticks) >= 4)
     assert periodic.shutdown(5.0)
     stopped_at = len(ticks)
     time.sleep(0.05)

@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES, create_otlp_app
 from collector.stream import InProcessStream
+from tests.support.fixtures import closing_factory
 
 LIMIT = 1024 * 1024
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -104,15 +105,8 @@ class Harness:
 @pytest.fixture
 def harness_factory() -> Iterator[Callable[..., Harness]]:
     """Builds Harness objects and closes their clients."""
-    made: list[Harness] = []
-
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.client.close()
+    with closing_factory(Harness, lambda h: h.client.close()) as make:
+        yield make
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from review_queue.app.run import YoungCollector
+from tests.support.fixtures import wait_until
 
 
 class _Node:
@@ -45,9 +46,7 @@ def test_cyclic_garbage_is_freed_without_thresholds_being_reached() -> None:
     young = YoungCollector(0.05)
     young.start()
     try:
-        deadline = time.monotonic() + 10
-        while any(r() is not None for r in refs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: all(r() is None for r in refs), poll_s=0.05)
     finally:
         assert young.shutdown(5.0)
     assert all(r() is None for r in refs)
@@ -58,9 +57,7 @@ def test_collects_young_generations_until_stopped() -> None:
     calls: list[int] = []
     young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0)
     young.start()
-    deadline = time.monotonic() + 10
-    while len(calls) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(calls) >= 3)
     assert young.shutdown(5.0)
     stopped_at = len(calls)
     time.sleep(0.05)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -16,6 +15,7 @@ from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 from scorers.worker import StreamWorker
+from tests.support.fixtures import wait_until
 
 ROOT = "0" * 15 + "1"
 
@@ -240,16 +240,12 @@ def _start_until_written(worker: StreamWorker, clock: Clock, sink: FlakySink, ca
     """Start the worker, let it close its run, and wait (5 s at most) for ``calls`` write attempts."""
     worker.start()
     _advance_when_ingested(worker, clock)
-    deadline = time.monotonic() + 5
-    while sink.calls < calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: sink.calls >= calls, timeout_s=5)
 
 
 def _advance_when_ingested(worker: StreamWorker, clock: Clock) -> None:
     """Once the worker thread assembles the run, move the clock past the quiet period."""
-    deadline = time.monotonic() + 5
-    while worker._assembler.inflight < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: worker._assembler.inflight >= 1, timeout_s=5)
     clock.t += 3
 
 
