@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from review_queue.app.run import YoungCollector
-from tests.support.fixtures import wait_until
+from tests.support.fixtures import runs_until_shutdown, wait_until
 
 
 class _Node:
@@ -56,11 +56,5 @@ def test_collects_young_generations_until_stopped() -> None:
     """It collects generation 1 (0 and 1) periodically, and stops."""
     calls: list[int] = []
     young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0)
-    young.start()
-    wait_until(lambda: len(calls) >= 3)
-    assert young.shutdown(5.0)
-    stopped_at = len(calls)
-    time.sleep(0.05)
-    assert stopped_at >= 3
+    runs_until_shutdown(young, lambda: len(calls), 3)
     assert set(calls) == {1}
-    assert stopped_at == len(calls)
