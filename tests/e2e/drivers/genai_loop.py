@@ -34,9 +34,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, SERVER_ERROR, TOOL_SPECS, Harness, RunTruth, tools
-
-from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
+from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, loop_scenarios, tools
 
 AGENT = "gl_travel_agent"
 MODEL = "gpt-4o-mini"
@@ -112,34 +110,8 @@ def run(driver: str, service_name: str, latest: bool) -> None:
     h = Harness(driver, service_name)
     OpenAIInstrumentor().instrument(tracer_provider=h.provider)
     handler = TelemetryHandler(tracer_provider=h.provider, instrumentation_scope_name="vigil.e2e.genai_loop")
-    oslo = ToolCallTurn.of("get_weather", city="Oslo")
-    h.register("gl_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
-    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
-    h.register("gl_parallel", [both, TextTurn("Sunny in Paris and Rome.")])
-    h.register("gl_tool_error", [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")])
-    h.register("gl_max_iterations", [oslo])
-    h.register("gl_graceful_cap", [oslo])
-    h.register("gl_content_filter", [ContentFilterTurn("")])
-    h.register("gl_http_500", [SERVER_ERROR])
     travel = TravelAgent(OpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0), handler)
-    plan: list[tuple[str, str, int, bool]] = [
-        ("gl_normal", "What is the weather in Paris?", 10, True),
-        ("gl_parallel", "Weather in Paris and Rome?", 10, True),
-        ("gl_tool_error", "Where is my order A-404?", 10, True),
-        ("gl_max_iterations", "Keep checking Oslo.", 6, True),
-        ("gl_graceful_cap", "Keep checking Oslo.", 3, False),
-        ("gl_content_filter", "Say something filtered.", 10, True),
-        ("gl_http_500", "What is the weather in Paris?", 10, True),
-    ]
-    for name, prompt, cap, raise_on_cap in plan:
-        with h.scenario(name, agent=AGENT, expected=(MaxIterationsExceeded, InternalServerError)) as truth:
-            try:
-                answer = travel.run(f"{truth.marker} {prompt}", truth, cap, raise_on_cap)
-            except MaxIterationsExceeded:
-                truth.hit_max_iterations = True
-                raise
-            # The graceful cap: the loop ran out while the model still asked for tools.
-            truth.hit_max_iterations = answer.startswith("I could not finish")
+    loop_scenarios(h, "gl", AGENT, travel.run, capped=MaxIterationsExceeded, errors=(InternalServerError,))
     h.finish()
 
 

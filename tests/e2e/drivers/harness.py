@@ -40,7 +40,16 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, Turn, turn_to_json
+from collector.demo.fakeopenai import (
+    ContentFilterTurn,
+    ErrorTurn,
+    FakeOpenAI,
+    TextTurn,
+    ToolCall,
+    ToolCallTurn,
+    Turn,
+    turn_to_json,
+)
 
 API_KEY = "sk-vigil-e2e-fake"
 """The API key drivers hand to their clients; the fake server ignores it."""
@@ -271,3 +280,54 @@ def _hex_ids(obj: dict[str, Any]) -> None:
     for key in ("traceId", "spanId", "parentSpanId"):
         if obj.get(key):
             obj[key] = base64.b64decode(obj[key]).hex()
+
+
+LOOP_PLAN: tuple[tuple[str, str, int, bool], ...] = (
+    ("normal", "What is the weather in Paris?", 10, True),
+    ("parallel", "Weather in Paris and Rome?", 10, True),
+    ("tool_error", "Where is my order A-404?", 10, True),
+    ("max_iterations", "Keep checking Oslo.", 6, True),
+    ("graceful_cap", "Keep checking Oslo.", 3, False),
+    ("content_filter", "Say something filtered.", 10, True),
+    ("http_500", "What is the weather in Paris?", 10, True),
+)
+"""The scenarios of a driver running its own tool loop: name suffix, prompt, iteration cap, raise at the cap."""
+
+
+def loop_scenarios(
+    h: Harness,
+    prefix: str,
+    agent: str,
+    ask: Callable[[str, RunTruth, int, bool], str],
+    *,
+    capped: type[BaseException],
+    errors: tuple[type[BaseException], ...],
+) -> None:
+    """Register and run :data:`LOOP_PLAN` for a driver with its own tool loop (``genai_loop``, ``traceloop_loop``).
+
+    ``ask(prompt, run, cap, raise_on_cap)`` runs the app once; it raises ``capped`` at the cap when
+    asked to, and otherwise answers "I could not finish ..." (the graceful cap). ``errors``: the
+    other exceptions that reach the caller.
+    """
+    oslo = ToolCallTurn.of("get_weather", city="Oslo")
+    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
+    scripts: dict[str, list[Turn]] = {
+        "normal": [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")],
+        "parallel": [both, TextTurn("Sunny in Paris and Rome.")],
+        "tool_error": [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")],
+        "max_iterations": [oslo],
+        "graceful_cap": [oslo],
+        "content_filter": [ContentFilterTurn("")],
+        "http_500": [SERVER_ERROR],
+    }
+    for suffix, turns in scripts.items():
+        h.register(f"{prefix}_{suffix}", turns)
+    for suffix, prompt, cap, raise_on_cap in LOOP_PLAN:
+        with h.scenario(f"{prefix}_{suffix}", agent=agent, expected=(capped, *errors)) as run:
+            try:
+                answer = ask(f"{run.marker} {prompt}", run, cap, raise_on_cap)
+            except capped:
+                run.hit_max_iterations = True
+                raise
+            # The graceful cap: the loop ran out while the model still asked for tools.
+            run.hit_max_iterations = answer.startswith("I could not finish")
