@@ -6,7 +6,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class Cluster:
     db_url: str
     workdir: Path
     partitions: int
+    processes: list[RoleProcess] = field(default_factory=list)
+    """Every role :meth:`spawn` started, in order."""
 
     def env(self, **extra: str) -> dict[str, str]:
         """``VIGIL_*`` variables of a role in this cluster."""
@@ -56,8 +58,38 @@ class Cluster:
         return env
 
     def spawn(self, role: str, name: str | None = None, **extra: str) -> RoleProcess:
-        """Start a role of this cluster."""
-        return spawn_role(role, self.workdir, self.env(**extra), name=name)
+        """Start a role of this cluster (:meth:`stop_all` stops it)."""
+        process = spawn_role(role, self.workdir, self.env(**extra), name=name)
+        self.processes.append(process)
+        return process
+
+    def pipeline(self, scorer: str = "scorer", **extra: str) -> tuple[RoleProcess, RoleProcess]:
+        """Start a collector and a scorer (called ``scorer``, with ``extra`` variables); return them once
+        the collector is ready and the scorer consumes every partition."""
+        collector = self.spawn("collector")
+        consumer = self.spawn("scorer", name=scorer, **extra)
+        collector.wait_ready()
+        self.consuming(consumer)
+        return collector, consumer
+
+    def consuming(self, *scorers: RoleProcess) -> None:
+        """Wait until every one of ``scorers`` is ready and the partitions are assigned among them."""
+        for scorer in scorers:
+            scorer.wait_ready()
+        wait_assigned(list(scorers), self.partitions)
+
+    def send(
+        self, collector: RoleProcess, n: int, seed: int, seconds: float
+    ) -> tuple[dict[str, dict[str, Any]], Sender]:
+        """Start sending ``n`` generated runs to ``collector`` over ``seconds``; the expected rows and the sender."""
+        runs = generate(n, seed=seed)
+        return expected(runs), Sender(collector.otlp_endpoint, runs, seconds=seconds).start()
+
+    def stop_all(self) -> None:
+        """SIGTERM every role still running (each must stop within its timeout)."""
+        for process in self.processes:
+            if process.alive():
+                process.stop()
 
 
 def make_cluster(broker: TansuBroker, db_url: str, workdir: Path, partitions: int = 4) -> Cluster:
