@@ -4,19 +4,10 @@ from __future__ import annotations
 
 from collector.model import Span, TraceBatch
 from scorers.assemble import Assembler
+from tests.support.fixtures import Clock
 
 TRACE = "a" * 32
 OTHER = "b" * 32
-
-
-class Clock:
-    """A manual monotonic clock."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Events:
@@ -46,75 +37,75 @@ class TestCompletion:
 
     def test_children_first_then_root_closes_after_quiet_period(self) -> None:
         """A run closes quiet_period after its last span once the root has ended."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("2"), span("3")))
-        clock.t += 1
+        clock.now += 1
         assert [] == asm.due()
         asm.add(batch(span("1", None)))
-        clock.t += 1.9
+        clock.now += 1.9
         assert [] == asm.due()
-        clock.t += 0.2
+        clock.now += 0.2
         (closed,) = asm.due()
         assert (TRACE, 3, True, False) == (closed.trace_id, len(closed.spans), closed.complete, closed.rescore)
         assert 0 == asm.inflight
 
     def test_new_span_after_root_extends_quiet_period(self) -> None:
         """Spans arriving after the root push the deadline back."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None)))
-        clock.t += 1.5
+        clock.now += 1.5
         asm.add(batch(span("2")))
-        clock.t += 1.5
+        clock.now += 1.5
         assert [] == asm.due()
-        clock.t += 0.6
+        clock.now += 0.6
         assert 1 == len(asm.due())
 
     def test_no_root_closes_incomplete_after_max_idle(self) -> None:
         """A trace without an ended root is closed as incomplete after the idle timeout."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("2")))
-        clock.t += 299
+        clock.now += 299
         assert [] == asm.due()
-        clock.t += 2
+        clock.now += 2
         (closed,) = asm.due()
         assert closed.complete is False
 
     def test_unended_root_does_not_count(self) -> None:
         """A root without an end time has not ended."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None, end=0)))
-        clock.t += 10
+        clock.now += 10
         assert [] == asm.due()
 
     def test_duplicates_are_merged(self) -> None:
         """The same span id twice (an OTLP retry) is one span."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None), span("2")))
         asm.add(batch(span("2")))
-        clock.t += 3
+        clock.now += 3
         (closed,) = asm.due()
         assert 2 == len(closed.spans)
 
     def test_traces_are_independent_and_released_in_deadline_order(self) -> None:
         """Two traces close at their own deadlines."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None)))
-        clock.t += 1
+        clock.now += 1
         asm.add(batch(span("1", None, trace=OTHER)))
-        clock.t += 1.5
+        clock.now += 1.5
         assert [TRACE] == [c.trace_id for c in asm.due()]
-        clock.t += 1
+        clock.now += 1
         assert [OTHER] == [c.trace_id for c in asm.due()]
 
     def test_drain_closes_everything(self) -> None:
         """drain() releases in-flight runs; complete only where the root ended."""
-        asm = make(Clock())
+        asm = make(Clock(1000.0))
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))
         closed = {c.trace_id: c.complete for c in asm.drain()}
@@ -127,23 +118,23 @@ class TestLateSpans:
 
     def test_late_span_reopens_with_all_spans_and_rescore(self) -> None:
         """A late span is counted and the run is re-released with every span."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events)
         asm.add(batch(span("1", None), span("2")))
-        clock.t += 3
+        clock.now += 3
         assert 1 == len(asm.due())
         asm.add(batch(span("3")))
-        clock.t += 3
+        clock.now += 3
         (closed,) = asm.due()
         assert (3, True, True) == (len(closed.spans), closed.rescore, closed.complete)
         assert 1 == events.counts["late_spans"]
 
     def test_duplicate_after_close_is_ignored(self) -> None:
         """A retry of spans already scored is not a late span and reopens nothing."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events)
         asm.add(batch(span("1", None)))
-        clock.t += 3
+        clock.now += 3
         asm.due()
         asm.add(batch(span("1", None)))
         assert 0 == asm.inflight
@@ -152,11 +143,11 @@ class TestLateSpans:
 
     def test_late_after_eviction_is_counted_and_dropped(self) -> None:
         """Late spans for a run evicted from the closed cache are dropped, never a partial duplicate."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, closed_cache_size=1)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("1", None, trace=OTHER)))
-        clock.t += 3
+        clock.now += 3
         assert 2 == len(asm.due())
         asm.add(batch(span("9")))
         assert 0 == asm.inflight
@@ -168,7 +159,7 @@ class TestCaps:
 
     def test_span_cap_drops_and_counts(self) -> None:
         """Spans beyond the per-run cap are dropped and counted."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_spans_per_run=3)
         asm.add(batch(*(span(str(i)) for i in range(2, 7))))
         assert 2 == events.counts["spans_dropped_cap"]
@@ -177,7 +168,7 @@ class TestCaps:
 
     def test_inflight_cap_force_closes_soonest_due_as_incomplete(self) -> None:
         """At the in-flight cap the run due soonest is closed (incomplete) to admit the new one."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_inflight=2)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))

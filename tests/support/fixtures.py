@@ -1,6 +1,7 @@
 """Small helpers for tests of threaded components and of resources built per test.
 
 - :func:`wait_until`: poll a condition a background thread makes true, within a bound.
+- :class:`Clock`: a clock the test sets by hand (wall or monotonic), starting at :data:`T0`.
 - :func:`closing_factory`: the body of a factory fixture that closes everything it built.
 - :func:`served`: an ASGI app under a real uvicorn server on a free loopback port.
 - :func:`runs_until_shutdown`: a periodic component works after ``start`` and stops at ``shutdown``.
@@ -18,6 +19,20 @@ from typing import Any, Protocol, TypeVar
 import uvicorn
 
 T = TypeVar("T")
+
+T0 = 1_700_000_000.0
+"""Where :class:`Clock` starts by default (2023-11-14, Unix epoch seconds)."""
+
+
+class Clock:
+    """A clock the test moves by hand (``now``): pass it where code takes ``clock=time.time`` or
+    ``time.monotonic``."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = 10.0, poll_s: float = 0.01) -> bool:

@@ -5,7 +5,7 @@
 - :func:`scored_run`: a terse :class:`scorers.model.ScoredRun` builder.
 - :func:`postgres_scratch_url`: an isolated PostgreSQL schema for one test (or session).
 - :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
-- :class:`Clock`: a settable wall clock (Unix epoch seconds) starting at :data:`T0`.
+- :class:`Clock`, :data:`T0`: the settable clock of :mod:`tests.support.fixtures`, re-exported.
 - :func:`login`: log a test client in through the UI's form.
 """
 
@@ -22,6 +22,7 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
 from scorers.model import Flag, Priority, Run, ScoredRun
 from scorers.rules import DEFAULT_SAMPLE_RATE
+from tests.support.fixtures import T0, Clock
 
 __all__ = [
     "T0",
@@ -33,9 +34,6 @@ __all__ = [
     "postgres_unreachable",
     "scored_run",
 ]
-
-T0 = 1_700_000_000.0
-"""Where :class:`Clock` starts (2023-11-14, Unix epoch seconds)."""
 
 TRUTH_FIELDS = (
     "agent",
@@ -65,16 +63,6 @@ def login(client: Any, token: str) -> str:
     found = _CSRF.search(client.get("/queue").text)
     assert found is not None, "no CSRF field on /queue after login"
     return found.group(1)
-
-
-class Clock:
-    """A settable clock returning Unix epoch seconds: the test moves ``now`` by hand."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def scored_run(
