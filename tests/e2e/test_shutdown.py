@@ -41,6 +41,7 @@ from scorers.state import load_state
 from .scaleout import (
     EXPORT_METHOD,
     SAMPLE_RATE,
+    Background,
     check_exact,
     expected,
     generate,
@@ -97,7 +98,7 @@ def _body(spans: list[Any]) -> Body:
 
 
 @dataclass
-class Poster:
+class Poster(Background):
     """Posts its bodies in order to ``target()``, retrying each until it is answered 200.
 
     Every answer is kept: ``accepted`` pairs a body with the endpoint that took it,
@@ -114,32 +115,14 @@ class Poster:
     grpc_target: str | None = None
     give_up: threading.Event = field(default_factory=threading.Event)
 
-    def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Poster:
-        """Start posting."""
-        self._thread.start()
-        return self
-
-    def join(self, timeout_s: float = 120.0) -> None:
-        """Wait until every body was accepted; re-raise a failure."""
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "poster did not finish"
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            if self.grpc_target is not None:
-                self._run_grpc(self.grpc_target)
-                return
-            with httpx.Client(timeout=30) as client:
-                for item in self.bodies:
-                    self._post(client, item)
-                    time.sleep(self.pace_s)
-        except Exception as exc:  # noqa: BLE001 - reported by join()
-            self.error = exc
+    def _work(self) -> None:
+        if self.grpc_target is not None:
+            self._run_grpc(self.grpc_target)
+            return
+        with httpx.Client(timeout=30) as client:
+            for item in self.bodies:
+                self._post(client, item)
+                time.sleep(self.pace_s)
 
     def _run_grpc(self, target: str) -> None:
         """Export over OTLP/gRPC; ``statuses`` then counts gRPC status codes by value."""
