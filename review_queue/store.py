@@ -30,7 +30,7 @@ from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
-from review_queue.snapshot import SNAPSHOT_VERSION, item_row, run_row
+from review_queue.snapshot import item_row, partial_snapshot, run_row
 from review_queue.tables import review_events, review_items, run_details, runs
 from scorers.model import ScoredRun
 
@@ -412,20 +412,7 @@ _MANUAL_FIELDS = (
 
 def _manual_snapshot(row: sa.RowMapping) -> dict[str, Any]:
     """The snapshot of a run sent to review by hand: its stored summary (the page reads its details document)."""
-    doc = {name: row[name] for name in _MANUAL_FIELDS}
-    doc.update(
-        snapshot_version=SNAPSHOT_VERSION,
-        partial=True,
-        final_output=None,
-        steps=[],
-        tools=[],
-        messages=[],
-        attributes={},
-        scores=dict(row["scores"] or {}),
-        scorer_errors=list(row["scorer_errors"] or []),
-        evidence=list(row["evidence"] or []),
-    )
-    return doc
+    return partial_snapshot(row, _MANUAL_FIELDS, evidence=list(row["evidence"] or []))
 
 
 def write_transaction(conn: sa.Connection) -> sa.RootTransaction:

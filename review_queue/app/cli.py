@@ -65,8 +65,7 @@ def configure_logging(level: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from review_queue.app.run import build, serve
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
+    settings = _settings(args)
     if args.demo:  # the fleet's OpenAI client would log every request at info
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -180,8 +179,7 @@ def _cmd_purge(args: argparse.Namespace) -> int:
     if bad:
         print(f"vigil: not a trace id (32 hex characters): {bad[0]!r}", file=sys.stderr)
         return EXIT_CONFIG
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)  # JSON logs on stderr; stdout carries the result
+    settings = _settings(args)  # JSON logs on stderr; stdout carries the result
     engine = create_store_engine(settings.database_url)
     try:
         deleted = purge_traces(engine, args.trace_id)
@@ -347,37 +345,29 @@ def _add_export_arguments(export: argparse.ArgumentParser) -> None:
     export.set_defaults(func=_cmd_export)
 
 
-def _cmd_collector(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_collector
-
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings of ``--config`` and the environment, with logging configured at their level."""
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
-    return run_role(lambda: serve_collector(settings))
+    return settings
 
 
-def _cmd_scorer(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_scorer
+def _cmd_role(args: argparse.Namespace) -> int:
+    """``vigil collector`` / ``scorer`` / ``review`` (``args.role``)."""
+    from review_queue.app import roles
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at info
-    return run_role(lambda: serve_scorer(settings))
-
-
-def _cmd_review(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_review
-
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
-    return run_role(lambda: serve_review(settings))
+    settings = _settings(args)
+    if args.role == "scorer":
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at info
+    serve = {"collector": roles.serve_collector, "scorer": roles.serve_scorer, "review": roles.serve_review}
+    return roles.run_role(lambda: serve[args.role](settings))
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     from review_queue.errors import ReviewQueueError
     from review_queue.store import upgrade_database
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
+    settings = _settings(args)
     try:
         upgrade_database(settings.database_url)
     except ReviewQueueError as exc:
@@ -441,15 +431,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The scale-out roles and their tooling (issue 3)."""
-    sub.add_parser("collector", help="OTLP receivers (HTTP, gRPC) publishing to Kafka").set_defaults(
-        func=_cmd_collector
-    )
-    sub.add_parser("scorer", help="Kafka consumer group: assemble, score, store, /metrics").set_defaults(
-        func=_cmd_scorer
-    )
-    sub.add_parser("review", help="REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)").set_defaults(
-        func=_cmd_review
-    )
+    for role, text in (
+        ("collector", "OTLP receivers (HTTP, gRPC) publishing to Kafka"),
+        ("scorer", "Kafka consumer group: assemble, score, store, /metrics"),
+        ("review", "REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)"),
+    ):
+        sub.add_parser(role, help=text).set_defaults(func=_cmd_role, role=role)
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("upgrade", help="migrate VIGIL_DATABASE_URL to the newest schema").set_defaults(

@@ -28,6 +28,7 @@ from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_s
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES
 from collector.stream import InProcessStream
+from tests.support.fixtures import closing_factory
 
 LIMIT = 1024 * 1024
 TIMEOUT_S = 10.0
@@ -129,15 +130,8 @@ class Harness:
 @pytest.fixture
 def harness_factory() -> Iterator[Callable[..., Harness]]:
     """Builds Harness objects and stops their servers."""
-    made: list[Harness] = []
-
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.close()
+    with closing_factory(Harness, Harness.close) as make:
+        yield make
 
 
 @pytest.fixture

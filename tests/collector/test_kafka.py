@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
@@ -13,6 +11,7 @@ from collector.kafka import KafkaPublisher, ProducerConfig, record_key
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_protobuf
+from tests.support.fixtures import wait_until
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
 
@@ -36,10 +35,7 @@ class Harness:
 
     def connect(self) -> FakeProducer:
         self.publisher.start()
-        deadline = time.monotonic() + 5
-        while not self.publisher.ready() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self.publisher.ready()
+        assert wait_until(self.publisher.ready, timeout_s=5)
         return self.producers[0]
 
     def value(self, name: str, **labels: str) -> float:

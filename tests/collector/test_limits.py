@@ -52,13 +52,22 @@ def _batch() -> TraceBatch:
     return TraceBatch(s.trace_id, (s, span(trace_id=s.trace_id)), 0)
 
 
+class Limited:
+    """A LimitedPublisher over an in-process stream, with a 150-byte ceiling on a settable RSS."""
+
+    def __init__(self, capacity: int = 10, retry_after_s: int = 7) -> None:
+        self.memory = Memory()
+        self.registry = CollectorRegistry()
+        self.metrics = CollectorMetrics(self.registry)
+        self.stream = InProcessStream(capacity, 1.0, self.metrics)
+        limiter = MemoryLimiter(150, read_rss=self.memory.read, check_interval_s=0)
+        self.publisher = LimitedPublisher(self.stream, limiter, retry_after_s, self.metrics)
+
+
 def test_limited_publisher_refuses_and_counts() -> None:
     """Over the ceiling nothing reaches the stream, the spans are counted, and Retry-After is set."""
-    m = Memory()
-    registry = CollectorRegistry()
-    metrics = CollectorMetrics(registry)
-    stream = InProcessStream(10, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    limited = Limited()
+    m, registry, stream, publisher = limited.memory, limited.registry, limited.stream, limited.publisher
     publisher.publish([_batch()])
     m.rss = 151
     with pytest.raises(BackpressureError, match="memory limit of 150 bytes") as info:
@@ -71,10 +80,8 @@ def test_limited_publisher_refuses_and_counts() -> None:
 
 def test_limited_publisher_check_room() -> None:
     """The early check refuses over the memory ceiling and when the inner stream is full."""
-    m = Memory()
-    metrics = CollectorMetrics(CollectorRegistry())
-    stream = InProcessStream(1, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    limited = Limited(capacity=1)
+    m, publisher = limited.memory, limited.publisher
     publisher.check_room(0)
     m.rss = 151
     with pytest.raises(BackpressureError, match="memory limit"):
@@ -87,12 +94,9 @@ def test_limited_publisher_check_room() -> None:
 
 def test_receiver_answers_503_while_over_and_recovers() -> None:
     """Through the OTLP/HTTP receiver: 503 + Retry-After with the reason, then 200 once memory is back."""
-    m = Memory()
-    registry = CollectorRegistry()
-    metrics = CollectorMetrics(registry)
-    stream = InProcessStream(10, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 4, metrics)
-    client = TestClient(create_otlp_app(publisher, metrics, max_body_bytes=1 << 20, retry_after_s=2))
+    limited = Limited(retry_after_s=4)
+    m, stream = limited.memory, limited.stream
+    client = TestClient(create_otlp_app(limited.publisher, limited.metrics, max_body_bytes=1 << 20, retry_after_s=2))
     request = ExportTraceServiceRequest()
     request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="x")
     headers = {"Content-Type": "application/x-protobuf"}

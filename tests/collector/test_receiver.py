@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
-import threading
-import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -29,6 +25,7 @@ from starlette.testclient import TestClient
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES, create_otlp_app
 from collector.stream import InProcessStream
+from tests.support.fixtures import closing_factory, served
 
 LIMIT = 1024 * 1024
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -104,15 +101,8 @@ class Harness:
 @pytest.fixture
 def harness_factory() -> Iterator[Callable[..., Harness]]:
     """Builds Harness objects and closes their clients."""
-    made: list[Harness] = []
-
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.client.close()
+    with closing_factory(Harness, lambda h: h.client.close()) as make:
+        yield make
 
 
 @pytest.fixture
@@ -372,19 +362,8 @@ class TestProbes:
 @pytest.fixture
 def live_server(h: Harness) -> Iterator[str]:
     """The harness app served by uvicorn on a free loopback port; yields the base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(h.client.app, log_config=None, access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(h.client.app, lifespan="off") as url:
+        yield url
 
 
 class TestRealExporter:

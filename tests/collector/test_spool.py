@@ -70,11 +70,7 @@ def test_appended_bodies_are_replayed_after_a_restart(tmp_path: Path, policy: st
 
 def test_a_torn_tail_is_truncated_and_counted(tmp_path: Path) -> None:
     """A record cut short (a crash mid-write) is dropped; the good records before it are kept."""
-    spool = _spool(tmp_path)
-    for i in range(3):
-        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
-    spool.close()
-    (segment,) = tmp_path.glob("*.seg")
+    segment = _three_bodies(tmp_path)
     good = segment.stat().st_size
     with segment.open("ab") as f:
         f.write(b"\x00\x00\x10\x00\x12\x34")  # a header promising 4 KiB, then nothing
@@ -93,11 +89,7 @@ def test_a_torn_tail_is_truncated_and_counted(tmp_path: Path) -> None:
 
 def test_a_corrupt_record_ends_the_segment(tmp_path: Path) -> None:
     """A CRC mismatch truncates the segment there: later records in it cannot be trusted."""
-    spool = _spool(tmp_path)
-    for i in range(3):
-        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
-    spool.close()
-    (segment,) = tmp_path.glob("*.seg")
+    segment = _three_bodies(tmp_path)
     data = bytearray(segment.read_bytes())
     second = len(MAGIC) + 8 + 6  # header + encoding byte + b"body0"
     data[second + 9] ^= 0xFF  # a bit flip in the second record's body
@@ -242,3 +234,13 @@ def test_bodies_waiting_for_the_disk_are_bounded_in_bytes(tmp_path: Path, monkey
         future.result(10)
     assert 0 == spool.account.held
     spool.close()
+
+
+def _three_bodies(tmp_path: Path) -> Path:
+    """A closed spool in ``tmp_path`` holding ``body0``..``body2`` in one segment; that segment."""
+    spool = _spool(tmp_path)
+    for i in range(3):
+        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
+    spool.close()
+    (segment,) = tmp_path.glob("*.seg")
+    return segment

@@ -10,15 +10,8 @@ from collector.model import Span, TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
 from scorers.assemble import Assembler, ClosedTrace
 from scorers.state import StateFileError, load_state, save_state
+from tests.support.fixtures import Clock
 from tests.support.spans import agent_run
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _batch(spans: list[Span] | tuple[Span, ...]) -> TraceBatch:
@@ -32,11 +25,11 @@ def _asm(clock: Clock) -> Assembler:
 def test_round_trip_resumes_unfinished_runs_and_late_span_cache(tmp_path: Path) -> None:
     """An unfinished run resumes with its spans; a scored run's late span re-scores the whole run."""
     path = tmp_path / "vigil.state"
-    clock = Clock()
+    clock = Clock(0.0)
     before = _asm(clock)
     done = _batch(agent_run(llm_calls=1))
     before.add(done)
-    clock.t = 10.0
+    clock.now = 10.0
     (closed,) = before.due()
     unfinished = _batch(agent_run(llm_calls=2))
     children = tuple(s for s in unfinished.spans if s.parent_span_id is not None)
@@ -44,20 +37,20 @@ def test_round_trip_resumes_unfinished_runs_and_late_span_cache(tmp_path: Path) 
     before.add(_batch(children))
     assert (1, 1) == save_state(path, before)
 
-    clock2 = Clock()
+    clock2 = Clock(0.0)
     after = _asm(clock2)
     assert (1, 1) == load_state(path, after)
     assert not path.exists()
     assert 1 == after.inflight
     after.add(_batch((root,)))
-    clock2.t = 5.0
+    clock2.now = 5.0
     (resumed,) = after.due()
     assert (unfinished.trace_id, True) == (resumed.trace_id, resumed.complete)
     assert {s.span_id for s in unfinished.spans} == {s.span_id for s in resumed.spans}
 
     late = Span(done.trace_id, "00000000000000ee", closed.spans[0].span_id, "execute_tool late", start_ns=1, end_ns=2)
     after.add(_batch((late,)))
-    clock2.t = 10.0
+    clock2.now = 10.0
     (rescored,) = after.due()
     assert rescored.rescore
     assert len(closed.spans) + 1 == len(rescored.spans)
@@ -65,7 +58,7 @@ def test_round_trip_resumes_unfinished_runs_and_late_span_cache(tmp_path: Path) 
 
 def test_missing_file_is_empty_state(tmp_path: Path) -> None:
     """No file: nothing restored, no error."""
-    assert (0, 0) == load_state(tmp_path / "absent", _asm(Clock()))
+    assert (0, 0) == load_state(tmp_path / "absent", _asm(Clock(0.0)))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +69,7 @@ def test_bad_file_is_refused_and_kept(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "vigil.state"
     path.write_bytes(content)
     with pytest.raises(StateFileError, match=r"vigil\.state"):
-        load_state(path, _asm(Clock()))
+        load_state(path, _asm(Clock(0.0)))
     assert path.exists()
 
 
