@@ -79,7 +79,7 @@ def test_rootless_flood_state_file_stays_within_the_byte_budgets(tmp_path: Path)
     path = tmp_path / "vigil.state"
     budget = 200_000
     asm = Assembler(
-        quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=budget, closed_cache_bytes=budget
+        quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(0.0), inflight_bytes=budget, closed_cache_bytes=budget
     )
     content = "x" * 1500
     forced = 0
@@ -95,7 +95,7 @@ def test_rootless_flood_state_file_stays_within_the_byte_budgets(tmp_path: Path)
     assert forced > 1900
     save_state(path, asm)
     assert path.stat().st_size <= 2 * budget
-    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=budget)
+    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(0.0), inflight_bytes=budget)
     taken: list[ClosedTrace] = []
     load_state(path, after, taken.extend)
     assert after.inflight_account.held <= budget
@@ -104,11 +104,11 @@ def test_rootless_flood_state_file_stays_within_the_byte_budgets(tmp_path: Path)
 def test_loading_into_smaller_budgets_hands_the_excess_over(tmp_path: Path) -> None:
     """Runs a smaller budget cannot hold are force-closed at load and handed to ``on_forced`` to be written."""
     path = tmp_path / "vigil.state"
-    before = _asm(Clock())
+    before = _asm(Clock(0.0))
     for i in range(10):
         before.add(_batch([Span(f"{i + 1:032x}", "00000000000000a2", "00000000000000a1", "chat", end_ns=2)]))
     assert (10, 0) == save_state(path, before)
-    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=1)
+    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(0.0), inflight_bytes=1)
     taken: list[ClosedTrace] = []
     assert (10, 0) == load_state(path, after, taken.extend)
     assert (1, 9) == (after.inflight, len(taken))
@@ -118,18 +118,18 @@ def test_loading_into_smaller_budgets_hands_the_excess_over(tmp_path: Path) -> N
 def test_max_bytes_keeps_runs_in_flight_and_the_newest_closed_runs(tmp_path: Path) -> None:
     """The file is bounded: runs in flight are always written, the late-span cache fills the rest, newest first."""
     path = tmp_path / "vigil.state"
-    clock = Clock()
+    clock = Clock(0.0)
     asm = _asm(clock)
     for i in range(20):
         asm.add(
             _batch([Span(f"{i + 1:032x}", "00000000000000a1", None, "root", end_ns=2, attributes={"m": "x" * 500})])
         )
-    clock.t = 10.0
+    clock.now = 10.0
     assert 20 == len(asm.due())
     asm.add(_batch([Span("f" * 32, "00000000000000a2", "00000000000000a1", "child", end_ns=2)]))
     assert (1, 5) == save_state(path, asm, max_bytes=3500)
     assert path.stat().st_size <= 3500
-    after = _asm(Clock())
+    after = _asm(Clock(0.0))
     assert (1, 5) == load_state(path, after)
     in_flight, closed = after.export_state()
     assert ["f" * 32] == [b.trace_id for b in in_flight]
