@@ -53,6 +53,12 @@ _MAX_RULE_ATTRIBUTES: Final = 64
 _MAX_RULE_TEXT: Final = 1024
 _START: Final = attrgetter("start_ns")
 _new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
+# The kinds as module constants for the per-span code: on CPython 3.11 ``StepKind.LLM`` is a look-up
+# through ``EnumType.__getattr__`` that the interpreter cannot specialise, a global is not (together
+# with the same in scorers.signals, -5,000 instructions per bench run, scripts/normalise_cost.py).
+_LLM: Final = StepKind.LLM
+_TOOL: Final = StepKind.TOOL
+_OTHER: Final = StepKind.OTHER
 
 
 def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detector = DEFAULT_DETECTOR) -> Run:
@@ -125,7 +131,7 @@ class _Tree:
         # in start order finds most parents already visited.
         ordered = sorted(spans.values(), key=_START)
         depth, outer = _walk(ordered, spans, kinds)
-        owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is StepKind.LLM}
+        owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is _LLM}
         root = next((s for s in ordered if not s.parent_span_id), None)
         return cls(spans, kinds, ordered, depth, owners, _tool_twins(ordered, spans, kinds), root)
 
@@ -154,7 +160,7 @@ def _walk(
     depth: dict[str, int] = {}
     outer: dict[str, str] = {}
     limit = len(spans)
-    llm = StepKind.LLM
+    llm = _LLM
     for span in ordered:
         sid = span.span_id
         parent = span.parent_span_id
@@ -194,7 +200,7 @@ def _tool_twins(
     tool spans all come from one instrumentation has none (the common case: one loop, no
     allocation).
     """
-    tool = StepKind.TOOL
+    tool = _TOOL
     scope = dialect = None
     for span in ordered:
         found = kinds[span.span_id]
@@ -283,7 +289,7 @@ class _Tally:
         """Classify-dependent handling of one span; call in start order."""
         kind = tree.kinds[span.span_id][0]
         err = signals.error_info(span)
-        reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
+        reasons = () if kind is _TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
         # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
         if (
@@ -292,19 +298,19 @@ class _Tally:
             or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
         ):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
-        if kind is StepKind.LLM:
+        if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
-            if step.kind is StepKind.LLM:
+            if step.kind is _LLM:
                 self.last_llm = (span, reasons)
                 self.tools_after.clear()
             self.steps.append(step)
             return
-        if kind is StepKind.TOOL:
+        if kind is _TOOL:
             sid = span.span_id
             if sid in tree.tool_twins:
-                kind = StepKind.OTHER  # another record of a call counted on its first
+                kind = _OTHER  # another record of a call counted on its first
             elif span.scope in ANSWER_SCOPES and (answer := answer_tool(span)) is not None:
-                kind = StepKind.OTHER  # how the agent answered: no tool call, still its last act
+                kind = _OTHER  # how the agent answered: no tool call, still its last act
                 self.tools_after.append(answer)
             else:
                 fills = self.tool_fills
@@ -338,11 +344,11 @@ class _Tally:
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
         model = signals.model(span.attributes)
-        kind = StepKind.OTHER if span.span_id in tree.owners else StepKind.LLM
+        kind = _OTHER if span.span_id in tree.owners else _LLM
         fill = self.fills.get(span.span_id)
         if fill is not None:
             tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
-        if kind is StepKind.LLM:
+        if kind is _LLM:
             self.llm_calls += 1
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
@@ -423,8 +429,9 @@ def _raised_evidence(culprit: Span, error_type: str | None) -> Evidence:
 
 
 _MAX_EVIDENCE: Final = 32
-_SCANNED_IN_VISIT: Final = frozenset((StepKind.AGENT, StepKind.GUARDRAIL, StepKind.OTHER))
-"""Kinds whose spans the span pass hands to ``Detector.agent_counters`` (decision and counter attributes)."""
+_SCANNED_IN_VISIT: Final = (StepKind.AGENT, StepKind.GUARDRAIL, StepKind.OTHER)
+"""Kinds whose spans the span pass hands to ``Detector.agent_counters`` (decision and counter attributes).
+A tuple: membership by identity, where a set would hash the member with the Python-level ``Enum.__hash__``."""
 
 
 def _dedupe_evidence(evidence: list[Evidence]) -> tuple[Evidence, ...]:
@@ -474,7 +481,7 @@ def _conversation(tree: _Tree) -> tuple[Message, ...]:
     """
     looked = 0
     for span in reversed(tree.ordered):
-        if tree.kinds[span.span_id][0] is StepKind.LLM:
+        if tree.kinds[span.span_id][0] is _LLM:
             found = content.messages_of(span.attributes)
             if found:
                 return content.bound(found)

@@ -45,6 +45,7 @@ __all__ = [
 
 _FINISH_ALL_KEYS: Final = frozenset((*FINISH_KEYS, *EXTRA_FINISH_KEYS))
 _FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {FINISH_REASONS}
+_ERROR: Final = StatusCode.ERROR  # a global: ``StatusCode.ERROR`` goes through the unspecialisable EnumType.__getattr__
 
 
 class ErrorInfo(NamedTuple):
@@ -73,10 +74,10 @@ NO_ERROR: Final = ErrorInfo(False, False, None, None, (), ())
 
 def error_info(span: Span) -> ErrorInfo:
     """Read status, ``error.type`` and ``exception`` events of ``span``."""
-    if not span.events and span.status_code != StatusCode.ERROR and "error.type" not in span.attributes:
+    if not span.events and span.status_code != _ERROR and "error.type" not in span.attributes:
         return NO_ERROR  # the common case, without a look at the values
     error_type = as_str(span.attributes.get("error.type"))
-    status_error = span.status_code == StatusCode.ERROR
+    status_error = span.status_code == _ERROR
     if error_type is None and not status_error and not span.events:
         return NO_ERROR
     types: list[str] = [error_type] if error_type else []
