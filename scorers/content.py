@@ -35,6 +35,7 @@ __all__ = [
     "MAX_MESSAGES",
     "MAX_TEXT",
     "RESULT_KEYS",
+    "RESULT_KEY_SET",
     "TOOL_CONTENT_KEYS",
     "as_text",
     "bound",
@@ -48,6 +49,8 @@ __all__ = [
 
 TOOL_CONTENT_KEYS: Final = frozenset((*ARGUMENT_KEYS, *RESULT_KEYS))
 """Any of these on a tool span means arguments or results were captured."""
+RESULT_KEY_SET: Final = frozenset(RESULT_KEYS)
+"""Any of these on a tool span means its result was captured."""
 
 
 def canonical_json(value: object) -> str | None:
