@@ -804,7 +804,7 @@ def _key_profile(keys: tuple[str, ...]) -> tuple[bool, bool]:
 
     Memoised on the key tuple: one instrumentation writes the same keys in the same order on every
     agent span, so :meth:`Detector.agent_counters` usually costs one cache hit on a span with
-    neither (a third of the normalise stage's detection cost before, BENCHMARKS.md issue 13).
+    neither (-7,800 instructions per bench run, BENCHMARKS.md issue 13).
     """
     return any("max" in key for key in keys), _has_guard_key("\n".join(keys).lower())
 

@@ -56,7 +56,7 @@ _DIALECT_OF: Final = itemgetter(1)
 _new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
 # The kinds as module constants for the per-span code: on CPython 3.11 ``StepKind.LLM`` is a look-up
 # through ``EnumType.__getattr__`` that the interpreter cannot specialise, a global is not (together
-# with the same in scorers.signals, -5,000 instructions per bench run, scripts/normalise_cost.py).
+# with the same in scorers.signals: -79,000 instructions per bench run, BENCHMARKS.md issue 13).
 _LLM: Final = StepKind.LLM
 _TOOL: Final = StepKind.TOOL
 _OTHER: Final = StepKind.OTHER
@@ -468,7 +468,7 @@ def _dialect(kinds: Mapping[str, tuple[StepKind, str]]) -> str:
 
     Counted in C (``map``, ``set``, ``list.count``) and only when two dialects are present: a
     Python loop over the spans cost 22,000 instructions per bench run, this 9,000
-    (scripts/normalise_cost.py).
+    (BENCHMARKS.md issue 13).
     """
     names = list(map(_DIALECT_OF, kinds.values()))
     present = set(names)
