@@ -705,7 +705,8 @@ class Detector:
         blocked (``gen_ai.guardrail.tripwire_triggered``, ``*.security.decision.type = deny``, an
         OpenInference GUARDRAIL span whose output is ``BLOCKED``/``FLAGGED``)."""
         attrs = span.attributes
-        may_count, may_decide = _key_profile(tuple(attrs))
+        keys = tuple(attrs)
+        may_count, may_decide = _key_profile(keys) if len(keys) <= _MEMO_KEYS else _profile(keys)
         if may_count and self._on["limit.counter"]:
             hit = _generic_counter(attrs)
             if hit is not None:
@@ -797,16 +798,18 @@ def _has_guard_key(keys: str) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=1024)
-def _key_profile(keys: tuple[str, ...]) -> tuple[bool, bool]:
+def _profile(keys: tuple[str, ...]) -> tuple[bool, bool]:
     """Whether attribute keys can hold a counter cap (``"max"`` in a key, see :func:`_generic_counter`)
-    and a guardrail decision (see :func:`_guard_decision`).
-
-    Memoised on the key tuple: one instrumentation writes the same keys in the same order on every
-    agent span, so :meth:`Detector.agent_counters` usually costs one cache hit on a span with
-    neither (-7,800 instructions per bench run, BENCHMARKS.md issue 13).
-    """
+    and a guardrail decision (see :func:`_guard_decision`)."""
     return any("max" in key for key in keys), _has_guard_key("\n".join(keys).lower())
+
+
+_MEMO_KEYS: Final = 64
+_key_profile: Final = functools.lru_cache(maxsize=1024)(_profile)
+""":func:`_profile` memoised on the key tuple (of spans with at most :data:`_MEMO_KEYS` keys): one
+instrumentation writes the same keys in the same order on every agent span, so
+:meth:`Detector.agent_counters` usually costs one cache hit on a span with neither
+(-7,800 instructions per bench run, BENCHMARKS.md issue 13)."""
 
 
 def _guard_decision(attrs: Attributes, *, guardrail_span: bool) -> tuple[str, str] | None:
