@@ -2,7 +2,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 def decode(
-    body: bytes,
+    body: bytes | bytearray,
     traces: dict[str, list[Any]],
     reject: Callable[[bytes, bytes, bytes], None],
     new_span: Callable[..., Any],

@@ -21,7 +21,7 @@ _UINT64 = range(2**64)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def decode(body: bytes) -> DecodeResult:
+def decode(body: bytes | bytearray) -> DecodeResult:
     """Decode an OTLP/JSON body; see :func:`collector.otlp.decode_json` for the contract."""
     try:
         text = body.decode("utf-8-sig")  # strict: json.loads(bytes) would let encoded surrogates through

@@ -124,7 +124,7 @@ def _id_problem(trace_id: bytes, span_id: bytes, parent_id: bytes) -> str | None
 # --- protobuf -------------------------------------------------------------------------
 
 
-def decode_protobuf(body: bytes) -> DecodeResult:
+def decode_protobuf(body: bytes | bytearray) -> DecodeResult:
     """Decode a binary ``ExportTraceServiceRequest`` (or ``TracesData``, same wire format).
 
     Args:
@@ -147,7 +147,7 @@ def decode_protobuf(body: bytes) -> DecodeResult:
     return _decode_protobuf_python(body)
 
 
-def _decode_protobuf_python(body: bytes) -> DecodeResult:
+def _decode_protobuf_python(body: bytes | bytearray) -> DecodeResult:
     """The Python decoder (the reference: every edge case, every error message)."""
     try:
         request = WireRequest.FromString(body)
@@ -434,7 +434,7 @@ def _wire_value(data: memoryview, depth: int) -> AttrValue:
     return value
 
 
-def decode_json(body: bytes) -> DecodeResult:
+def decode_json(body: bytes | bytearray) -> DecodeResult:
     """Decode an OTLP/JSON ``ExportTraceServiceRequest``.
 
     Follows the OTLP deviations from proto3 JSON: ids are case-insensitive hex, enums are

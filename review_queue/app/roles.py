@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
 from collector.lifecycle import Closing, Component, Components, Hooks, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter, intake_budget_bytes
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from review_queue.api import create_api_app
@@ -108,10 +108,18 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     publisher = build_publisher(s, registry, metrics)
-    limited = LimitedPublisher(publisher, MemoryLimiter(s.memory_limit_mb * 1024 * 1024), s.retry_after_s, metrics)
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    limited = LimitedPublisher(publisher, limiter, s.retry_after_s, metrics)
+    intake = IntakeBudget(intake_budget_bytes(limiter.limit_bytes))
+    metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     app = create_otlp_app(
-        limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
+        limited,
+        metrics,
+        max_body_bytes=s.max_body_bytes,
+        retry_after_s=s.retry_after_s,
+        ingest_token=ingest,
+        intake=intake,
     )
     warn_open_ingest(s, ingest is not None)
     loop = asyncio.get_running_loop()
@@ -134,6 +142,7 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
 

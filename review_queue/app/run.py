@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter, intake_budget_bytes
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf
@@ -271,6 +271,8 @@ async def run_components(
     refuse_open_api(s, emb.services.access.auth.open())
     warn_open_ingest(s, token_check is not None)
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    intake = IntakeBudget(intake_budget_bytes(limiter.limit_bytes))
+    emb.collector_metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     if emb.spool is not None:
         publisher = SpoolingPublisher(publisher, emb.spool)
@@ -281,6 +283,7 @@ async def run_components(
         retry_after_s=s.retry_after_s,
         ingest_token=ingest,
         token_check=token_check,
+        intake=intake,
     )
     limits, http_metrics = s.connection_limits(), HttpMetrics(emb.registry)
     receiver = HttpServer(
@@ -317,6 +320,7 @@ async def run_components(
             ingest_token=ingest,
             token_check=token_check,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(
