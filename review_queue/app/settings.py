@@ -87,7 +87,8 @@ class Settings(BaseModel):
     memory_limit_mb: int = Field(
         1024,
         ge=0,
-        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; 0 disables.",
+        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; 0 disables. "
+        "A quarter of it is the intake budget of OTLP bodies in flight (read, inflated, decoded).",
     )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
