@@ -10,7 +10,10 @@ def decode(
     kinds: Mapping[object, Any],
     codes: Mapping[object, Any],
     max_depth: int,
+    max_value: int,
     /,
-) -> bool: ...
+) -> int: ...
+
+VERSION: int
 
 def constructor(cls: type[Any], names: tuple[str, ...], /) -> Callable[..., Any]: ...

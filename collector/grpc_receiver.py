@@ -186,7 +186,7 @@ class _GrpcReceiver:
             self._count(rejection)
             await context.abort(rejection.code, rejection.message, trailing_metadata=rejection.trailers)
             raise  # not reached: abort raises
-        self._metrics.received("grpc", result.accepted, len(body))
+        self._metrics.received("grpc", result.accepted, len(body), result.truncated)
         self._metrics.rejected("invalid_id", spans=result.rejected, whole_request=False)
         self._metrics.request("grpc", HTTP_EQUIVALENT[grpc.StatusCode.OK])
         return _response(result)

@@ -60,6 +60,8 @@ class CollectorMetrics:
             ``kafka``/``delivery_failed``.
         ``vigil_stream_depth_batches`` / ``vigil_stream_capacity_batches``: the in-process
             stream, read at scrape time once :meth:`bind_stream` was called.
+        ``vigil_attribute_values_truncated_total``: string/bytes attribute values of accepted
+            requests cut to ``collector.otlp.MAX_ATTRIBUTE_BYTES``.
         ``vigil_intake_reserved_bytes`` / ``vigil_intake_budget_bytes``: bytes of request bodies in
             flight reserved against the intake budget (read at scrape time), and that budget (0:
             unlimited), once :meth:`bind_intake` was called.
@@ -98,6 +100,11 @@ class CollectorMetrics:
         )
         self.stream_depth = Gauge("vigil_stream_depth_batches", "Records waiting in the in-process stream.", registry=r)
         self.stream_capacity = Gauge("vigil_stream_capacity_batches", "Capacity of the in-process stream.", registry=r)
+        self.truncated = Counter(
+            "vigil_attribute_values_truncated",
+            "String/bytes attribute values of accepted OTLP requests cut to the attribute size limit.",
+            registry=r,
+        )
         self.intake_reserved = Gauge(
             "vigil_intake_reserved_bytes",
             "Bytes of OTLP request bodies in flight (read, inflated, decoded) reserved against the intake budget.",
@@ -118,10 +125,13 @@ class CollectorMetrics:
         """Count one finished OTLP request with its HTTP status code."""
         self.requests.labels(encoding, str(code)).inc()
 
-    def received(self, encoding: Encoding, spans: int, size_bytes: int) -> None:
-        """Count spans accepted from one request and observe its decompressed size."""
+    def received(self, encoding: Encoding, spans: int, size_bytes: int, truncated: int = 0) -> None:
+        """Count spans accepted from one request (and its attribute values cut), and observe its
+        decompressed size."""
         self.spans_received.labels(encoding).inc(spans)
         self.request_size.labels(encoding).observe(size_bytes)
+        if truncated:
+            self.truncated.inc(truncated)
 
     def rejected(self, reason: RejectReason, *, spans: int = 0, whole_request: bool = True) -> None:
         """Count a rejection: the request (unless ``whole_request`` is false) and ``spans`` spans."""

@@ -178,7 +178,7 @@ class _Receiver:
             result, size = await self._accept(request, encoding, media_type)
         except _Rejection as rejection:
             return self._refuse(encoding, rejection)
-        self._metrics.received(encoding, result.accepted, size)
+        self._metrics.received(encoding, result.accepted, size, result.truncated)
         self._metrics.rejected("invalid_id", spans=result.rejected, whole_request=False)
         self._metrics.request(encoding, 200)
         return _success(encoding, result)

@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 from collector.errors import BodyTooLargeError
 from collector.limits import IntakeBudget, intake_cost
 from collector.metrics import CollectorMetrics
+from collector.otlp import MAX_ATTRIBUTE_BYTES
 from collector.receiver import INFLATE_STEP_BYTES, THREADPOOL_DECODE_BYTES, _Inflater, create_otlp_app
 from collector.stream import InProcessStream
 
@@ -540,3 +541,15 @@ class TestInflater:
         with pytest.raises(RuntimeError):
             _Inflater("gzip", 64 * 2**20).feed(_bomb(10), out, reserve)
         assert len(out) <= INFLATE_STEP_BYTES
+
+
+def test_long_attribute_values_cut_and_counted(h: Harness) -> None:
+    """A value over MAX_ATTRIBUTE_BYTES reaches the stream cut to it, counted in
+    ``vigil_attribute_values_truncated_total``."""
+    request = _request(1)
+    attribute = request.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="gen_ai.prompt")
+    attribute.value.string_value = "p" * (MAX_ATTRIBUTE_BYTES + 1)
+    assert 200 == h.post(request.SerializeToString(), PROTOBUF).status_code
+    (batch,) = h.stream.get_many(10, 0)
+    assert "p" * MAX_ATTRIBUTE_BYTES == batch.spans[0].attributes["gen_ai.prompt"]
+    assert 1.0 == h.sample("vigil_attribute_values_truncated_total")
