@@ -20,9 +20,8 @@ trace. Answers, per the OTLP/HTTP specification:
   it inflates — so a burst of large bodies is refused instead of read, inflated and decoded
   at once (``reason="intake_budget"``).
 
-A body is held once: read into one ``bytearray`` (preallocated from ``Content-Length``) or
-inflated into one, never a list of chunks joined into a copy; decoders and the spool take it
-as it is.
+A compressed body is inflated into one ``bytearray``, never into pieces joined into a copy; the
+chunks of a plain body are joined once and dropped. Decoders and the spool take it as it is.
 
 Error bodies are a ``google.rpc.Status`` (protobuf) or ``{"code", "message"}`` (JSON),
 with a gRPC status code. Every request is counted in :class:`CollectorMetrics`.
@@ -217,21 +216,23 @@ class _Receiver:
             rejection.headers["WWW-Authenticate"] = "Bearer"
             raise rejection
 
-    async def _read_body(self, request: Request, reservation: Reservation) -> bytearray:
+    async def _read_body(self, request: Request, reservation: Reservation) -> bytes | bytearray:
         """The whole (decompressed) body, its cost reserved in ``reservation`` before it is held.
 
-        A plain body with a ``Content-Length`` is reserved at once and read into a buffer of that
-        size; one without is reserved chunk by chunk; a compressed one step by step as it inflates.
+        A plain body with a ``Content-Length`` is reserved at once, one without chunk by chunk (its
+        chunks joined once, then dropped: the reservation covers that moment), a compressed one
+        step by step as it inflates into one buffer.
         """
         declared = request.headers.get("content-length", "")
         size = int(declared) if declared.isdigit() else -1
         if size > self._limit:
             raise _too_large(self._limit)
         inflater = _Inflater.for_encoding(request.headers.get("content-encoding", ""), self._limit)
-        if inflater is None and size >= 0:
-            self._reserve(reservation, intake_cost(size))
-        body = bytearray(size if inflater is None and size > 0 else 0)
-        filled = 0
+        reserved = max(size, 0) if inflater is None else 0
+        if reserved:
+            self._reserve(reservation, intake_cost(reserved))
+        body = bytearray()  # the inflated body
+        chunks: list[bytes] = []  # the plain one
         raw = 0
         stream = request.stream()
         try:
@@ -241,31 +242,30 @@ class _Receiver:
                     raise _too_large(self._limit)
                 if inflater is not None:
                     inflater.feed(chunk, body, lambda n: self._reserve(reservation, n))
-                elif filled + len(chunk) <= len(body):  # the preallocated buffer
-                    body[filled : filled + len(chunk)] = chunk
-                    filled += len(chunk)
-                else:  # no (or a wrong) Content-Length: grow, reserving first
-                    self._reserve(reservation, intake_cost(filled + len(chunk) - len(body)))
-                    del body[filled:]
-                    body += chunk
-                    filled = len(body)
+                    continue
+                if raw > reserved:  # no (or a wrong) Content-Length: reserve before holding
+                    self._reserve(reservation, intake_cost(raw - reserved))
+                    reserved = raw
+                chunks.append(chunk)
             if inflater is not None:
                 inflater.finish(body, lambda n: self._reserve(reservation, n))
-            else:
-                del body[filled:]  # a body shorter than declared (the server normally refuses it first)
         except BodyTooLargeError as exc:
             raise _too_large(exc.limit) from exc
         except DecodeError as exc:
             raise _Rejection(400, "decode", str(exc)) from exc
         except _Rejection as rejection:
             if rejection.reason == "intake_budget":  # read the rest without holding it: a clean 503
-                del body
+                del body, chunks
                 async for chunk in stream:
                     raw += len(chunk)
                     if raw > self._limit:
                         break
             raise
-        return body
+        if inflater is not None:
+            return body
+        plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        return plain
 
     def _reserve(self, reservation: Reservation, size: int) -> None:
         """Reserve ``size`` bytes or refuse the request with 503 + Retry-After.
