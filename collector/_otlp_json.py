@@ -64,7 +64,7 @@ def decode(body: bytes | bytearray) -> DecodeResult:
                 except _Invalid as exc:
                     acc.reject(str(exc))
     acc.truncated = tally()
-    return acc.result()
+    return acc.result(len(body))
 
 
 def _without_lone_surrogates(node: Any) -> Any:

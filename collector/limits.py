@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from collector.budget import SHARES, MemoryBudgets
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
@@ -139,10 +140,11 @@ class LimitedPublisher:
         return bool(probe()) if callable(probe) else True
 
 
-INTAKE_SHARE = 0.25
+INTAKE_SHARE = SHARES["intake"]
 """Share of ``VIGIL_MEMORY_LIMIT_MB`` that request bodies in flight (being read, inflated and
-decoded) may reserve at once. The rest is for the process itself (~150 MiB for ``vigil run``)
-and the structures downstream of the receivers (stream, in-flight runs, caches, spool)."""
+decoded) may reserve at once (0.25): the ``intake`` share of :data:`collector.budget.SHARES`.
+The rest is for the structures downstream of the receivers (stream, in-flight runs, caches,
+spool: :mod:`collector.budget`) and the process itself (~150 MiB for ``vigil run``)."""
 
 INTAKE_COST_FACTOR = 3.5
 """Bytes reserved per byte of (decompressed) body: the body itself plus the spans decoded from
@@ -160,7 +162,7 @@ def intake_budget_bytes(limit_bytes: int) -> int:
     Returns:
         The bytes request bodies in flight may reserve at once; 0 means unlimited.
     """
-    return int(limit_bytes * INTAKE_SHARE) if limit_bytes > 0 else 0
+    return MemoryBudgets.from_limit(limit_bytes).intake
 
 
 def intake_cost(body_bytes: int) -> int:

@@ -55,7 +55,8 @@ class CollectorMetrics:
             only in ``vigil_otlp_rejected_requests_total``.
         ``vigil_refused_total{stage,reason}``: spans refused with a retryable answer (503 /
             ``UNAVAILABLE`` + ``Retry-After``) after they were decoded: the sender still holds them and
-            retries (``stream``/``full``, ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
+            retries (``stream``/``full`` and ``stream``/``bytes`` (its record and byte capacities),
+            ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
         ``vigil_dropped_total{stage,reason}``: spans lost after they were accepted (answered 200):
             ``kafka``/``delivery_failed``.
         ``vigil_stream_depth_batches`` / ``vigil_stream_capacity_batches``: the in-process
@@ -119,6 +120,7 @@ class CollectorMetrics:
             self.spans_rejected.labels(reason)
             self.rejected_requests.labels(reason)
         self.refused.labels("stream", "full")
+        self.refused.labels("stream", "bytes")
         self.refused.labels("receiver", "memory_limit")
 
     def request(self, encoding: Encoding, code: int) -> None:
@@ -140,9 +142,10 @@ class CollectorMetrics:
         if spans:
             self.spans_rejected.labels(reason).inc(spans)
 
-    def stream_full(self, spans: int) -> None:
-        """Count spans the in-process stream refused because it was full (answered 503: retried)."""
-        self.refused.labels("stream", "full").inc(spans)
+    def stream_full(self, spans: int, reason: str = "full") -> None:
+        """Count spans the in-process stream refused (answered 503: retried): ``full`` in records,
+        ``bytes`` over its byte budget."""
+        self.refused.labels("stream", reason).inc(spans)
 
     def bind_stream(self, depth: Callable[[], float], capacity: int) -> None:
         """Read the stream depth from ``depth`` at scrape time and publish its capacity."""

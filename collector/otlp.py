@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from collector._otlp_wire import WireRequest
+from collector.budget import span_bytes
 from collector.errors import DecodeError
 from collector.model import (
     Attributes,
@@ -109,7 +110,6 @@ _INT64 = range(-(2**63), 2**63)
 _new_batch = fast_constructor(TraceBatch)
 
 
-
 def _load_compiled() -> ModuleType | None:
     """The compiled decoder (collector/_otlp_fast.c), built by ``pip install`` where a C compiler exists.
 
@@ -158,9 +158,12 @@ class _Accumulator:
         if len(self.errors) < MAX_ERRORS:
             self.errors[reason] = None
 
-    def result(self) -> DecodeResult:
+    def result(self, body_bytes: int) -> DecodeResult:
+        """The decoded batches, each with its memory estimate (its spans' share of ``body_bytes``)."""
         now = time.time_ns()
-        batches = tuple(_new_batch(tid, tuple(spans), now) for tid, spans in self.traces.items())
+        traces = self.traces
+        per_span = span_bytes(body_bytes, sum(len(spans) for spans in traces.values()))
+        batches = tuple(_new_batch(tid, tuple(spans), now, per_span * len(spans)) for tid, spans in traces.items())
         return DecodeResult(batches, self.rejected, tuple(self.errors), self.truncated)
 
 
@@ -205,7 +208,7 @@ def decode_protobuf(body: bytes | bytearray) -> DecodeResult:
         )
         if cut >= 0:
             acc.truncated = cut
-            return acc.result()
+            return acc.result(len(body))
     return _decode_protobuf_python(body)
 
 
@@ -226,7 +229,7 @@ def _decode_protobuf_python(body: bytes | bytearray) -> DecodeResult:
     except _ProtobufError as exc:
         raise DecodeError("protobuf", f"invalid OTLP protobuf body: {exc}") from exc
     acc.truncated = tally()
-    return acc.result()
+    return acc.result(len(body))
 
 
 def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:

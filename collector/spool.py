@@ -54,6 +54,7 @@ from typing import Literal
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collector.budget import ByteAccount
 from collector.errors import BackpressureError, CollectorError
 from collector.model import TraceBatch
 from collector.stream import Publisher, check_room
@@ -122,6 +123,8 @@ class SpoolMetrics:
         ``vigil_spool_corrupt_tails_total``: torn or corrupt segment tails truncated at start-up.
         ``vigil_spool_fsync_seconds``: duration of each fsync (a group commit round).
         ``vigil_spool_full_total``: bodies refused because the budget was reached.
+        ``vigil_spool_queue_full_total``: bodies refused because the bodies waiting for the
+            flusher reached the spool's memory budget (the disk is slower than the intake).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -140,6 +143,11 @@ class SpoolMetrics:
             registry=r,
         )
         self.full = Counter("vigil_spool_full", "Bodies refused because the spool budget was reached.", registry=r)
+        self.queue_full = Counter(
+            "vigil_spool_queue_full",
+            "Bodies refused because the bodies waiting to be written reached the spool's memory budget.",
+            registry=r,
+        )
 
 
 class _Segment:
@@ -172,6 +180,9 @@ class Spool:
             checkpoint, so the runs they held survive a power loss); an exception keeps them.
         delete_interval_s: shortest time between two deletion rounds (each runs ``before_delete``),
             except when the budget is within a segment of full.
+        memory_bytes: budget of the bodies held in memory while they wait for the flusher
+            (``batch`` policy; the ``spool`` share of :class:`collector.budget.MemoryBudgets`);
+            past it appends are refused (503 + Retry-After) unless nothing waits; 0: unbounded.
     """
 
     def __init__(
@@ -186,6 +197,7 @@ class Spool:
         metrics: SpoolMetrics | None = None,
         before_delete: Callable[[], object] | None = None,
         delete_interval_s: float = 1.0,
+        memory_bytes: int = 0,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -215,6 +227,8 @@ class Spool:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._lock_fd: int | None = None
+        self.account = ByteAccount(memory_bytes)
+        """Bytes of the bodies waiting for the flusher (``batch`` policy)."""
         if metrics is not None:
             metrics.capacity.set(max_bytes)
             metrics.bytes.set_function(lambda: float(self._bytes))
@@ -334,6 +348,12 @@ class Spool:
                 if self._metrics is not None:
                     self._metrics.full.inc()
                 raise BackpressureError(self._retry_after, f"spool full ({self._bytes} of {self.max_bytes} bytes)")
+            if self.policy == "batch" and self._queue and not self.account.fits(size):
+                if self._metrics is not None:
+                    self._metrics.queue_full.inc()
+                raise BackpressureError(
+                    self._retry_after, f"spool write queue full ({self.account.held} of {self.account.budget} bytes)"
+                )
             seq = self._next_seq
             self._next_seq += 1
             segment = self._active
@@ -351,6 +371,7 @@ class Spool:
             self._bytes += size
             if self.policy == "batch":
                 future = concurrent.futures.Future()
+                self.account.add(size)
                 self._queue.append((segment.first, record, future))
                 self._wake.notify()
                 return seq, future
@@ -442,6 +463,8 @@ class Spool:
             except OSError as exc:
                 error = exc
                 log.error("spool_write_failed", error=str(exc))
+            with self._lock:
+                self.account.sub(sum(len(head) + len(body) for _, (head, body), _ in batch))
             for _, _, future in batch:
                 if future is not None:
                     if error is None:
@@ -590,7 +613,7 @@ class Spool:
 def stamp(batches: Sequence[TraceBatch], seq: int) -> list[SpooledBatch]:
     """The records of one spooled body, each carrying its sequence number and the body's record count."""
     parts = len(batches)
-    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, seq, parts) for b in batches]
+    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, b.size, seq, parts) for b in batches]
 
 
 class SpoolingPublisher:

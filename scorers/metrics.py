@@ -23,7 +23,15 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 STEP_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100)
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
-ASSEMBLER_EVENTS = ("late_spans", "late_evicted", "duplicate_spans", "spans_dropped_cap", "evicted_inflight")
+ASSEMBLER_EVENTS = (
+    "late_spans",
+    "late_evicted",
+    "duplicate_spans",
+    "spans_dropped_cap",
+    "evicted_inflight",
+    "evicted_inflight_bytes",
+    "closed_cache_evicted",
+)
 """The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
 ``increase()`` and alerts count the first event too)."""
 

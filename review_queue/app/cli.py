@@ -135,6 +135,20 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+SPANS_PER_RUN = 16.6
+"""Average spans of a synthetic run (:mod:`review_queue.app.bench.synth`): ``vigil soak --spans-per-s``."""
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "overload", False):
         from review_queue.app.bench.overload import main as overload_main
@@ -183,11 +197,17 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     from review_queue.app.bench.soak import soak
 
     console = Console(stderr=True)
-    result = soak(args.minutes * 60, args.rate, sample_every_s=args.sample_every, console=console)
+    rate = args.spans_per_s / SPANS_PER_RUN if args.spans_per_s else args.rate
+    result = soak(
+        args.minutes * 60, rate, sample_every_s=args.sample_every, console=console, content_bytes=args.content_bytes
+    )
     verdict = "flat" if result.flat(args.tolerance) else "NOT flat"
+    start, median, peak, end = result.rss()
     print(
-        f"soak: {args.minutes:g} min at {args.rate:g} runs/s; RSS {result.samples[0][1]:.1f} -> "
-        f"{result.samples[-1][1]:.1f} MiB, growth last quarter vs third quarter {result.growth:+.1%} "
+        f"soak: {args.minutes:g} min at {rate:g} runs/s ({result.sent_spans / (args.minutes * 60):.0f} spans/s, "
+        f"content {args.content_bytes}-{2 * args.content_bytes} B per LLM span); RSS MiB start {start:.1f}, "
+        f"median {median:.1f}, peak {peak:.1f}, end {end:.1f}, "
+        f"growth last quarter vs third quarter {result.growth:+.1%} "
         f"(tolerance {args.tolerance:.0%}); runs sent {result.sent_runs}, accepted {result.accepted_runs}, "
         f"stored {result.stored_runs}, refused requests {result.refused}: memory {verdict}"
     )
@@ -517,6 +537,18 @@ def parser() -> argparse.ArgumentParser:
     soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
     soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")
     soak.add_argument("--rate", type=_positive, default=200.0, help="runs per second (default 200)")
+    soak.add_argument(
+        "--spans-per-s",
+        type=_positive,
+        default=None,
+        help=f"spans per second instead of --rate ({SPANS_PER_RUN} a run)",
+    )
+    soak.add_argument(
+        "--content-bytes",
+        type=_non_negative_int,
+        default=0,
+        help="captured message content per LLM span: this many bytes to twice as many (default 0: none)",
+    )
     soak.add_argument("--sample-every", type=_positive, default=5.0, help="seconds between RSS samples")
     soak.add_argument("--tolerance", type=_positive, default=0.05, help="allowed RSS growth (default 0.05)")
     soak.set_defaults(func=_cmd_soak)

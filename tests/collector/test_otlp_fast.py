@@ -43,7 +43,7 @@ def _compiled(body: bytes) -> DecodeResult | None:
     if cut < 0:
         return None
     acc.truncated = cut
-    return acc.result()
+    return acc.result(len(body))
 
 
 def _python(body: bytes) -> DecodeResult | DecodeError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -210,4 +211,34 @@ def test_refused_by_the_stream_leaves_nothing_held(tmp_path: Path) -> None:
     answer = client.post("/v1/traces", content=body(list(make_run(rng).spans)), headers=PROTO)
     assert 503 == answer.status_code
     assert 0 == spool.unacked
+    spool.close()
+
+
+def test_bodies_waiting_for_the_disk_are_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 3: with the disk stalled, bodies waiting for the flusher stop at the spool's memory
+    budget; the next one is refused (503 + Retry-After) and counted; written bodies give their bytes back."""
+    registry = CollectorRegistry()
+    spool = Spool(tmp_path / "spool", fsync="batch", metrics=SpoolMetrics(registry), memory_bytes=3000)
+    stalled, writing = threading.Event(), threading.Event()
+    real_write = spool._write
+
+    def slow_write(first: int, records: object) -> None:
+        writing.set()
+        assert stalled.wait(10)
+        real_write(first, records)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spool, "_write", slow_write)
+    list(spool.open())
+    _, first = spool.append(b"a" * 1000)  # taken by the flusher, which stalls on the disk
+    assert writing.wait(10)
+    futures = [spool.append(b"b" * 1000)[1], spool.append(b"c" * 900)[1]]
+    with pytest.raises(BackpressureError, match="write queue full"):
+        spool.append(b"d" * 1000)
+    assert 1 == _value(registry, "vigil_spool_queue_full_total")
+    assert spool.account.held <= 3000
+    stalled.set()
+    for future in [first, *futures]:
+        assert future is not None
+        future.result(10)
+    assert 0 == spool.account.held
     spool.close()

@@ -544,7 +544,7 @@ def _saved_in_flight(state: Path, copy: Path) -> set[str]:
     shutil.copy(state, copy)
     assembler = Assembler()
     load_state(copy, assembler)
-    return {trace_id for trace_id, _ in assembler.export_state()[0]}
+    return {b.trace_id for b in assembler.export_state()[0]}
 
 
 def _spans_accepted(posters: list[Poster], endpoint: str) -> dict[str, set[str]]:

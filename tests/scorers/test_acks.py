@@ -9,7 +9,7 @@ from scorers.assemble import ClosedTrace
 
 
 def _record(trace: str, seq: int, parts: int) -> SpooledBatch:
-    return SpooledBatch(trace, (Span(trace, "a" * 16, None, "root"),), 0, seq, parts)
+    return SpooledBatch(trace, (Span(trace, "a" * 16, None, "root"),), 0, seq=seq, parts=parts)
 
 
 def _closed(*traces: str) -> list[ClosedTrace]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from collector.model import Span, TraceBatch
-from scorers.assemble import Assembler
+from collector.otlp import decode_protobuf, encode_batch
+from scorers.assemble import Assembler, ClosedTrace
 from scorers.state import StateFileError, load_state, save_state
 from tests.support.spans import agent_run
 
@@ -77,3 +78,66 @@ def test_bad_file_is_refused_and_kept(tmp_path: Path, content: bytes) -> None:
     with pytest.raises(StateFileError, match=r"vigil\.state"):
         load_state(path, _asm(Clock()))
     assert path.exists()
+
+
+def test_rootless_flood_state_file_stays_within_the_byte_budgets(tmp_path: Path) -> None:
+    """Issue 20 finding 4: traces whose root never comes no longer pile up in the state file; it holds
+    at most what the in-flight and late budgets allow (in wire bytes, fewer than the estimates count)."""
+    path = tmp_path / "vigil.state"
+    budget = 200_000
+    asm = Assembler(
+        quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=budget, closed_cache_bytes=budget
+    )
+    content = "x" * 1500
+    forced = 0
+    for i in range(2000):
+        trace_id = f"{i + 1:032x}"
+        spans = tuple(
+            Span(trace_id, f"{j + 2:016x}", "0" * 15 + "1", "chat", start_ns=1, end_ns=2, attributes={"m": content})
+            for j in range(3)
+        )
+        payload = encode_batch(TraceBatch(trace_id, spans))
+        (decoded,) = decode_protobuf(payload).batches  # sized as the receivers size it
+        forced += len(asm.add(decoded))
+    assert forced > 1900
+    save_state(path, asm)
+    assert path.stat().st_size <= 2 * budget
+    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=budget)
+    taken: list[ClosedTrace] = []
+    load_state(path, after, taken.extend)
+    assert after.inflight_account.held <= budget
+
+
+def test_loading_into_smaller_budgets_hands_the_excess_over(tmp_path: Path) -> None:
+    """Runs a smaller budget cannot hold are force-closed at load and handed to ``on_forced`` to be written."""
+    path = tmp_path / "vigil.state"
+    before = _asm(Clock())
+    for i in range(10):
+        before.add(_batch([Span(f"{i + 1:032x}", "00000000000000a2", "00000000000000a1", "chat", end_ns=2)]))
+    assert (10, 0) == save_state(path, before)
+    after = Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=Clock(), inflight_bytes=1)
+    taken: list[ClosedTrace] = []
+    assert (10, 0) == load_state(path, after, taken.extend)
+    assert (1, 9) == (after.inflight, len(taken))
+    assert all(not c.complete for c in taken)
+
+
+def test_max_bytes_keeps_runs_in_flight_and_the_newest_closed_runs(tmp_path: Path) -> None:
+    """The file is bounded: runs in flight are always written, the late-span cache fills the rest, newest first."""
+    path = tmp_path / "vigil.state"
+    clock = Clock()
+    asm = _asm(clock)
+    for i in range(20):
+        asm.add(
+            _batch([Span(f"{i + 1:032x}", "00000000000000a1", None, "root", end_ns=2, attributes={"m": "x" * 500})])
+        )
+    clock.t = 10.0
+    assert 20 == len(asm.due())
+    asm.add(_batch([Span("f" * 32, "00000000000000a2", "00000000000000a1", "child", end_ns=2)]))
+    assert (1, 5) == save_state(path, asm, max_bytes=3500)
+    assert path.stat().st_size <= 3500
+    after = _asm(Clock())
+    assert (1, 5) == load_state(path, after)
+    in_flight, closed = after.export_state()
+    assert ["f" * 32] == [b.trace_id for b in in_flight]
+    assert [f"{i + 1:032x}" for i in range(15, 20)] == [b.trace_id for b in closed]

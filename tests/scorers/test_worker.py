@@ -233,7 +233,7 @@ class TestShutdown:
 def _saver() -> tuple[list[list[str]], Callable[[Assembler], None]]:
     """A ``save`` callback for ``shutdown`` and the trace ids of each state it was given."""
     saved: list[list[str]] = []
-    return saved, lambda asm: saved.append([t for t, _ in asm.export_state()[0]])
+    return saved, lambda asm: saved.append([b.trace_id for b in asm.export_state()[0]])
 
 
 def _start_until_written(worker: StreamWorker, clock: Clock, sink: FlakySink, calls: int) -> None:
