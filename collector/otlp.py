@@ -100,6 +100,7 @@ def tally() -> int:
     """Values cut on this thread since :func:`start_tally`."""
     return int(getattr(_tally, "cut", 0))
 
+
 _KINDS: dict[object, SpanKind] = {int(k): k for k in SpanKind}
 _CODES: dict[object, StatusCode] = {int(c): c for c in StatusCode}
 _ZERO_TRACE = bytes(16)
