@@ -160,11 +160,13 @@ class DecodeResult:
         batches: the accepted spans, split into one batch per trace.
         rejected: number of spans rejected (bad ids and the like).
         errors: human-readable reasons for the rejections (deduplicated, bounded).
+        truncated: attribute values cut to ``collector.otlp.MAX_ATTRIBUTE_BYTES``.
     """
 
     batches: tuple[TraceBatch, ...]
     rejected: int = 0
     errors: tuple[str, ...] = ()
+    truncated: int = 0
 
     @property
     def accepted(self) -> int:

@@ -220,7 +220,7 @@ class Spool:
         self._next_seq = 0
         self._bytes = 0
         # batch policy: (segment first seq, record bytes, future) waiting for the flusher
-        self._queue: list[tuple[int, tuple[bytes, bytes], concurrent.futures.Future[None] | None]] = []
+        self._queue: list[tuple[int, tuple[bytes, bytes | bytearray], concurrent.futures.Future[None] | None]] = []
         self._fd: int | None = None
         self._fd_segment = -1
         self._dirty = False
@@ -321,7 +321,9 @@ class Spool:
         if self._closed or (self._bytes and self._bytes + size_hint > self.max_bytes):
             raise BackpressureError(self._retry_after, f"spool full ({self._bytes} of {self.max_bytes} bytes)")
 
-    def append(self, body: bytes, encoding: str = "protobuf") -> tuple[int, concurrent.futures.Future[None] | None]:
+    def append(
+        self, body: bytes | bytearray, encoding: str = "protobuf"
+    ) -> tuple[int, concurrent.futures.Future[None] | None]:
         """Append one body.
 
         Returns:
@@ -381,7 +383,7 @@ class Spool:
                 raise
         return seq, None
 
-    async def append_async(self, body: bytes, encoding: str = "protobuf") -> int:
+    async def append_async(self, body: bytes | bytearray, encoding: str = "protobuf") -> int:
         """:meth:`append`, then wait (without blocking the event loop) until the policy is met.
 
         Raises:
@@ -399,7 +401,7 @@ class Spool:
                 raise
         return seq
 
-    def _write(self, first: int, records: Sequence[tuple[bytes, bytes]]) -> None:
+    def _write(self, first: int, records: Sequence[tuple[bytes, bytes | bytearray]]) -> None:
         """Write records of segment ``first`` (lock held, or flusher thread owning the fd)."""
         if self._fd_segment != first:
             if self._fd is not None:
@@ -642,7 +644,7 @@ class SpoolingPublisher:
         """
         self._inner.publish(batches)
 
-    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes | bytearray, encoding: str) -> None:
         """Spool ``body`` (waiting for the fsync policy), then publish its records, all or none.
 
         Raises:

@@ -44,7 +44,7 @@ class BodyPublisher(Protocol):
     answers 200 only then.
     """
 
-    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes | bytearray, encoding: str) -> None:
         """Keep ``body`` (``encoding``: ``protobuf`` or ``json``), then publish ``batches``, all or none.
 
         Raises:

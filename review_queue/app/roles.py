@@ -27,7 +27,7 @@ from collector.budget import MemoryMetrics
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
 from collector.lifecycle import Closing, Component, Components, Hooks, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from review_queue.api import create_api_app
@@ -110,10 +110,18 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     publisher = build_publisher(s, registry, metrics)
-    limited = LimitedPublisher(publisher, MemoryLimiter(s.memory_limit_mb * 1024 * 1024), s.retry_after_s, metrics)
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    limited = LimitedPublisher(publisher, limiter, s.retry_after_s, metrics)
+    intake = IntakeBudget(s.memory_budgets().intake)
+    metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     app = create_otlp_app(
-        limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
+        limited,
+        metrics,
+        max_body_bytes=s.max_body_bytes,
+        retry_after_s=s.retry_after_s,
+        ingest_token=ingest,
+        intake=intake,
     )
     warn_open_ingest(s, ingest is not None)
     loop = asyncio.get_running_loop()
@@ -136,6 +144,7 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
 

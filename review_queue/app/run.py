@@ -29,7 +29,7 @@ from collector.budget import MemoryMetrics
 from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter, intake_budget_bytes
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf
@@ -81,6 +81,7 @@ class Embedded:
     agreement: AgreementCollector | None = None
     spool: Spool | None = None
     details: DetailsWriter | None = None
+    intake: IntakeBudget | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -186,8 +187,10 @@ def build(
         feedback=services.feedback.summaries,
         acks=None if spool is None else AckTracker(spool.ack),
     )
+    intake = IntakeBudget(budgets.intake)  # the receivers' admission (run_components)
     memory = MemoryMetrics(registry)
-    memory.budgets(budgets)  # intake: reserved for the receivers' admission
+    memory.budgets(budgets)
+    memory.held.labels("intake").set_function(lambda: float(intake.reserved))
     memory.bind("stream", stream.account)
     memory.bind("inflight", assembler.inflight_account)
     memory.bind("late", assembler.closed_account)
@@ -208,6 +211,7 @@ def build(
         agreement,
         spool,
         details,
+        intake,
     )
 
 
@@ -285,6 +289,8 @@ async def run_components(
     refuse_open_api(s, emb.services.access.auth.open())
     warn_open_ingest(s, token_check is not None)
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    intake = emb.intake or IntakeBudget(intake_budget_bytes(limiter.limit_bytes))
+    emb.collector_metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     if emb.spool is not None:
         publisher = SpoolingPublisher(publisher, emb.spool)
@@ -295,6 +301,7 @@ async def run_components(
         retry_after_s=s.retry_after_s,
         ingest_token=ingest,
         token_check=token_check,
+        intake=intake,
     )
     limits, http_metrics = s.connection_limits(), HttpMetrics(emb.registry)
     receiver = HttpServer(
@@ -331,6 +338,7 @@ async def run_components(
             ingest_token=ingest,
             token_check=token_check,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(

@@ -89,8 +89,9 @@ class Settings(BaseModel):
         1024,
         ge=0,
         description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; it is "
-        "also split into byte budgets for the in-process stream, runs in flight, the late-span cache, the judge "
-        "queues and the spool's write queue (see the RUNBOOK's limits table); 0 disables both.",
+        "also split into byte budgets for OTLP bodies in flight (read, inflated, decoded), the in-process stream, "
+        "runs in flight, the late-span cache, the judge queues and the spool's write queue (see the RUNBOOK's "
+        "limits table); 0 disables both.",
     )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")

@@ -300,6 +300,7 @@ def bench_stages(n_runs: int) -> dict[str, float]:
 def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     import uvicorn
 
+    from collector.limits import IntakeBudget, intake_budget_bytes
     from collector.metrics import CollectorMetrics
     from collector.receiver import create_otlp_app
     from collector.stream import InProcessStream
@@ -312,7 +313,8 @@ def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
             stream.get_many(10_000, 0.1)
 
     threading.Thread(target=drain, daemon=True).start()
-    app = create_otlp_app(stream, metrics, max_body_bytes=20 * 2**20, retry_after_s=1)
+    intake = IntakeBudget(intake_budget_bytes(1024 * 2**20))  # vigil run's default memory limit
+    app = create_otlp_app(stream, metrics, max_body_bytes=20 * 2**20, retry_after_s=1, intake=intake)
     ready.set()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
 
