@@ -132,7 +132,7 @@ class SqlStore:
         self._span_counts = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count)
         self._reason_filter = queries.reason_filter_for(dialect)
         self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        self._upsert_details = _details_upsert(self._insert)
+        self._upsert_details = _details_upsert(dialect)
 
     @property
     def retry_after_s(self) -> float:
@@ -606,12 +606,13 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     )
 
 
-def _details_upsert(insert: Callable[[sa.Table], Any]) -> sa.Executable:
+def _details_upsert(dialect: str) -> sa.Executable:
     """The ``run_details`` upsert: a row built from fewer spans than the stored one changes nothing.
 
     Built once and run through :class:`_RawUpsert` like the run and item upserts (SQLAlchemy's
     per-row bind processing of the ~10 KB bodies was most of the write's client CPU).
     """
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = insert(run_details)
     return stmt.on_conflict_do_update(
         index_elements=[run_details.c.trace_id],
