@@ -10,7 +10,9 @@ exactly what its headline row measures (decode → stream → assemble → norma
     PYTHONPATH=<tree> python scripts/pipeline_cost.py --runs 1500 [--out /tmp/pc]
 
 prints one line per thread and the total, in instructions per run. Comparable between trees on
-the same synthetic runs (``synth.bodies``, fixed seed). Needs ``valgrind`` and ``callgrind_control``.
+the same synthetic runs (``synth.bodies``, fixed seed). With ``--stages`` it measures
+``bench_stages`` instead (the bench's stage rows), one callgrind dump per ``process_time()`` read,
+and prints instructions per run of each stage. Needs ``valgrind`` and ``callgrind_control``.
 With ``--inner`` (used by the outer call) it is the measured process itself.
 """
 
@@ -27,23 +29,27 @@ from typing import Any
 
 
 class _ToggleClock:
-    """``time`` for the bench module: the first ``process_time()`` switches callgrind on, the second off."""
+    """``time`` for the bench module: the first ``process_time()`` switches callgrind on, the second off
+    (``dumps``: every later read dumps the counts since the previous one instead)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, dumps: bool = False) -> None:
         self.calls = 0
+        self.dumps = dumps
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     def process_time(self) -> float:
         self.calls += 1
-        if self.calls in (1, 2):
+        if self.dumps and self.calls > 1:
+            subprocess.run(["callgrind_control", "-d", str(os.getpid())], check=True, capture_output=True)
+        elif self.calls in (1, 2):
             state = "on" if self.calls == 1 else "off"
             subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True)
         return time.process_time()
 
 
-def _inner(runs: int) -> None:
+def _inner(runs: int, *, stages: bool = False) -> None:
     import logging
 
     import structlog
@@ -55,9 +61,12 @@ def _inner(runs: int) -> None:
         from review_queue import bench  # type: ignore[attr-defined,no-redef]
         from review_queue.embedded import tune_gc  # type: ignore[import-not-found,no-redef]
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    setattr(bench, "time", _ToggleClock())  # noqa: B010 - replaces the module global the bench reads
+    setattr(bench, "time", _ToggleClock(dumps=stages))  # noqa: B010 - replaces the module global the bench reads
     tune_gc()  # as vigil bench does
-    bench.bench_pipeline(runs)
+    if stages:
+        print("stages:" + "|".join(bench.bench_stages(runs)))  # the stage names, in measurement order
+    else:
+        bench.bench_pipeline(runs)
 
 
 def _totals(path: str) -> int:
@@ -73,10 +82,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1500)
     parser.add_argument("--out", default=None, help="folder for the callgrind files (default: a temporary one)")
+    parser.add_argument("--stages", action="store_true", help="measure bench_stages: instructions per run per stage")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
-        _inner(args.runs)
+        _inner(args.runs, stages=args.stages)
         return 0
     out = args.out or tempfile.mkdtemp(prefix="pipeline_cost.")
     os.makedirs(out, exist_ok=True)
@@ -93,6 +103,14 @@ def main() -> int:
         "--runs",
         str(args.runs),
     ]
+    if args.stages:
+        cmd[2] = "--separate-threads=no"
+        out_text = subprocess.run([*cmd, "--stages"], check=True, capture_output=True, text=True).stdout
+        names = next(line for line in out_text.splitlines() if line.startswith("stages:"))[7:].split("|")
+        # dump k holds the counts between process_time() reads k and k+1: the stages are dumps 1, 3, 5…
+        for k, name in enumerate(names):
+            print(f"{name}: {_totals(f'{stem}.{2 * k + 1}') / args.runs:,.0f} instructions per run")
+        return 0
     subprocess.run(cmd, check=True, capture_output=True)
     total = 0
     for path in sorted(glob.glob(stem + "-*")):
