@@ -17,6 +17,14 @@ class TestBench:
             assert (expected_spans, 300) == (spans, written)
             assert rate > 0
 
+    def test_scoring_thread_figure_leaves_the_details_writer_out(self) -> None:
+        """The scoring-thread figure is one value per measurement, from this thread's CPU only: never
+        below the process figure, which also counts the details writer's thread (CPU accounting, not timing)."""
+        scoring: list[float] = []
+        rate, _, written = bench_pipeline(300, scoring=scoring)
+        assert (1, 300) == (len(scoring), written)
+        assert scoring[0] >= rate > 0
+
     def test_stages_cover_the_pipeline(self) -> None:
         """The stage breakdown names every stage of the pipeline."""
         stages = bench_stages(100)

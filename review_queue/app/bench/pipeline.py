@@ -4,8 +4,10 @@ Three measurements, each repeated and reported as the median:
 
 * **pipeline** — the embedded pipeline on one thread: OTLP protobuf decode → in-process
   stream → assemble → normalise → score → decide → SQLite store → Prometheus metrics.
-  Spans per CPU-second of this process (= spans/s per core). The assembler clock is
-  advanced artificially so runs close without waiting out the quiet period.
+  Spans per CPU-second of this process (= spans/s per core), the run-details writer's thread
+  included (it runs as in ``vigil run`` since 2026-11-25); a second row gives the scoring thread
+  alone. The assembler clock is advanced artificially so runs close without waiting out the
+  quiet period.
 * **ingest** — the OTLP/HTTP receiver under uvicorn in a child process, loaded over
   loopback by client threads in this process; spans per CPU-second of the server process.
 * **latency** — the real ``vigil run`` wiring (worker thread, real clock, default quiet
@@ -69,7 +71,12 @@ def _empty_yaml(folder: Path) -> Path:
 
 
 def bench_pipeline(
-    n_runs: int, *, saturated: bool = True, spool: str | None = None, wall: list[float] | None = None
+    n_runs: int,
+    *,
+    saturated: bool = True,
+    spool: str | None = None,
+    wall: list[float] | None = None,
+    scoring: list[float] | None = None,
 ) -> tuple[float, int, int]:
     """One pipeline measurement. Returns ``(spans per CPU second, spans, runs written)``.
 
@@ -78,7 +85,10 @@ def bench_pipeline(
     acknowledge their bodies (segments deleted as they empty): what the spool adds. The CPU
     figure includes the spool's flusher thread (``process_time``); ``wall``, when given,
     receives the spans per wall second (which also shows the fsync waits: one body at a time
-    here, so no group commit shares them).
+    here, so no group commit shares them). ``scoring``, when given, receives the spans per CPU second
+    of the scoring thread alone (this one: decode → … → store → metrics), without the run-details
+    writer's and the spool flusher's threads: the figure comparable with rows measured before the
+    details writer existed (2026-11-23 and earlier).
 
     With ``saturated`` (the default) bodies are published until the stream holds a full
     worker tick (``StreamWorker`` pulls up to ``max_records`` = 512 records a tick), then
@@ -100,7 +110,7 @@ def bench_pipeline(
         tick = emb.worker._max_records if saturated else 1
         written = 0
         spans = 0
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, thread0 = time.process_time(), time.perf_counter(), time.thread_time()
         for body, n, _ in payload:
             result = decode_protobuf(body)
             if emb.spool is None:
@@ -118,6 +128,7 @@ def bench_pipeline(
             written += emb.worker.run_once(0.0)
         clock.t += 10
         written += emb.worker.run_once(0.0)
+        thread = time.thread_time() - thread0
         if emb.details is not None:
             emb.details.shutdown(60.0)  # the details of every written run are in the store
         cpu, elapsed = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -126,6 +137,8 @@ def bench_pipeline(
         emb.store.close()
     if wall is not None:
         wall.append(spans / elapsed)
+    if scoring is not None:
+        scoring.append(spans / thread)
     return spans / cpu, spans, written
 
 
@@ -519,8 +532,10 @@ def main(args: argparse.Namespace) -> int:
         _spool_rows(table, n_runs, repeat, args.spool)
         Console().print(table)
         return 0
-    pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
+    scoring: list[float] = []
+    pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, scoring=scoring)[0])
     table.add_row("embedded pipeline, spans/s per core (saturated worker)", f"{pipe:,.0f}")
+    table.add_row("  same, scoring thread only (details writer not counted)", f"{statistics.median(scoring):,.0f}")
     light = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, saturated=False)[0])
     table.add_row("  same, one worker tick per OTLP body", f"{light:,.0f}")
     _spool_rows(table, n_runs, repeat)
