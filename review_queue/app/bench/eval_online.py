@@ -188,13 +188,18 @@ CALLGRIND_MARKER = "time_process_time"
 (``--dump-before``), and every section runs between two such calls (and nothing else calls it)."""
 
 
-def run_sections(out: Path, n_runs: int = 2000, cases: int = 1000, match_share: float = 0.1) -> list[str]:
+def run_sections(
+    out: Path, n_runs: int = 2000, cases: int = 1000, match_share: float = 0.1, *, instrument: bool = False
+) -> list[str]:
     """Run each of :data:`SECTIONS` once between two ``time.process_time()`` calls; write ``out/sections.json``.
 
     Meant to run under ``valgrind --tool=callgrind --dump-before=time_process_time`` (see
     :func:`instructions`): the dump taken at a section's closing call holds exactly its instructions.
     Each section is preceded by a warm-up pass (caches, the one-turn copies of matched cases) and a
     full garbage collection, outside the markers, so every section starts from the same state.
+    With ``instrument`` (callgrind started with ``--instr-atstart=no``) instrumentation is switched on
+    (``callgrind_control --instr=on``, which waits for it) only once the workload is built: the
+    imports and the synthetic traces run at valgrind's uninstrumented speed.
     """
     traces, payload, doc = _workload(n_runs, cases, match_share)
     runs = [normalise(c.spans, complete=c.complete) for c in traces]
@@ -208,6 +213,8 @@ def run_sections(out: Path, n_runs: int = 2000, cases: int = 1000, match_share: 
         online = scoring.online
         assert online is not None
         tune_gc()  # as vigil run: after the pipeline (and the eval set) are built
+        if instrument:
+            subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True, capture_output=True)
         matched = sum("eval_passed" in on.process(c).scores for c in traces)
         for label, pipeline in (("process_off", off), ("process_on", on)):
             for closed in traces:
@@ -276,7 +283,7 @@ def instructions(n_runs: int, out: Path | None = None, python: str = sys.executa
     Raises:
         RuntimeError: valgrind is missing or the run failed.
     """
-    if shutil.which("valgrind") is None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("valgrind is not installed (apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as tmp:
         folder = out or Path(tmp)
@@ -284,9 +291,9 @@ def instructions(n_runs: int, out: Path | None = None, python: str = sys.executa
         for old in folder.glob("callgrind.out*"):
             old.unlink()
         cmd = [
-            "valgrind", "--tool=callgrind", f"--dump-before={CALLGRIND_MARKER}",
+            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--dump-before={CALLGRIND_MARKER}",
             f"--callgrind-out-file={folder / 'callgrind.out'}",
-            python, "-m", "review_queue.app.bench.eval_online", str(folder), str(n_runs),
+            python, "-m", "review_queue.app.bench.eval_online", str(folder), str(n_runs), "instrument",
         ]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -324,4 +331,4 @@ def main(n_runs: int, repeat: int) -> int:
 
 
 if __name__ == "__main__":  # the process valgrind runs: python -m review_queue.app.bench.eval_online OUT RUNS
-    run_sections(Path(sys.argv[1]), int(sys.argv[2]))
+    run_sections(Path(sys.argv[1]), int(sys.argv[2]), instrument=sys.argv[3:] == ["instrument"])
