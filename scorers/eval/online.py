@@ -134,8 +134,7 @@ def match_run(index: _Index, run: Run) -> Match | None:
             break
     else:
         return None
-    # normalise_message, its ASCII case inlined (most runs match no case: this is what they cost)
-    found = index.by_message.get(" ".join(first.lower().split()) if first.isascii() else normalise_message(first))
+    found = index.by_message.get(normalise_message(first))
     if found is None:
         return None
     set_id, case = found

@@ -115,5 +115,7 @@ def rouge1(candidate: str, reference: str) -> Rouge:
 def normalise_message(text: str) -> str:
     """A user message as matched against eval cases: NFKC, case-folded, whitespace collapsed and trimmed."""
     if text.isascii():  # NFKC is the identity and casefold is lower on ASCII
+        if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+            return text.lower()  # its only whitespace is single inner spaces: nothing to collapse
         return " ".join(text.lower().split())
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
