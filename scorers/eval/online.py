@@ -47,6 +47,7 @@ from scorers.eval.model import (
     EvalConfig,
     EvalFileError,
     EvalSet,
+    Invocation,
     MatchType,
     load_eval_set,
 )
@@ -77,22 +78,33 @@ class Match:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Expected:
     """A matched expected invocation, prepared once for scoring runs against it.
 
     Attributes:
-        case: the invocation as a one-turn case (what :func:`evaluate_case` scores a turn against).
+        source: the case it comes from.
+        invocation: the expected invocation.
         where: ``<eval set>/<case id>``, the detail of the scores.
         calls: the expected tool calls as ``(name, canonical arguments)``: a run whose calls have
             the same names and captured argument texts matches EXACT/exact without decoding them.
         response: the expected final response text.
+        one_turn: the invocation as a one-turn case (what :func:`evaluate_case` scores a turn
+            against), built on first use (the direct path never needs it).
     """
 
-    case: EvalCase
+    source: EvalCase
+    invocation: Invocation
     where: str
     calls: list[tuple[str, str]]
     response: str
+    one_turn: EvalCase | None = None
+
+    def case(self) -> EvalCase:
+        """The one-turn case."""
+        if self.one_turn is None:
+            self.one_turn = self.source.model_copy(update={"conversation": [self.invocation]})
+        return self.one_turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +198,7 @@ class OnlineEval:
         self._runs: Counter | None = None
         self._tally: dict[str, list[int]] = {}
         self._registries: set[int] = set()
-        self._expected: dict[tuple[int, int], tuple[EvalCase, _Expected]] = {}
+        self._expected: dict[tuple[int, int], _Expected] = {}
         self._children: dict[str, tuple[Any, Any]] = {}
         criteria = self.config.criteria
         self._direct = all(name in _DIRECT for name in criteria)
@@ -253,7 +265,7 @@ class OnlineEval:
         found = self.match(run)
         result = None
         if found is not None:
-            case = self._prepared(found).case
+            case = self._prepared(found).case()
             result = evaluate_case(case, [turn_of(run)], self.config, eval_set_id=found.eval_set_id, explain=False)
             self._count(found.eval_set_id, result.passed)
         return result
@@ -261,16 +273,16 @@ class OnlineEval:
     def _prepared(self, found: Match) -> _Expected:
         """The matched invocation prepared for scoring (built once per case and turn)."""
         key = (id(found.case), found.turn)
-        entry = self._expected.get(key)
-        if entry is None or entry[0] is not found.case:
+        expected = self._expected.get(key)
+        if expected is None or expected.source is not found.case:
             invocation = found.case.turns[found.turn]
-            one = found.case.model_copy(update={"conversation": [invocation]})
             calls = [(c.name, c.canonical) for c in invocation.tool_uses]
             where = f"{found.eval_set_id}/{found.case.eval_id}"
-            self._expected[key] = entry = (found.case, _Expected(one, where, calls, invocation.expected_response))
-            if len(self._expected) > 4 * max(self.cases, 1024):
+            expected = _Expected(found.case, invocation, where, calls, invocation.expected_response)
+            if len(self._expected) >= 4 * max(self.cases, 1024):
                 self._expected.clear()
-        return entry[1]
+            self._expected[key] = expected
+        return expected
 
     def scorers(self) -> tuple[tuple[str, Scorer], ...]:
         """The pipeline chain's entry: ``eval``, giving ``eval_<criterion>`` and ``eval_passed`` for a matched run."""
@@ -370,7 +382,7 @@ def _trajectory_matches(run: Run, expected: _Expected, cfg: CriterionConfig) -> 
     ):
         return True  # the same names and captured argument texts (canonical JSON): what match_exact accepts first
     calls = tuple(TracedCall(t.name, t.arguments, t.call_id) for t in tools)
-    tool_uses = expected.case.turns[0].tool_uses
+    tool_uses = expected.invocation.tool_uses
     return MATCHERS[cfg.match_type](calls, tool_uses, cfg.arg_match)
 
 
