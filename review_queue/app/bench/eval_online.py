@@ -8,7 +8,9 @@ against their case with the default criteria: trajectory EXACT and ROUGE-1). The
 ``vigil eval export`` would write from those runs: a matching case expects its run's tool calls,
 and one in ten expects one call more (those runs fail and are flagged ``eval_regression``). The figure is the CPU
 time per run (``time.process_time``, one thread, with the garbage-collector tuning of ``vigil run``),
-medians of the repeats; the overhead is their ratio.
+medians of the repeats (the order of the two alternates); the overhead is their ratio. CPU time moves
+with the machine's load: ``--instructions`` counts instructions under callgrind instead (see
+:func:`instructions`).
 """
 
 from __future__ import annotations
@@ -153,10 +155,12 @@ def bench_eval(n_runs: int = 5000, repeat: int = 5, cases: int = 1000, match_sha
         matched = sum("eval_passed" in sc for sc in scored)
         failed = sum(sc.get("eval_passed") == 0.0 for sc in scored)
         _cpu_per_run(off, traces)
-        offs, ons = [], []
-        for _ in range(repeat):
-            offs.append(_cpu_per_run(off, traces))
-            ons.append(_cpu_per_run(on, traces))
+        offs: list[float] = []
+        ons: list[float] = []
+        for i in range(repeat):  # the order alternates too: the second pass of a pair tends to cost more
+            first, second = ((off, offs), (on, ons)) if i % 2 == 0 else ((on, ons), (off, offs))
+            for pipeline, out in (first, second):
+                out.append(_cpu_per_run(pipeline, traces))
         assert scoring.online is not None
         loaded = scoring.online.cases
     base, with_eval = statistics.median(offs), statistics.median(ons)
