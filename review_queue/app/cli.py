@@ -163,6 +163,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from review_queue.app.bench.eval_online import main as eval_main
 
         configure_logging("warning")
+        if args.instructions is not None:
+            from review_queue.app.bench.eval_online import main_instructions
+
+            return main_instructions(args.runs if args.runs != 20_000 else 2000, args.instructions or None)
         return eval_main(args.runs if args.runs != 20_000 else 5000, args.repeat)
     from review_queue.app.bench.pipeline import main as bench_main
 
@@ -484,6 +488,16 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--eval",
         action="store_true",
         help="online eval cost: 1,000 cases loaded, 10%% of runs matching (default 5,000 runs)",
+    )
+    bench.add_argument(
+        "--instructions",
+        nargs="?",
+        const="",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="with --eval: count instructions under valgrind's callgrind instead of CPU time (deterministic "
+        "under load; default 2,000 runs); keep the dumps in DIR",
     )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")

@@ -31,7 +31,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -77,6 +77,8 @@ def bench_pipeline(
     spool: str | None = None,
     wall: list[float] | None = None,
     scoring: list[float] | None = None,
+    payload: Sequence[tuple[bytes, int, int]] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> tuple[float, int, int]:
     """One pipeline measurement. Returns ``(spans per CPU second, spans, runs written)``.
 
@@ -96,11 +98,18 @@ def bench_pipeline(
     never empty, so each tick scores and writes a few hundred runs in one transaction.
     Without it the worker ticks after every body (~31 runs per transaction), the pattern
     of a lightly loaded worker, which pays the per-transaction cost more often.
+
+    ``payload`` replaces the synthetic bodies of ``n_runs`` runs (``(body, spans, runs)`` as
+    :func:`review_queue.app.bench.synth.bodies` yields), ``extra`` adds settings (``vigil bench
+    --eval`` passes its runs and ``eval_sets``). The measured region is bracketed by two
+    ``time.process_time()`` calls, the markers ``scripts/callgrind_bench.sh`` counts between.
     """
-    payload = list(bodies(n_runs))
+    payload = list(bodies(n_runs)) if payload is None else list(payload)
     with tempfile.TemporaryDirectory() as tmp:
-        extra = {"spool_path": str(Path(tmp) / "spool"), "spool_fsync": spool} if spool else {}
-        emb = build(_settings(Path(tmp) / "bench.db", **extra), CollectorRegistry())
+        values: dict[str, object] = dict(extra or {})
+        if spool:
+            values.update(spool_path=str(Path(tmp) / "spool"), spool_fsync=spool)
+        emb = build(_settings(Path(tmp) / "bench.db", **values), CollectorRegistry())
         if emb.spool is not None:
             emb.spool.open()
         if emb.details is not None:  # the run-details writer runs as in vigil run; its CPU time counts
