@@ -1,13 +1,15 @@
 /*
  * collector._otlp_fast: a compiled decoder for the usual OTLP trace request.
  *
- * decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth) walks the
+ * decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth, max_value) walks the
  * protobuf wire format of an ExportTraceServiceRequest (or TracesData) and appends one
  * collector.model.Span per accepted span to traces[hex trace id] (a dict of lists, in
  * first-seen order), exactly as collector.otlp's Python decoder would build it. Spans with
  * unacceptable ids are passed to reject(trace_id, span_id, parent_span_id) (raw bytes).
  *
- * It returns True when it decoded the whole body, and False when the body holds anything
+ * String and bytes attribute values longer than max_value bytes are cut to it (strings on a
+ * character boundary), as collector.otlp.truncate_text/truncate_bytes do.
+ * It returns the number of values cut (>= 0) when it decoded the whole body, and -1 when the body holds anything
  * out of the ordinary: malformed wire data, text that is not UTF-8, group wire types, a
  * known field with an unexpected wire type, a singular message field given twice (protobuf
  * merges those), several members of the AnyValue oneof, nesting at MAX_DEPTH, the
@@ -55,6 +57,8 @@ typedef struct {
     PyObject *code_default;
     PyObject *empty_tuple;
     long max_depth;
+    Py_ssize_t max_value;  /* string/bytes attribute values are cut to this many bytes */
+    Py_ssize_t truncated;  /* values cut so far */
 } Ctx;
 
 static int
@@ -195,6 +199,32 @@ hex(const uint8_t *data, Py_ssize_t len)
 
 static int attributes_into(Ctx *c, PyObject *dict, const Field *f, long depth);
 
+/* Length of the longest prefix of UTF-8 data[0:len] of at most max bytes ending on a character
+ * boundary (a character cut by max is left out whole). */
+static Py_ssize_t
+utf8_prefix(const uint8_t *data, Py_ssize_t len, Py_ssize_t max)
+{
+    if (len <= max)
+        return len;
+    Py_ssize_t n = max;
+    while (n > 0 && (data[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
+/* A string value over c->max_value bytes: the whole is checked to be UTF-8 (as the Python
+ * decoder does), then its prefix (utf8_prefix) is kept. NULL without an exception: not UTF-8. */
+static PyObject *
+cut_text(Ctx *c, const uint8_t *data, Py_ssize_t len)
+{
+    PyObject *whole = text(data, len);
+    if (whole == NULL)
+        return NULL;
+    Py_DECREF(whole);
+    c->truncated++;
+    return text(data, utf8_prefix(data, len, c->max_value));
+}
+
 /* AnyValue -> Python value (new reference in *out). */
 static int
 any_value(Ctx *c, const uint8_t *data, Py_ssize_t len, long depth, PyObject **out)
@@ -217,11 +247,17 @@ any_value(Ctx *c, const uint8_t *data, Py_ssize_t len, long depth, PyObject **ou
             if (f.wire != 2)
                 goto odd;
             if (f.field == 1) {
-                value = cached_text(f.data, f.len, 0);
+                value = f.len > c->max_value ? cut_text(c, f.data, f.len) : cached_text(f.data, f.len, 0);
                 if (value == NULL)
                     return PyErr_Occurred() ? ERR : ODD;
-            } else if ((value = PyBytes_FromStringAndSize((const char *)f.data, f.len)) == NULL) {
-                return ERR;
+            } else {
+                Py_ssize_t n = f.len;
+                if (n > c->max_value) {
+                    n = c->max_value;
+                    c->truncated++;
+                }
+                if ((value = PyBytes_FromStringAndSize((const char *)f.data, n)) == NULL)
+                    return ERR;
             }
             break;
         case 2: /* bool_value */
@@ -729,9 +765,9 @@ static PyObject *
 decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 8) {
+    if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth)");
+                        "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth, max_value)");
         return NULL;
     }
     Py_buffer view;
@@ -742,9 +778,10 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "traces, kinds and codes must be dicts");
         return NULL;
     }
-    Ctx c = {args[1], args[2], args[3], args[4], args[5], args[6], NULL, NULL, NULL, 0};
+    Ctx c = {args[1], args[2], args[3], args[4], args[5], args[6], NULL, NULL, NULL, 0, 0, 0};
     c.max_depth = PyLong_AsLong(args[7]);
-    if (c.max_depth == -1 && PyErr_Occurred()) {
+    c.max_value = PyLong_AsSsize_t(args[8]);
+    if ((c.max_depth == -1 || c.max_value == -1) && PyErr_Occurred()) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -772,7 +809,7 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&view);
     if (rc == ERR)
         return NULL;
-    return PyBool_FromLong(rc == OK);
+    return PyLong_FromSsize_t(rc == OK ? c.truncated : -1);
 }
 
 
@@ -922,8 +959,8 @@ constructor(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
-     "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth) -> bool\n\n"
-     "Append the spans of an OTLP trace request to traces; False: decode it in Python instead."},
+     "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth, max_value) -> int\n\n"
+     "Append the spans of an OTLP trace request to traces; returns the values cut, -1: decode it in Python."},
     {"constructor", (PyCFunction)(void (*)(void))constructor, METH_FASTCALL,
      "constructor(cls, names) -> callable taking one value per slot name, positionally."},
     {NULL, NULL, 0, NULL},
@@ -938,5 +975,10 @@ PyInit__otlp_fast(void)
 {
     if (PyType_Ready(&ConstructorType) < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -2,7 +2,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 def decode(
-    body: bytes,
+    body: bytes | bytearray,
     traces: dict[str, list[Any]],
     reject: Callable[[bytes, bytes, bytes], None],
     new_span: Callable[..., Any],
@@ -10,7 +10,10 @@ def decode(
     kinds: Mapping[object, Any],
     codes: Mapping[object, Any],
     max_depth: int,
+    max_value: int,
     /,
-) -> bool: ...
+) -> int: ...
+
+VERSION: int
 
 def constructor(cls: type[Any], names: tuple[str, ...], /) -> Callable[..., Any]: ...

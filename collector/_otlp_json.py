@@ -15,13 +15,26 @@ from typing import Any
 
 from collector.errors import DecodeError
 from collector.model import Attributes, AttrValue, DecodeResult, Span, SpanEvent, SpanKind, StatusCode
-from collector.otlp import _CODES, _INT64, _KINDS, _ZERO_SPAN, MAX_DEPTH, _Accumulator, _id_problem, _Invalid
+from collector.otlp import (
+    _CODES,
+    _INT64,
+    _KINDS,
+    _ZERO_SPAN,
+    MAX_DEPTH,
+    _Accumulator,
+    _id_problem,
+    _Invalid,
+    start_tally,
+    tally,
+    truncate_bytes,
+    truncate_text,
+)
 
 _UINT64 = range(2**64)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def decode(body: bytes) -> DecodeResult:
+def decode(body: bytes | bytearray) -> DecodeResult:
     """Decode an OTLP/JSON body; see :func:`collector.otlp.decode_json` for the contract."""
     try:
         text = body.decode("utf-8-sig")  # strict: json.loads(bytes) would let encoded surrogates through
@@ -33,6 +46,7 @@ def decode(body: bytes) -> DecodeResult:
     if not isinstance(doc, dict):
         raise DecodeError("json", "OTLP/JSON body must be an object with a 'resourceSpans' list")
     acc = _Accumulator()
+    start_tally()
     for i, rs in enumerate(_json_field(doc, "resourceSpans", list, "")):
         path = f"resourceSpans[{i}]"
         try:
@@ -49,7 +63,8 @@ def decode(body: bytes) -> DecodeResult:
                     acc.add(_json_span(sp, resource, scope))
                 except _Invalid as exc:
                     acc.reject(str(exc))
-    return acc.result()
+    acc.truncated = tally()
+    return acc.result(len(body))
 
 
 def _without_lone_surrogates(node: Any) -> Any:
@@ -189,7 +204,7 @@ def _json_value(value: object, depth: int) -> AttrValue:
         raise _Invalid("attribute value must be an AnyValue object")
     for key, inner in value.items():  # the first known key wins; unknown keys are ignored
         if key == "stringValue":
-            return _json_str(inner, key)
+            return truncate_text(_json_str(inner, key))
         if key == "intValue":
             return _json_int(inner, key)
         if key == "doubleValue":
@@ -199,7 +214,7 @@ def _json_value(value: object, depth: int) -> AttrValue:
                 raise _Invalid("boolValue must be true or false")
             return inner
         if key == "bytesValue":
-            return _json_bytes(inner)
+            return truncate_bytes(_json_bytes(inner))
         if key in ("arrayValue", "kvlistValue"):
             return _json_composite(key, inner, depth)
     return None

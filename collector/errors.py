@@ -26,13 +26,20 @@ class SettingsError(CollectorError, ValueError):
 
 
 class ListenError(CollectorError, OSError):
-    """A listener could not bind its address (port in use, not permitted); Vigil refuses to start."""
+    """A listener could not bind its address (port in use, not permitted); Vigil refuses to start.
 
-    def __init__(self, what: str, host: str, port: int) -> None:
-        super().__init__(
-            f"cannot listen on {host}:{port} ({what}): the port is in use or not permitted; "
-            "stop what holds it or choose another port"
-        )
+    The one error of every listener (OTLP/HTTP, OTLP/gRPC, the API, the probes): ``what`` names the
+    listener, ``reason`` what went wrong (by default: the port is in use or not permitted).
+    """
+
+    def __init__(
+        self,
+        what: str,
+        host: str,
+        port: int,
+        reason: str = "the port is in use or not permitted; stop what holds it or choose another port",
+    ) -> None:
+        super().__init__(f"cannot listen on {host}:{port} ({what}): {reason}")
 
 
 class DecodeError(CollectorError, ValueError):

@@ -12,6 +12,11 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
 * ``UNAVAILABLE`` when the publisher is full, with a ``google.rpc.RetryInfo`` in the
   trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter); before
   the message is decoded when the publisher can tell (:func:`collector.stream.check_room`);
+  also (``reason="intake_budget"``) when the message and what decoding it holds
+  (:func:`collector.receiver.intake_cost`) do not fit in the intake budget
+  (:class:`~collector.limits.IntakeBudget`) shared with the OTLP/HTTP receiver. The gRPC
+  library has read (and inflated) the message before the handler runs, so for gRPC the budget
+  bounds what is decoded at once, not what the library holds;
 * ``RESOURCE_EXHAUSTED`` for a message over ``max_message_bytes`` (decompressed), counted as
   ``too_large`` like the HTTP receiver's 413. The gRPC library's own receive limit is set to
   :data:`GRPC_LIMIT_FACTOR` times ``max_message_bytes``, so the handler sees (and counts) the
@@ -39,6 +44,7 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.errors import BackpressureError, DecodeError, ListenError
+from collector.limits import IntakeBudget, intake_cost
 from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
@@ -94,6 +100,7 @@ async def create_grpc_server(
     token_check: Callable[[str], bool] | None = None,
     handshake_timeout_s: float = 10.0,
     idle_timeout_s: float = 300.0,
+    intake: IntakeBudget | None = None,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -116,6 +123,8 @@ async def create_grpc_server(
         handshake_timeout_s: a connection that has not completed its HTTP/2 handshake by then is
             closed (a silent or slow client; ``VIGIL_HTTP_HEADER_TIMEOUT_S``).
         idle_timeout_s: a connection without a call for this long is closed (GOAWAY).
+        intake: the byte budget of bodies in flight, shared with the OTLP/HTTP receiver; ``None``
+            never refuses for it.
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
@@ -125,7 +134,7 @@ async def create_grpc_server(
         ListenError: the address could not be bound.
     """
     receiver = _GrpcReceiver(
-        publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes
+        publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes, intake=intake
     )
     handler = grpc.unary_unary_rpc_method_handler(receiver.export)  # no (de)serializers: raw bytes
     server = grpc.aio.server(
@@ -158,8 +167,10 @@ class _GrpcReceiver:
         token_check: Callable[[str], bool] | None = None,
         *,
         max_message_bytes: int = 2**31 - 1,
+        intake: IntakeBudget | None = None,
     ) -> None:
         self._limit = max_message_bytes
+        self._intake = intake or IntakeBudget(0)
         self._publisher = publisher
         self._metrics = metrics
         self._retry_after_s = retry_after_s
@@ -175,7 +186,7 @@ class _GrpcReceiver:
             self._count(rejection)
             await context.abort(rejection.code, rejection.message, trailing_metadata=rejection.trailers)
             raise  # not reached: abort raises
-        self._metrics.received("grpc", result.accepted, len(body))
+        self._metrics.received("grpc", result.accepted, len(body), result.truncated)
         self._metrics.rejected("invalid_id", spans=result.rejected, whole_request=False)
         self._metrics.request("grpc", HTTP_EQUIVALENT[grpc.StatusCode.OK])
         return _response(result)
@@ -190,15 +201,24 @@ class _GrpcReceiver:
             check_room(self._publisher, len(body))
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=0) from exc
-        try:
-            if len(body) >= THREADPOOL_DECODE_BYTES:
-                result = await asyncio.to_thread(decode_protobuf, body)
-            else:
-                result = decode_protobuf(body)
-        except DecodeError as exc:
-            raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", str(exc)) from exc
-        await self._publish(result, body)
-        return result
+        reservation = self._intake.reservation()
+        if not reservation.grow(intake_cost(len(body))):
+            budget = self._intake.budget_bytes
+            message = f"intake budget of {budget} bytes (messages in flight) spent"
+            spent = BackpressureError(self._retry_after_s, message)
+            raise self._backpressure(spent, spans=0, reason="intake_budget")
+        try:  # the message and its decoded spans are reserved until they are handed on
+            try:
+                if len(body) >= THREADPOOL_DECODE_BYTES:
+                    result = await asyncio.to_thread(decode_protobuf, body)
+                else:
+                    result = decode_protobuf(body)
+            except DecodeError as exc:
+                raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", str(exc)) from exc
+            await self._publish(result, body)
+            return result
+        finally:
+            reservation.release()
 
     def _authorize(self, metadata: Sequence[tuple[str, str | bytes]]) -> None:
         if self._token is None and self._check is None:
@@ -219,9 +239,11 @@ class _GrpcReceiver:
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=result.accepted) from exc
 
-    def _backpressure(self, exc: BackpressureError, *, spans: int) -> _Rejection:
+    def _backpressure(
+        self, exc: BackpressureError, *, spans: int, reason: RejectReason = "backpressure"
+    ) -> _Rejection:
         """``UNAVAILABLE`` with ``RetryInfo``; ``spans`` is 0 when refused before decoding."""
-        rejection = _Rejection(grpc.StatusCode.UNAVAILABLE, "backpressure", f"{exc}; retry later", spans=spans)
+        rejection = _Rejection(grpc.StatusCode.UNAVAILABLE, reason, f"{exc}; retry later", spans=spans)
         delay = max(self._retry_after_s, math.ceil(exc.retry_after))
         info = RetryInfo(retry_delay=Duration(seconds=delay))
         rejection.trailers = ((RETRY_INFO_KEY, info.SerializeToString()),)

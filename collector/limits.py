@@ -7,21 +7,43 @@ there is room. Nothing already accepted is dropped; refused spans are counted
 
 Resident memory is read from ``/proc/self/statm`` at most every ``check_interval_s``
 (a read costs ~10 µs); where that file does not exist the limiter never refuses.
+
+The RSS reading is late by nature: a burst of large bodies read, inflated and decoded at once
+is all in memory before any reading shows it. The bytes of request bodies in flight are
+therefore reserved in advance against an :class:`IntakeBudget`, a share
+(:data:`INTAKE_SHARE`) of the same ceiling: a receiver reserves a body's bytes before it holds
+them (the ``Content-Length``, or chunk by chunk as the body arrives and as gzip/deflate
+inflates it), times :data:`INTAKE_COST_FACTOR` for what decoding it will hold, and releases
+them once the decoded spans are handed on. A request that does not fit is refused with 503 /
+``UNAVAILABLE`` + Retry-After (``vigil_otlp_rejected_requests_total{reason="intake_budget"}``);
+``vigil_intake_reserved_bytes`` shows the bytes reserved.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+from collector.budget import SHARES, MemoryBudgets
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.stream import BodyPublisher, Publisher, check_room
 
-__all__ = ["LimitedPublisher", "MemoryLimiter", "rss_bytes"]
+__all__ = [
+    "INTAKE_COST_FACTOR",
+    "INTAKE_SHARE",
+    "IntakeBudget",
+    "LimitedPublisher",
+    "MemoryLimiter",
+    "Reservation",
+    "intake_budget_bytes",
+    "intake_cost",
+    "rss_bytes",
+]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -133,3 +155,106 @@ class LimitedPublisher:
         """Ready when the inner publisher is (memory pressure is transient, not unreadiness)."""
         probe = getattr(self._inner, "ready", None)
         return bool(probe()) if callable(probe) else True
+
+
+INTAKE_SHARE = SHARES["intake"]
+"""Share of ``VIGIL_MEMORY_LIMIT_MB`` that request bodies in flight (being read, inflated and
+decoded) may reserve at once (0.25): the ``intake`` share of :data:`collector.budget.SHARES`.
+The rest is for the structures downstream of the receivers (stream, in-flight runs, caches,
+spool: :mod:`collector.budget`) and the process itself (~150 MiB for ``vigil run``)."""
+
+INTAKE_COST_FACTOR = 3.5
+"""Bytes reserved per byte of (decompressed) body: the body itself plus the spans decoded from
+it, held together until they are handed on. Decoded spans take about 2.4 times the size of a
+protobuf body of LLM-agent spans (``tracemalloc`` over a 20 MiB body, 66,243 spans); JSON
+bodies decode to less than their size."""
+
+
+def intake_budget_bytes(limit_bytes: int) -> int:
+    """The intake budget for a memory ceiling of ``limit_bytes``: :data:`INTAKE_SHARE` of it.
+
+    Args:
+        limit_bytes: the resident memory ceiling; 0 (no ceiling) gives 0 (no intake budget).
+
+    Returns:
+        The bytes request bodies in flight may reserve at once; 0 means unlimited.
+    """
+    return MemoryBudgets.from_limit(limit_bytes).intake
+
+
+def intake_cost(body_bytes: int) -> int:
+    """Bytes reserved for a (decompressed) body of ``body_bytes``: :data:`INTAKE_COST_FACTOR` times it."""
+    return math.ceil(body_bytes * INTAKE_COST_FACTOR)
+
+
+class IntakeBudget:
+    """A semaphore of bytes shared by the receivers of one process: bodies in flight reserve
+    their bytes here before they are held, and refuse (never wait) when it is spent.
+
+    A reservation larger than the whole budget is granted only while no other one holds
+    anything, so that a body at the size limit cannot be refused for ever by a small budget
+    (the same rule as the in-process stream's capacity). Thread-safe: the gRPC and HTTP
+    receivers and their decode threads share one.
+
+    Args:
+        budget_bytes: the bytes all reservations may hold together; 0 or less never refuses.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._reserved = 0
+        self._lock = threading.Lock()
+
+    @property
+    def reserved(self) -> int:
+        """Bytes reserved now (read at scrape time by ``vigil_intake_reserved_bytes``)."""
+        return self._reserved
+
+    def reservation(self) -> Reservation:
+        """A new, empty reservation against this budget (release it with :meth:`Reservation.release`)."""
+        return Reservation(self)
+
+    def _take(self, held: int, size: int) -> bool:
+        with self._lock:
+            if self.budget_bytes > 0 and self._reserved + size > self.budget_bytes and self._reserved > held:
+                return False
+            self._reserved += size
+            return True
+
+    def _give(self, size: int) -> None:
+        with self._lock:
+            self._reserved -= size
+
+
+class Reservation:
+    """The bytes one request holds against an :class:`IntakeBudget`; grows as the body is read.
+
+    Args:
+        budget: the budget it draws on.
+    """
+
+    __slots__ = ("_budget", "held")
+
+    def __init__(self, budget: IntakeBudget) -> None:
+        self._budget = budget
+        self.held = 0
+
+    def grow(self, size: int) -> bool:
+        """Reserve ``size`` more bytes; False (nothing taken) when the budget is spent."""
+        if size <= 0:
+            return True
+        if not self._budget._take(self.held, size):
+            return False
+        self.held += size
+        return True
+
+    def shrink(self, size: int) -> None:
+        """Give back ``size`` bytes reserved but not needed (at most what is held)."""
+        size = min(size, self.held)
+        if size > 0:
+            self.held -= size
+            self._budget._give(size)
+
+    def release(self) -> None:
+        """Give back everything; the reservation may be reused (idempotent)."""
+        self.shrink(self.held)

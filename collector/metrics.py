@@ -25,13 +25,17 @@ RejectReason = Literal[
     "unsupported_media_type",
     "unauthorized",
     "backpressure",
+    "intake_budget",
 ]
 """The ``reason`` label of rejections.
 
 ``invalid_id``: a span failed validation (partial success); ``decode``: the body (or its
 compression) could not be decoded; ``too_large``: the body exceeded the limit;
 ``unsupported_media_type``: wrong ``Content-Type`` or ``Content-Encoding``;
-``unauthorized``: missing or wrong ingest token; ``backpressure``: the stream was full.
+``unauthorized``: missing or wrong ingest token; ``backpressure``: the stream was full;
+``intake_budget``: the bytes of the request bodies in flight had spent the intake budget
+(:class:`collector.limits.IntakeBudget`; refused before the body was held or decoded, so its
+spans are unknown and counted only here, not in ``vigil_refused_total``).
 """
 
 SIZE_BUCKETS = (1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0)
@@ -51,11 +55,17 @@ class CollectorMetrics:
             only in ``vigil_otlp_rejected_requests_total``.
         ``vigil_refused_total{stage,reason}``: spans refused with a retryable answer (503 /
             ``UNAVAILABLE`` + ``Retry-After``) after they were decoded: the sender still holds them and
-            retries (``stream``/``full``, ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
+            retries (``stream``/``full`` and ``stream``/``bytes`` (its record and byte capacities),
+            ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
         ``vigil_dropped_total{stage,reason}``: spans lost after they were accepted (answered 200):
             ``kafka``/``delivery_failed``.
         ``vigil_stream_depth_batches`` / ``vigil_stream_capacity_batches``: the in-process
             stream, read at scrape time once :meth:`bind_stream` was called.
+        ``vigil_attribute_values_truncated_total``: string/bytes attribute values of accepted
+            requests cut to ``collector.otlp.MAX_ATTRIBUTE_BYTES``.
+        ``vigil_intake_reserved_bytes`` / ``vigil_intake_budget_bytes``: bytes of request bodies in
+            flight reserved against the intake budget (read at scrape time), and that budget (0:
+            unlimited), once :meth:`bind_intake` was called.
 
     Args:
         registry: where to register every metric.
@@ -91,22 +101,39 @@ class CollectorMetrics:
         )
         self.stream_depth = Gauge("vigil_stream_depth_batches", "Records waiting in the in-process stream.", registry=r)
         self.stream_capacity = Gauge("vigil_stream_capacity_batches", "Capacity of the in-process stream.", registry=r)
+        self.truncated = Counter(
+            "vigil_attribute_values_truncated",
+            "String/bytes attribute values of accepted OTLP requests cut to the attribute size limit.",
+            registry=r,
+        )
+        self.intake_reserved = Gauge(
+            "vigil_intake_reserved_bytes",
+            "Bytes of OTLP request bodies in flight (read, inflated, decoded) reserved against the intake budget.",
+            registry=r,
+        )
+        self.intake_budget = Gauge(
+            "vigil_intake_budget_bytes", "Intake budget of the OTLP receivers in bytes (0: unlimited).", registry=r
+        )
         for encoding in ("protobuf", "json"):
             self.spans_received.labels(encoding)
         for reason in get_args(RejectReason):
             self.spans_rejected.labels(reason)
             self.rejected_requests.labels(reason)
         self.refused.labels("stream", "full")
+        self.refused.labels("stream", "bytes")
         self.refused.labels("receiver", "memory_limit")
 
     def request(self, encoding: Encoding, code: int) -> None:
         """Count one finished OTLP request with its HTTP status code."""
         self.requests.labels(encoding, str(code)).inc()
 
-    def received(self, encoding: Encoding, spans: int, size_bytes: int) -> None:
-        """Count spans accepted from one request and observe its decompressed size."""
+    def received(self, encoding: Encoding, spans: int, size_bytes: int, truncated: int = 0) -> None:
+        """Count spans accepted from one request (and its attribute values cut), and observe its
+        decompressed size."""
         self.spans_received.labels(encoding).inc(spans)
         self.request_size.labels(encoding).observe(size_bytes)
+        if truncated:
+            self.truncated.inc(truncated)
 
     def rejected(self, reason: RejectReason, *, spans: int = 0, whole_request: bool = True) -> None:
         """Count a rejection: the request (unless ``whole_request`` is false) and ``spans`` spans."""
@@ -115,11 +142,17 @@ class CollectorMetrics:
         if spans:
             self.spans_rejected.labels(reason).inc(spans)
 
-    def stream_full(self, spans: int) -> None:
-        """Count spans the in-process stream refused because it was full (answered 503: retried)."""
-        self.refused.labels("stream", "full").inc(spans)
+    def stream_full(self, spans: int, reason: str = "full") -> None:
+        """Count spans the in-process stream refused (answered 503: retried): ``full`` in records,
+        ``bytes`` over its byte budget."""
+        self.refused.labels("stream", reason).inc(spans)
 
     def bind_stream(self, depth: Callable[[], float], capacity: int) -> None:
         """Read the stream depth from ``depth`` at scrape time and publish its capacity."""
         self.stream_depth.set_function(depth)
         self.stream_capacity.set(capacity)
+
+    def bind_intake(self, reserved: Callable[[], float], budget: int) -> None:
+        """Read the intake bytes reserved from ``reserved`` at scrape time and publish the budget."""
+        self.intake_reserved.set_function(reserved)
+        self.intake_budget.set(budget)

@@ -141,11 +141,15 @@ class TraceBatch:
         trace_id: the record key, lowercase hex.
         spans: the spans, all with ``trace_id`` equal to the key.
         received_ns: wall-clock receive time (Unix ns), used for flag-latency figures.
+        size: estimated bytes the spans take in memory once decoded, counted once by the decoder
+            (:func:`collector.budget.span_bytes`: their share of the body plus a fixed cost per
+            span); 0 when unknown (:func:`collector.budget.batch_bytes` then estimates it).
     """
 
     trace_id: str
     spans: tuple[Span, ...]
     received_ns: int = 0
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +160,13 @@ class DecodeResult:
         batches: the accepted spans, split into one batch per trace.
         rejected: number of spans rejected (bad ids and the like).
         errors: human-readable reasons for the rejections (deduplicated, bounded).
+        truncated: attribute values cut to ``collector.otlp.MAX_ATTRIBUTE_BYTES``.
     """
 
     batches: tuple[TraceBatch, ...]
     rejected: int = 0
     errors: tuple[str, ...] = ()
+    truncated: int = 0
 
     @property
     def accepted(self) -> int:

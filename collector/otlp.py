@@ -7,7 +7,9 @@ reason in :attr:`DecodeResult.errors`) and never takes its neighbours down. Only
 that cannot be parsed at all raises :class:`~collector.errors.DecodeError`.
 
 Attribute values become plain Python values; ``array``/``kvlist`` values nested deeper
-than :data:`MAX_DEPTH` become ``None``. All spans of one resource share one resource
+than :data:`MAX_DEPTH` become ``None``; string and bytes values (of span, event and resource
+attributes, at any depth) longer than :data:`MAX_ATTRIBUTE_BYTES` are cut to it before they are
+held, by every decoder alike (counted in :attr:`DecodeResult.truncated`). All spans of one resource share one resource
 attribute dict. Accepted spans are split into one :class:`TraceBatch` per trace id, in
 first-seen order. :func:`encode_batch` is the inverse used for stream/Kafka records.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -26,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from collector._otlp_wire import WireRequest
+from collector.budget import span_bytes
 from collector.errors import DecodeError
 from collector.model import (
     Attributes,
@@ -40,12 +44,62 @@ from collector.model import (
     new_span,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_ERRORS", "compiled_decoder", "decode_json", "decode_protobuf", "encode_batch"]
+__all__ = [
+    "MAX_ATTRIBUTE_BYTES",
+    "MAX_DEPTH",
+    "MAX_ERRORS",
+    "compiled_decoder",
+    "decode_json",
+    "decode_protobuf",
+    "encode_batch",
+    "truncate_bytes",
+    "truncate_text",
+]
 
 MAX_DEPTH = 32
 """Deepest ``array``/``kvlist`` nesting kept in attribute values; deeper values become ``None``."""
 MAX_ERRORS = 10
 """Most distinct rejection reasons kept in :attr:`DecodeResult.errors`."""
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+"""Longest string (in UTF-8 bytes, cut on a character boundary) or bytes attribute value kept;
+longer ones are cut to it. The OpenTelemetry SDKs have the same knob on the sending side
+(``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, unlimited by default:
+https://opentelemetry.io/docs/specs/otel/common/#attribute-limits). 64 KiB keeps whole the
+captured prompts and answers reviewers read (typically 1-20 KB a message) while bounding what one
+value can pin in the stream, the runs in flight and the caches."""
+
+_QUICK_TEXT = MAX_ATTRIBUTE_BYTES // 4  # a str of at most this many characters fits whatever its text
+_tally = threading.local()  # values cut by the decode running on this thread
+
+
+def truncate_text(text: str) -> str:
+    """``text`` cut to :data:`MAX_ATTRIBUTE_BYTES` bytes of UTF-8 (a character cut in two is left out)."""
+    if len(text) <= _QUICK_TEXT:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_ATTRIBUTE_BYTES:
+        return text
+    _tally.cut = getattr(_tally, "cut", 0) + 1
+    return data[:MAX_ATTRIBUTE_BYTES].decode("utf-8", "ignore")
+
+
+def truncate_bytes(data: bytes) -> bytes:
+    """``data`` cut to :data:`MAX_ATTRIBUTE_BYTES` bytes."""
+    if len(data) <= MAX_ATTRIBUTE_BYTES:
+        return data
+    _tally.cut = getattr(_tally, "cut", 0) + 1
+    return data[:MAX_ATTRIBUTE_BYTES]
+
+
+def start_tally() -> None:
+    """Start counting the values cut by the decode about to run on this thread."""
+    _tally.cut = 0
+
+
+def tally() -> int:
+    """Values cut on this thread since :func:`start_tally`."""
+    return int(getattr(_tally, "cut", 0))
+
 
 _KINDS: dict[object, SpanKind] = {int(k): k for k in SpanKind}
 _CODES: dict[object, StatusCode] = {int(c): c for c in StatusCode}
@@ -57,13 +111,17 @@ _INT64 = range(-(2**63), 2**63)
 _new_batch = fast_constructor(TraceBatch)
 
 
-
 def _load_compiled() -> ModuleType | None:
-    """The compiled decoder (collector/_otlp_fast.c), built by ``pip install`` where a C compiler exists."""
+    """The compiled decoder (collector/_otlp_fast.c), built by ``pip install`` where a C compiler exists.
+
+    One built from an older source (without ``VERSION`` 2: no ``max_value`` argument) is ignored
+    until ``pip install`` rebuilds it: the Python decoder gives the same result, more slowly.
+    """
     try:
-        return importlib.import_module("collector._otlp_fast")
+        module = importlib.import_module("collector._otlp_fast")
     except ImportError:  # pragma: no cover - no compiler at install time: the Python decoder does it all
         return None
+    return module if getattr(module, "VERSION", 1) >= 2 else None
 
 
 _fast = _load_compiled()
@@ -81,12 +139,13 @@ class _Invalid(ValueError):
 class _Accumulator:
     """Collects accepted spans per trace and rejection reasons while a body is decoded."""
 
-    __slots__ = ("errors", "rejected", "traces")
+    __slots__ = ("errors", "rejected", "traces", "truncated")
 
     def __init__(self) -> None:
         self.traces: dict[str, list[Span]] = {}
         self.rejected = 0
         self.errors: dict[str, None] = {}
+        self.truncated = 0
 
     def add(self, span: Span) -> None:
         self.traces.setdefault(span.trace_id, []).append(span)
@@ -100,10 +159,13 @@ class _Accumulator:
         if len(self.errors) < MAX_ERRORS:
             self.errors[reason] = None
 
-    def result(self) -> DecodeResult:
+    def result(self, body_bytes: int) -> DecodeResult:
+        """The decoded batches, each with its memory estimate (its spans' share of ``body_bytes``)."""
         now = time.time_ns()
-        batches = tuple(_new_batch(tid, tuple(spans), now) for tid, spans in self.traces.items())
-        return DecodeResult(batches, self.rejected, tuple(self.errors))
+        traces = self.traces
+        per_span = span_bytes(body_bytes, sum(len(spans) for spans in traces.values()))
+        batches = tuple(_new_batch(tid, tuple(spans), now, per_span * len(spans)) for tid, spans in traces.items())
+        return DecodeResult(batches, self.rejected, tuple(self.errors), self.truncated)
 
 
 def _id_problem(trace_id: bytes, span_id: bytes, parent_id: bytes) -> str | None:
@@ -124,7 +186,7 @@ def _id_problem(trace_id: bytes, span_id: bytes, parent_id: bytes) -> str | None
 # --- protobuf -------------------------------------------------------------------------
 
 
-def decode_protobuf(body: bytes) -> DecodeResult:
+def decode_protobuf(body: bytes | bytearray) -> DecodeResult:
     """Decode a binary ``ExportTraceServiceRequest`` (or ``TracesData``, same wire format).
 
     Args:
@@ -142,13 +204,18 @@ def decode_protobuf(body: bytes) -> DecodeResult:
     """
     if _fast is not None:
         acc = _Accumulator()
-        if _fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, _KINDS, _CODES, MAX_DEPTH):
-            return acc.result()
+        cut = _fast.decode(
+            body, acc.traces, acc.reject_ids, new_span, SpanEvent, _KINDS, _CODES, MAX_DEPTH, MAX_ATTRIBUTE_BYTES
+        )
+        if cut >= 0:
+            acc.truncated = cut
+            return acc.result(len(body))
     return _decode_protobuf_python(body)
 
 
-def _decode_protobuf_python(body: bytes) -> DecodeResult:
+def _decode_protobuf_python(body: bytes | bytearray) -> DecodeResult:
     """The Python decoder (the reference: every edge case, every error message)."""
+    start_tally()
     try:
         request = WireRequest.FromString(body)
         acc = _Accumulator()
@@ -162,7 +229,8 @@ def _decode_protobuf_python(body: bytes) -> DecodeResult:
                 _pb_scope_spans(ss, resource, acc)
     except _ProtobufError as exc:
         raise DecodeError("protobuf", f"invalid OTLP protobuf body: {exc}") from exc
-    return acc.result()
+    acc.truncated = tally()
+    return acc.result(len(body))
 
 
 def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
@@ -325,7 +393,7 @@ def _pb_value(value: Any, depth: int) -> AttrValue:
     """Convert one ``AnyValue``; the common non-empty string costs a single field read."""
     text: str = value.string_value
     if text:
-        return text
+        return text if len(text) <= _QUICK_TEXT else truncate_text(text)
     which = value.WhichOneof("value")
     if which == "int_value":
         number: int = value.int_value
@@ -340,7 +408,7 @@ def _pb_value(value: Any, depth: int) -> AttrValue:
         return ""
     if which == "bytes_value":
         data: bytes = value.bytes_value
-        return data
+        return truncate_bytes(data)
     if depth >= MAX_DEPTH:
         return None
     if which == "array_value":
@@ -413,7 +481,7 @@ def _wire_value(data: memoryview, depth: int) -> AttrValue:
     value: AttrValue = None
     for field, wire, raw in _wire_fields(data):
         if field == 1:
-            value = _text(raw)
+            value = truncate_text(_text(raw))
         elif field == 2 and wire == 0 and isinstance(raw, int):
             value = bool(raw)
         elif field == 3 and wire == 0 and isinstance(raw, int):
@@ -421,7 +489,7 @@ def _wire_value(data: memoryview, depth: int) -> AttrValue:
         elif field == 4 and wire == 1 and isinstance(raw, memoryview):
             value = float(struct.unpack("<d", raw)[0])
         elif field == 7 and isinstance(raw, memoryview):
-            value = bytes(raw)
+            value = truncate_bytes(bytes(raw))
         elif field in (5, 6) and isinstance(raw, memoryview):
             if depth >= MAX_DEPTH:
                 value = None
@@ -434,7 +502,7 @@ def _wire_value(data: memoryview, depth: int) -> AttrValue:
     return value
 
 
-def decode_json(body: bytes) -> DecodeResult:
+def decode_json(body: bytes | bytearray) -> DecodeResult:
     """Decode an OTLP/JSON ``ExportTraceServiceRequest``.
 
     Follows the OTLP deviations from proto3 JSON: ids are case-insensitive hex, enums are

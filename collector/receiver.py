@@ -13,7 +13,15 @@ trace. Answers, per the OTLP/HTTP specification:
   version (older ones do not retry 429). A publisher that can tell it is full before the
   request is read (:class:`~collector.stream.RoomCheck`) refuses it before its body is read
   or decoded, so that shedding costs microseconds, not a decode; such requests are counted
-  in ``vigil_otlp_rejected_requests_total{reason="backpressure"}`` (their spans are unknown).
+  in ``vigil_otlp_rejected_requests_total{reason="backpressure"}`` (their spans are unknown);
+* 503 with ``Retry-After`` when the body's bytes do not fit in the intake budget
+  (:class:`~collector.limits.IntakeBudget`): they are reserved before they are held — the
+  ``Content-Length`` of a plain body before it is read, a gzip/deflate body piece by piece as
+  it inflates — so a burst of large bodies is refused instead of read, inflated and decoded
+  at once (``reason="intake_budget"``).
+
+A compressed body is inflated into one ``bytearray``, never into pieces joined into a copy; the
+chunks of a plain body are joined once and dropped. Decoders and the spool take it as it is.
 
 Error bodies are a ``google.rpc.Status`` (protobuf) or ``{"code", "message"}`` (JSON),
 with a gRPC status code. Every request is counted in :class:`CollectorMetrics`.
@@ -39,21 +47,25 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.errors import BackpressureError, BodyTooLargeError, DecodeError
+from collector.limits import IntakeBudget, Reservation, intake_cost
 from collector.metrics import CollectorMetrics, Encoding, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_json, decode_protobuf
 from collector.stream import BodyPublisher, Publisher, check_room
 
-__all__ = ["THREADPOOL_DECODE_BYTES", "create_otlp_app"]
+__all__ = ["INFLATE_STEP_BYTES", "THREADPOOL_DECODE_BYTES", "create_otlp_app"]
 
 log = structlog.get_logger(__name__)
 
 THREADPOOL_DECODE_BYTES = 256 * 1024
 """Bodies at least this large are decoded in a worker thread, off the event loop."""
 
+INFLATE_STEP_BYTES = 256 * 1024
+"""Compressed bodies are inflated at most this many bytes at a time, each step reserved first."""
+
 _MEDIA_TYPES: dict[str, Encoding] = {"application/x-protobuf": "protobuf", "application/json": "json"}
 _CONTENT_TYPES = {"protobuf": "application/x-protobuf", "json": "application/json"}
-_DECODERS: dict[str, Callable[[bytes], DecodeResult]] = {"protobuf": decode_protobuf, "json": decode_json}
+_DECODERS: dict[str, Callable[[bytes | bytearray], DecodeResult]] = {"protobuf": decode_protobuf, "json": decode_json}
 _GRPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}  # INVALID_ARGUMENT, UNAUTHENTICATED, UNAVAILABLE
 _LOG_INTERVAL_S = 10.0
 
@@ -84,6 +96,7 @@ def create_otlp_app(
     ingest_token: str | None = None,
     ready: Callable[[], bool] | None = None,
     token_check: Callable[[str], bool] | None = None,
+    intake: IntakeBudget | None = None,
 ) -> Starlette:
     """Build the OTLP/HTTP receiver app.
 
@@ -98,11 +111,15 @@ def create_otlp_app(
         token_check: when set, a bearer token is required and accepted when it equals
             ``ingest_token`` or ``token_check(token)`` is true (stored ``ingest`` tokens, injected by
             the composition root; it must be fast — cache lookups — as it runs on the event loop).
+        intake: the byte budget of bodies in flight, shared with the other receivers of the
+            process; ``None`` never refuses for it.
 
     Returns:
         A Starlette app. Handlers never block the event loop on large decodes.
     """
-    receiver = _Receiver(publisher, metrics, max_body_bytes, retry_after_s, ingest_token, token_check=token_check)
+    receiver = _Receiver(
+        publisher, metrics, max_body_bytes, retry_after_s, ingest_token, token_check=token_check, intake=intake
+    )
     probe = ready or (publisher.ready if isinstance(publisher, _SupportsReady) else (lambda: True))
 
     async def healthz(_: Request) -> Response:
@@ -141,8 +158,10 @@ class _Receiver:
         token: str | None,
         *,
         token_check: Callable[[str], bool] | None = None,
+        intake: IntakeBudget | None = None,
     ) -> None:
         self._publisher = publisher
+        self._intake = intake or IntakeBudget(0)
         self._metrics = metrics
         self._limit = limit
         self._retry_after_s = retry_after_s
@@ -158,7 +177,7 @@ class _Receiver:
             result, size = await self._accept(request, encoding, media_type)
         except _Rejection as rejection:
             return self._refuse(encoding, rejection)
-        self._metrics.received(encoding, result.accepted, size)
+        self._metrics.received(encoding, result.accepted, size, result.truncated)
         self._metrics.rejected("invalid_id", spans=result.rejected, whole_request=False)
         self._metrics.request(encoding, 200)
         return _success(encoding, result)
@@ -172,17 +191,21 @@ class _Receiver:
                 f"unsupported Content-Type {media_type!r}: use application/x-protobuf or application/json",
             )
         self._check_room(request, encoding)
-        body = await self._read_body(request)
-        decode = _DECODERS[encoding]
-        try:
-            if len(body) >= THREADPOOL_DECODE_BYTES:
-                result = await run_in_threadpool(decode, body)
-            else:
-                result = decode(body)
-        except DecodeError as exc:
-            raise _Rejection(400, "decode", str(exc)) from exc
-        await self._publish(result, body, encoding)
-        return result, len(body)
+        reservation = self._intake.reservation()
+        try:  # the body and its decoded spans are reserved until they are handed on
+            body = await self._read_body(request, reservation)
+            decode = _DECODERS[encoding]
+            try:
+                if len(body) >= THREADPOOL_DECODE_BYTES:
+                    result = await run_in_threadpool(decode, body)
+                else:
+                    result = decode(body)
+            except DecodeError as exc:
+                raise _Rejection(400, "decode", str(exc)) from exc
+            await self._publish(result, body, encoding)
+            return result, len(body)
+        finally:
+            reservation.release()
 
     def _authorize(self, request: Request) -> None:
         if self._token is None and self._check is None:
@@ -193,26 +216,71 @@ class _Receiver:
             rejection.headers["WWW-Authenticate"] = "Bearer"
             raise rejection
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def _read_body(self, request: Request, reservation: Reservation) -> bytes | bytearray:
+        """The whole (decompressed) body, its cost reserved in ``reservation`` before it is held.
+
+        A plain body with a ``Content-Length`` is reserved at once, one without chunk by chunk (its
+        chunks joined once, then dropped: the reservation covers that moment), a compressed one
+        step by step as it inflates into one buffer.
+        """
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self._limit:
+        size = int(declared) if declared.isdigit() else -1
+        if size > self._limit:
             raise _too_large(self._limit)
         inflater = _Inflater.for_encoding(request.headers.get("content-encoding", ""), self._limit)
-        chunks: list[bytes] = []
+        reserved = max(size, 0) if inflater is None else 0
+        if reserved:
+            self._reserve(reservation, intake_cost(reserved))
+        body = bytearray()  # the inflated body
+        chunks: list[bytes] = []  # the plain one
         raw = 0
+        stream = request.stream()
         try:
-            async for chunk in request.stream():
+            async for chunk in stream:
                 raw += len(chunk)
                 if raw > self._limit:
                     raise _too_large(self._limit)
-                chunks.append(inflater.feed(chunk) if inflater else chunk)
-            if inflater:
-                inflater.finish()
+                if inflater is not None:
+                    inflater.feed(chunk, body, lambda n: self._reserve(reservation, n))
+                    continue
+                if raw > reserved:  # no (or a wrong) Content-Length: reserve before holding
+                    self._reserve(reservation, intake_cost(raw - reserved))
+                    reserved = raw
+                chunks.append(chunk)
+            if inflater is not None:
+                inflater.finish(body, lambda n: self._reserve(reservation, n))
         except BodyTooLargeError as exc:
             raise _too_large(exc.limit) from exc
         except DecodeError as exc:
             raise _Rejection(400, "decode", str(exc)) from exc
-        return b"".join(chunks)
+        except _Rejection as rejection:
+            if rejection.reason == "intake_budget":  # read the rest without holding it: a clean 503
+                del body, chunks
+                async for chunk in stream:
+                    raw += len(chunk)
+                    if raw > self._limit:
+                        break
+            raise
+        if inflater is not None:
+            return body
+        plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        return plain
+
+    def _reserve(self, reservation: Reservation, size: int) -> None:
+        """Reserve ``size`` bytes or refuse the request with 503 + Retry-After.
+
+        Raises:
+            _Rejection: 503 (``intake_budget``), the budget is spent.
+        """
+        if not reservation.grow(size):
+            reservation.release()  # give the rest back now: others can go on while this answers
+            budget = self._intake.budget_bytes
+            rejection = _Rejection(
+                503, "intake_budget", f"intake budget of {budget} bytes (request bodies in flight) spent; retry later"
+            )
+            rejection.headers["Retry-After"] = str(self._retry_after_s)
+            raise rejection
 
     def _check_room(self, request: Request, encoding: Encoding) -> None:
         """503 before the body is read when the publisher would refuse it anyway (a body declared
@@ -226,7 +294,7 @@ class _Receiver:
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=0) from exc
 
-    async def _publish(self, result: DecodeResult, body: bytes, encoding: Encoding) -> None:
+    async def _publish(self, result: DecodeResult, body: bytes | bytearray, encoding: Encoding) -> None:
         if not result.batches:
             return
         try:
@@ -282,7 +350,11 @@ def _success(encoding: Encoding, result: DecodeResult) -> Response:
 
 
 class _Inflater:
-    """Incremental gzip/deflate decompression that never expands past ``limit`` bytes.
+    """Incremental gzip/deflate decompression into one buffer that never expands past ``limit``.
+
+    Output is produced :data:`INFLATE_STEP_BYTES` at a time (``zlib`` ``max_length``), and the
+    cost of each step is reserved (through the ``reserve`` callback, which raises to refuse)
+    before the step is taken, so a bomb never materialises beyond the limit or the budget.
 
     Raises:
         BodyTooLargeError: the output would exceed ``limit``.
@@ -292,8 +364,8 @@ class _Inflater:
     def __init__(self, coding: str, limit: int) -> None:
         self._coding = coding
         self._limit = limit
-        self._size = 0
         self._obj: zlib._Decompress | None = None
+        self._reserved = 0  # bytes of output reserved beyond what ``out`` holds
 
     @classmethod
     def for_encoding(cls, header: str, limit: int) -> _Inflater | None:
@@ -310,26 +382,49 @@ class _Inflater:
             return cls(codings[0], limit)
         raise _Rejection(415, "unsupported_media_type", f"unsupported Content-Encoding {header!r}: use gzip or deflate")
 
-    def feed(self, data: bytes) -> bytes:
-        """Decompress one chunk of the body; returns what it expands to."""
-        out: list[bytes] = []
+    def feed(self, data: bytes, out: bytearray, reserve: Callable[[int], None]) -> None:
+        """Decompress one chunk of the body onto the end of ``out``.
+
+        Args:
+            data: the next compressed bytes.
+            out: the decompressed body so far; extended in place.
+            reserve: called with the cost of each output step before it is taken; raises to refuse.
+        """
         try:
             while data:
                 obj = self._obj = self._next_stream(data) if self._obj is None or self._obj.eof else self._obj
-                piece = obj.decompress(data, self._limit - self._size + 1)
-                self._size += len(piece)
-                if self._size > self._limit:
-                    raise BodyTooLargeError(self._limit)
-                out.append(piece)
-                data = obj.unused_data if obj.eof else b""
+                data = self._drain(obj, data, out, reserve)
         except zlib.error as exc:
             raise DecodeError(self._coding, f"invalid {self._coding} body: {exc}") from exc
-        return b"".join(out)
 
-    def finish(self) -> None:
-        """Check that the compressed body was complete."""
+    def finish(self, out: bytearray, reserve: Callable[[int], None]) -> None:
+        """Flush what the decompressor still holds and check that the compressed body was complete."""
+        if self._obj is not None and not self._obj.eof:
+            try:
+                self._drain(self._obj, b"", out, reserve)
+            except zlib.error as exc:
+                raise DecodeError(self._coding, f"invalid {self._coding} body: {exc}") from exc
         if self._obj is not None and not self._obj.eof:
             raise DecodeError(self._coding, f"truncated {self._coding} body")
+
+    def _drain(self, obj: zlib._Decompress, data: bytes, out: bytearray, reserve: Callable[[int], None]) -> bytes:
+        """Inflate ``data`` step by step until it is consumed and no full step is pending; returns
+        the input left over after the end of this stream (the next gzip member)."""
+        while True:
+            step = min(INFLATE_STEP_BYTES, self._limit - len(out) + 1)
+            if self._reserved < step:
+                reserve(intake_cost(step - self._reserved))
+                self._reserved = step
+            piece = obj.decompress(data, step)
+            out += piece
+            self._reserved -= len(piece)
+            if len(out) > self._limit:
+                raise BodyTooLargeError(self._limit)
+            if obj.eof:
+                return obj.unused_data
+            data = obj.unconsumed_tail
+            if not data and len(piece) < step:
+                return b""
 
     def _next_stream(self, data: bytes) -> zlib._Decompress:
         if self._obj is not None and self._coding != "gzip":

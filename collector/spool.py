@@ -54,6 +54,7 @@ from typing import Literal
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collector.budget import ByteAccount
 from collector.errors import BackpressureError, CollectorError
 from collector.model import TraceBatch
 from collector.stream import Publisher, check_room
@@ -143,6 +144,8 @@ class SpoolMetrics:
         ``vigil_spool_corrupt_tails_total``: torn or corrupt segment tails truncated at start-up.
         ``vigil_spool_fsync_seconds``: duration of each fsync (a group commit round).
         ``vigil_spool_full_total``: bodies refused because the budget was reached.
+        ``vigil_spool_queue_full_total``: bodies refused because the bodies waiting for the
+            flusher reached the spool's memory budget (the disk is slower than the intake).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -161,6 +164,11 @@ class SpoolMetrics:
             registry=r,
         )
         self.full = Counter("vigil_spool_full", "Bodies refused because the spool budget was reached.", registry=r)
+        self.queue_full = Counter(
+            "vigil_spool_queue_full",
+            "Bodies refused because the bodies waiting to be written reached the spool's memory budget.",
+            registry=r,
+        )
 
 
 class _Segment:
@@ -193,6 +201,9 @@ class Spool:
             checkpoint, so the runs they held survive a power loss); an exception keeps them.
         delete_interval_s: shortest time between two deletion rounds (each runs ``before_delete``),
             except when the budget is within a segment of full.
+        memory_bytes: budget of the bodies held in memory while they wait for the flusher
+            (``batch`` policy; the ``spool`` share of :class:`collector.budget.MemoryBudgets`);
+            past it appends are refused (503 + Retry-After) unless nothing waits; 0: unbounded.
     """
 
     def __init__(
@@ -207,6 +218,7 @@ class Spool:
         metrics: SpoolMetrics | None = None,
         before_delete: Callable[[], object] | None = None,
         delete_interval_s: float = 1.0,
+        memory_bytes: int = 0,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -229,13 +241,15 @@ class Spool:
         self._next_seq = 0
         self._bytes = 0
         # batch policy: (segment first seq, record bytes, future) waiting for the flusher
-        self._queue: list[tuple[int, tuple[bytes, bytes], concurrent.futures.Future[None] | None]] = []
+        self._queue: list[tuple[int, tuple[bytes, bytes | bytearray], concurrent.futures.Future[None] | None]] = []
         self._fd: int | None = None
         self._fd_segment = -1
         self._dirty = False
         self._closed = False
         self._thread: threading.Thread | None = None
         self._lock_fd: int | None = None
+        self.account = ByteAccount(memory_bytes)
+        """Bytes of the bodies waiting for the flusher (``batch`` policy)."""
         if metrics is not None:
             metrics.capacity.set(max_bytes)
             metrics.bytes.set_function(lambda: float(self._bytes))
@@ -328,7 +342,9 @@ class Spool:
         if self._closed or (self._bytes and self._bytes + size_hint > self.max_bytes):
             raise BackpressureError(self._retry_after, f"spool full ({self._bytes} of {self.max_bytes} bytes)")
 
-    def append(self, body: bytes, encoding: str = "protobuf") -> tuple[int, concurrent.futures.Future[None] | None]:
+    def append(
+        self, body: bytes | bytearray, encoding: str = "protobuf"
+    ) -> tuple[int, concurrent.futures.Future[None] | None]:
         """Append one body.
 
         Returns:
@@ -353,6 +369,12 @@ class Spool:
                 if self._metrics is not None:
                     self._metrics.full.inc()
                 raise BackpressureError(self._retry_after, f"spool full ({self._bytes} of {self.max_bytes} bytes)")
+            if self.policy == "batch" and self._queue and not self.account.fits(size):
+                if self._metrics is not None:
+                    self._metrics.queue_full.inc()
+                raise BackpressureError(
+                    self._retry_after, f"spool write queue full ({self.account.held} of {self.account.budget} bytes)"
+                )
             seq = self._next_seq
             self._next_seq += 1
             segment = self._active
@@ -370,6 +392,7 @@ class Spool:
             self._bytes += size
             if self.policy == "batch":
                 future = concurrent.futures.Future()
+                self.account.add(size)
                 self._queue.append((segment.first, record, future))
                 self._wake.notify()
                 return seq, future
@@ -381,7 +404,7 @@ class Spool:
                 raise
         return seq, None
 
-    async def append_async(self, body: bytes, encoding: str = "protobuf") -> int:
+    async def append_async(self, body: bytes | bytearray, encoding: str = "protobuf") -> int:
         """:meth:`append`, then wait (without blocking the event loop) until the policy is met.
 
         Raises:
@@ -446,7 +469,7 @@ class Spool:
         cursor = ReadCursor(first, cursor.offset + used, cursor.seq + len(records))
         return ReadResult([r for r in records if r.seq >= seq], cursor)
 
-    def _write(self, first: int, records: Sequence[tuple[bytes, bytes]]) -> None:
+    def _write(self, first: int, records: Sequence[tuple[bytes, bytes | bytearray]]) -> None:
         """Write records of segment ``first`` (lock held, or flusher thread owning the fd)."""
         if self._fd_segment != first:
             if self._fd is not None:
@@ -508,6 +531,8 @@ class Spool:
             except OSError as exc:
                 error = exc
                 log.error("spool_write_failed", error=str(exc))
+            with self._lock:
+                self.account.sub(sum(len(head) + len(body) for _, (head, body), _ in batch))
             for _, _, future in batch:
                 if future is not None:
                     if error is None:
@@ -656,7 +681,7 @@ class Spool:
 def stamp(batches: Sequence[TraceBatch], seq: int) -> list[SpooledBatch]:
     """The records of one spooled body, each carrying its sequence number and the body's record count."""
     parts = len(batches)
-    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, seq, parts) for b in batches]
+    return [SpooledBatch(b.trace_id, b.spans, b.received_ns, b.size, seq, parts) for b in batches]
 
 
 class SpoolingPublisher:
@@ -687,7 +712,7 @@ class SpoolingPublisher:
         """
         self._inner.publish(batches)
 
-    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes | bytearray, encoding: str) -> None:
         """Spool ``body`` (waiting for the fsync policy), then publish its records, all or none.
 
         Raises:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from collector.budget import ByteAccount, batch_bytes
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
@@ -43,7 +44,7 @@ class BodyPublisher(Protocol):
     answers 200 only then.
     """
 
-    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes, encoding: str) -> None:
+    async def publish_body(self, batches: Sequence[TraceBatch], body: bytes | bytearray, encoding: str) -> None:
         """Keep ``body`` (``encoding``: ``protobuf`` or ``json``), then publish ``batches``, all or none.
 
         Raises:
@@ -89,27 +90,34 @@ class InProcessStream:
     """A bounded, thread-safe FIFO of trace batches implementing :class:`Publisher`.
 
     Producers (the receivers, on the event-loop thread) call :meth:`publish`; one or more
-    consumer threads call :meth:`get_many`. A single publish larger than the whole
-    capacity is accepted only into an empty stream, so that it cannot be refused forever.
+    consumer threads call :meth:`get_many`. The stream is bounded twice: in records and in
+    bytes (the records' :func:`~collector.budget.batch_bytes` estimates, counted in
+    :attr:`account`). A single publish larger than the whole capacity is accepted only into an
+    empty stream, so that it cannot be refused forever.
 
     Args:
         max_batches: capacity in records (traces).
         retry_after_s: the ``retry_after`` of :class:`BackpressureError` when full.
         metrics: counts refused spans and exposes the depth at scrape time, when given.
+        max_bytes: capacity in estimated bytes (the ``stream`` share of the memory limit); 0: unbounded.
 
     Raises:
-        ValueError: ``max_batches`` is not positive.
+        ValueError: ``max_batches`` is not positive, or ``max_bytes`` is negative.
     """
 
-    def __init__(self, max_batches: int, retry_after_s: float, metrics: CollectorMetrics | None = None) -> None:
+    def __init__(
+        self, max_batches: int, retry_after_s: float, metrics: CollectorMetrics | None = None, *, max_bytes: int = 0
+    ) -> None:
         if max_batches <= 0:
             raise ValueError(f"max_batches must be positive, got {max_batches}")
         self._max = max_batches
         self._retry_after = retry_after_s
         self._metrics = metrics
-        self._items: deque[TraceBatch] = deque()
+        self._items: deque[tuple[TraceBatch, int]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
+        self.account = ByteAccount(max_bytes)
+        """Estimated bytes of the records waiting, against the byte capacity."""
         if metrics is not None:
             metrics.bind_stream(self.qsize, max_batches)
 
@@ -127,28 +135,36 @@ class InProcessStream:
         """Append all of ``batches`` or none of them. Never blocks on a full stream.
 
         Raises:
-            BackpressureError: the stream is full (or closed); nothing was appended and the
-                refused spans were counted as dropped.
+            BackpressureError: the stream is full in records or bytes (or closed); nothing was
+                appended and the refused spans were counted (``vigil_refused_total{stage="stream"}``,
+                ``reason`` ``full`` or ``bytes``).
         """
         if not batches:
             return
+        sized = [(b, b.size or batch_bytes(b)) for b in batches]
+        size = sum(n for _, n in sized)
+        account = self.account
         with self._cond:
-            room = self._max - len(self._items)
-            if not self._closed and (len(batches) <= room or not self._items):
-                self._items.extend(batches)
+            items = self._items
+            fits_count = len(batches) <= self._max - len(items)
+            fits_bytes = not account.budget or account.held + size <= account.budget  # (ByteAccount.fits)
+            if not self._closed and ((fits_count and fits_bytes) or not items):
+                items.extend(sized)
+                account.held += size
                 self._cond.notify()
                 return
         if self._metrics is not None:
-            self._metrics.stream_full(sum(len(b.spans) for b in batches))
+            self._metrics.stream_full(sum(len(b.spans) for b in batches), "full" if not fits_count else "bytes")
         raise BackpressureError(self._retry_after)
 
     def check_room(self, size_hint: int = 0) -> None:
         """Refuse early when the stream is at capacity (or closed): any publish would be refused.
 
         Raises:
-            BackpressureError: the stream is full or closed (nothing counted: spans unknown).
+            BackpressureError: the stream is full (records or bytes: ``size_hint`` more would not
+                fit) or closed (nothing counted: spans unknown).
         """
-        if self._closed or len(self._items) >= self._max:
+        if self._closed or len(self._items) >= self._max or (self._items and not self.account.fits(size_hint)):
             raise BackpressureError(self._retry_after)
 
     def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
@@ -166,7 +182,10 @@ class InProcessStream:
                     return []
                 self._cond.wait(remaining)
             count = min(max_items, len(self._items))
-            return [self._items.popleft() for _ in range(count)]
+            popleft = self._items.popleft
+            taken = [popleft() for _ in range(count)]
+            self.account.held -= sum(n for _, n in taken)
+            return [b for b, _ in taken]
 
     def qsize(self) -> int:
         """Number of records waiting."""

@@ -94,8 +94,8 @@ class RunOut(BaseModel):
     updated_at: datetime
 
 
-class ReviewItemOut(BaseModel):
-    """The review item of a flagged run, with the snapshot a reviewer sees."""
+class _ItemOut(BaseModel):
+    """What every view of a review item shows."""
 
     id: int
     state: ItemState
@@ -104,6 +104,11 @@ class ReviewItemOut(BaseModel):
     sample_rate: float
     created_at: datetime
     updated_at: datetime
+
+
+class ReviewItemOut(_ItemOut):
+    """The review item of a flagged run, with the snapshot a reviewer sees."""
+
     snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
 
 
@@ -141,18 +146,11 @@ class RunPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as ``cursor`` for the next page; null at the end.")
 
 
-class QueueItemOut(BaseModel):
+class QueueItemOut(_ItemOut):
     """A pending review item."""
 
-    id: int
     trace_id: str
     agent: str
-    state: ItemState
-    priority: Priority
-    reasons: list[str]
-    sample_rate: float
-    created_at: datetime
-    updated_at: datetime
 
 
 class QueuePage(BaseModel):
@@ -211,9 +209,7 @@ def create_api_app(
     telemetry: dict[str, Any] = {}
     if not self_telemetry and "telemetry" in inspect.signature(FastAPI.__init__).parameters:  # FastAPI ≥ 0.165
         telemetry["telemetry"] = {"tracing": False, "metrics": False, "logs": False, "auto_configure": False}
-    app = FastAPI(
-        title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.", **telemetry
-    )
+    app = FastAPI(title="Vigil", version="1", summary="Run index and review queue of LLM agent runs.", **telemetry)
     app.add_middleware(SecurityHeaders)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     app.add_exception_handler(InvalidCursorError, _bad_cursor)

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Engine
 
 from review_queue.errors import InvalidInputError, OverCapacityError
 from review_queue.model import FeedbackIn
-from review_queue.snapshot import SNAPSHOT_VERSION
+from review_queue.snapshot import partial_snapshot
 from review_queue.store import guard, write_transaction
 from review_queue.tables import feedback, review_events, review_items, runs
 from scorers.model import Flag, Priority, Run, RunStatus
@@ -361,17 +361,4 @@ def _stored_flag(row: Mapping[str, Any]) -> Flag | None:
 
 
 def _row_snapshot(row: Mapping[str, Any]) -> dict[str, Any]:
-    doc = {name: row[name] for name in (*_ROW_RUN_FIELDS, "status")}
-    doc.update(
-        snapshot_version=SNAPSHOT_VERSION,
-        partial=True,
-        duration_s=row["duration_s"],
-        final_output=None,
-        steps=[],
-        tools=[],
-        messages=[],
-        attributes={},
-        scores=dict(row["scores"] or {}),
-        scorer_errors=list(row["scorer_errors"] or []),
-    )
-    return doc
+    return partial_snapshot(row, (*_ROW_RUN_FIELDS, "status", "duration_s"))

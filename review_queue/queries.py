@@ -221,31 +221,21 @@ _RUN_FIELDS = (
 )
 
 
+def _item_fields(row: sa.RowMapping, prefix: str = "") -> dict[str, Any]:
+    """The review item columns every view shows (``prefix``: how the query labelled them)."""
+    item = {name: row[prefix + name] for name in ("id", "state", "priority", "sample_rate")}
+    item["reasons"] = list(row[prefix + "reasons"])
+    item["created_at"] = _time(row[prefix + "created_at"])
+    item["updated_at"] = _time(row[prefix + "updated_at"])
+    return item
+
+
 def _item_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return {
-        "id": row["item_id"],
-        "state": row["item_state"],
-        "priority": row["item_priority"],
-        "reasons": list(row["item_reasons"]),
-        "sample_rate": row["item_sample_rate"],
-        "created_at": _time(row["item_created_at"]),
-        "updated_at": _time(row["item_updated_at"]),
-        "snapshot": row["item_snapshot"],
-    }
+    return {**_item_fields(row, "item_"), "snapshot": row["item_snapshot"]}
 
 
 def _queue_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "trace_id": row["trace_id"],
-        "agent": row["agent"],
-        "state": row["state"],
-        "priority": row["priority"],
-        "reasons": list(row["reasons"]),
-        "sample_rate": row["sample_rate"],
-        "created_at": _time(row["created_at"]),
-        "updated_at": _time(row["updated_at"]),
-    }
+    return {**_item_fields(row), "trace_id": row["trace_id"], "agent": row["agent"]}
 
 
 def _time(epoch_s: float) -> datetime:

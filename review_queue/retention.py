@@ -19,7 +19,8 @@ Deletions go child tables first, so they do not depend on the database enforcing
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
@@ -61,6 +62,17 @@ def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, i
     return {table: int(result.rowcount or 0) for table, result in counts.items()}
 
 
+def _chunks(conn: sa.Connection, query: sa.Select[Any]) -> Iterator[list[str]]:
+    """The first column of what ``query`` selects, :data:`_CHUNK` rows at a time, until it selects
+    nothing: the caller deletes each chunk before the next is read (no read transaction is held)."""
+    while True:
+        ids = [row[0] for row in conn.execute(query.limit(_CHUNK))]
+        conn.rollback()
+        if not ids:
+            return
+        yield ids
+
+
 def _add(total: dict[str, int], part: dict[str, int]) -> None:
     for key, value in part.items():
         total[key] = total.get(key, 0) + value
@@ -100,11 +112,7 @@ def apply_retention(
         old = old.where(runs.c.trace_id.not_in(reviewed))
     total: dict[str, int] = {}
     with guard("retention", retry_after_s), engine.connect() as conn:
-        while True:
-            ids = [row[0] for row in conn.execute(old.limit(_CHUNK))]
-            conn.rollback()
-            if not ids:
-                break
+        for ids in _chunks(conn, old):
             with write_transaction(conn):
                 _add(total, _delete_traces(conn, ids))
         with write_transaction(conn):
@@ -130,11 +138,7 @@ def apply_details_retention(engine: Engine, *, now: float, days: float, retry_af
         old = old.where(run_details.c.created_at < now - days * 86_400)
     deleted = 0
     with guard("details_retention", retry_after_s), engine.connect() as conn:
-        while True:
-            ids = [row[0] for row in conn.execute(old.limit(_CHUNK))]
-            conn.rollback()
-            if not ids:
-                break
+        for ids in _chunks(conn, old):
             with write_transaction(conn):
                 result = conn.execute(sa.delete(run_details).where(run_details.c.trace_id.in_(ids)))
                 deleted += int(result.rowcount or 0)

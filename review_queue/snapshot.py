@@ -8,6 +8,7 @@ final output and scores, frozen at the time of the (latest) flag decision.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scorers.model import Flag, Run, ScoredRun, Step, StepKind, ToolCall
@@ -43,6 +44,25 @@ def run_snapshot(scored: ScoredRun) -> dict[str, Any]:
         scores=_scores(scored),
         scorer_errors=list(scored.scorer_errors),
         evidence=evidence_list(scored),
+    )
+    return doc
+
+
+def partial_snapshot(row: Mapping[Any, Any], fields: Iterable[str], **extra: Any) -> dict[str, Any]:
+    """The snapshot of a run known only by its stored summary ``row`` (``fields`` copied, plus ``extra``):
+    ``partial``, with no steps, tools, messages or attributes (the page reads its details document)."""
+    doc = {name: row[name] for name in fields}
+    doc.update(
+        snapshot_version=SNAPSHOT_VERSION,
+        partial=True,
+        final_output=None,
+        steps=[],
+        tools=[],
+        messages=[],
+        attributes={},
+        scores=dict(row["scores"] or {}),
+        scorer_errors=list(row["scorer_errors"] or []),
+        **extra,
     )
     return doc
 

@@ -30,7 +30,7 @@ from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
-from review_queue.snapshot import SNAPSHOT_VERSION, item_row, run_row
+from review_queue.snapshot import item_row, partial_snapshot, run_row
 from review_queue.tables import review_events, review_items, run_details, runs
 from scorers.model import ScoredRun
 
@@ -132,6 +132,7 @@ class SqlStore:
         self._span_counts = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count)
         self._reason_filter = queries.reason_filter_for(dialect)
         self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        self._upsert_details = _details_upsert(dialect)
 
     @property
     def retry_after_s(self) -> float:
@@ -253,14 +254,8 @@ class SqlStore:
         if not rows:
             return
         rows = sorted(rows, key=_by_trace_id)
-        stmt = self._insert(run_details)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[run_details.c.trace_id],
-            set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at", "final_output")},
-            where=run_details.c.span_count <= stmt.excluded.span_count,
-        )
         with self._guard("write_details"), self._engine.connect() as conn, write_transaction(conn):
-            conn.execute(stmt, rows)
+            self._execute_many(conn, self._upsert_details, run_details, rows)
 
     def get_details(self, trace_id: str) -> dict[str, Any] | None:
         """The details document of a run (:mod:`review_queue.details`), or ``None`` when not kept.
@@ -412,20 +407,7 @@ _MANUAL_FIELDS = (
 
 def _manual_snapshot(row: sa.RowMapping) -> dict[str, Any]:
     """The snapshot of a run sent to review by hand: its stored summary (the page reads its details document)."""
-    doc = {name: row[name] for name in _MANUAL_FIELDS}
-    doc.update(
-        snapshot_version=SNAPSHOT_VERSION,
-        partial=True,
-        final_output=None,
-        steps=[],
-        tools=[],
-        messages=[],
-        attributes={},
-        scores=dict(row["scores"] or {}),
-        scorer_errors=list(row["scorer_errors"] or []),
-        evidence=list(row["evidence"] or []),
-    )
-    return doc
+    return partial_snapshot(row, _MANUAL_FIELDS, evidence=list(row["evidence"] or []))
 
 
 def write_transaction(conn: sa.Connection) -> sa.RootTransaction:
@@ -608,6 +590,21 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     return (
         run_insert.on_conflict_do_update(index_elements=[runs.c.trace_id], set_=run_set),
         item_insert.on_conflict_do_update(index_elements=[review_items.c.trace_id], set_=item_set),
+    )
+
+
+def _details_upsert(dialect: str) -> sa.Executable:
+    """The ``run_details`` upsert: a row built from fewer spans than the stored one changes nothing.
+
+    Built once and run through :class:`_RawUpsert` like the run and item upserts (SQLAlchemy's
+    per-row bind processing of the ~10 KB bodies was most of the write's client CPU).
+    """
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(run_details)
+    return stmt.on_conflict_do_update(
+        index_elements=[run_details.c.trace_id],
+        set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at", "final_output")},
+        where=run_details.c.span_count <= stmt.excluded.span_count,
     )
 
 

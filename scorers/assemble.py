@@ -11,9 +11,12 @@ again after the quiet period with ``rescore=True`` so the stored record is updat
 rather than duplicated. Late spans for a run already evicted from the cache cannot be
 merged: they are counted as ``late_evicted`` and dropped.
 
-Everything is bounded: in-flight runs (the oldest is force-closed as incomplete when
-the cap is hit), spans per run (extra spans dropped) and the closed-run cache. The
-clock is injected so tests never sleep. Not thread-safe: one assembler per worker.
+Everything is bounded, in runs and in bytes (the records' memory estimates,
+:func:`collector.budget.batch_bytes`): in-flight runs — when either cap is passed a run is
+force-closed as incomplete: a run whose root has not ended, least recently fed first (a flood of
+traces whose root never comes cannot push out the runs that are complete), else the run due
+soonest — spans per run (extra spans dropped) and the closed-run cache (oldest forgotten).
+The clock is injected so tests never sleep. Not thread-safe: one assembler per worker.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from collector.budget import ByteAccount, batch_bytes
 from collector.model import Span, TraceBatch, fast_constructor
 
 DEFAULT_QUIET_PERIOD_S = 2.0
@@ -55,12 +59,14 @@ class ClosedTrace:
         spans: every distinct span received for it.
         complete: False when closed by the idle timeout or by the in-flight cap.
         rescore: True when the run was scored before and late spans reopened it.
+        size: estimated bytes of its spans (:func:`collector.budget.batch_bytes`).
     """
 
     trace_id: str
     spans: tuple[Span, ...]
     complete: bool
     rescore: bool = False
+    size: int = 0
 
 
 _new_closed = fast_constructor(ClosedTrace)
@@ -73,6 +79,7 @@ class _Pending:
     root_ended: bool = False
     rescore: bool = False
     deadline: float = 0.0
+    size: int = 0
     extra: list[Span] = field(default_factory=list)
 
 
@@ -82,12 +89,17 @@ class Assembler:
     Args:
         quiet_period_s: quiet time after the root ended before the run closes.
         max_idle_s: idle time after which a run closes as incomplete.
-        max_inflight: cap on runs being assembled; the one due soonest is force-closed.
+        max_inflight: cap on runs being assembled; past it a run is force-closed (module doc).
         max_spans_per_run: spans beyond this per run are dropped and counted.
         closed_cache_size: closed runs kept to merge late spans into.
         clock: monotonic seconds (injected in tests).
-        observer: receives counted events: ``spans_dropped_cap``, ``evicted_inflight``,
-            ``late_spans``, ``late_evicted``, ``duplicate_spans``.
+        observer: receives counted events: ``spans_dropped_cap``, ``evicted_inflight`` (run cap),
+            ``evicted_inflight_bytes`` (byte budget), ``late_spans``, ``late_evicted``,
+            ``duplicate_spans``, ``closed_cache_evicted`` (a closed run forgotten, by count or bytes).
+        inflight_bytes: byte budget of the runs being assembled; 0: unbounded. An int, or a
+            :class:`~collector.budget.ByteAccount` shared by several assemblers (one per Kafka
+            partition), which then hold that budget together.
+        closed_cache_bytes: byte budget of the closed-run cache; 0: unbounded (same sharing).
     """
 
     def __init__(
@@ -100,6 +112,8 @@ class Assembler:
         closed_cache_size: int = DEFAULT_CLOSED_CACHE,
         clock: Callable[[], float] = time.monotonic,
         observer: AssemblerObserver | None = None,
+        inflight_bytes: int | ByteAccount = 0,
+        closed_cache_bytes: int | ByteAccount = 0,
     ) -> None:
         self._quiet = quiet_period_s
         self._idle = max_idle_s
@@ -110,8 +124,13 @@ class Assembler:
         self._observer = observer
         self._pending: dict[str, _Pending] = {}
         self._heap: list[tuple[float, str]] = []
-        self._closed: OrderedDict[str, tuple[Span, ...]] = OrderedDict()
+        self._closed: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
+        self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
+        self.inflight_account = _account(inflight_bytes)
+        """Estimated bytes of the runs being assembled (``vigil_memory_held_bytes{structure="inflight"}``)."""
+        self.closed_account = _account(closed_cache_bytes)
+        """Estimated bytes of the closed-run cache (``vigil_memory_held_bytes{structure="late"}``)."""
 
     @property
     def inflight(self) -> int:
@@ -122,11 +141,16 @@ class Assembler:
         """Whether ``trace_id`` is being assembled (it has spans and has not closed)."""
         return trace_id in self._pending
 
-    def add(self, batch: TraceBatch) -> list[ClosedTrace]:
+    def add(self, batch: TraceBatch, *, enforce: bool = True) -> list[ClosedTrace]:
         """Add one record's spans.
 
+        Args:
+            batch: the record.
+            enforce: force-close runs past the in-flight caps (False only to take back runs that
+                must not be lost, see :meth:`import_state`).
+
         Returns:
-            Runs force-closed to respect the in-flight cap (usually empty).
+            Runs force-closed to respect the in-flight caps, in runs and bytes (usually empty).
         """
         now = self._clock()
         trace_id = batch.trace_id
@@ -136,12 +160,26 @@ class Assembler:
             pending = self._open(trace_id, batch, now)
             if pending is None:
                 return forced
-            if len(self._pending) >= self._max_inflight:
-                forced.extend(self._evict_one())
+            if enforce and len(self._pending) >= self._max_inflight:
+                forced.extend(self._evict_one("evicted_inflight"))
             self._pending[trace_id] = pending
-        self._merge(pending, batch.spans)
+            self.inflight_account.held += pending.size
+        self._merge(pending, batch.spans, batch.size or batch_bytes(batch))
         pending.last_seen = now
         self._schedule(trace_id, pending)
+        rootless = self._rootless
+        if not pending.root_ended:
+            rootless[trace_id] = None
+            rootless.move_to_end(trace_id)
+        elif trace_id in rootless:
+            del rootless[trace_id]
+        account = self.inflight_account
+        if enforce and account.budget and account.held > account.budget:  # (ByteAccount.over, inlined)
+            while account.over() and len(self._pending) > 1:
+                evicted = self._evict_one("evicted_inflight_bytes", keep=trace_id)
+                if not evicted:
+                    break
+                forced.extend(evicted)
         return forced
 
     def due(self) -> list[ClosedTrace]:
@@ -169,67 +207,86 @@ class Assembler:
             self._heap.clear()
         return out
 
-    def export_state(self) -> tuple[list[tuple[str, tuple[Span, ...]]], list[tuple[str, tuple[Span, ...]]]]:
+    def export_state(self) -> tuple[list[TraceBatch], list[TraceBatch]]:
         """The spans of every in-flight run and of every cached closed run, oldest first.
 
         Returns:
-            ``(in_flight, closed)`` lists of ``(trace_id, spans)``.
+            ``(in_flight, closed)`` lists of one :class:`~collector.model.TraceBatch` per run
+            (``size``: its estimated bytes).
         """
-        in_flight = [(tid, tuple(p.spans.values())) for tid, p in self._pending.items()]
-        return in_flight, list(self._closed.items())
+        in_flight = [TraceBatch(tid, tuple(p.spans.values()), 0, p.size) for tid, p in self._pending.items()]
+        closed = [TraceBatch(tid, spans, 0, size) for tid, (spans, size) in self._closed.items()]
+        return in_flight, closed
 
     def import_state(
-        self, in_flight: Sequence[tuple[str, Sequence[Span]]], closed: Sequence[tuple[str, Sequence[Span]]]
-    ) -> None:
+        self, in_flight: Sequence[TraceBatch], closed: Sequence[TraceBatch], *, enforce: bool = True
+    ) -> list[ClosedTrace]:
         """Restore what :meth:`export_state` returned (at start-up, before any span arrives).
 
         Closed runs go back into the late-span cache; in-flight runs resume with their idle
-        and quiet clocks restarted now.
+        and quiet clocks restarted now. Both stay within their caps, in runs and bytes (the state
+        of a process with larger budgets may be loaded): the cache forgets its oldest runs, and
+        in-flight runs past the caps are force-closed — unless ``enforce`` is false (runs the
+        store refused at a stop, taken back to be saved rather than lost).
+
+        Returns:
+            The runs force-closed to respect the in-flight caps (to be scored and written).
         """
-        for trace_id, spans in closed:
-            self._remember_closed(trace_id, tuple(spans))
-        now = self._clock()
-        for trace_id, spans in in_flight:
-            pending = _Pending(spans={}, last_seen=now)
-            self._pending[trace_id] = pending
-            self._merge(pending, tuple(spans))
-            self._schedule(trace_id, pending)
+        for batch in closed:
+            self._remember_closed(batch.trace_id, batch.spans, batch_bytes(batch))
+        forced: list[ClosedTrace] = []
+        for batch in in_flight:
+            entry = self._closed.pop(batch.trace_id, None)  # taken back: in flight again, not a late span
+            if entry is not None:
+                self.closed_account.sub(entry[1])
+            self._recently_evicted.pop(batch.trace_id, None)
+            forced.extend(self.add(batch, enforce=enforce))
+        return forced
 
     def next_deadline(self) -> float | None:
         """Monotonic time of the earliest pending deadline (may be stale), or None."""
         return self._heap[0][0] if self._heap else None
 
     def _open(self, trace_id: str, batch: TraceBatch, now: float) -> _Pending | None:
-        old = self._closed.pop(trace_id, None)
-        if old is None:
+        entry = self._closed.pop(trace_id, None)
+        if entry is None:
             if trace_id in self._recently_evicted:
                 self._count("late_evicted", len(batch.spans))
                 return None
             return _Pending(spans={}, last_seen=now)
+        old, size = entry
+        self.closed_account.sub(size)
         known = {s.span_id for s in old}
         fresh = [s for s in batch.spans if s.span_id not in known]
         if not fresh:
             self._count("duplicate_spans", len(batch.spans))
-            self._remember_closed(trace_id, old)
+            self._remember_closed(trace_id, old, size)
             return None
         self._count("late_spans", len(fresh))
-        pending = _Pending(spans={s.span_id: s for s in old}, last_seen=now, rescore=True)
+        pending = _Pending(spans={s.span_id: s for s in old}, last_seen=now, rescore=True, size=size)
         pending.root_ended = any(s.parent_span_id is None and s.end_ns for s in old)
         return pending
 
-    def _merge(self, pending: _Pending, spans: tuple[Span, ...]) -> None:
+    def _merge(self, pending: _Pending, spans: tuple[Span, ...], size: int) -> None:
         store = pending.spans
         dropped = 0
+        added = 0
         for span in spans:
-            if span.span_id not in store and len(store) >= self._max_spans:
-                dropped += 1
-                continue
             previous = store.get(span.span_id)
-            if previous is not None and previous.end_ns and not span.end_ns:
+            if previous is None:
+                if len(store) >= self._max_spans:
+                    dropped += 1
+                    continue
+                added += 1
+            elif previous.end_ns and not span.end_ns:
                 continue  # keep the ended version of a duplicated span
             store[span.span_id] = span
             if span.parent_span_id is None and span.end_ns:
                 pending.root_ended = True
+        if added:  # the new spans' share of the record's estimate (a replaced span keeps its count)
+            grown = size * added // len(spans) if added < len(spans) else size
+            pending.size += grown
+            self.inflight_account.held += grown
         if dropped:
             self._count("spans_dropped_cap", dropped)
 
@@ -238,31 +295,62 @@ class Assembler:
         pending.deadline = pending.last_seen + wait
         heapq.heappush(self._heap, (pending.deadline, trace_id))
 
-    def _evict_one(self) -> list[ClosedTrace]:
-        while self._heap:
-            deadline, trace_id = heapq.heappop(self._heap)
-            pending = self._pending.get(trace_id)
-            if pending is not None and pending.deadline == deadline:
-                self._count("evicted_inflight")
+    def _evict_one(self, event: str, keep: str | None = None) -> list[ClosedTrace]:
+        """Force-close one run: the least recently fed run whose root has not ended, else the
+        one due soonest; never ``keep`` (the run just fed). Counts ``event``."""
+        for trace_id in self._rootless:
+            if trace_id != keep:
+                self._count(event)
+                return [self._close(trace_id, self._pending[trace_id], forced=True)]
+        stale: list[tuple[float, str]] = []
+        try:
+            while self._heap:
+                deadline, trace_id = heapq.heappop(self._heap)
+                pending = self._pending.get(trace_id)
+                if pending is None or pending.deadline != deadline:
+                    continue
+                if trace_id == keep:
+                    stale.append((deadline, trace_id))
+                    continue
+                self._count(event)
                 return [self._close(trace_id, pending, forced=True)]
-        return []
+            return []
+        finally:
+            for item in stale:
+                heapq.heappush(self._heap, item)
 
     def _close(self, trace_id: str, pending: _Pending, *, forced: bool = False) -> ClosedTrace:
         del self._pending[trace_id]
+        if not pending.root_ended:
+            self._rootless.pop(trace_id, None)
+        self.inflight_account.held -= pending.size
         spans = tuple(pending.spans.values())
-        self._remember_closed(trace_id, spans)
+        self._remember_closed(trace_id, spans, pending.size)
         complete = pending.root_ended and not forced
-        return _new_closed(trace_id, spans, complete, pending.rescore)
+        return _new_closed(trace_id, spans, complete, pending.rescore, pending.size)
 
-    def _remember_closed(self, trace_id: str, spans: tuple[Span, ...]) -> None:
+    def _remember_closed(self, trace_id: str, spans: tuple[Span, ...], size: int) -> None:
         closed = self._closed
-        closed[trace_id] = spans
-        while len(closed) > self._closed_size:
-            evicted, _ = closed.popitem(last=False)
-            self._recently_evicted[evicted] = None
-            if len(self._recently_evicted) > self._closed_size * 4:
+        account = self.closed_account
+        closed[trace_id] = (spans, size)
+        account.held += size
+        if len(closed) <= self._closed_size and (not account.budget or account.held <= account.budget):
+            return
+        evicted = 0
+        while closed and (len(closed) > self._closed_size or (account.over() and len(closed) > 1)):
+            old, (_, old_size) = closed.popitem(last=False)
+            account.held -= old_size
+            evicted += 1
+            self._recently_evicted[old] = None
+            if len(self._recently_evicted) > max(self._closed_size, len(closed)) * 4:
                 self._recently_evicted.popitem(last=False)
+        if evicted:
+            self._count("closed_cache_evicted", evicted)
 
     def _count(self, event: str, count: int = 1) -> None:
         if self._observer is not None:
             self._observer.assembler_event(event, count)
+
+
+def _account(budget: int | ByteAccount) -> ByteAccount:
+    return budget if isinstance(budget, ByteAccount) else ByteAccount(budget)

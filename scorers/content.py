@@ -35,6 +35,7 @@ __all__ = [
     "MAX_MESSAGES",
     "MAX_TEXT",
     "RESULT_KEYS",
+    "RESULT_KEY_SET",
     "TOOL_CONTENT_KEYS",
     "as_text",
     "bound",
@@ -48,6 +49,9 @@ __all__ = [
 
 TOOL_CONTENT_KEYS: Final = frozenset((*ARGUMENT_KEYS, *RESULT_KEYS))
 """Any of these on a tool span means arguments or results were captured."""
+RESULT_KEY_SET: Final = frozenset(RESULT_KEYS)
+"""Any of these on a tool span means its result was captured."""
+_FINAL_OUTPUT_KEY_SET: Final = frozenset(FINAL_OUTPUT_KEYS)
 
 
 def canonical_json(value: object) -> str | None:
@@ -101,9 +105,10 @@ def final_output(attributes: Attributes) -> str | None:
     ``{"output": ...}`` the output). Else the adapters' structured answers: the last assistant
     message of ``gen_ai.output.messages``.
     """
-    value = first(attributes, FINAL_OUTPUT_KEYS)
-    if value is not None:
-        return _answer(value)
+    if not _FINAL_OUTPUT_KEY_SET.isdisjoint(attributes):  # a set test before reading key by key
+        value = first(attributes, FINAL_OUTPUT_KEYS)
+        if value is not None:
+            return _answer(value)
     for read in ANSWER_READERS:
         if (text := read(attributes)) is not None:
             return text

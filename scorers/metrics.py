@@ -23,7 +23,15 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 STEP_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100)
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 TOKEN_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
-ASSEMBLER_EVENTS = ("late_spans", "late_evicted", "duplicate_spans", "spans_dropped_cap", "evicted_inflight")
+ASSEMBLER_EVENTS = (
+    "late_spans",
+    "late_evicted",
+    "duplicate_spans",
+    "spans_dropped_cap",
+    "evicted_inflight",
+    "evicted_inflight_bytes",
+    "closed_cache_evicted",
+)
 """The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
 ``increase()`` and alerts count the first event too)."""
 
@@ -156,6 +164,8 @@ class RunMetrics:
         self._by_outcome: dict[tuple[str, str, bool], Counter] = {}
         self._flagged_by: dict[tuple[str, str], Counter] = {}
         self._reason_by: dict[tuple[str, str], Counter] = {}
+        # (signal, rule label) -> its vigil_detections child; rule ids are a bounded set, the cache is capped anyway.
+        self._detected_by: dict[tuple[str, str], Counter] = {}
 
     def bind_inflight(self, fn: Callable[[], float]) -> None:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
@@ -226,8 +236,18 @@ class RunMetrics:
 
     def _observe_detections(self, run: Run) -> None:
         """One increment per (signal, rule) that fired on the run (rule ids are a bounded set)."""
-        for signal, rule in {(e.signal, _rule_label(e.rule)) for e in run.evidence}:
-            self.detections.labels(signal, rule).inc()
+        seen: set[tuple[str, str]] = set()
+        for e in run.evidence:
+            key = (e.signal, _rule_label(e.rule))
+            if key in seen:
+                continue
+            seen.add(key)
+            child = self._detected_by.get(key)
+            if child is None:
+                child = self.detections.labels(*key)
+                if len(self._detected_by) < _MAX_DETECTION_CHILDREN:
+                    self._detected_by[key] = child
+            child.inc()
 
     def _observe_tools(self, agent: str, run: Run) -> None:
         """Count a run's tool calls and errors: one increment per distinct tool, not per call."""
@@ -294,6 +314,8 @@ class _AgentChildren:
 
 
 _MAX_RULE_LABEL = 48
+_MAX_DETECTION_CHILDREN = 1024
+"""Cached ``vigil_detections`` children at most (signals x built-in and user rule ids are far fewer)."""
 
 
 def _rule_label(rule: str) -> str:

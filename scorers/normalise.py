@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Final
 
@@ -52,7 +52,14 @@ RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployme
 _MAX_RULE_ATTRIBUTES: Final = 64
 _MAX_RULE_TEXT: Final = 1024
 _START: Final = attrgetter("start_ns")
+_DIALECT_OF: Final = itemgetter(1)
 _new_run: Final = fast_constructor(Run)  # every field must be given (no defaults): see _assemble
+# The kinds as module constants for the per-span code: on CPython 3.11 ``StepKind.LLM`` is a look-up
+# through ``EnumType.__getattr__`` that the interpreter cannot specialise, a global is not (together
+# with the same in scorers.signals: -79,000 instructions per bench run, BENCHMARKS.md issue 13).
+_LLM: Final = StepKind.LLM
+_TOOL: Final = StepKind.TOOL
+_OTHER: Final = StepKind.OTHER
 
 
 def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detector = DEFAULT_DETECTOR) -> Run:
@@ -125,7 +132,7 @@ class _Tree:
         # in start order finds most parents already visited.
         ordered = sorted(spans.values(), key=_START)
         depth, outer = _walk(ordered, spans, kinds)
-        owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is StepKind.LLM}
+        owners = {sid: top for sid, top in outer.items() if top != sid and kinds[sid][0] is _LLM}
         root = next((s for s in ordered if not s.parent_span_id), None)
         return cls(spans, kinds, ordered, depth, owners, _tool_twins(ordered, spans, kinds), root)
 
@@ -154,7 +161,7 @@ def _walk(
     depth: dict[str, int] = {}
     outer: dict[str, str] = {}
     limit = len(spans)
-    llm = StepKind.LLM
+    llm = _LLM
     for span in ordered:
         sid = span.span_id
         parent = span.parent_span_id
@@ -194,7 +201,7 @@ def _tool_twins(
     tool spans all come from one instrumentation has none (the common case: one loop, no
     allocation).
     """
-    tool = StepKind.TOOL
+    tool = _TOOL
     scope = dialect = None
     for span in ordered:
         found = kinds[span.span_id]
@@ -283,7 +290,7 @@ class _Tally:
         """Classify-dependent handling of one span; call in start order."""
         kind = tree.kinds[span.span_id][0]
         err = signals.error_info(span)
-        reasons = () if kind is StepKind.TOOL else signals.finish_reasons(span.attributes)
+        reasons = () if kind is _TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
         # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
         if (
@@ -292,19 +299,19 @@ class _Tally:
             or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
         ):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
-        if kind is StepKind.LLM:
+        if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
-            if step.kind is StepKind.LLM:
+            if step.kind is _LLM:
                 self.last_llm = (span, reasons)
                 self.tools_after.clear()
             self.steps.append(step)
             return
-        if kind is StepKind.TOOL:
+        if kind is _TOOL:
             sid = span.span_id
             if sid in tree.tool_twins:
-                kind = StepKind.OTHER  # another record of a call counted on its first
+                kind = _OTHER  # another record of a call counted on its first
             elif span.scope in ANSWER_SCOPES and (answer := answer_tool(span)) is not None:
-                kind = StepKind.OTHER  # how the agent answered: no tool call, still its last act
+                kind = _OTHER  # how the agent answered: no tool call, still its last act
                 self.tools_after.append(answer)
             else:
                 fills = self.tool_fills
@@ -338,11 +345,11 @@ class _Tally:
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
         model = signals.model(span.attributes)
-        kind = StepKind.OTHER if span.span_id in tree.owners else StepKind.LLM
+        kind = _OTHER if span.span_id in tree.owners else _LLM
         fill = self.fills.get(span.span_id)
         if fill is not None:
             tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
-        if kind is StepKind.LLM:
+        if kind is _LLM:
             self.llm_calls += 1
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
@@ -423,8 +430,9 @@ def _raised_evidence(culprit: Span, error_type: str | None) -> Evidence:
 
 
 _MAX_EVIDENCE: Final = 32
-_SCANNED_IN_VISIT: Final = frozenset((StepKind.AGENT, StepKind.GUARDRAIL, StepKind.OTHER))
-"""Kinds whose spans the span pass hands to ``Detector.agent_counters`` (decision and counter attributes)."""
+_SCANNED_IN_VISIT: Final = (StepKind.AGENT, StepKind.GUARDRAIL, StepKind.OTHER)
+"""Kinds whose spans the span pass hands to ``Detector.agent_counters`` (decision and counter attributes).
+A tuple: membership by identity, where a set would hash the member with the Python-level ``Enum.__hash__``."""
 
 
 def _dedupe_evidence(evidence: list[Evidence]) -> tuple[Evidence, ...]:
@@ -456,13 +464,18 @@ def _bounds(tree: _Tree) -> tuple[int, int]:
 
 
 def _dialect(kinds: Mapping[str, tuple[StepKind, str]]) -> str:
-    """The dialect most spans were classified by; ties go to the earlier of :data:`DIALECTS`."""
-    counts = dict.fromkeys(DIALECTS, 0)
-    for _, dialect in kinds.values():
-        if dialect != UNKNOWN:
-            counts[dialect] += 1
-    best = max(DIALECTS, key=counts.__getitem__)  # max keeps the first of equal counts
-    return best if counts[best] else UNKNOWN
+    """The dialect most spans were classified by; ties go to the earlier of :data:`DIALECTS`.
+
+    Counted in C (``map``, ``set``, ``list.count``) and only when two dialects are present: a
+    Python loop over the spans cost 22,000 instructions per bench run, this 9,000
+    (BENCHMARKS.md issue 13).
+    """
+    names = list(map(_DIALECT_OF, kinds.values()))
+    present = set(names)
+    present.discard(UNKNOWN)
+    if len(present) < 2:  # the common case: one dialect (or none)
+        return present.pop() if present else UNKNOWN
+    return max((d for d in DIALECTS if d in present), key=names.count)  # max keeps the first of equal counts
 
 
 def _conversation(tree: _Tree) -> tuple[Message, ...]:
@@ -474,7 +487,7 @@ def _conversation(tree: _Tree) -> tuple[Message, ...]:
     """
     looked = 0
     for span in reversed(tree.ordered):
-        if tree.kinds[span.span_id][0] is StepKind.LLM:
+        if tree.kinds[span.span_id][0] is _LLM:
             found = content.messages_of(span.attributes)
             if found:
                 return content.bound(found)

@@ -34,10 +34,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import lru_cache
 from typing import Any, Final
 
 from scorers.errors import SloConfigError
-from scorers.model import Run, RunStatus
+from scorers.model import Run, RunStatus, StepKind
 from scorers.signals import normalise_reason
 
 __all__ = [
@@ -68,12 +69,22 @@ def answered(run: Run) -> bool:
     (:data:`NOT_AN_ANSWER`). A run with no LLM call and no captured answer (a plain tool chain)
     counts as answered when it ended normally: Vigil has nothing to say otherwise.
     """
-    if run.final_output is not None and run.final_output.strip():
+    final = run.final_output
+    if final is not None and final.strip():
         return True
-    last = next((s for s in reversed(run.steps) if s.kind.value == "llm"), None)
-    if last is None:
-        return True
-    return not any(normalise_reason(r) in NOT_AN_ANSWER for r in last.finish_reasons)
+    for step in reversed(run.steps):
+        if step.kind is StepKind.LLM:
+            return not any(_not_an_answer(r) for r in step.finish_reasons)
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _not_an_answer(reason: str) -> bool:
+    """Whether a finish reason (any spelling) is in :data:`NOT_AN_ANSWER`; remembered (reasons repeat).
+
+    Called twice per run on the scoring thread (the completion counter and the run row).
+    """
+    return normalise_reason(reason) in NOT_AN_ANSWER
 
 
 def task_completed(run: Run) -> bool:

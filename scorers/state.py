@@ -11,6 +11,17 @@ What this does not cover: a SIGKILL or a crash, which never reaches the save. Th
 write-ahead spool's job (:mod:`collector.spool`): every accepted body stays on disk until its
 runs are written (or saved here by a clean stop) and is replayed at the next start.
 
+Size: the file holds what the assembler holds, and the assembler is bounded in bytes
+(:class:`collector.budget.MemoryBudgets`; its estimates count more than the wire bytes written
+here): the runs in flight stay within the ``inflight`` budget (a flood of traces whose root
+never arrives is force-closed, not accumulated), and ``vigil run`` bounds the whole file by that
+same budget (``max_bytes``: the late-span cache fills what the runs in flight leave, newest
+first) — tens of MiB at the default memory limit, whatever the traffic. Loading reads one
+record at a time and the assembler enforces its budgets as it takes them back, so a restart
+never holds more than the budgets either. With the spool on, the state file is still what lets
+a clean stop release the spool (the runs in flight are kept here, not in ever-growing
+segments) and keeps the late-span cache across a restart; both are bounded.
+
 File format: ``VIGILST1`` then records of ``kind`` (1 byte: ``P`` in flight, ``C``
 closed), a 4-byte big-endian length and an OTLP ``ExportTraceServiceRequest`` holding
 one trace (the stream record format of :func:`collector.otlp.encode_batch`). Written to a
@@ -21,14 +32,15 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import structlog
 
 from collector.errors import DecodeError
-from collector.model import Span, TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
-from scorers.assemble import Assembler
+from scorers.assemble import Assembler, ClosedTrace
 from scorers.errors import ScorersError
 
 __all__ = ["StateFileError", "load_state", "save_state"]
@@ -43,8 +55,16 @@ class StateFileError(ScorersError):
     """The state file exists but cannot be read; it is left in place for inspection."""
 
 
-def save_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
+def save_state(path: str | Path, assembler: Assembler, max_bytes: int = 0) -> tuple[int, int]:
     """Write the assembler's in-flight runs and late-span cache to ``path`` atomically.
+
+    Args:
+        path: the state file.
+        assembler: what to save.
+        max_bytes: bound of the file (0: none). Runs in flight are always written (the assembler
+            keeps them within its in-flight budget; they are unfinished work); the late-span cache
+            fills what is left, newest runs first, and the older ones are left out (a late span
+            for them after the restart is counted as ``late_evicted``, as after any eviction).
 
     Returns:
         ``(in_flight, closed)`` run counts written.
@@ -52,24 +72,49 @@ def save_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
     in_flight, closed = assembler.export_state()
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
+    written = len(_MAGIC)
     with tmp.open("wb") as f:
         f.write(_MAGIC)
-        for kind, entries in ((b"C", closed), (b"P", in_flight)):
-            for trace_id, spans in entries:
-                data = encode_batch(TraceBatch(trace_id, tuple(spans), 0))
-                f.write(_HEADER.pack(kind, len(data)))
-                f.write(data)
+        for batch in in_flight:
+            written += _write(f, b"P", encode_batch(batch))
+        kept: list[bytes] = []
+        for batch in reversed(closed):  # newest first, while there is room
+            data = encode_batch(batch)
+            if max_bytes and written + _HEADER.size + len(data) > max_bytes:
+                break
+            kept.append(data)
+            written += _HEADER.size + len(data)
+        for data in reversed(kept):  # oldest first, the cache's order
+            _write(f, b"C", data)
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(target)
-    log.info("assembler_state_saved", path=str(target), in_flight=len(in_flight), closed=len(closed))
-    return len(in_flight), len(closed)
+    log.info(
+        "assembler_state_saved",
+        path=str(target),
+        in_flight=len(in_flight),
+        closed=len(kept),
+        closed_left_out=len(closed) - len(kept),
+        bytes=written,
+    )
+    return len(in_flight), len(kept)
 
 
-def load_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
+def _write(f: BinaryIO, kind: bytes, data: bytes) -> int:
+    f.write(_HEADER.pack(kind, len(data)))
+    f.write(data)
+    return _HEADER.size + len(data)
+
+
+def load_state(
+    path: str | Path, assembler: Assembler, on_forced: Callable[[list[ClosedTrace]], object] | None = None
+) -> tuple[int, int]:
     """Load a state file written by :func:`save_state` into ``assembler``, then delete it.
 
-    A missing file is an empty state.
+    A missing file is an empty state. Records are read and handed to the assembler one at a time (the file is
+    never in memory whole);
+    runs it force-closes to stay within its budgets go to ``on_forced`` (to be scored and
+    written), or are dropped with a warning when there is none.
 
     Returns:
         ``(in_flight, closed)`` run counts restored.
@@ -80,28 +125,37 @@ def load_state(path: str | Path, assembler: Assembler) -> tuple[int, int]:
     source = Path(path)
     if not source.exists():
         return 0, 0
-    data = source.read_bytes()
-    if not data.startswith(_MAGIC):
-        raise StateFileError(f"{source} is not a Vigil state file (remove it or set VIGIL_STATE_PATH)")
-    in_flight: list[tuple[str, tuple[Span, ...]]] = []
-    closed: list[tuple[str, tuple[Span, ...]]] = []
-    pos = len(_MAGIC)
-    while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            raise StateFileError(f"{source} is truncated at byte {pos}")
-        kind, size = _HEADER.unpack_from(data, pos)
-        pos += _HEADER.size
-        body = data[pos : pos + size]
-        if len(body) != size or kind not in (b"P", b"C"):
-            raise StateFileError(f"{source} is corrupt at byte {pos}")
-        pos += size
-        try:
-            result = decode_protobuf(body)
-        except DecodeError as exc:
-            raise StateFileError(f"{source} holds an undecodable record at byte {pos - size}: {exc}") from exc
-        target = in_flight if kind == b"P" else closed
-        target.extend((batch.trace_id, batch.spans) for batch in result.batches)
-    assembler.import_state(in_flight, closed)
+    counts = {b"P": 0, b"C": 0}
+    forced: list[ClosedTrace] = []
+    with source.open("rb") as f:
+        if f.read(len(_MAGIC)) != _MAGIC:
+            raise StateFileError(f"{source} is not a Vigil state file (remove it or set VIGIL_STATE_PATH)")
+        pos = len(_MAGIC)
+        while header := f.read(_HEADER.size):
+            if len(header) != _HEADER.size:
+                raise StateFileError(f"{source} is truncated at byte {pos}")
+            kind, size = _HEADER.unpack(header)
+            pos += _HEADER.size
+            body = f.read(size)
+            if len(body) != size or kind not in counts:
+                raise StateFileError(f"{source} is corrupt at byte {pos}")
+            try:
+                result = decode_protobuf(body)
+            except DecodeError as exc:
+                raise StateFileError(f"{source} holds an undecodable record at byte {pos}: {exc}") from exc
+            pos += size
+            counts[kind] += len(result.batches)
+            if kind == b"P":
+                forced.extend(assembler.import_state(result.batches, []))
+            else:
+                assembler.import_state([], result.batches)
+    if forced:
+        if on_forced is not None:
+            on_forced(forced)
+        else:
+            log.warning("assembler_state_over_budget", runs=len(forced))
     source.unlink()
-    log.info("assembler_state_loaded", path=str(source), in_flight=len(in_flight), closed=len(closed))
-    return len(in_flight), len(closed)
+    log.info(
+        "assembler_state_loaded", path=str(source), in_flight=counts[b"P"], closed=counts[b"C"], forced=len(forced)
+    )
+    return counts[b"P"], counts[b"C"]

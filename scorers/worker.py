@@ -146,11 +146,17 @@ class StreamWorker:
         written = self._write_all(closed, deadline)
         if save is not None:
             if not written:  # the store stayed down: keep these runs as unfinished work
-                self._assembler.import_state([(c.trace_id, c.spans) for c in closed], [])
+                back = [TraceBatch(c.trace_id, c.spans, 0, c.size) for c in closed]
+                self._assembler.import_state(back, [], enforce=False)
             save(self._assembler)
             if self._acks is not None:  # everything not written is in the state file now
                 self._acks.saved()
         return written
+
+    def adopt(self, closed: Sequence[ClosedTrace]) -> None:
+        """Runs closed before :meth:`start` (force-closed while the saved state was loaded): written
+        by the first tick with the others."""
+        self._pending_forced.extend(closed)
 
     def replay(self, records: Sequence[TraceBatch], timeout_s: float = 30.0) -> int:
         """Feed records read back from the spool at start-up (before :meth:`start`); returns runs written.

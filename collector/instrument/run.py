@@ -193,16 +193,9 @@ class AgentRun(spans.Scope):
         return False
 
     def set_output(self, output: object) -> None:
-        """Record the agent's final answer as ``gen_ai.output.messages`` (only with content capture on).
-
-        Strings are recorded as they are, other values as JSON; clipped to 8 KiB.
-
-        Raises:
-            RuntimeError: called outside the ``with`` block.
-        """
-        span = self._active_span("set_output")
-        if self._capture:
-            span.set_attribute("gen_ai.output.messages", output_messages(output))
+        """Record the agent's final answer as ``gen_ai.output.messages`` (with content capture on: strings
+        as they are, other values as JSON, clipped to 8 KiB); ``RuntimeError`` outside the ``with`` block."""
+        self._record_content("set_output", "gen_ai.output.messages", output, self._capture, output_messages)
 
     def mark_blocked(self) -> None:
         """Mark the run safety-blocked (``vigil.safety_blocked=true``); :meth:`Guardrail.block` calls it."""

@@ -130,10 +130,27 @@ class Scope:
         context.detach(cast(Any, self._token))
         span.end()
 
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._close(exc)
+
     def _active_span(self, method: str) -> Span:
         if self._span is None:
             raise RuntimeError(f"{type(self).__name__}.{method}() called outside its with block")
         return self._span
+
+    def _record_content(
+        self, method: str, key: str, value: object, capture: bool, text: Callable[[object], str]
+    ) -> None:
+        """Set ``key`` to ``text(value)`` when ``capture`` is on (``AgentRun.set_output``, ``ToolCall.set_result``).
+
+        Raises:
+            RuntimeError: called outside the ``with`` block.
+        """
+        span = self._active_span(method)
+        if capture:
+            span.set_attribute(key, text(value))
 
 
 def record_error(span: Span, exc: BaseException) -> None:

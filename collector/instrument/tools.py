@@ -7,7 +7,6 @@ trace on the default provider.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
@@ -61,11 +60,6 @@ class ToolCall(spans.Scope):
         self._open(spans.tracer_for(provider), f"execute_tool {self.name}", attributes)
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._close(exc)
-
     def __call__(self, fn: spans.F) -> spans.F:
         """Decorate ``fn`` (sync or ``async def``): each call is a tool span; with content
         capture on, its arguments (by parameter name, without ``self``/``cls``) and return
@@ -80,16 +74,9 @@ class ToolCall(spans.Scope):
         return spans.wrap(fn, enter, on_result=True)
 
     def set_result(self, result: object) -> None:
-        """Record the tool's result as ``gen_ai.tool.call.result`` (only with content capture on).
-
-        Strings are recorded as they are, other values as JSON; clipped to 8 KiB.
-
-        Raises:
-            RuntimeError: called outside the ``with`` block.
-        """
-        span = self._active_span("set_result")
-        if self._capture:
-            span.set_attribute("gen_ai.tool.call.result", json_text(result))
+        """Record the tool's result as ``gen_ai.tool.call.result`` (with content capture on: strings as they
+        are, other values as JSON, clipped to 8 KiB); ``RuntimeError`` outside the ``with`` block."""
+        self._record_content("set_result", "gen_ai.tool.call.result", result, self._capture, json_text)
 
 
 class Guardrail(spans.Scope):
@@ -113,11 +100,6 @@ class Guardrail(spans.Scope):
         }
         self._open(spans.tracer_for(provider), f"apply_guardrail {self.name}", attributes)
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._close(exc)
 
     def block(self, reason: str) -> None:
         """The guardrail blocked: mark this span and the enclosing run safety-blocked.

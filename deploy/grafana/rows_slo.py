@@ -10,6 +10,7 @@ from __future__ import annotations
 from panels import SEL, Layout, Panel, stat, target, timeseries
 
 from review_queue.app.slo import FAST, SLOW, thresholds
+from review_queue.targets import bound_text
 from scorers.slo import DEFAULT_TARGETS, Direction, Target
 
 R = "environment_agent:vigil_slo"
@@ -30,17 +31,6 @@ def _unit(t: Target) -> str:
     return "percentunit" if t.sli.unit == "ratio" else "short"
 
 
-def _bound(t: Target) -> str:
-    value = f"{t.objective * 100:g} %" if t.sli.unit == "ratio" else f"{t.objective:g}"
-    if t.direction is Direction.AT_LEAST:
-        return f">= {value}"
-    if t.direction is Direction.AT_MOST:
-        return f"<= {value}"
-    if t.direction is Direction.BAND:
-        return f"{t.floor * 100:g} % - {value}"
-    return f"< +{t.objective * 100:g} % week over week"
-
-
 def slo_rows(g: Layout) -> None:
     for name, t in DEFAULT_TARGETS.items():
         _target_row(g, name, t)
@@ -50,7 +40,7 @@ def slo_rows(g: Layout) -> None:
 def _target_row(g: Layout, name: str, t: Target) -> None:
     title = TITLES.get(name, name)
     s = _sel(name)
-    g.row(f"SLO: {title} ({_bound(t)})")
+    g.row(f"SLO: {title} ({bound_text(t)})")
     if t.direction is Direction.TREND:
         g.add(
             timeseries(
@@ -80,7 +70,7 @@ def _target_row(g: Layout, name: str, t: Target) -> None:
             targets,
             _unit(t),
             f"{t.sli.description}: over the last hour and the budget window, against the target"
-            f" ({_bound(t)}; per agent from vigil.yaml `slo:`).",
+            f" ({bound_text(t)}; per agent from vigil.yaml `slo:`).",
         ),
         10,
     )
@@ -132,6 +122,6 @@ def _week_over_week(g: Layout) -> None:
                 target(f"{R}_sli:ratio_rate7d{s} offset 7d", "{{agent}} last week"),
             ],
             _unit(t),
-            f"{t.sli.description}, over the last 7 days and the 7 days before (target {_bound(t)}).",
+            f"{t.sli.description}, over the last 7 days and the 7 days before (target {bound_text(t)}).",
         )
         g.add(panel, 24 // 5 if name != "steps_per_task" else 24 - 4 * (24 // 5))

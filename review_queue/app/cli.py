@@ -65,8 +65,7 @@ def configure_logging(level: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from review_queue.app.run import build, serve
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
+    settings = _settings(args)
     if args.demo:  # the fleet's OpenAI client would log every request at info
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -135,6 +134,20 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+SPANS_PER_RUN = 16.6
+"""Average spans of a synthetic run (:mod:`review_queue.app.bench.synth`): ``vigil soak --spans-per-s``."""
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "overload", False):
         from review_queue.app.bench.overload import main as overload_main
@@ -150,6 +163,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from review_queue.app.bench.eval_online import main as eval_main
 
         configure_logging("warning")
+        if args.instructions is not None:
+            from review_queue.app.bench.eval_online import main_instructions
+
+            return main_instructions(args.runs if args.runs != 20_000 else 2000, args.instructions or None)
         return eval_main(args.runs if args.runs != 20_000 else 5000, args.repeat)
     from review_queue.app.bench.pipeline import main as bench_main
 
@@ -166,8 +183,7 @@ def _cmd_purge(args: argparse.Namespace) -> int:
     if bad:
         print(f"vigil: not a trace id (32 hex characters): {bad[0]!r}", file=sys.stderr)
         return EXIT_CONFIG
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)  # JSON logs on stderr; stdout carries the result
+    settings = _settings(args)  # JSON logs on stderr; stdout carries the result
     engine = create_store_engine(settings.database_url)
     try:
         deleted = purge_traces(engine, args.trace_id)
@@ -183,11 +199,17 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     from review_queue.app.bench.soak import soak
 
     console = Console(stderr=True)
-    result = soak(args.minutes * 60, args.rate, sample_every_s=args.sample_every, console=console)
+    rate = args.spans_per_s / SPANS_PER_RUN if args.spans_per_s else args.rate
+    result = soak(
+        args.minutes * 60, rate, sample_every_s=args.sample_every, console=console, content_bytes=args.content_bytes
+    )
     verdict = "flat" if result.flat(args.tolerance) else "NOT flat"
+    start, median, peak, end = result.rss()
     print(
-        f"soak: {args.minutes:g} min at {args.rate:g} runs/s; RSS {result.samples[0][1]:.1f} -> "
-        f"{result.samples[-1][1]:.1f} MiB, growth last quarter vs third quarter {result.growth:+.1%} "
+        f"soak: {args.minutes:g} min at {rate:g} runs/s ({result.sent_spans / (args.minutes * 60):.0f} spans/s, "
+        f"content {args.content_bytes}-{2 * args.content_bytes} B per LLM span); RSS MiB start {start:.1f}, "
+        f"median {median:.1f}, peak {peak:.1f}, end {end:.1f}, "
+        f"growth last quarter vs third quarter {result.growth:+.1%} "
         f"(tolerance {args.tolerance:.0%}); runs sent {result.sent_runs}, accepted {result.accepted_runs}, "
         f"stored {result.stored_runs}, refused requests {result.refused}: memory {verdict}"
     )
@@ -327,37 +349,29 @@ def _add_export_arguments(export: argparse.ArgumentParser) -> None:
     export.set_defaults(func=_cmd_export)
 
 
-def _cmd_collector(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_collector
-
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings of ``--config`` and the environment, with logging configured at their level."""
     settings = Settings.load(config_file=args.config)
     configure_logging(settings.log_level)
-    return run_role(lambda: serve_collector(settings))
+    return settings
 
 
-def _cmd_scorer(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_scorer
+def _cmd_role(args: argparse.Namespace) -> int:
+    """``vigil collector`` / ``scorer`` / ``review`` (``args.role``)."""
+    from review_queue.app import roles
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at info
-    return run_role(lambda: serve_scorer(settings))
-
-
-def _cmd_review(args: argparse.Namespace) -> int:
-    from review_queue.app.roles import run_role, serve_review
-
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
-    return run_role(lambda: serve_review(settings))
+    settings = _settings(args)
+    if args.role == "scorer":
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at info
+    serve = {"collector": roles.serve_collector, "scorer": roles.serve_scorer, "review": roles.serve_review}
+    return roles.run_role(lambda: serve[args.role](settings))
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     from review_queue.errors import ReviewQueueError
     from review_queue.store import upgrade_database
 
-    settings = Settings.load(config_file=args.config)
-    configure_logging(settings.log_level)
+    settings = _settings(args)
     try:
         upgrade_database(settings.database_url)
     except ReviewQueueError as exc:
@@ -421,15 +435,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The scale-out roles and their tooling (issue 3)."""
-    sub.add_parser("collector", help="OTLP receivers (HTTP, gRPC) publishing to Kafka").set_defaults(
-        func=_cmd_collector
-    )
-    sub.add_parser("scorer", help="Kafka consumer group: assemble, score, store, /metrics").set_defaults(
-        func=_cmd_scorer
-    )
-    sub.add_parser("review", help="REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)").set_defaults(
-        func=_cmd_review
-    )
+    for role, text in (
+        ("collector", "OTLP receivers (HTTP, gRPC) publishing to Kafka"),
+        ("scorer", "Kafka consumer group: assemble, score, store, /metrics"),
+        ("review", "REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)"),
+    ):
+        sub.add_parser(role, help=text).set_defaults(func=_cmd_role, role=role)
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("upgrade", help="migrate VIGIL_DATABASE_URL to the newest schema").set_defaults(
@@ -478,6 +489,16 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="online eval cost: 1,000 cases loaded, 10%% of runs matching (default 5,000 runs)",
     )
+    bench.add_argument(
+        "--instructions",
+        nargs="?",
+        const="",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="with --eval: count instructions under valgrind's callgrind instead of CPU time (deterministic "
+        "under load; default 2,000 runs); keep the dumps in DIR",
+    )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
     bench.add_argument("--database-url", default=None, help="store of --kafka (default: local PostgreSQL or SQLite)")
@@ -517,6 +538,18 @@ def parser() -> argparse.ArgumentParser:
     soak = sub.add_parser("soak", help="long steady load on a real vigil run; exit 1 unless memory stays flat")
     soak.add_argument("--minutes", type=_positive, default=30.0, help="duration (default 30)")
     soak.add_argument("--rate", type=_positive, default=200.0, help="runs per second (default 200)")
+    soak.add_argument(
+        "--spans-per-s",
+        type=_positive,
+        default=None,
+        help=f"spans per second instead of --rate ({SPANS_PER_RUN} a run)",
+    )
+    soak.add_argument(
+        "--content-bytes",
+        type=_non_negative_int,
+        default=0,
+        help="captured message content per LLM span: this many bytes to twice as many (default 0: none)",
+    )
     soak.add_argument("--sample-every", type=_positive, default=5.0, help="seconds between RSS samples")
     soak.add_argument("--tolerance", type=_positive, default=0.05, help="allowed RSS growth (default 0.05)")
     soak.set_defaults(func=_cmd_soak)

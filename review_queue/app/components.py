@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.errors import ListenError
 from collector.lifecycle import Components
 from review_queue.app.connections import (
     DEFAULT_LIMITS,
@@ -41,7 +42,6 @@ from review_queue.app.connections import (
     HttpMetrics,
     guarded_protocol,
 )
-from review_queue.errors import ReviewQueueError
 
 __all__ = [
     "GRPC_STOP_GRACE_S",
@@ -148,22 +148,18 @@ def http_server(
     return _Server(config, stop_grace_s, guard)
 
 
-class ListenError(ReviewQueueError):
-    """A listener could not bind its address; the message names it and the reason."""
-
-
-def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+def bind_socket(host: str, port: int, backlog: int = 2048, what: str = "HTTP") -> socket.socket:
     """A listening TCP socket on ``host:port`` (``SO_REUSEADDR``, like uvicorn's own).
 
     Raises:
-        ListenError: naming the address and the operating system's reason.
+        ListenError: naming the listener ``what``, the address and the operating system's reason.
     """
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as exc:
-        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        raise ListenError(what, host, port, str(exc.strerror)) from exc
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -171,7 +167,7 @@ def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise ListenError(what, host, port, str(exc.strerror or exc)) from exc
     sock.set_inheritable(True)
     return sock
 
@@ -223,7 +219,7 @@ class HttpServer:
                 stopped before it listened: the role stops before it logs that it started.
         """
         config = self.server.config
-        sock = bind_socket(config.host, config.port, config.backlog)
+        sock = bind_socket(config.host, config.port, config.backlog, f"HTTP {self.listener}")
         self.future = asyncio.run_coroutine_threadsafe(self._serve(sock), self._loop)
         if not self.wait_listening():
             raise self._listen_error()
@@ -236,7 +232,7 @@ class HttpServer:
 
     def _listen_error(self) -> ListenError:
         config = self.server.config
-        return ListenError(f"cannot listen on {config.host}:{config.port}: the HTTP {self.listener} server stopped")
+        return ListenError(f"HTTP {self.listener}", config.host, config.port, "the server stopped")
 
     def wait_listening(self, poll_s: float = 0.05) -> bool:
         """Block until the server listens; False when it ended first."""

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,7 +34,11 @@ STOP_TIMEOUT_S = 30.0
 
 
 class VigilProcessError(RuntimeError):
-    """``vigil run`` failed to start or to stop cleanly; the message ends with its log."""
+    """A Vigil subprocess failed to start or to stop cleanly; the message ends with its log."""
+
+
+class RoleProcessError(VigilProcessError):
+    """A role (``vigil collector`` / ``scorer`` / ``review``) failed to start or stop."""
 
 
 def free_port() -> int:
@@ -44,15 +49,25 @@ def free_port() -> int:
 
 
 @dataclass(frozen=True)
-class VigilProcess:
-    """A running ``vigil run`` subprocess and its ports."""
+class _Subprocess:
+    """What ``vigil run`` and a role share: the process, its log, its ports and how to stop it."""
 
     process: subprocess.Popen[bytes]
+    log_path: Path
     otlp_http_port: int
+    otlp_grpc_port: int
     http_port: int
     metrics_port: int
-    workdir: Path
-    otlp_grpc_port: int = 0
+
+    name: ClassVar[str] = "vigil"
+    error: ClassVar[type[VigilProcessError]] = VigilProcessError
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
+    ready_timeout_s: ClassVar[float] = READY_TIMEOUT_S
+
+    @property
+    def title(self) -> str:
+        """``vigil <command>``, for messages."""
+        return f"vigil {self.name}"
 
     @property
     def otlp_grpc_target(self) -> str:
@@ -74,21 +89,103 @@ class VigilProcess:
         """The Prometheus scrape URL."""
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
-    def log_tail(self) -> str:
-        """The end of Vigil's log, for assertion messages."""
-        path = self.workdir / "vigil.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the process's log, for assertion messages."""
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM and wait; returns the exit code (kills and raises after ``timeout_s``)."""
-        if self.process.poll() is None:
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """Sum of the samples called ``name`` (matching ``labels``) on ``/metrics``."""
+        text = httpx.get(self.metrics_url, timeout=10).text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                    total += sample.value
+        return total
+
+    def alive(self) -> bool:
+        """Whether the process is running."""
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self, timeout_s: float | None = None) -> int:
+        """SIGTERM and wait; returns the exit code (SIGKILL and raise after ``timeout_s``)."""
+        timeout_s = self.stop_timeout_s if timeout_s is None else timeout_s
+        if self.alive():
             self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise VigilProcessError(f"vigil run did not stop within {timeout_s} s\n{self.log_tail()}") from None
+            self.kill()
+            raise self.error(f"{self.title} did not stop within {timeout_s} s\n{self.log_tail()}") from None
+
+    def wait_ready(self, timeout_s: float | None = None, path: str = "/readyz", port: int | None = None) -> None:
+        """Wait until ``path`` on ``port`` (default: the metrics port, where a role's probes are) answers 200.
+
+        Raises:
+            VigilProcessError: the process exited or did not become ready in time.
+        """
+        timeout_s = self.ready_timeout_s if timeout_s is None else timeout_s
+        url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self.error(f"{self.title} exited {self.process.returncode} at start-up\n{self.log_tail()}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise self.error(f"{self.title} not ready within {timeout_s} s\n{self.log_tail()}")
+
+
+def _spawn(
+    command: Sequence[str], workdir: Path, log_path: Path, env: Mapping[str, str]
+) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """Start ``command`` in ``workdir`` on free ports (``VIGIL_*_PORT``) with ``env`` overrides, logging
+    to ``log_path`` (appended); returns the process and its ports."""
+    ports = {name: free_port() for name in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
+    full.update({f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()})
+    full.update({"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_HTTP_HOST": "127.0.0.1"})
+    full.update(env)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(list(command), cwd=workdir, env=full, stdout=log, stderr=log)
+    return process, ports
+
+
+@dataclass(frozen=True)
+class VigilProcess(_Subprocess):
+    """A running ``vigil run`` subprocess and its ports."""
+
+    name: ClassVar[str] = "run"
+
+    @property
+    def workdir(self) -> Path:
+        """Its working directory (the SQLite database and ``vigil.log``)."""
+        return self.log_path.parent
+
+
+def spawn_vigil(
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    *,
+    command: Sequence[str] = (sys.executable, "-m", "review_queue.app.cli"),
+) -> VigilProcess:
+    """Start ``vigil run [args]`` in ``workdir`` (SQLite there, ``vigil.log`` rewritten) on free ports with
+    ``env`` overrides and return at once; the caller owns the process (:func:`start_vigil` waits and stops)."""
+    log_path = workdir / "vigil.log"
+    log_path.unlink(missing_ok=True)
+    env = {"VIGIL_DATABASE_URL": f"sqlite:///{workdir / 'vigil.db'}", **(env or {})}
+    process, ports = _spawn([*command, "run", *args], workdir, log_path, env)
+    return VigilProcess(process, log_path, ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"], ports["METRICS"])
 
 
 @contextmanager
@@ -107,48 +204,18 @@ def start_vigil(
     Raises:
         VigilProcessError: it did not become ready, or did not exit 0 after SIGTERM.
     """
-    ports = {name: free_port() for name in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
-    full.update({f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()})
-    full.update(
-        {
-            "VIGIL_OTLP_HTTP_HOST": "127.0.0.1",
-            "VIGIL_HTTP_HOST": "127.0.0.1",
-            "VIGIL_DATABASE_URL": f"sqlite:///{workdir / 'vigil.db'}",
-        }
-    )
-    full.update(env or {})
-    with (workdir / "vigil.log").open("wb") as log:
-        process = subprocess.Popen([*command, "run", *args], cwd=workdir, env=full, stdout=log, stderr=log)
-        running = VigilProcess(
-            process, ports["OTLP_HTTP"], ports["HTTP"], ports["METRICS"], workdir, ports["OTLP_GRPC"]
-        )
-        stopped = False
-        try:
-            _wait_ready(running)
-            yield running
-            code = running.stop()
-            stopped = True
-            if code != 0:
-                raise VigilProcessError(f"vigil run exited {code} after SIGTERM\n{running.log_tail()}")
-        finally:
-            if not stopped and process.poll() is None:
-                process.kill()
-                process.wait()
-
-
-def _wait_ready(vigil: VigilProcess) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if vigil.process.poll() is not None:
-            raise VigilProcessError(f"vigil run exited {vigil.process.returncode} at start-up\n{vigil.log_tail()}")
-        try:
-            if httpx.get(f"{vigil.api}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise VigilProcessError(f"vigil run not ready within {READY_TIMEOUT_S} s\n{vigil.log_tail()}")
+    running = spawn_vigil(workdir, env, args, command=command)
+    stopped = False
+    try:
+        running.wait_ready(port=running.http_port)
+        yield running
+        code = running.stop()
+        stopped = True
+        if code != 0:
+            raise VigilProcessError(f"vigil run exited {code} after SIGTERM\n{running.log_tail()}")
+    finally:
+        if not stopped:
+            running.kill()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -162,83 +229,19 @@ def stat_cpu_seconds(stat: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class RoleProcessError(RuntimeError):
-    """A role failed to start or stop; the message ends with its log."""
-
-
-@dataclass
-class RoleProcess:
+@dataclass(frozen=True)
+class RoleProcess(_Subprocess):
     """A running Vigil role and its ports."""
 
-    role: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    metrics_port: int
-    otlp_http_port: int
-    otlp_grpc_port: int
-    http_port: int
+    role: str = "collector"
+    error: ClassVar[type[VigilProcessError]] = RoleProcessError
+    stop_timeout_s: ClassVar[float] = 60.0
+    ready_timeout_s: ClassVar[float] = 60.0
 
     @property
-    def otlp_endpoint(self) -> str:
-        """OTLP/HTTP base URL (collector)."""
-        return f"http://127.0.0.1:{self.otlp_http_port}"
-
-    @property
-    def api(self) -> str:
-        """REST API base URL (review)."""
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def log_tail(self, chars: int = 4000) -> str:
-        """The end of the role's log."""
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def alive(self) -> bool:
-        """Whether the process is running."""
-        return self.process.poll() is None
-
-    def wait_ready(self, timeout_s: float = 60.0, path: str = "/readyz") -> None:
-        """Wait until ``path`` on the metrics port answers 200.
-
-        Raises:
-            RoleProcessError: the process exited or did not become ready in time.
-        """
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RoleProcessError(f"vigil {self.role} exited {self.process.returncode}\n{self.log_tail()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RoleProcessError(f"vigil {self.role} not ready within {timeout_s} s\n{self.log_tail()}")
-
-    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
-        """Sum of the samples called ``name`` (matching ``labels``) on ``/metrics``."""
-        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
-        total = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
-                    total += sample.value
-        return total
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        if self.alive():
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self, timeout_s: float = 60.0) -> int:
-        """SIGTERM and wait; returns the exit code (SIGKILL and raise after ``timeout_s``)."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise RoleProcessError(f"vigil {self.role} did not stop within {timeout_s} s\n{self.log_tail()}") from None
+    def title(self) -> str:
+        """``vigil <role>``, for messages."""
+        return f"vigil {self.role}"
 
 
 def spawn_role(role: str, workdir: Path, env: Mapping[str, str], *, name: str | None = None) -> RoleProcess:
@@ -246,14 +249,6 @@ def spawn_role(role: str, workdir: Path, env: Mapping[str, str], *, name: str | 
 
     The log goes to ``workdir/<name or role>.log`` (appended, so restarts keep history).
     """
-    ports = {key: free_port() for key in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")}
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
-    full.update({f"VIGIL_{key}_PORT": str(port) for key, port in ports.items()})
-    full.update({"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_HTTP_HOST": "127.0.0.1"})
-    full.update(env)
     log_path = workdir / f"{name or role}.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "review_queue.app.cli", role], cwd=workdir, env=full, stdout=log, stderr=log
-        )
-    return RoleProcess(role, process, log_path, ports["METRICS"], ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"])
+    process, ports = _spawn([sys.executable, "-m", "review_queue.app.cli", role], workdir, log_path, env)
+    return RoleProcess(process, log_path, ports["OTLP_HTTP"], ports["OTLP_GRPC"], ports["HTTP"], ports["METRICS"], role)

@@ -15,19 +15,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
 
+from collector.budget import MemoryMetrics
 from collector.errors import SettingsError
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
 from collector.lifecycle import Closing, Component, Components, Hooks, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
 from collector.spool import Spool, SpoolMetrics
@@ -61,6 +62,7 @@ from review_queue.feedback import FeedbackStore
 from review_queue.maintenance import Maintenance
 from review_queue.retention import Retention, deletion_counter
 from review_queue.store import SqlStore, upgrade_database
+from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
 from scorers.judge import JudgeService
 from scorers.registry import build_chain
@@ -134,10 +136,18 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
     registry = CollectorRegistry()
     metrics = CollectorMetrics(registry)
     publisher = build_publisher(s, registry, metrics)
-    limited = LimitedPublisher(publisher, MemoryLimiter(s.memory_limit_mb * 1024 * 1024), s.retry_after_s, metrics)
+    limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    limited = LimitedPublisher(publisher, limiter, s.retry_after_s, metrics)
+    intake = IntakeBudget(s.memory_budgets().intake)
+    metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     ingest = s.ingest_token.get_secret_value() if s.ingest_token else None
     app = create_otlp_app(
-        limited, metrics, max_body_bytes=s.max_body_bytes, retry_after_s=s.retry_after_s, ingest_token=ingest
+        limited,
+        metrics,
+        max_body_bytes=s.max_body_bytes,
+        retry_after_s=s.retry_after_s,
+        ingest_token=ingest,
+        intake=intake,
     )
     warn_open_ingest(s, ingest is not None)
     loop = asyncio.get_running_loop()
@@ -160,6 +170,7 @@ async def serve_collector(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S)
             retry_after_s=s.retry_after_s,
             ingest_token=ingest,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
 
@@ -256,7 +267,19 @@ def build_scorer_role(
     details = details_writer(s, store, registry, scoring.redactor)  # after each commit, on its own thread
     kwargs["on_written"] = then(details.submit, kwargs.get("on_written"))
     sink = store_sink(s, store, registry, scoring.redactor)  # as in vigil run: nothing unredacted is stored
-    assembler = partial(scoring.assembler, run_metrics)  # one per assigned partition
+    assemblers: weakref.WeakSet[Assembler] = weakref.WeakSet()
+
+    def assembler() -> Assembler:  # one per assigned partition, each with the whole in-flight and late budgets
+        made = scoring.assembler(run_metrics)
+        assemblers.add(made)
+        return made
+
+    memory = MemoryMetrics(registry)
+    memory.budgets(s.memory_budgets())
+    memory.held.labels("inflight").set_function(lambda: float(sum(a.inflight_account.held for a in list(assemblers))))
+    memory.held.labels("late").set_function(lambda: float(sum(a.closed_account.held for a in list(assemblers))))
+    if judges is not None:
+        memory.bind("judge", judges.account)
 
     config = ConsumerConfig(
         bootstrap=s.kafka_bootstrap,

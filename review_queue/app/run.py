@@ -25,10 +25,11 @@ from functools import partial
 import structlog
 from prometheus_client import CollectorRegistry
 
+from collector.budget import MemoryMetrics
 from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
-from collector.limits import LimitedPublisher, MemoryLimiter
+from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter, intake_budget_bytes
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf
@@ -80,6 +81,7 @@ class Embedded:
     agreement: AgreementCollector | None = None
     spool: Spool | None = None
     details: DetailsWriter | None = None
+    intake: IntakeBudget | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -156,7 +158,10 @@ def build(
     registry = registry or CollectorRegistry()
     scoring = Scoring.from_settings(settings, environ)
     collector_metrics = CollectorMetrics(registry)
-    stream = InProcessStream(settings.queue_max_batches, settings.retry_after_s, collector_metrics)
+    budgets = settings.memory_budgets()
+    stream = InProcessStream(
+        settings.queue_max_batches, settings.retry_after_s, collector_metrics, max_bytes=budgets.stream
+    )
     upgrade_database(settings.database_url)
     store = SqlStore(settings.database_url)
     run_metrics = scoring.run_metrics(registry)
@@ -182,6 +187,17 @@ def build(
         feedback=services.feedback.summaries,
         acks=None if spool is None else AckTracker(spool.ack),
     )
+    intake = IntakeBudget(budgets.intake)  # the receivers' admission (run_components)
+    memory = MemoryMetrics(registry)
+    memory.budgets(budgets)
+    memory.held.labels("intake").set_function(lambda: float(intake.reserved))
+    memory.bind("stream", stream.account)
+    memory.bind("inflight", assembler.inflight_account)
+    memory.bind("late", assembler.closed_account)
+    if judges is not None:
+        memory.bind("judge", judges.account)
+    if spool is not None:
+        memory.bind("spool", spool.account)
     return Embedded(
         settings,
         registry,
@@ -195,6 +211,7 @@ def build(
         agreement,
         spool,
         details,
+        intake,
     )
 
 
@@ -210,6 +227,7 @@ def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> 
         retry_after_s=settings.retry_after_s,
         metrics=SpoolMetrics(registry),
         before_delete=partial(durable_store, store),
+        memory_bytes=settings.memory_budgets().spool,
     )
 
 
@@ -271,6 +289,8 @@ async def run_components(
     refuse_open_api(s, emb.services.access.auth.open())
     warn_open_ingest(s, token_check is not None)
     limiter = MemoryLimiter(s.memory_limit_mb * 1024 * 1024)
+    intake = emb.intake or IntakeBudget(intake_budget_bytes(limiter.limit_bytes))
+    emb.collector_metrics.bind_intake(lambda: intake.reserved, intake.budget_bytes)
     publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     if emb.spool is not None:
         publisher = SpoolingPublisher(publisher, emb.spool)
@@ -281,6 +301,7 @@ async def run_components(
         retry_after_s=s.retry_after_s,
         ingest_token=ingest,
         token_check=token_check,
+        intake=intake,
     )
     limits, http_metrics = s.connection_limits(), HttpMetrics(emb.registry)
     receiver = HttpServer(
@@ -317,6 +338,7 @@ async def run_components(
             ingest_token=ingest,
             token_check=token_check,
             handshake_timeout_s=s.http_header_timeout_s,
+            intake=intake,
         )
         receivers.append(GrpcServer(grpc_server, loop))
     retention = Retention(
@@ -337,7 +359,7 @@ async def run_components(
         c.add("details", emb.details, UPKEEP_STOP_S)
     if emb.judges is not None:
         c.add("judges", emb.judges, JUDGE_DRAIN_S)
-    c.add("worker", Drain(emb.worker, s.state_path, emb.spool), drain_timeout_s)
+    c.add("worker", Drain(emb.worker, s.state_path, emb.spool, s.memory_budgets().inflight), drain_timeout_s)
     c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
     if demo_rate:
         c.add("demo", _demo(emb, receiver, demo_rate), DEMO_STOP_S)
@@ -351,24 +373,28 @@ class Drain:
         worker: the stream worker.
         state_path: where runs still waiting for their root are saved (:mod:`scorers.state`); None: nowhere.
         spool: the write-ahead spool, replayed at start and closed at the end of the drain.
+        state_max_bytes: bound of the state file (the in-flight byte budget); 0: none.
     """
 
-    def __init__(self, worker: StreamWorker, state_path: str | None, spool: Spool | None = None) -> None:
+    def __init__(
+        self, worker: StreamWorker, state_path: str | None, spool: Spool | None = None, state_max_bytes: int = 0
+    ) -> None:
         self._worker = worker
         self._state_path = state_path
         self._spool = spool
+        self._state_max = state_max_bytes
 
     def start(self) -> None:
         """Load the saved state (deleting the file), replay the spool, then start the worker."""
         if self._state_path:
-            load_state(self._state_path, self._worker.assembler)
+            load_state(self._state_path, self._worker.assembler, self._worker.adopt)
         if self._spool is not None:
             replay_spool(self._spool, self._worker)
         self._worker.start()
 
     def shutdown(self, timeout: float) -> bool:
         """Score and write every finished run within ``timeout``; save the unfinished ones; close the spool."""
-        save = partial(save_state, self._state_path) if self._state_path else None
+        save = partial(save_state, self._state_path, max_bytes=self._state_max) if self._state_path else None
         try:
             return self._worker.shutdown(timeout, save=save)
         finally:

@@ -14,6 +14,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter
 
+from collector.budget import ByteAccount
 from review_queue.app.settings import Settings
 from review_queue.details import DetailsWriter
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
@@ -115,8 +116,10 @@ class Scoring:
         return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
 
     def assembler(self, run_metrics: RunMetrics) -> Assembler:
-        """A fresh run assembler (one per process, or one per Kafka partition)."""
+        """A fresh run assembler (one per process, or one per Kafka partition), bounded by the
+        ``inflight`` and ``late`` byte budgets of :meth:`Settings.memory_budgets`."""
         s = self.settings
+        budgets = s.memory_budgets()
         return Assembler(
             quiet_period_s=s.quiet_period_s,
             max_idle_s=s.max_idle_s,
@@ -124,6 +127,8 @@ class Scoring:
             max_spans_per_run=s.max_spans_per_run,
             closed_cache_size=s.closed_run_cache,
             observer=run_metrics,
+            inflight_bytes=ByteAccount(budgets.inflight),
+            closed_cache_bytes=ByteAccount(budgets.late),
         )
 
     def judging(
@@ -145,6 +150,7 @@ class Scoring:
             on_new_flag=run_metrics.observe_flag,
             max_tracked_runs=self.settings.closed_run_cache,
             prepare=self.redactor.run,
+            max_queue_bytes=self.settings.memory_budgets().judge,
         )
         agreement = AgreementCollector(SqlVerdictPairSource(store.engine, **HUMAN_VERDICTS))
         registry.register(agreement)

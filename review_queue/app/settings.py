@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from collector.budget import MemoryBudgets
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_ACK_TIMEOUT_S, DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
 from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
@@ -87,7 +88,10 @@ class Settings(BaseModel):
     memory_limit_mb: int = Field(
         1024,
         ge=0,
-        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; 0 disables.",
+        description="Resident memory ceiling in MiB: above it the receivers refuse with 503/UNAVAILABLE; it is "
+        "also split into byte budgets for OTLP bodies in flight (read, inflated, decoded), the in-process stream, "
+        "runs in flight, the late-span cache, the judge queues and the spool's write queue (see the RUNBOOK's "
+        "limits table); 0 disables both.",
     )
     queue_max_batches: int = Field(10_000, gt=0, description="Capacity of the in-process stream (records).")
     retry_after_s: int = Field(2, ge=1, description="Retry-After seconds sent with 503 when the stream is full.")
@@ -359,6 +363,10 @@ class Settings(BaseModel):
             "metrics": (self.metrics_host, self.http_host),
         }
         return next((host for host in chains[endpoint] if host is not None), self.listen_host)
+
+    def memory_budgets(self) -> MemoryBudgets:
+        """The byte budget of each bounded structure, split from ``memory_limit_mb`` (all unbounded at 0)."""
+        return MemoryBudgets.from_limit(self.memory_limit_mb * 1024 * 1024)
 
     def connection_limits(self) -> ConnectionLimits:
         """The HTTP listeners' limits (``VIGIL_HTTP_*``)."""

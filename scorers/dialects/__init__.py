@@ -122,6 +122,7 @@ DIALECTS: Final = tuple(a.name for a in ADAPTERS if not a.scopes)
 """Known dialects, in the order used to break a tie in the majority vote."""
 
 _K = StepKind
+_OTHER: Final = _K.OTHER  # a global: ``StepKind.X`` is an unspecialised EnumType.__getattr__ look-up on 3.11
 
 
 def _keys(field: str) -> tuple[str, ...]:
@@ -223,8 +224,8 @@ def _by_name(span: Span) -> Found:
             return found
     for dialect, recognises in _RECOGNISE:
         if recognises(span):
-            return _K.OTHER, dialect
-    return _K.OTHER, UNKNOWN
+            return _OTHER, dialect
+    return _OTHER, UNKNOWN
 
 
 def entity_name(span: Span, kind: StepKind) -> str:
@@ -332,8 +333,9 @@ def _framework_run_name(run: Naming) -> str | None:
 
 
 def _top_agent_span_name(run: Naming) -> str | None:
+    agent = _K.AGENT
     for span, kind, dialect in run.top:
-        if kind is not _K.AGENT or dialect in _NOT_NAMING:
+        if kind is not agent or dialect in _NOT_NAMING:
             continue
         name = entity_name(span, kind).strip()
         if name.lower() not in GENERIC_AGENT_NAMES:

@@ -157,7 +157,8 @@ class Naming:
     def __init__(self, root: Span | None, top: Sequence[tuple[Span, StepKind, str]]) -> None:
         self.root = root
         self.top = top
-        agents = [span for span, kind, _ in top if kind is StepKind.AGENT]
+        agent = StepKind.AGENT
+        agents = [span for span, kind, _ in top if kind is agent]
         self.heads: list[Span] = [root, *agents] if root is not None else agents
         self.spans: list[Span] = [span for span, _, _ in top]
 

@@ -19,6 +19,9 @@ from scorers.model import StepKind
 
 _AGENT_NAME: Final = re.compile(r"current_agent_name='([^'\\]{1,256})'")
 _EVENT_KEYS: Final = ("output.value", "input.value")
+# Globals: ``StepKind.X`` is an unspecialised EnumType.__getattr__ look-up on 3.11 (scorers/normalise.py).
+_LLM: Final = StepKind.LLM
+_OTHER: Final = StepKind.OTHER
 
 
 class LlamaIndex(Adapter):
@@ -29,8 +32,8 @@ class LlamaIndex(Adapter):
     entry_methods = frozenset({"run"})
 
     def refine(self, span: Span, found: Found) -> Found:
-        if found[0] is StepKind.LLM and span.name.rpartition(".")[2].startswith("_"):
-            return StepKind.OTHER, found[1]  # a private helper of the LLM class, not a model call
+        if found[0] is _LLM and span.name.rpartition(".")[2].startswith("_"):
+            return _OTHER, found[1]  # a private helper of the LLM class, not a model call
         return found
 
     def run_name(self, root: Span, spans: Sequence[Span]) -> str | None:

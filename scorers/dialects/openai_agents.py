@@ -31,10 +31,11 @@ class OpenAIAgents(Adapter):
     soft_error_prefixes = ("An error occurred while running the tool",)
 
     def raised(self, ordered: Sequence[Span], kinds: Mapping[str, Found]) -> Span | None:
+        error, tool = StatusCode.ERROR, StepKind.TOOL  # locals: enum class attributes are slow look-ups on 3.11
         for span in ordered:
             if (
-                span.status_code == StatusCode.ERROR
-                and kinds[span.span_id][0] is not StepKind.TOOL
+                span.status_code == error
+                and kinds[span.span_id][0] is not tool
                 and not span.status_message.startswith("Error running tool")
             ):
                 return span

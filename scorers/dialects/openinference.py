@@ -40,6 +40,7 @@ KINDS: Final[Mapping[str, StepKind]] = {
 SPAN_KIND: Final = "openinference.span.kind"
 _FOUND: Final[Mapping[str, Found]] = {value: (kind, OPENINFERENCE) for value, kind in KINDS.items()}
 _HANDOFF: Final = (_K.HANDOFF, OPENINFERENCE)
+_TOOL: Final = _K.TOOL  # a global: ``_K.TOOL`` is an unspecialised EnumType.__getattr__ look-up on 3.11
 
 _MESSAGE_KEY: Final = re.compile(
     r"llm\.(input|output)_messages\.(\d+)\.message\."
@@ -72,7 +73,7 @@ class OpenInference(Adapter):
         value = span.attributes.get(SPAN_KIND)
         if not isinstance(value, str) or (found := _FOUND.get(value) or _FOUND.get(value.upper())) is None:
             return None
-        if found[0] is _K.TOOL and span.name.startswith("handoff to "):
+        if found[0] is _TOOL and span.name.startswith("handoff to "):
             return _HANDOFF  # OpenInference Agents SDK bridge handoffs
         return found
 

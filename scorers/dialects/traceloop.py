@@ -134,9 +134,10 @@ def _indexed(attributes: Attributes, prefix: str) -> list[Message]:
 def agent_name(run: Naming) -> str | None:
     """``traceloop.entity.name`` of the topmost Traceloop agent span, then the workflow name
     (``traceloop.workflow.name``, root first, or the workflow span's entity name)."""
+    agent = StepKind.AGENT
     for span, kind, dialect in run.top:
         name = as_str(span.attributes.get("traceloop.entity.name"))
-        if kind is StepKind.AGENT and dialect == TRACELOOP and name is not None:
+        if kind is agent and dialect == TRACELOOP and name is not None:
             return name
     spans = run.spans if run.root is None else [run.root, *run.spans]
     return attr_of(spans, "traceloop.workflow.name") or _workflow_entity(spans)

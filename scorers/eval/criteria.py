@@ -40,6 +40,7 @@ from scorers.eval.model import ArgMatch, CriterionConfig, Invocation, MatchType
 from scorers.eval.text import normalise_message, rouge1
 
 __all__ = [
+    "MATCHERS",
     "ActualTurn",
     "Call",
     "CriterionResult",
@@ -204,7 +205,12 @@ def match_any_order(actual: Sequence[Call], expected: Sequence[Call], mode: ArgM
     return len(_pairing(actual, expected, _call_match(mode))) == len(expected)
 
 
-_MATCHERS = {MatchType.EXACT: match_exact, MatchType.IN_ORDER: match_in_order, MatchType.ANY_ORDER: match_any_order}
+MATCHERS: Mapping[MatchType, Callable[[Sequence[Call], Sequence[Call], ArgMatch], bool]] = {
+    MatchType.EXACT: match_exact,
+    MatchType.IN_ORDER: match_in_order,
+    MatchType.ANY_ORDER: match_any_order,
+}
+"""The trajectory matcher of each match type (what ``tool_trajectory`` scores one invocation with)."""
 
 
 def _turns(actual: Sequence[ActualTurn], expected: Sequence[Invocation]) -> list[tuple[ActualTurn, Invocation]]:
@@ -265,7 +271,7 @@ def tool_trajectory(
 
     With ``explain=False`` a failed turn is not explained (the online path keeps only the score).
     """
-    matcher = _MATCHERS[cfg.match_type]
+    matcher = MATCHERS[cfg.match_type]
     per_turn: list[float] = []
     why: list[str] = []
     for n, (act, exp) in enumerate(_turns(actual, expected), 1):

@@ -35,10 +35,23 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from collector.model import fast_constructor
-from scorers.eval.actual import CASE_ID, TURN, turn_of, user_messages
+from scorers.eval.actual import CASE_ID, TURN, TracedCall, turn_of, user_messages
+from scorers.eval.criteria import MATCHERS
 from scorers.eval.evaluate import CaseResult, evaluate_case
-from scorers.eval.model import CRITERIA, JUDGED, EvalCase, EvalConfig, EvalFileError, EvalSet, load_eval_set
-from scorers.eval.text import normalise_message
+from scorers.eval.model import (
+    CRITERIA,
+    JUDGED,
+    ArgMatch,
+    CriterionConfig,
+    EvalCase,
+    EvalConfig,
+    EvalFileError,
+    EvalSet,
+    Invocation,
+    MatchType,
+    load_eval_set,
+)
+from scorers.eval.text import normalise_message, rouge1
 from scorers.model import Run, Score, Scorer
 
 log = structlog.get_logger(__name__)
@@ -47,6 +60,8 @@ __all__ = ["EVAL_RULE", "Match", "OnlineEval", "case_index"]
 
 _new_score = fast_constructor(Score)
 _NAMES: Mapping[str, str] = {name: f"eval_{name}" for name in CRITERIA.values()}
+_DIRECT = frozenset(("tool_trajectory", "response_match", "task_success"))
+"""Criteria :meth:`OnlineEval.score` computes directly for one turn (the others go through :func:`evaluate_case`)."""
 
 EVAL_RULE: Mapping[str, Mapping[str, str]] = {
     "eval_regression": {"expr": "has(scores.eval_passed) && scores.eval_passed < 1.0", "priority": "normal"}
@@ -61,6 +76,35 @@ class Match:
     eval_set_id: str
     case: EvalCase
     turn: int
+
+
+@dataclass(slots=True)
+class _Expected:
+    """A matched expected invocation, prepared once for scoring runs against it.
+
+    Attributes:
+        source: the case it comes from.
+        invocation: the expected invocation.
+        where: ``<eval set>/<case id>``, the detail of the scores.
+        calls: the expected tool calls as ``(name, canonical arguments)``: a run whose calls have
+            the same names and captured argument texts matches EXACT/exact without decoding them.
+        response: the expected final response text.
+        one_turn: the invocation as a one-turn case (what :func:`evaluate_case` scores a turn
+            against), built on first use (the direct path never needs it).
+    """
+
+    source: EvalCase
+    invocation: Invocation
+    where: str
+    calls: list[tuple[str, str]]
+    response: str
+    one_turn: EvalCase | None = None
+
+    def case(self) -> EvalCase:
+        """The one-turn case."""
+        if self.one_turn is None:
+            self.one_turn = self.source.model_copy(update={"conversation": [self.invocation]})
+        return self.one_turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +140,11 @@ def match_run(index: _Index, run: Run) -> Match | None:
         return None
     if not index.by_message or not run.messages:
         return None
-    first = next((m.content for m in run.messages if m.role == "user" and m.content), None)
-    if first is None:
+    for m in run.messages:
+        if m.role == "user" and m.content:
+            first = m.content
+            break
+    else:
         return None
     found = index.by_message.get(normalise_message(first))
     if found is None:
@@ -151,8 +198,12 @@ class OnlineEval:
         self._runs: Counter | None = None
         self._tally: dict[str, list[int]] = {}
         self._registries: set[int] = set()
-        self._single: dict[tuple[int, int], tuple[EvalCase, EvalCase]] = {}
+        self._expected: dict[tuple[int, int], _Expected] = {}
         self._children: dict[str, tuple[Any, Any]] = {}
+        criteria = self.config.criteria
+        self._direct = all(name in _DIRECT for name in criteria)
+        self._scored = tuple((name, _NAMES[name], cfg) for name, cfg in criteria.items() if name != "task_success")
+        self._success = criteria.get("task_success")
 
     @property
     def cases(self) -> int:
@@ -209,40 +260,72 @@ class OnlineEval:
         return match_run(self._index, run)
 
     def evaluate(self, run: Run) -> CaseResult | None:
-        """Score ``run`` against its matching case, or None."""
+        """Score ``run`` against its matching case, or None (the full result, with every criterion's detail)."""
         self.maybe_reload()
         found = self.match(run)
         result = None
         if found is not None:
-            case = self._one_turn(found)
+            case = self._prepared(found).case()
             result = evaluate_case(case, [turn_of(run)], self.config, eval_set_id=found.eval_set_id, explain=False)
             self._count(found.eval_set_id, result.passed)
         return result
 
-    def _one_turn(self, found: Match) -> EvalCase:
-        """The matched invocation as a one-turn case (built once per case and turn)."""
+    def _prepared(self, found: Match) -> _Expected:
+        """The matched invocation prepared for scoring (built once per case and turn)."""
         key = (id(found.case), found.turn)
-        case = self._single.get(key)
-        if case is None or case[0] is not found.case:
-            one = found.case.model_copy(update={"conversation": [found.case.turns[found.turn]]})
-            self._single[key] = case = (found.case, one)
-            if len(self._single) > 4 * max(self.cases, 1024):
-                self._single.clear()
-        return case[1]
+        expected = self._expected.get(key)
+        if expected is None or expected.source is not found.case:
+            invocation = found.case.turns[found.turn]
+            calls = [(c.name, c.canonical) for c in invocation.tool_uses]
+            where = f"{found.eval_set_id}/{found.case.eval_id}"
+            expected = _Expected(found.case, invocation, where, calls, invocation.expected_response)
+            if len(self._expected) >= 4 * max(self.cases, 1024):
+                self._expected.clear()
+            self._expected[key] = expected
+        return expected
 
     def scorers(self) -> tuple[tuple[str, Scorer], ...]:
         """The pipeline chain's entry: ``eval``, giving ``eval_<criterion>`` and ``eval_passed`` for a matched run."""
         return (("eval", self.score),)
 
     def score(self, run: Run) -> tuple[Score, ...] | None:
-        """The scores of ``run`` against its case, or None when it matches none."""
-        result = self.evaluate(run)
-        if result is None:
+        """The scores of ``run`` against its case, or None when it matches none.
+
+        The same values as :meth:`evaluate` (``eval_<criterion>`` in config order, ``task_success``
+        last, then ``eval_passed``), computed without building the criteria's results and details when
+        every configured criterion is one :data:`_DIRECT` computes: the pipeline keeps only the values,
+        and ``vigil eval`` explains a case.
+        """
+        if not self._direct:
+            result = self.evaluate(run)
+            if result is None:
+                return None
+            where = f"{result.eval_set_id}/{result.eval_id}"
+            out = [_new_score(_NAMES[r.name], r.score, where, ()) for r in result.results if r.score is not None]
+            out.append(_new_score("eval_passed", 1.0 if result.passed else 0.0, where, ()))
+            return tuple(out)
+        self.maybe_reload()
+        found = match_run(self._index, run)
+        if found is None:
             return None
-        # the pipeline keeps only the values; the detail names the case (``vigil eval`` explains it)
-        where = f"{result.eval_set_id}/{result.eval_id}"
-        out = [_new_score(_NAMES[r.name], r.score, where, ()) for r in result.results if r.score is not None]
-        out.append(_new_score("eval_passed", 1.0 if result.passed else 0.0, where, ()))
+        expected = self._prepared(found)
+        where = expected.where
+        out = []
+        passed = True
+        for name, score_name, cfg in self._scored:
+            if name == "tool_trajectory":
+                value = 1.0 if _trajectory_matches(run, expected, cfg) else 0.0
+            else:  # response_match
+                value = rouge1(run.final_output or "", expected.response).fmeasure
+            if value < cfg.threshold:
+                passed = False
+            out.append(_new_score(score_name, value, where, ()))
+        if self._success is not None:  # every other criterion passed (none is ever inapplicable here)
+            value = 1.0 if passed else 0.0
+            passed = passed and value >= self._success.threshold
+            out.append(_new_score("eval_task_success", value, where, ()))
+        out.append(_new_score("eval_passed", 1.0 if passed else 0.0, where, ()))
+        self._count(found.eval_set_id, passed)
         return tuple(out)
 
     def _count(self, eval_set: str, passed: bool) -> None:
@@ -286,6 +369,21 @@ class _PassRates(Collector):
         for name, rate in sorted(self._online.pass_rates().items()):
             family.add_metric((name,), rate)
         yield family
+
+
+def _trajectory_matches(run: Run, expected: _Expected, cfg: CriterionConfig) -> bool:
+    """Whether the run's tool calls match the expected invocation's (``tool_trajectory`` of one turn)."""
+    tools = run.tools
+    if (
+        cfg.match_type is MatchType.EXACT
+        and cfg.arg_match is ArgMatch.EXACT
+        and len(tools) == len(expected.calls)
+        and [(t.name, t.arguments) for t in tools] == expected.calls
+    ):
+        return True  # the same names and captured argument texts (canonical JSON): what match_exact accepts first
+    calls = tuple(TracedCall(t.name, t.arguments, t.call_id) for t in tools)
+    tool_uses = expected.invocation.tool_uses
+    return MATCHERS[cfg.match_type](calls, tool_uses, cfg.arg_match)
 
 
 def _stamp(path: Path) -> tuple[int, int]:

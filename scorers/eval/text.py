@@ -79,9 +79,10 @@ def tokenize(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _counts(text: str) -> Counter[str]:
-    """Token counts of a reference (memoised: references repeat; callers never mutate the result)."""
-    return Counter(tokenize(text))
+def _counts(text: str) -> tuple[dict[str, int], int]:
+    """Token counts of a reference and their total (memoised: references repeat; callers never mutate them)."""
+    counts = Counter(tokenize(text))
+    return dict(counts), counts.total()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +96,18 @@ class Rouge:
 
 def rouge1(candidate: str, reference: str) -> Rouge:
     """ROUGE-1 of ``candidate`` (the agent's answer) against ``reference`` (the expected one). Pure."""
-    cand = Counter(tokenize(candidate))  # answers rarely repeat: not cached
-    ref = _counts(reference)
-    get = ref.get
+    tokens = tokenize(candidate)  # answers rarely repeat: not cached
+    ref, ref_total = _counts(reference)
+    # overlap = Σ min(candidate count, reference count): each candidate token uses up one of the reference's
+    left = ref.copy()
     overlap = 0
-    for token, n in cand.items():
-        m = get(token)
+    for token in tokens:
+        m = left.get(token)
         if m:
-            overlap += n if n < m else m
-    precision = overlap / max(cand.total(), 1)
-    recall = overlap / max(ref.total(), 1)
+            overlap += 1
+            left[token] = m - 1
+    precision = overlap / max(len(tokens), 1)
+    recall = overlap / max(ref_total, 1)
     f = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return Rouge(precision, recall, f)
 
@@ -112,5 +115,7 @@ def rouge1(candidate: str, reference: str) -> Rouge:
 def normalise_message(text: str) -> str:
     """A user message as matched against eval cases: NFKC, case-folded, whitespace collapsed and trimmed."""
     if text.isascii():  # NFKC is the identity and casefold is lower on ASCII
+        if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+            return text.lower()  # its only whitespace is single inner spaces: nothing to collapse
         return " ".join(text.lower().split())
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()

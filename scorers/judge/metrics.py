@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 
 OUTCOMES = ("ok", "cached", "malformed", "rate_limited", "timeout", "error")
 """``vigil_judge_requests_total`` outcomes: one per run judged (``cached``: no request sent)."""
-DROP_REASONS = ("queue_full", "no_content", "superseded", "store_unavailable", "shutdown")
+DROP_REASONS = ("queue_full", "queue_bytes", "no_content", "superseded", "store_unavailable", "shutdown")
 """``vigil_judge_dropped_total`` reasons (a spent budget is counted by its own metric)."""
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)

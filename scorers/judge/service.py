@@ -5,7 +5,9 @@ Isolation from the stream is the point of this module:
 1. :meth:`JudgeService.submit` runs on the stream worker's thread once a batch is durably
    written. Per judge it evaluates the selector and the sample, then ``put_nowait`` on the
    judge's bounded queue. It never waits: a full queue drops the run and counts it
-   (``vigil_judge_dropped_total{reason="queue_full"}``).
+   (``vigil_judge_dropped_total{reason="queue_full"}``), and so does a run that would take the
+   judges' queues past their byte budget (``reason="queue_bytes"``: the ``judge`` share of
+   :class:`collector.budget.MemoryBudgets`, estimated by :func:`queued_bytes`).
 2. Each judge has ``concurrency`` worker threads of its own, so a slow or failing endpoint
    only delays that judge. A worker renders the request, serves it from the verdict cache
    when the same content was judged under the same rubric version and model, else reserves
@@ -31,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
+from collector.budget import ByteAccount
 from collector.errors import BackpressureError
 from scorers.errors import JudgeCallError
 from scorers.judge.budget import Reservation, SpendBudget, VerdictCache
@@ -47,6 +50,18 @@ log = structlog.get_logger(__name__)
 STORE_ATTEMPTS = 5
 """Writes of one verdict tried while the store is unavailable before it is dropped."""
 
+RUN_BASE_BYTES = 2048
+"""Estimated bytes of a queued run beyond its texts (the run, scores, flag objects)."""
+STEP_BYTES = 256
+"""Estimated bytes of each classified step of a queued run."""
+
+
+def queued_bytes(run: Run) -> int:
+    """The estimated memory of ``run`` while it waits for a judge: a base, each step, and every captured text."""
+    texts = len(run.final_output or "") + sum(len(m.content) for m in run.messages)
+    texts += sum(len(t.arguments or "") + len(t.result or "") for t in run.tools)
+    return RUN_BASE_BYTES + STEP_BYTES * len(run.steps) + texts
+
 
 class _Judge:
     """One configured judge at run time: its queue, client, budget, cache and threads."""
@@ -55,7 +70,7 @@ class _Judge:
         cfg = spec.config
         self.spec = spec
         self.name = spec.name
-        self.queue: queue.Queue[tuple[int, ScoredRun]] = queue.Queue(cfg.queue_size)
+        self.queue: queue.Queue[tuple[int, ScoredRun, int]] = queue.Queue(cfg.queue_size)
         self.budget = SpendBudget(cfg.budget.tokens_per_hour, cfg.budget.usd_per_hour, clock=clock)
         self.cache = VerdictCache(cfg.cache_size)
         attempts = metrics.attempts
@@ -81,6 +96,7 @@ class _Judge:
         self.variables = frozenset(program.variables()) if program is not None else frozenset()
         self.select_all = program is not None and cfg.select.strip() == "true"
         self.dropped_full = metrics.dropped.labels(spec.name, "queue_full")
+        self.dropped_bytes = metrics.dropped.labels(spec.name, "queue_bytes")
         self.dropped_empty = metrics.dropped.labels(spec.name, "no_content")
 
     def selects(self, scored: ScoredRun) -> bool:
@@ -119,6 +135,8 @@ class JudgeService:
         prepare: applied to a run on the judge's thread before its content is rendered for
             the model (redaction: the model, and the reasoning stored from its answer, never
             see what the store would not hold).
+        max_queue_bytes: byte budget of every judge's queue together (runs queued or being
+            judged, :func:`queued_bytes`); 0: unbounded.
     """
 
     def __init__(
@@ -133,8 +151,12 @@ class JudgeService:
         clock: Callable[[], float] = time.time,
         max_tracked_runs: int = 20_000,
         prepare: Callable[[Run], Run] | None = None,
+        max_queue_bytes: int = 0,
     ) -> None:
         self._sink = sink
+        self.account = ByteAccount(max_queue_bytes)
+        """Estimated bytes of the runs queued for (or being judged by) every judge."""
+        self._account_lock = threading.Lock()
         self._prepare = prepare
         self._rules = rules
         self._sample_rate = sample_rate
@@ -177,10 +199,17 @@ class JudgeService:
                 if not has_content(scored.run):
                     judge.dropped_empty.inc()
                     continue
+                size = queued_bytes(scored.run)
+                with self._account_lock:
+                    if not self.account.fits(size):
+                        judge.dropped_bytes.inc()
+                        continue
+                    self.account.add(size)
                 seq = next(self._seq)
                 try:
-                    judge.queue.put_nowait((seq, scored))
+                    judge.queue.put_nowait((seq, scored, size))
                 except queue.Full:
+                    self._release(size)
                     judge.dropped_full.inc()
                     continue
                 self._newest(scored.run.trace_id, judge.name, seq)
@@ -212,9 +241,10 @@ class JudgeService:
         for judge in self._judges:
             while True:
                 try:
-                    judge.queue.get_nowait()
+                    _, _, size = judge.queue.get_nowait()
                 except queue.Empty:
                     break
+                self._release(size)
                 judge.queue.task_done()
                 self._metrics.dropped.labels(judge.name, "shutdown").inc()
         for judge in self._judges:
@@ -226,7 +256,7 @@ class JudgeService:
     def _work(self, judge: _Judge) -> None:
         while not self._stop.is_set():
             try:
-                seq, scored = judge.queue.get(timeout=0.1)
+                seq, scored, size = judge.queue.get(timeout=0.1)
             except queue.Empty:
                 continue
             try:
@@ -234,7 +264,12 @@ class JudgeService:
             except Exception:  # plugin boundary: one bad run must not kill the judge (logged with trace)
                 log.exception("judge_failed", judge=judge.name, trace_id=scored.run.trace_id)
             finally:
+                self._release(size)
                 judge.queue.task_done()
+
+    def _release(self, size: int) -> None:
+        with self._account_lock:
+            self.account.sub(size)
 
     def _judge_one(self, judge: _Judge, scored: ScoredRun, seq: int) -> None:
         """Cache, else budget, else ask the model; then record whatever came out."""

@@ -25,9 +25,11 @@ from prometheus_client import CollectorRegistry
 
 from collector.errors import ListenError
 from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_server
+from collector.limits import IntakeBudget, intake_cost
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES
 from collector.stream import InProcessStream
+from tests.support.fixtures import closing_factory
 
 LIMIT = 1024 * 1024
 TIMEOUT_S = 10.0
@@ -55,9 +57,15 @@ class Harness:
     """A started gRPC receiver on its own event-loop thread, a fresh registry and stream, and a client."""
 
     def __init__(
-        self, *, max_batches: int = 100, token: str | None = None, token_check: Callable[[str], bool] | None = None
+        self,
+        *,
+        max_batches: int = 100,
+        token: str | None = None,
+        token_check: Callable[[str], bool] | None = None,
+        intake: IntakeBudget | None = None,
     ) -> None:
         self.token_check = token_check
+        self.intake = intake
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.stream = InProcessStream(max_batches, 1.0, self.metrics)
@@ -88,6 +96,7 @@ class Harness:
             retry_after_s=3,
             ingest_token=token,
             token_check=self.token_check,
+            intake=self.intake,
         )
         await server.start()
         return server
@@ -129,15 +138,8 @@ class Harness:
 @pytest.fixture
 def harness_factory() -> Iterator[Callable[..., Harness]]:
     """Builds Harness objects and stops their servers."""
-    made: list[Harness] = []
-
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.close()
+    with closing_factory(Harness, Harness.close) as make:
+        yield make
 
 
 @pytest.fixture
@@ -224,6 +226,26 @@ class TestRejections:
         assert 1 == h.stream.qsize()
         h.stream.get_many(10, 0)
         h.assert_still_works()
+
+    def test_spent_intake_budget_is_unavailable_with_retry_info(self, harness_factory: Callable[..., Harness]) -> None:
+        """A message whose cost does not fit in the intake budget (another body holds it) is
+        UNAVAILABLE + RetryInfo before decoding, counted ``intake_budget``; the budget is all given
+        back after every answer, and the same message passes once the other body is released."""
+        body = _request(50, trace=3).SerializeToString()
+        intake = IntakeBudget(intake_cost(len(body)) + 10)
+        h = harness_factory(intake=intake)
+        other = intake.reservation()
+        assert other.grow(20)
+        error = h.export_error(body)
+        assert grpc.StatusCode.UNAVAILABLE == error.code()
+        info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
+        assert 3 == info.retry_delay.seconds
+        assert "intake budget" in (error.details() or "")
+        assert (1.0, 1.0, 0) == (h.rejected("intake_budget"), h.requests(503), h.stream.qsize())
+        assert 20 == intake.reserved
+        other.release()
+        assert not h.raw(body, timeout=TIMEOUT_S)  # an empty ExportTraceServiceResponse: full success
+        assert (1, 0) == (h.stream.qsize(), intake.reserved)
 
     def test_sdk_exporter_honours_retry_info(self, harness_factory: Callable[..., Harness]) -> None:
         """The SDK exporter gets UNAVAILABLE, waits the 3 s RetryInfo delay and succeeds once there is room."""

@@ -25,6 +25,7 @@ from collector.otlp import decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
 from collector.spool import Spool
 from review_queue.app.process import free_port
+from tests.support.fixtures import wait_until
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
 
@@ -60,10 +61,7 @@ class Harness:
 
     def connect(self) -> FakeProducer:
         self.publisher.start()
-        deadline = time.monotonic() + 5
-        while not self.publisher.ready() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self.publisher.ready()
+        assert wait_until(self.publisher.ready, timeout_s=5)
         return self.producers[0]
 
     def value(self, name: str, **labels: str) -> float:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
+from tests.support.fixtures import runs_until_shutdown
 
 
 class Recorder:
@@ -132,14 +133,5 @@ def test_periodic_ticks_until_shut_down_and_survives_a_failing_tick() -> None:
         if len(ticks) == 2:
             raise RuntimeError("one bad pass")
 
-    periodic = Periodic("vigil-test", tick, 0.01, immediately=True)
-    periodic.start()
-    deadline = time.monotonic() + 10
-    while len(ticks) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert periodic.shutdown(5.0)
-    stopped_at = len(ticks)
-    time.sleep(0.05)
-    assert stopped_at >= 4
-    assert stopped_at == len(ticks)
+    runs_until_shutdown(Periodic("vigil-test", tick, 0.01, immediately=True), lambda: len(ticks), 4)
     assert Periodic("vigil-never-started", tick, 1.0).shutdown(0.0)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
 from collector.errors import BackpressureError
-from collector.limits import LimitedPublisher, MemoryLimiter, rss_bytes
+from collector.limits import (
+    INTAKE_COST_FACTOR,
+    INTAKE_SHARE,
+    IntakeBudget,
+    LimitedPublisher,
+    MemoryLimiter,
+    intake_budget_bytes,
+    intake_cost,
+    rss_bytes,
+)
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.receiver import create_otlp_app
@@ -52,13 +63,22 @@ def _batch() -> TraceBatch:
     return TraceBatch(s.trace_id, (s, span(trace_id=s.trace_id)), 0)
 
 
+class Limited:
+    """A LimitedPublisher over an in-process stream, with a 150-byte ceiling on a settable RSS."""
+
+    def __init__(self, capacity: int = 10, retry_after_s: int = 7) -> None:
+        self.memory = Memory()
+        self.registry = CollectorRegistry()
+        self.metrics = CollectorMetrics(self.registry)
+        self.stream = InProcessStream(capacity, 1.0, self.metrics)
+        limiter = MemoryLimiter(150, read_rss=self.memory.read, check_interval_s=0)
+        self.publisher = LimitedPublisher(self.stream, limiter, retry_after_s, self.metrics)
+
+
 def test_limited_publisher_refuses_and_counts() -> None:
     """Over the ceiling nothing reaches the stream, the spans are counted, and Retry-After is set."""
-    m = Memory()
-    registry = CollectorRegistry()
-    metrics = CollectorMetrics(registry)
-    stream = InProcessStream(10, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    limited = Limited()
+    m, registry, stream, publisher = limited.memory, limited.registry, limited.stream, limited.publisher
     publisher.publish([_batch()])
     m.rss = 151
     with pytest.raises(BackpressureError, match="memory limit of 150 bytes") as info:
@@ -71,10 +91,8 @@ def test_limited_publisher_refuses_and_counts() -> None:
 
 def test_limited_publisher_check_room() -> None:
     """The early check refuses over the memory ceiling and when the inner stream is full."""
-    m = Memory()
-    metrics = CollectorMetrics(CollectorRegistry())
-    stream = InProcessStream(1, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 7, metrics)
+    limited = Limited(capacity=1)
+    m, publisher = limited.memory, limited.publisher
     publisher.check_room(0)
     m.rss = 151
     with pytest.raises(BackpressureError, match="memory limit"):
@@ -87,12 +105,9 @@ def test_limited_publisher_check_room() -> None:
 
 def test_receiver_answers_503_while_over_and_recovers() -> None:
     """Through the OTLP/HTTP receiver: 503 + Retry-After with the reason, then 200 once memory is back."""
-    m = Memory()
-    registry = CollectorRegistry()
-    metrics = CollectorMetrics(registry)
-    stream = InProcessStream(10, 1.0, metrics)
-    publisher = LimitedPublisher(stream, MemoryLimiter(150, read_rss=m.read, check_interval_s=0), 4, metrics)
-    client = TestClient(create_otlp_app(publisher, metrics, max_body_bytes=1 << 20, retry_after_s=2))
+    limited = Limited(retry_after_s=4)
+    m, stream = limited.memory, limited.stream
+    client = TestClient(create_otlp_app(limited.publisher, limited.metrics, max_body_bytes=1 << 20, retry_after_s=2))
     request = ExportTraceServiceRequest()
     request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="x")
     headers = {"Content-Type": "application/x-protobuf"}
@@ -103,3 +118,72 @@ def test_receiver_answers_503_while_over_and_recovers() -> None:
     m.rss = 100
     assert 200 == client.post("/v1/traces", content=request.SerializeToString(), headers=headers).status_code
     assert 1 == stream.qsize()
+
+
+class TestIntakeBudget:
+    def test_budget_is_the_documented_share_of_the_limit(self) -> None:
+        """A quarter of the memory limit; no limit means no budget (0: unlimited)."""
+        assert 0.25 == INTAKE_SHARE
+        assert (128 * 2**20, 0) == (intake_budget_bytes(512 * 2**20), intake_budget_bytes(0))
+        assert (0, 4, 35) == (intake_cost(0), intake_cost(1), intake_cost(10))
+        assert INTAKE_COST_FACTOR > 2.4  # the measured size of decoded spans per protobuf body byte
+
+    def test_reservations_share_the_budget_and_refuse_when_spent(self) -> None:
+        """Grows are granted while the total fits; one that does not is refused whole (nothing
+        taken); shrinking and releasing give bytes back, release twice is harmless."""
+        budget = IntakeBudget(100)
+        a, b = budget.reservation(), budget.reservation()
+        assert a.grow(60)
+        assert b.grow(40)
+        assert not b.grow(1)
+        assert (100, 60, 40) == (budget.reserved, a.held, b.held)
+        a.shrink(10)
+        assert b.grow(10)
+        a.release()
+        a.release()
+        b.shrink(1000)  # never more than held
+        assert (0, 0, 0) == (budget.reserved, a.held, b.held)
+
+    def test_an_oversized_reservation_is_granted_only_alone(self) -> None:
+        """A body larger than the whole budget passes when nothing else is reserved (else a small
+        budget would refuse it for ever), and keeps growing while alone; others are then refused."""
+        budget = IntakeBudget(100)
+        big, other = budget.reservation(), budget.reservation()
+        assert big.grow(150)
+        assert big.grow(50)
+        assert not other.grow(1)
+        big.release()
+        assert other.grow(1)
+        assert not big.grow(150)  # no longer alone
+        assert 1 == budget.reserved
+
+    def test_zero_budget_never_refuses(self) -> None:
+        """No memory limit: reservations always pass (and are still counted)."""
+        budget = IntakeBudget(0)
+        r = budget.reservation()
+        assert r.grow(10**12)
+        assert budget.reservation().grow(10**12)
+        assert 2 * 10**12 == budget.reserved
+
+    def test_concurrent_grows_never_exceed_the_budget(self) -> None:
+        """8 threads growing and releasing at once never hold more than the budget together."""
+        budget = IntakeBudget(1000)
+        peak: list[int] = []
+        start = threading.Barrier(8)
+
+        def work() -> None:
+            r = budget.reservation()
+            start.wait()
+            for _ in range(2000):
+                if r.grow(300):
+                    peak.append(budget.reserved)
+                r.release()
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert 0 == budget.reserved
+        assert peak
+        assert max(peak) <= 1000

@@ -1,6 +1,6 @@
 """The compiled OTLP decoder (collector/_otlp_fast.c) against the Python decoder, the reference.
 
-Properties: on any body the compiled decoder either hands the body back (returns False) or
+Properties: on any body the compiled decoder either hands the body back (returns -1) or
 produces exactly what the Python decoder produces (same spans, same order, same rejections);
 on ordinary traffic (synthetic agent runs, real SDK exports, real instrumentors' traces) it
 never hands a body back, so the fast path is the one production traffic takes.
@@ -8,10 +8,13 @@ never hands a body back, so the fast path is the one production traffic takes.
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 from pathlib import Path
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -35,9 +38,12 @@ def _compiled(body: bytes) -> DecodeResult | None:
     fast = otlp._fast
     assert fast is not None, "collector._otlp_fast was not built by the install"
     acc = otlp._Accumulator()
-    if not fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, otlp._KINDS, otlp._CODES, otlp.MAX_DEPTH):
+    limits = (otlp.MAX_DEPTH, otlp.MAX_ATTRIBUTE_BYTES)
+    cut = fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, otlp._KINDS, otlp._CODES, *limits)
+    if cut < 0:
         return None
-    return acc.result()
+    acc.truncated = cut
+    return acc.result(len(body))
 
 
 def _python(body: bytes) -> DecodeResult | DecodeError:
@@ -50,7 +56,11 @@ def _python(body: bytes) -> DecodeResult | DecodeError:
 def _same(compiled: DecodeResult, reference: DecodeResult | DecodeError) -> None:
     assert isinstance(reference, DecodeResult), f"the Python decoder refused a body the compiled one took: {reference}"
     assert [(b.trace_id, b.spans) for b in reference.batches] == [(b.trace_id, b.spans) for b in compiled.batches]
-    assert (reference.rejected, reference.errors) == (compiled.rejected, compiled.errors)
+    assert (reference.rejected, reference.errors, reference.truncated) == (
+        compiled.rejected,
+        compiled.errors,
+        compiled.truncated,
+    )
 
 
 def test_installed() -> None:
@@ -113,3 +123,55 @@ def test_unusual_bodies_are_handed_back(body: bytes, why: str) -> None:
     """What the compiled decoder does not own, the Python decoder decides (here: a 400)."""
     assert _compiled(body) is None, why
     assert isinstance(_python(body), DecodeError | DecodeResult)
+
+
+def _long_values_request() -> ExportTraceServiceRequest:
+    """Span, event and resource attributes over the limit: ASCII, a 3-byte character across the cut,
+    bytes, and a long string inside a kvlist; plus one exactly at the limit (kept whole)."""
+    limit = otlp.MAX_ATTRIBUTE_BYTES
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    rs.resource.attributes.add(key="resource.long", value={"string_value": "r" * (limit + 1)})
+    span = rs.scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="chat")
+    span.attributes.add(key="ascii", value={"string_value": "a" * (limit + 100)})
+    span.attributes.add(key="euro", value={"string_value": "x" * (limit - 1) + "€" * 3})
+    span.attributes.add(key="exact", value={"string_value": "e" * limit})
+    span.attributes.add(key="blob", value={"bytes_value": b"\xff" * (limit + 5)})
+    nested = span.attributes.add(key="nested").value.kvlist_value.values.add(key="inner")
+    nested.value.string_value = "n" * (limit * 2)
+    span.events.add(name="e").attributes.add(key="event.long", value={"string_value": "v" * (limit + 1)})
+    return request
+
+
+def test_long_attribute_values_cut_alike_by_every_decoder() -> None:
+    """Values over MAX_ATTRIBUTE_BYTES are cut to it (strings on a character boundary) in span,
+    event, resource and nested attributes, identically by the compiled, Python and JSON decoders,
+    and counted; a value exactly at the limit is kept whole."""
+    limit = otlp.MAX_ATTRIBUTE_BYTES
+    body = _long_values_request().SerializeToString()
+    compiled = _compiled(body)
+    assert compiled is not None, "the compiled decoder handed an ordinary body back"
+    _same(compiled, _python(body))
+    (span,) = compiled.batches[0].spans
+    assert "a" * limit == span.attributes["ascii"]
+    assert "x" * (limit - 1) == span.attributes["euro"]  # the euro sign across the cut is left out whole
+    assert "e" * limit == span.attributes["exact"]
+    assert b"\xff" * limit == span.attributes["blob"]
+    assert {"inner": "n" * limit} == span.attributes["nested"]
+    assert "r" * limit == span.resource["resource.long"]
+    assert "v" * limit == span.events[0].attributes["event.long"]
+    assert 6 == compiled.truncated
+    as_json = decode_json(_to_json(body))
+    assert [b.spans for b in compiled.batches] == [b.spans for b in as_json.batches]
+    assert 6 == as_json.truncated
+
+
+def _to_json(body: bytes) -> bytes:
+    """OTLP/JSON of a protobuf body: ``MessageToDict`` with the ids in hex, as OTLP/JSON wants."""
+    doc = MessageToDict(ExportTraceServiceRequest.FromString(body))
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for key in ("traceId", "spanId"):
+                    sp[key] = base64.b64decode(sp[key]).hex()
+    return json.dumps(doc).encode()

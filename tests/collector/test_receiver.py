@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
-import threading
-import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -26,9 +22,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
+from collector.errors import BodyTooLargeError
+from collector.limits import IntakeBudget, intake_cost
 from collector.metrics import CollectorMetrics
-from collector.receiver import THREADPOOL_DECODE_BYTES, create_otlp_app
+from collector.otlp import MAX_ATTRIBUTE_BYTES
+from collector.receiver import INFLATE_STEP_BYTES, THREADPOOL_DECODE_BYTES, _Inflater, create_otlp_app
 from collector.stream import InProcessStream
+from tests.support.fixtures import closing_factory, served
 
 LIMIT = 1024 * 1024
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -66,7 +66,12 @@ class Harness:
     """A receiver app on a fresh registry and stream, with a test client."""
 
     def __init__(
-        self, *, max_batches: int = 100, token: str | None = None, token_check: Callable[[str], bool] | None = None
+        self,
+        *,
+        max_batches: int = 100,
+        token: str | None = None,
+        token_check: Callable[[str], bool] | None = None,
+        intake: IntakeBudget | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
@@ -78,6 +83,7 @@ class Harness:
             retry_after_s=3,
             ingest_token=token,
             token_check=token_check,
+            intake=intake,
         )
         self.client = TestClient(app)
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
@@ -104,15 +110,8 @@ class Harness:
 @pytest.fixture
 def harness_factory() -> Iterator[Callable[..., Harness]]:
     """Builds Harness objects and closes their clients."""
-    made: list[Harness] = []
-
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.client.close()
+    with closing_factory(Harness, lambda h: h.client.close()) as make:
+        yield make
 
 
 @pytest.fixture
@@ -372,19 +371,8 @@ class TestProbes:
 @pytest.fixture
 def live_server(h: Harness) -> Iterator[str]:
     """The harness app served by uvicorn on a free loopback port; yields the base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(h.client.app, log_config=None, access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(h.client.app, lifespan="off") as url:
+        yield url
 
 
 class TestRealExporter:
@@ -401,3 +389,146 @@ class TestRealExporter:
         batches = h.stream.get_many(10, 1.0)
         assert ["chat m", "invoke_agent a"] == [s.name for b in batches for s in b.spans]
         assert 2.0 == h.requests("protobuf", 200)  # SimpleSpanProcessor: one request per span
+
+
+def _bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped (about 1,000 times smaller)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1024 * 1024)
+    return b"".join(packer.compress(block) for _ in range(mib)) + packer.flush()
+
+
+class TestIntakeBudget:
+    """Bodies reserve their cost (:func:`collector.limits.intake_cost`) before they are held."""
+
+    def test_plain_body_refused_before_it_is_read(self, harness_factory: Callable[..., Harness]) -> None:
+        """With another body holding part of the budget, a plain body whose declared size does not
+        fit is 503 + Retry-After (``intake_budget``) and nothing reaches the stream; once the other is
+        released the same body is accepted, and nothing stays reserved."""
+        body = _request(20).SerializeToString()
+        intake = IntakeBudget(intake_cost(len(body)) + 10)
+        h = harness_factory(intake=intake)
+        other = intake.reservation()
+        assert other.grow(20)
+        response = h.post(body, PROTOBUF)
+        assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+        assert "intake budget" in Status.FromString(response.content).message
+        assert (1.0, 1.0, 0) == (h.rejected("intake_budget"), h.requests("protobuf", 503), h.stream.qsize())
+        assert 20 == intake.reserved
+        other.release()
+        assert 200 == h.post(body, PROTOBUF).status_code
+        assert (1, 0) == (h.stream.qsize(), intake.reserved)
+
+    def test_gzip_bomb_refused_within_the_budget(self, harness_factory: Callable[..., Harness]) -> None:
+        """A gzip bomb inflates step by step, each step reserved first: with another body in flight
+        it is refused with 503 once the budget is spent, having held about the budget, not its
+        100 MiB (the 413 at the size limit applies when it is alone: see test_gzip_bomb)."""
+        budget = LIMIT  # about 300 KiB of output at the cost factor: refused before the 1 MiB size limit
+        intake = IntakeBudget(budget)
+        h = harness_factory(intake=intake)
+        other = intake.reservation()
+        assert other.grow(1)
+        bomb = _bomb(100)
+        tracemalloc.start()
+        try:
+            response = h.post(bomb, {**PROTOBUF, "Content-Encoding": "gzip"})
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+        assert peak < len(bomb) * 4 + budget  # the compressed body (sent by the test client) and the budget
+        assert 1.0 == h.rejected("intake_budget")
+        assert 1 == intake.reserved
+        other.release()
+        h.assert_still_works()
+        assert 0 == intake.reserved
+
+    def test_reservation_released_after_every_answer(self, harness_factory: Callable[..., Harness]) -> None:
+        """200, 400, 413, 415, gzip, chunked: the budget is whole again after each."""
+        intake = IntakeBudget(64 * LIMIT)
+        h = harness_factory(intake=intake)
+        good = _request(3).SerializeToString()
+        cases = [
+            (200, good, PROTOBUF),
+            (200, gzip.compress(good), {**PROTOBUF, "Content-Encoding": "gzip"}),
+            (200, iter([good[:10], good[10:]]), PROTOBUF),
+            (400, b"\xff\xff\xff\xff", PROTOBUF),
+            (400, gzip.compress(good)[:-9], {**PROTOBUF, "Content-Encoding": "gzip"}),
+            (413, _bomb(4), {**PROTOBUF, "Content-Encoding": "gzip"}),
+            (415, good, {**PROTOBUF, "Content-Encoding": "br"}),
+        ]
+        for status, body, headers in cases:
+            assert status == h.post(body, headers).status_code
+            assert 0 == intake.reserved, status
+
+    def test_oversized_body_accepted_when_alone(self, harness_factory: Callable[..., Harness]) -> None:
+        """A body costing more than the whole budget is accepted while nothing else is in flight."""
+        h = harness_factory(intake=IntakeBudget(16))
+        body = gzip.compress(_request(5).SerializeToString())
+        assert 200 == h.post(body, {**PROTOBUF, "Content-Encoding": "gzip"}).status_code
+        assert 1 == h.stream.qsize()
+
+
+class TestInflater:
+    """The bounded incremental inflate: output in steps, each reserved before it is taken."""
+
+    def _inflate(self, body: bytes, limit: int, chunk: int = 65536) -> tuple[bytearray, list[tuple[int, int]]]:
+        out = bytearray()
+        calls: list[tuple[int, int]] = []  # (bytes held when asked, bytes asked)
+        inflater = _Inflater("gzip", limit)
+        for i in range(0, len(body), chunk):
+            inflater.feed(body[i : i + chunk], out, lambda n: calls.append((len(out), n)))
+        inflater.finish(out, lambda n: calls.append((len(out), n)))
+        return out, calls
+
+    def test_every_output_byte_is_reserved_before_it_is_held(self) -> None:
+        """Reservations run ahead of the output by at most one step; the result is exact."""
+        data = bytes(range(256)) * 40_000 + bytes(3_000_000)  # 13 MB, compressible, odd sizes
+        out, calls = self._inflate(gzip.compress(data), 64 * 2**20)
+        assert data == bytes(out)
+        reserved = 0
+        for held, asked in calls:
+            assert held <= reserved / 3.5
+            reserved += asked
+        assert len(out) <= reserved / 3.5 <= len(out) + INFLATE_STEP_BYTES
+
+    def test_bomb_never_materialises_past_the_limit(self) -> None:
+        """100 MiB of zeros against a 1 MiB limit: BodyTooLargeError with at most limit + 1 bytes held."""
+        out = bytearray()
+        inflater = _Inflater("gzip", LIMIT)
+        with pytest.raises(BodyTooLargeError):
+            inflater.feed(_bomb(100), out, lambda n: None)
+        assert len(out) <= LIMIT + 1
+
+    def test_concatenated_members_and_pending_output(self) -> None:
+        """Two gzip members fed one byte at a time inflate to both; output pending after the last
+        input byte is drained."""
+        a, b = bytes(3 * INFLATE_STEP_BYTES), b"tail" * 1000
+        out, _ = self._inflate(gzip.compress(a) + gzip.compress(b), 64 * 2**20, chunk=1)
+        assert a + b == bytes(out)
+
+    def test_refusal_stops_the_inflate(self) -> None:
+        """A reserve callback that raises stops inflating at once: nothing beyond what was granted."""
+        granted: list[int] = []
+
+        def reserve(n: int) -> None:
+            if granted:
+                raise RuntimeError("budget spent")
+            granted.append(n)
+
+        out = bytearray()
+        with pytest.raises(RuntimeError):
+            _Inflater("gzip", 64 * 2**20).feed(_bomb(10), out, reserve)
+        assert len(out) <= INFLATE_STEP_BYTES
+
+
+def test_long_attribute_values_cut_and_counted(h: Harness) -> None:
+    """A value over MAX_ATTRIBUTE_BYTES reaches the stream cut to it, counted in
+    ``vigil_attribute_values_truncated_total``."""
+    request = _request(1)
+    attribute = request.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="gen_ai.prompt")
+    attribute.value.string_value = "p" * (MAX_ATTRIBUTE_BYTES + 1)
+    assert 200 == h.post(request.SerializeToString(), PROTOBUF).status_code
+    (batch,) = h.stream.get_many(10, 0)
+    assert "p" * MAX_ATTRIBUTE_BYTES == batch.spans[0].attributes["gen_ai.prompt"]
+    assert 1.0 == h.sample("vigil_attribute_values_truncated_total")

@@ -141,3 +141,16 @@ class TestModelPrices:
         path.write_text("model_prices:\n  my-model: [-1, 3]\n")
         with pytest.raises(SettingsError, match="model_prices"):
             Settings.load({}, config_file=path)
+
+
+class TestMemoryBudgets:
+    """Issue 15 item 3: one VIGIL_MEMORY_LIMIT_MB, split into byte budgets."""
+
+    def test_budgets_follow_the_memory_limit(self, tmp_path: Path) -> None:
+        s = Settings.load({"VIGIL_MEMORY_LIMIT_MB": "200"}, config_file=_empty(tmp_path))
+        budgets = s.memory_budgets()
+        assert (int(200 * 1024 * 1024 * 0.06), 50 * 1024 * 1024) == (budgets.inflight, budgets.intake)
+
+    def test_no_limit_no_budgets(self, tmp_path: Path) -> None:
+        s = Settings.load({"VIGIL_MEMORY_LIMIT_MB": "0"}, config_file=_empty(tmp_path))
+        assert all(0 == value for _, value in s.memory_budgets().items())

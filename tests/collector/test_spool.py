@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,11 +70,7 @@ def test_appended_bodies_are_replayed_after_a_restart(tmp_path: Path, policy: st
 
 def test_a_torn_tail_is_truncated_and_counted(tmp_path: Path) -> None:
     """A record cut short (a crash mid-write) is dropped; the good records before it are kept."""
-    spool = _spool(tmp_path)
-    for i in range(3):
-        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
-    spool.close()
-    (segment,) = tmp_path.glob("*.seg")
+    segment = _three_bodies(tmp_path)
     good = segment.stat().st_size
     with segment.open("ab") as f:
         f.write(b"\x00\x00\x10\x00\x12\x34")  # a header promising 4 KiB, then nothing
@@ -92,11 +89,7 @@ def test_a_torn_tail_is_truncated_and_counted(tmp_path: Path) -> None:
 
 def test_a_corrupt_record_ends_the_segment(tmp_path: Path) -> None:
     """A CRC mismatch truncates the segment there: later records in it cannot be trusted."""
-    spool = _spool(tmp_path)
-    for i in range(3):
-        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
-    spool.close()
-    (segment,) = tmp_path.glob("*.seg")
+    segment = _three_bodies(tmp_path)
     data = bytearray(segment.read_bytes())
     second = len(MAGIC) + 8 + 6  # header + encoding byte + b"body0"
     data[second + 9] ^= 0xFF  # a bit flip in the second record's body
@@ -242,3 +235,43 @@ def test_read_follows_the_spool_across_segments(tmp_path: Path, policy: str) -> 
     assert spool.read(seqs[0]).cursor is None  # acknowledged: gone for the reader
     assert seqs[2] == spool.first_unacked()
     spool.close()
+
+
+def test_bodies_waiting_for_the_disk_are_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 3: with the disk stalled, bodies waiting for the flusher stop at the spool's memory
+    budget; the next one is refused (503 + Retry-After) and counted; written bodies give their bytes back."""
+    registry = CollectorRegistry()
+    spool = Spool(tmp_path / "spool", fsync="batch", metrics=SpoolMetrics(registry), memory_bytes=3000)
+    stalled, writing = threading.Event(), threading.Event()
+    real_write = spool._write
+
+    def slow_write(first: int, records: object) -> None:
+        writing.set()
+        assert stalled.wait(10)
+        real_write(first, records)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spool, "_write", slow_write)
+    list(spool.open())
+    _, first = spool.append(b"a" * 1000)  # taken by the flusher, which stalls on the disk
+    assert writing.wait(10)
+    futures = [spool.append(b"b" * 1000)[1], spool.append(b"c" * 900)[1]]
+    with pytest.raises(BackpressureError, match="write queue full"):
+        spool.append(b"d" * 1000)
+    assert 1 == _value(registry, "vigil_spool_queue_full_total")
+    assert spool.account.held <= 3000
+    stalled.set()
+    for future in [first, *futures]:
+        assert future is not None
+        future.result(10)
+    assert 0 == spool.account.held
+    spool.close()
+
+
+def _three_bodies(tmp_path: Path) -> Path:
+    """A closed spool in ``tmp_path`` holding ``body0``..``body2`` in one segment; that segment."""
+    spool = _spool(tmp_path)
+    for i in range(3):
+        spool.append(b"body%d" % i)[1].result(5)  # type: ignore[union-attr]
+    spool.close()
+    (segment,) = tmp_path.glob("*.seg")
+    return segment

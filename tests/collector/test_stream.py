@@ -8,6 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
+from collector.budget import SPAN_OVERHEAD_BYTES
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import Span, TraceBatch
@@ -139,3 +140,49 @@ class TestInProcessStream:
         for t in consumers:
             t.join(30)
         assert [f"{i + 1:032x}" for i in range(producers * per_producer)] == sorted(b.trace_id for b in received)
+
+
+class TestByteBudget:
+    """The stream is bounded in bytes as well as records (issue 15)."""
+
+    def _sized(self, i: int, size: int) -> TraceBatch:
+        b = _batch(i)
+        return TraceBatch(b.trace_id, b.spans, 0, size)
+
+    def test_refuses_past_its_byte_budget_and_counts_it(self) -> None:
+        """Records fit by count but not by bytes: refused (nothing taken), counted as stream/bytes."""
+        registry = CollectorRegistry()
+        metrics = CollectorMetrics(registry)
+        stream = InProcessStream(100, 1.5, metrics, max_bytes=1000)
+        stream.publish([self._sized(0, 600)])
+        with pytest.raises(BackpressureError) as info:
+            stream.publish([self._sized(1, 300), self._sized(2, 200)])
+        assert (1.5, 1, 600) == (info.value.retry_after, stream.qsize(), stream.account.held)
+        assert 2 == registry.get_sample_value("vigil_refused_total", {"stage": "stream", "reason": "bytes"})
+        assert 0 == registry.get_sample_value("vigil_refused_total", {"stage": "stream", "reason": "full"})
+        with pytest.raises(BackpressureError):
+            stream.check_room(500)
+        stream.check_room(400)
+
+    def test_taking_records_frees_their_bytes(self) -> None:
+        stream = InProcessStream(100, 1.0, max_bytes=1000)
+        stream.publish([self._sized(0, 600), self._sized(1, 400)])
+        assert 1000 == stream.account.held
+        stream.get_many(1, 0)
+        assert 400 == stream.account.held
+        stream.publish([self._sized(2, 600)])
+        stream.get_many(10, 0)
+        assert 0 == stream.account.held
+
+    def test_oversized_record_only_into_an_empty_stream(self) -> None:
+        """A body larger than the byte budget is taken by an empty stream, so it is not refused forever."""
+        stream = InProcessStream(100, 1.0, max_bytes=1000)
+        stream.publish([self._sized(0, 5000)])
+        with pytest.raises(BackpressureError):
+            stream.publish([self._sized(1, 1)])
+
+    def test_unsized_records_are_estimated(self) -> None:
+        """A record built without a size (not from a decoder) still counts, per span."""
+        stream = InProcessStream(100, 1.0, max_bytes=10_000)
+        stream.publish([_batch(0, spans=3)])
+        assert 3 * SPAN_OVERHEAD_BYTES == stream.account.held

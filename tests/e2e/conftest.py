@@ -1,9 +1,12 @@
-"""Fixtures of the scale-out e2e tests: a real tansu broker and PostgreSQL schemas."""
+"""Fixtures of the e2e tests: a real tansu broker and PostgreSQL schemas (scale-out), a headless
+chromium (the UI tests)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +14,15 @@ from review_queue.app.bench.broker import TansuBroker, start_tansu, tansu_missin
 from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +49,15 @@ def pg_url() -> Iterator[str]:
 def workdir(tmp_path: Path) -> Path:
     """The working directory of the role processes (their logs)."""
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian chromium under Playwright, one per test module."""
+    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
+        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import grpc
 import httpx
@@ -38,6 +39,8 @@ class Cluster:
     db_url: str
     workdir: Path
     partitions: int
+    processes: list[RoleProcess] = field(default_factory=list)
+    """Every role :meth:`spawn` started, in order."""
 
     def env(self, **extra: str) -> dict[str, str]:
         """``VIGIL_*`` variables of a role in this cluster."""
@@ -56,8 +59,38 @@ class Cluster:
         return env
 
     def spawn(self, role: str, name: str | None = None, **extra: str) -> RoleProcess:
-        """Start a role of this cluster."""
-        return spawn_role(role, self.workdir, self.env(**extra), name=name)
+        """Start a role of this cluster (:meth:`stop_all` stops it)."""
+        process = spawn_role(role, self.workdir, self.env(**extra), name=name)
+        self.processes.append(process)
+        return process
+
+    def pipeline(self, scorer: str = "scorer", **extra: str) -> tuple[RoleProcess, RoleProcess]:
+        """Start a collector and a scorer (called ``scorer``, with ``extra`` variables); return them once
+        the collector is ready and the scorer consumes every partition."""
+        collector = self.spawn("collector")
+        consumer = self.spawn("scorer", name=scorer, **extra)
+        collector.wait_ready()
+        self.consuming(consumer)
+        return collector, consumer
+
+    def consuming(self, *scorers: RoleProcess) -> None:
+        """Wait until every one of ``scorers`` is ready and the partitions are assigned among them."""
+        for scorer in scorers:
+            scorer.wait_ready()
+        wait_assigned(list(scorers), self.partitions)
+
+    def send(
+        self, collector: RoleProcess, n: int, seed: int, seconds: float
+    ) -> tuple[dict[str, dict[str, Any]], Sender]:
+        """Start sending ``n`` generated runs to ``collector`` over ``seconds``; the expected rows and the sender."""
+        runs = generate(n, seed=seed)
+        return expected(runs), Sender(collector.otlp_endpoint, runs, seconds=seconds).start()
+
+    def stop_all(self) -> None:
+        """SIGTERM every role still running (each must stop within its timeout)."""
+        for process in self.processes:
+            if process.alive():
+                process.stop()
 
 
 def make_cluster(broker: TansuBroker, db_url: str, workdir: Path, partitions: int = 4) -> Cluster:
@@ -231,41 +264,53 @@ def stopped_counts(process: RoleProcess) -> tuple[int, int]:
     raise AssertionError(f"no scorer_stopped line\n{process.log_tail()}")
 
 
-class Sender:
-    """Sends runs to the collector from a thread at a steady pace (the stream the tests disturb)."""
+class Background:
+    """Work done on a daemon thread (:meth:`_work`): :meth:`start` starts it, :meth:`join` waits for it
+    and re-raises what it raised, in the test's thread."""
 
-    def __init__(self, endpoint: str, runs: list[SynthRun], seconds: float, runs_per_body: int = 5) -> None:
-        import threading
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
 
-        self.endpoint = endpoint
-        self.runs = runs
-        self.seconds = seconds
-        self.per_body = runs_per_body
-        self.error: BaseException | None = None
-        self.sent = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Sender:
-        """Start sending."""
+    def start(self) -> Self:
+        """Start the work."""
+        self._thread = threading.Thread(target=self._guarded, daemon=True)
         self._thread.start()
         return self
 
     def join(self, timeout_s: float = 120.0) -> None:
-        """Wait until every run was sent; re-raise a sender failure."""
+        """Wait until the work is done; re-raise its failure."""
+        assert self._thread is not None, "never started"
         self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "sender did not finish"
+        assert not self._thread.is_alive(), f"{type(self).__name__} did not finish"
         if self.error is not None:
             raise self.error
 
-    def _run(self) -> None:
+    def _guarded(self) -> None:
         try:
-            chunks = [self.runs[i : i + self.per_body] for i in range(0, len(self.runs), self.per_body)]
-            interval = self.seconds / max(1, len(chunks))
-            start = time.monotonic()
-            with httpx.Client(timeout=30) as client:
-                for i, chunk in enumerate(chunks):
-                    _post(client, self.endpoint, body([s for run in chunk for s in run.spans]))
-                    self.sent += len(chunk)
-                    time.sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))
+            self._work()
         except Exception as exc:  # noqa: BLE001 - reported by join() in the test thread
             self.error = exc
+
+    def _work(self) -> None:
+        raise NotImplementedError
+
+
+class Sender(Background):
+    """Sends runs to the collector from a thread at a steady pace (the stream the tests disturb)."""
+
+    def __init__(self, endpoint: str, runs: list[SynthRun], seconds: float, runs_per_body: int = 5) -> None:
+        self.endpoint = endpoint
+        self.runs = runs
+        self.seconds = seconds
+        self.per_body = runs_per_body
+        self.sent = 0
+
+    def _work(self) -> None:
+        chunks = [self.runs[i : i + self.per_body] for i in range(0, len(self.runs), self.per_body)]
+        interval = self.seconds / max(1, len(chunks))
+        start = time.monotonic()
+        with httpx.Client(timeout=30) as client:
+            for i, chunk in enumerate(chunks):
+                _post(client, self.endpoint, body([s for run in chunk for s in run.spans]))
+                self.sent += len(chunk)
+                time.sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))

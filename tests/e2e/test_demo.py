@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import pytest
 
 from collector.demo.fleet import DemoFleet, DemoRun
 from collector.demo.plan import Kind
-from review_queue.app.process import VigilProcess, free_port, start_vigil
+from review_queue.app.process import VigilProcess, spawn_vigil, start_vigil
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
@@ -171,24 +170,11 @@ class TestRunDemo:
 
     def test_flagged_runs_within_30_s(self, tmp_path: Path) -> None:
         """Flagged runs appear in /api/v1/queue within 30 s, and SIGTERM still exits 0 after flushing."""
-        ports = {name: free_port() for name in ("OTLP_HTTP", "HTTP", "METRICS")}
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
-        env |= {f"VIGIL_{name}_PORT": str(port) for name, port in ports.items()}
-        env |= {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_HTTP_HOST": "127.0.0.1"}
-        env |= {"VIGIL_OTLP_HTTP_HOST": "127.0.0.1", "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
-        cmd = [sys.executable, "-m", "review_queue.app.cli", "run", "--demo"]
-        with (tmp_path / "vigil.log").open("wb") as log:
-            vigil = VigilProcess(
-                subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=log),
-                ports["OTLP_HTTP"],
-                ports["HTTP"],
-                ports["METRICS"],
-                tmp_path,
-            )
-            try:
-                items = _wait_queue(vigil, timeout_s=30)
-            finally:
-                code = vigil.stop()
+        vigil = spawn_vigil(tmp_path, {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5"}, ["--demo"])
+        try:
+            items = _wait_queue(vigil, timeout_s=30)
+        finally:
+            code = vigil.stop()
         assert items, vigil.log_tail()
         assert {"high", "normal", "low"} >= {i["priority"] for i in items}
         assert 0 == code, vigil.log_tail()

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.app.bench.synth import _kv, body, make_run
 from review_queue.app.process import VigilProcess, start_vigil
+from tests.support.spans import capped_run
 
 pytestmark = pytest.mark.integration
 
@@ -49,18 +48,9 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _capped_run(seed: int) -> tuple[str, bytes]:
-    """A synthetic run whose root reports an iteration-cap hit (flagged high by default)."""
-    run = make_run(random.Random(seed))
-    for span in run.spans:
-        if not span.parent_span_id:
-            span.attributes.append(_kv("vigil.max_iterations_hit", True))
-    return run.trace_id, body(list(run.spans))
-
-
 def _flagged_item(vigil: VigilProcess, seed: int, timeout_s: float = 20.0) -> int:
     """Send a capped run and wait for its review item; returns the item id."""
-    trace_id, payload = _capped_run(seed)
+    trace_id, payload = capped_run(seed)
     assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=PROTO).status_code
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -69,15 +59,6 @@ def _flagged_item(vigil: VigilProcess, seed: int, timeout_s: float = 20.0) -> in
             return int(response.json()["review_item"]["id"])
         time.sleep(0.1)
     raise AssertionError(f"run {trace_id} was never flagged\n{vigil.log_tail()}")
-
-
-def _metric(vigil: VigilProcess, name: str, **labels: str) -> float:
-    total = 0.0
-    for family in text_string_to_metric_families(httpx.get(vigil.metrics_url).text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
 
 
 class TestBlindReview:
@@ -167,7 +148,11 @@ class TestOpenModeLockout:
             env = {**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
             cli = subprocess.run(
                 [sys.executable, "-m", "review_queue.app.cli", "tokens", "create", "--role", "reviewer", "--name", "b"],
-                env=env, capture_output=True, text=True, timeout=60, check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
             )
             assert 1 == cli.returncode
             assert "" == cli.stdout
@@ -200,12 +185,14 @@ class TestFeedbackBound:
             assert 429 == over.status_code
             assert int(over.headers["retry-after"]) >= 1
             assert "feedback already wait" in over.json()["detail"]
-            assert 1.0 == _metric(vigil, "vigil_feedback_refused_total", reason="pending_full")
+            assert 1.0 == vigil.metric("vigil_feedback_refused_total", {"reason": "pending_full"})
             assert 200 == send(1).status_code  # a retry of held feedback is a duplicate, not a refusal
             deadline = time.monotonic() + 15
-            while _metric(vigil, "vigil_feedback_dropped_total", reason="expired") < 5 and time.monotonic() < deadline:
+            while (
+                vigil.metric("vigil_feedback_dropped_total", {"reason": "expired"}) < 5 and time.monotonic() < deadline
+            ):
                 time.sleep(0.5)
-            assert 5.0 == _metric(vigil, "vigil_feedback_dropped_total", reason="expired")
+            assert 5.0 == vigil.metric("vigil_feedback_dropped_total", {"reason": "expired"})
             assert 200 == send(7).status_code
 
 
@@ -240,7 +227,7 @@ class TestSlowloris:
                     held.append(sock)
             started = time.monotonic()
             assert 200 == httpx.get(f"{vigil.api}/api/v1/runs", timeout=5).status_code
-            _, payload = _capped_run(7)
+            _, payload = capped_run(7)
             assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=PROTO).status_code
             assert time.monotonic() - started < 1.0
             time.sleep(1.0)
@@ -251,8 +238,8 @@ class TestSlowloris:
                 sock.close()
             for listener in ("api", "otlp_http"):
                 name = "vigil_http_connections_closed_total"
-                timeouts = _metric(vigil, name, listener=listener, reason="header_timeout")
-                evicted = _metric(vigil, name, listener=listener, reason="over_limit")
+                timeouts = vigil.metric(name, {"listener": listener, "reason": "header_timeout"})
+                evicted = vigil.metric(name, {"listener": listener, "reason": "over_limit"})
                 assert 1000 == timeouts + evicted
                 assert evicted >= 200
 
@@ -270,7 +257,7 @@ class TestSlowloris:
     def test_headers_too_large(self, vigil: VigilProcess, endless: bytes) -> None:
         """Endless headers (many, or one value that never ends) are answered 431 and closed (counted),
         not buffered for ever."""
-        before = _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
+        before = vigil.metric("vigil_http_connections_closed_total", {"listener": "api", "reason": "header_too_large"})
         with socket.create_connection(("127.0.0.1", vigil.http_port)) as sock:
             sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\nX-Big: ")
             try:
@@ -280,7 +267,7 @@ class TestSlowloris:
                 pass
             sock.settimeout(5)
             assert sock.recv(200).startswith(b"HTTP/1.1 431")
-        after = _metric(vigil, "vigil_http_connections_closed_total", listener="api", reason="header_too_large")
+        after = vigil.metric("vigil_http_connections_closed_total", {"listener": "api", "reason": "header_too_large"})
         assert before + 1 == after
 
     def test_early_answer_then_big_body_is_not_a_header(self, vigil: VigilProcess) -> None:
@@ -290,7 +277,7 @@ class TestSlowloris:
             url = f"{vigil.otlp_endpoint}/v1/traces"
             refused = client.post(url, content=b"\x00" * 300_000, headers={"Content-Type": "text/plain"})
             assert 415 == refused.status_code
-            _, payload = _capped_run(11)
+            _, payload = capped_run(11)
             assert 200 == client.post(url, content=payload, headers=PROTO).status_code
 
 
@@ -358,7 +345,7 @@ class TestRefusedVersusDropped:
         from collector.grpc_receiver import EXPORT_METHOD
 
         with start_vigil(tmp_path, {"VIGIL_MAX_BODY_BYTES": "65536"}) as vigil:
-            _, payload = _capped_run(9)
+            _, payload = capped_run(9)
             oversized = payload + _ld(1, _ld(2, _ld(2, b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8)))
             oversized += _ld(1, b"\x00" * 70_000)
             with grpc.insecure_channel(vigil.otlp_grpc_target) as channel:
@@ -367,8 +354,8 @@ class TestRefusedVersusDropped:
                     export(oversized, timeout=10)
                 assert grpc.StatusCode.RESOURCE_EXHAUSTED == refused.value.code()
                 export(payload, timeout=10)
-            assert 1.0 == _metric(vigil, "vigil_otlp_rejected_requests_total", reason="too_large")
-            assert 1.0 == _metric(vigil, "vigil_otlp_requests_total", encoding="grpc", code="413")
+            assert 1.0 == vigil.metric("vigil_otlp_rejected_requests_total", {"reason": "too_large"})
+            assert 1.0 == vigil.metric("vigil_otlp_requests_total", {"encoding": "grpc", "code": "413"})
             text = httpx.get(vigil.metrics_url).text
             assert 'vigil_refused_total{reason="full",stage="stream"}' in text
             assert 'vigil_dropped_total{reason="full",stage="stream"}' not in text

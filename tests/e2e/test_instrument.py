@@ -26,6 +26,7 @@ from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
 from collector.instrument import MaxIterationsExceeded, agent_run, guardrail, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
 from review_queue.app.process import VigilProcess, start_vigil
+from tests.e2e.drivers.harness import RunTruth
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
@@ -75,23 +76,12 @@ class RefundBackendError(RuntimeError):
     """The refund backend is broken: nothing the agent can recover from."""
 
 
-@dataclass
-class Truth:
-    """What the agent observed in one run."""
+@dataclass(kw_only=True)
+class Truth(RunTruth):
+    """What the agent observed in one run (the drivers' ground truth), over which protocol."""
 
-    scenario: str
     protocol: str
-    agent: str = "helper_agent"
-    trace_id: str = ""
     optimal_steps: int = 0
-    llm_calls: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    hit_max_iterations: bool = False
-    safety_blocked: bool = False
-    errored: bool = False
 
 
 def lookup_order(order_id: str) -> str:
@@ -198,7 +188,7 @@ def played(vigil: VigilProcess) -> list[Truth]:
             environ = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true", "OTEL_BSP_SCHEDULE_DELAY": "200"}
             with vigil_setup("helper-bot", endpoint, protocol=protocol, environ=environ) as tracing:
                 for s in scenarios:
-                    truths.append(Truth(s.name, protocol))
+                    truths.append(Truth(scenario=s.name, agent="helper_agent", protocol=protocol))
                     agent.play(s, protocol.replace("/", "_"), truths[-1])
                 assert tracing.force_flush(10_000)
     return truths

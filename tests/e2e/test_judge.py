@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.demo.fakeopenai import FakeOpenAI
 from review_queue.app.bench.synth import body, make_run
@@ -40,14 +39,6 @@ def vigil(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterato
     env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": "0", "JUDGE_API_KEY": "sk-test"}
     with start_vigil(workdir, env) as running:
         yield running
-
-
-def _metric(vigil: VigilProcess, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(httpx.get(vigil.metrics_url).text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return None
 
 
 def _send(vigil: VigilProcess, seed: int, scenario: str) -> str:
@@ -94,9 +85,9 @@ def test_verdicts_flags_metrics_and_agreement(vigil: VigilProcess, fake: FakeOpe
     assert 0.95 == high["judges"][0]["score"]
     assert {"json_schema"} == {s.response_format for s in fake.served()}
 
-    assert 2.0 == _metric(vigil, "vigil_judge_requests_total", judge="ground", outcome="ok")
-    assert 800.0 == _metric(vigil, "vigil_judge_tokens_total", judge="ground", kind="input")
-    assert 1.0 == _metric(vigil, "vigil_flags_total", reason="judge_ground", priority="normal")
+    assert 2.0 == vigil.metric("vigil_judge_requests_total", {"judge": "ground", "outcome": "ok"})
+    assert 800.0 == vigil.metric("vigil_judge_tokens_total", {"judge": "ground", "kind": "input"})
+    assert 1.0 == vigil.metric("vigil_flags_total", {"reason": "judge_ground", "priority": "normal"})
 
     # Human verdicts through the workbench: the high run gets an item from a user's thumbs-down;
     # a reviewer fails both (low: agrees with the judge, high: disagrees).
@@ -110,10 +101,10 @@ def test_verdicts_flags_metrics_and_agreement(vigil: VigilProcess, fake: FakeOpe
         assert 200 == done.status_code, done.text
     labels = {"judge": "ground", "rubric_version": "groundedness@1"}
     deadline = time.monotonic() + 20  # the agreement gauges are recomputed at most every 15 s
-    while _metric(vigil, "vigil_judge_agreement_rate", **labels) != 0.5 and time.monotonic() < deadline:
+    while vigil.metric("vigil_judge_agreement_rate", labels) != 0.5 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert 0.5 == _metric(vigil, "vigil_judge_agreement_rate", **labels)
-    assert 0.0 == _metric(vigil, "vigil_judge_cohen_kappa", **labels)  # reviewers always fail: chance level
+    assert 0.5 == vigil.metric("vigil_judge_agreement_rate", labels)
+    assert 0.0 == vigil.metric("vigil_judge_cohen_kappa", labels)  # reviewers always fail: chance level
     agreement = httpx.get(f"{vigil.api}/api/v1/judges/agreement").json()
     assert [{"judge": "ground", "rubric_version": "groundedness@1", "n": 2, "agreed": 1}] == [
         {k: row[k] for k in ("judge", "rubric_version", "n", "agreed")} for row in agreement

@@ -6,10 +6,6 @@ flagged runs. Screenshots of the queue and of a run view land in ``test-artifact
 
 from __future__ import annotations
 
-import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,19 +13,17 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_verdicts
 from scorers.model import Message, Priority, Step, StepKind, ToolCall
+from tests.support.fixtures import served
 from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 T = 1_700_000_000_000_000_000
 
@@ -38,12 +32,6 @@ XSS_OUTPUT = "<script>window.__xss=2</script>Here is your answer"
 XSS_TOOL = "<img src=x onerror=alert(1)>"
 XSS_MESSAGE = "<script>alert('message')</script>"
 XSS_STEP = "<svg onload=alert(1)>"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -86,30 +74,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
     store = SqlStore(url)
     services = build_services(store, admin_token="bootstrap-admin-token")
     app = create_api_app(store, admin_token="bootstrap-admin-token", services=services)
-    port = _free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert uv.started, "the UI server did not start"
-    yield Server(f"http://127.0.0.1:{port}", store, services)
-    uv.should_exit = True
-    thread.join(10)
+    with served(app) as url:
+        yield Server(url, store, services)
     store.close()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    """Headless Debian chromium under Playwright."""
-    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
-        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
 
 
 def _login(page: Any, server: Server, token: str) -> None:

@@ -12,10 +12,8 @@ shortcuts. Screenshots of each page land in ``test-artifacts/``.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,30 +24,21 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-import uvicorn
 
 from collector.model import SpanEvent
 from collector.otlp import decode_json
 from review_queue.api import create_api_app
-from review_queue.app.process import VigilProcess, free_port, start_vigil
+from review_queue.app.process import VigilProcess, start_vigil
 from review_queue.details import DetailsWriter
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.model import Evidence, Step, StepKind, ToolCall
 from scorers.redact import Redactor
+from tests.support.fixtures import served
 from tests.support.review_queue import scored_run
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 ADMIN_TOKEN = "e2e-run-view-admin"
@@ -117,18 +106,6 @@ def _wait_for(check: Any, timeout_s: float) -> None:
             return
         time.sleep(0.3)
     raise AssertionError("timed out")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Debian chromium under Playwright."""
-    if shutil.which("chromium") is None and not Path(CHROMIUM).exists():
-        pytest.skip("!!! /usr/bin/chromium is missing (apt-get install chromium); browser tests SKIPPED")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="!!! playwright missing; browser tests SKIPPED")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture
@@ -415,17 +392,8 @@ def inproc(tmp_path: Path) -> Iterator[Inproc]:
     store.stamp = stamp  # type: ignore[attr-defined]
     services = build_services(store, admin_token="inproc-admin", clock=lambda: NOW)
     app = create_api_app(store, admin_token="inproc-admin", services=services)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield Inproc(f"http://127.0.0.1:{port}", store, "inproc-admin")
-    server.should_exit = True
-    thread.join(10)
+    with served(app) as url:
+        yield Inproc(url, store, "inproc-admin")
     store.close()
 
 

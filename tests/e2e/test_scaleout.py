@@ -8,7 +8,6 @@ import httpx
 import pytest
 
 from review_queue.app.bench.broker import TansuBroker
-from review_queue.app.process import RoleProcess
 
 from .scaleout import (
     check_exact,
@@ -18,17 +17,10 @@ from .scaleout import (
     make_cluster,
     send_grpc,
     send_http,
-    wait_assigned,
     wait_for,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _stop_all(processes: list[RoleProcess]) -> None:
-    for process in processes:
-        if process.alive():
-            process.stop()
 
 
 class TestEndToEnd:
@@ -39,12 +31,9 @@ class TestEndToEnd:
         cluster = make_cluster(tansu, pg_url, workdir)
         collector = cluster.spawn("collector")
         scorers = [cluster.spawn("scorer", name=f"scorer{i}") for i in range(2)]
-        processes = [collector, *scorers]
         try:
             collector.wait_ready()
-            for scorer in scorers:
-                scorer.wait_ready()
-            wait_assigned(scorers, cluster.partitions)
+            cluster.consuming(*scorers)
             over_http, over_grpc = generate(150, seed=1), generate(50, seed=2)
             send_http(collector.otlp_endpoint, over_http)
             send_grpc(f"127.0.0.1:{collector.otlp_grpc_port}", over_grpc)
@@ -59,7 +48,6 @@ class TestEndToEnd:
             assert 0 < len(items) < len(truth)
             assert 0 == collector.metric("vigil_kafka_delivery_failures_total")
             review = cluster.spawn("review")
-            processes.append(review)
             review.wait_ready()
             flagged = httpx.get(f"{review.api}/api/v1/runs", params={"flagged": "true", "limit": 500}, timeout=10)
             assert set(items) == {run["trace_id"] for run in flagged.json()["items"]}
@@ -67,8 +55,8 @@ class TestEndToEnd:
             assert len(items) == len(queue)
             assert 200 == httpx.get(f"{review.api}/readyz", timeout=10).status_code
         finally:
-            _stop_all(processes)
-        assert [0, 0, 0, 0] == [p.process.returncode for p in processes]
+            cluster.stop_all()
+        assert [0, 0, 0, 0] == [p.process.returncode for p in cluster.processes]
 
 
 class TestStockExporterRecords:
@@ -84,8 +72,7 @@ class TestStockExporterRecords:
         cluster = make_cluster(tansu, pg_url, workdir)
         scorer = cluster.spawn("scorer")
         try:
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
+            cluster.consuming(scorer)
             keyed, batched = generate(60, seed=11), generate(90, seed=12)
             producer = KafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
             for run in keyed:  # partition_traces_by_id: true — key = lowercase hex trace id
@@ -108,7 +95,7 @@ class TestStockExporterRecords:
             assert len(keyed) + mixed + 2 * len(batched) == scorer.metric("vigil_consumer_records_total")
             assert len(truth) == scorer.metric("vigil_runs_total")
         finally:
-            _stop_all([scorer])
+            cluster.stop_all()
 
     def test_undecodable_record_is_skipped(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
         """A record that is not OTLP is counted and passed; the records around it are scored."""
@@ -119,8 +106,7 @@ class TestStockExporterRecords:
         cluster = make_cluster(tansu, pg_url, workdir, partitions=1)
         scorer = cluster.spawn("scorer")
         try:
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
+            cluster.consuming(scorer)
             runs = generate(4, seed=13)
             producer = KafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
             producer.send(cluster.topic, value=body(list(runs[0].spans)))
@@ -134,4 +120,4 @@ class TestStockExporterRecords:
             check_exact(pg_url, truth)
             assert 1 == scorer.metric("vigil_consumer_bad_records_total")
         finally:
-            _stop_all([scorer])
+            cluster.stop_all()

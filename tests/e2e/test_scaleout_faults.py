@@ -17,16 +17,13 @@ import sqlalchemy as sa
 
 from review_queue.app.bench.broker import TansuBroker
 from review_queue.app.bench.synth import body
-from review_queue.app.process import RoleProcess
 
 from .scaleout import (
     EXPORT_METHOD,
     Cluster,
-    Sender,
     check_exact,
     created_since,
     db_rows,
-    expected,
     generate,
     make_cluster,
     stopped_counts,
@@ -37,12 +34,6 @@ from .scaleout import (
 from .tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
-
-
-def _stop_all(processes: list[RoleProcess]) -> None:
-    for process in processes:
-        if process.alive():
-            process.stop()
 
 
 def _rss_kib(pid: int) -> int:
@@ -77,39 +68,29 @@ class TestCrash:
         cluster = make_cluster(tansu, pg_url, workdir)
         # Commit every 3 s so that every kill leaves written-but-uncommitted runs to re-deliver.
         slow_commits = {"VIGIL_KAFKA_COMMIT_INTERVAL_S": "3"}
-        collector = cluster.spawn("collector")
-        scorer = cluster.spawn("scorer", name="scorer", **slow_commits)
-        processes = [collector, scorer]
         try:
-            collector.wait_ready()
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
-            runs = generate(2000, seed=3)
-            truth = expected(runs)
-            sender = Sender(collector.otlp_endpoint, runs, seconds=24).start()
+            collector, scorer = cluster.pipeline(**slow_commits)
+            truth, sender = cluster.send(collector, 2000, seed=3, seconds=24)
             rng = random.Random(5)
             for kill in range(3):
                 if kill:  # kill only a scorer that is consuming, at a random moment after it started
-                    scorer.wait_ready()
-                    wait_assigned([scorer], cluster.partitions)
+                    cluster.consuming(scorer)
                 time.sleep(rng.uniform(1.0, 3.0))
                 scorer.kill()
                 final_start = time.time()
                 scorer = cluster.spawn("scorer", name="scorer", **slow_commits)
-                processes.append(scorer)
             sender.join()
             wait_runs(pg_url, truth, 120, scorer.log_tail)
             stored, _items = check_exact(pg_url, truth)
             assert any(row["version"] > 1 for row in stored.values()), "no run was re-delivered: test too weak"
-            scorer.wait_ready()  # the last scorer may have started after every run was written
-            wait_assigned([scorer], cluster.partitions)
+            cluster.consuming(scorer)  # the last scorer may have started after every run was written
             wait_for(lambda: _group_at_end(cluster), 60, "the last scorer to commit the log end", scorer.log_tail)
             new_runs, new_items = created_since(pg_url, final_start)
             # The last scorer re-read records other scorers had already written: it counts only new runs.
             assert new_runs == scorer.metric("vigil_runs_total")
             assert new_items == scorer.metric("vigil_flagged_runs_total")
         finally:
-            _stop_all(processes)
+            cluster.stop_all()
 
 
 class TestRebalance:
@@ -118,19 +99,11 @@ class TestRebalance:
     def test_join_and_leave(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
         """Partitions move twice; the store is exact and both scorers' counts add up to the truth."""
         cluster = make_cluster(tansu, pg_url, workdir)
-        collector = cluster.spawn("collector")
-        first = cluster.spawn("scorer", name="scorer-a")
-        processes = [collector, first]
         try:
-            collector.wait_ready()
-            first.wait_ready()
-            wait_assigned([first], cluster.partitions)
-            runs = generate(1500, seed=4)
-            truth = expected(runs)
-            sender = Sender(collector.otlp_endpoint, runs, seconds=12).start()
+            collector, first = cluster.pipeline("scorer-a")
+            truth, sender = cluster.send(collector, 1500, seed=4, seconds=12)
             time.sleep(2)
             second = cluster.spawn("scorer", name="scorer-b")
-            processes.append(second)
             second.wait_ready()
             wait_assigned([first, second], cluster.partitions)
             time.sleep(2)
@@ -145,7 +118,7 @@ class TestRebalance:
             assert len(items) == first.metric("vigil_flagged_runs_total") + second_flags
             assert first.metric("vigil_consumer_rebalances_total") >= 3
         finally:
-            _stop_all(processes)
+            cluster.stop_all()
 
 
 class TestDatabaseOutage:
@@ -157,16 +130,9 @@ class TestDatabaseOutage:
         proxy.start()
         via_proxy = sa.make_url(pg_url).set(port=proxy.port).render_as_string(hide_password=False)
         cluster = make_cluster(tansu, pg_url, workdir)
-        collector = cluster.spawn("collector")
-        scorer = cluster.spawn("scorer", VIGIL_DATABASE_URL=via_proxy)
-        processes = [collector, scorer]
         try:
-            collector.wait_ready()
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
-            runs = generate(1000, seed=6)
-            truth = expected(runs)
-            sender = Sender(collector.otlp_endpoint, runs, seconds=10).start()
+            collector, scorer = cluster.pipeline(VIGIL_DATABASE_URL=via_proxy)
+            truth, sender = cluster.send(collector, 1000, seed=6, seconds=10)
             time.sleep(3)
             proxy.stop()
             wait_for(lambda: scorer.metric("vigil_consumer_paused") == 1, 30, "the scorer to pause", scorer.log_tail)
@@ -184,7 +150,7 @@ class TestDatabaseOutage:
             assert len(truth) == scorer.metric("vigil_runs_total")
             assert len(items) == scorer.metric("vigil_flagged_runs_total")
         finally:
-            _stop_all(processes)
+            cluster.stop_all()
             proxy.stop()
 
 
@@ -220,7 +186,8 @@ class TestKafkaUnreachable:
             # refused before the body is read (the producer is not connected): counted per request
             assert 301 == collector.metric("vigil_otlp_rejected_requests_total", {"reason": "backpressure"})
         finally:
-            _stop_all([collector])
+            if collector.alive():
+                collector.stop()
 
     def test_broker_goes_away(self, workdir: Path, tansu: TansuBroker) -> None:
         """The broker dies after start: the byte budget fills, then 503s; memory stays bounded."""

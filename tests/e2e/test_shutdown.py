@@ -41,13 +41,12 @@ from scorers.state import load_state
 from .scaleout import (
     EXPORT_METHOD,
     SAMPLE_RATE,
-    Sender,
+    Background,
     check_exact,
     expected,
     generate,
     make_cluster,
     stopped_counts,
-    wait_assigned,
     wait_for,
     wait_runs,
 )
@@ -99,7 +98,7 @@ def _body(spans: list[Any]) -> Body:
 
 
 @dataclass
-class Poster:
+class Poster(Background):
     """Posts its bodies in order to ``target()``, retrying each until it is answered 200.
 
     Every answer is kept: ``accepted`` pairs a body with the endpoint that took it,
@@ -116,32 +115,14 @@ class Poster:
     grpc_target: str | None = None
     give_up: threading.Event = field(default_factory=threading.Event)
 
-    def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Poster:
-        """Start posting."""
-        self._thread.start()
-        return self
-
-    def join(self, timeout_s: float = 120.0) -> None:
-        """Wait until every body was accepted; re-raise a failure."""
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "poster did not finish"
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            if self.grpc_target is not None:
-                self._run_grpc(self.grpc_target)
-                return
-            with httpx.Client(timeout=30) as client:
-                for item in self.bodies:
-                    self._post(client, item)
-                    time.sleep(self.pace_s)
-        except Exception as exc:  # noqa: BLE001 - reported by join()
-            self.error = exc
+    def _work(self) -> None:
+        if self.grpc_target is not None:
+            self._run_grpc(self.grpc_target)
+            return
+        with httpx.Client(timeout=30) as client:
+            for item in self.bodies:
+                self._post(client, item)
+                time.sleep(self.pace_s)
 
     def _run_grpc(self, target: str) -> None:
         """Export over OTLP/gRPC; ``statuses`` then counts gRPC status codes by value."""
@@ -338,32 +319,22 @@ class TestScorer:
     def test_three_sigterms_exact_store_and_counters(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
         """Three graceful stops during 1,500 runs: store exact, each stop clean, every run and flag counted once."""
         cluster = make_cluster(tansu, pg_url, workdir)
-        collector = cluster.spawn("collector")
-        scorer = cluster.spawn("scorer", name="scorer-0")
-        processes = [collector, scorer]
         try:
-            collector.wait_ready()
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
-            runs = generate(1500, seed=85)
-            truth = expected(runs)
-            sender = Sender(collector.otlp_endpoint, runs, seconds=12).start()
+            collector, scorer = cluster.pipeline("scorer-0")
+            truth, sender = cluster.send(collector, 1500, seed=85, seconds=12)
             rng = random.Random(86)
             stopped: list[RoleProcess] = []
             for restart in range(1, 4):
                 if restart > 1:  # stop only a scorer that is consuming, at a random moment after it started
-                    scorer.wait_ready()
-                    wait_assigned([scorer], cluster.partitions)
+                    cluster.consuming(scorer)
                 time.sleep(rng.uniform(0.5, 2.0))
                 assert 0 == scorer.stop()
                 stopped.append(scorer)
                 scorer = cluster.spawn("scorer", name=f"scorer-{restart}")
-                processes.append(scorer)
             sender.join()
             wait_runs(pg_url, truth, 90, scorer.log_tail)
             _, items = check_exact(pg_url, truth)
-            scorer.wait_ready()
-            wait_assigned([scorer], cluster.partitions)
+            cluster.consuming(scorer)
             events = [_log_events(p.log_path, "scorer_stopped") for p in stopped]
             assert all(len(e) == 1 and e[0]["clean"] is True for e in events), events
             counts = [stopped_counts(p) for p in stopped]
@@ -377,9 +348,7 @@ class TestScorer:
             assert len(truth) == sum(r for r, _ in counts) + scorer.metric("vigil_runs_total")
             assert len(items) == sum(f for _, f in counts) + scorer.metric("vigil_flagged_runs_total")
         finally:
-            for process in processes:
-                if process.alive():
-                    process.stop()
+            cluster.stop_all()
 
 
 # --- vigil review ----------------------------------------------------------------------------
@@ -552,7 +521,7 @@ def _saved_in_flight(state: Path, copy: Path) -> set[str]:
     shutil.copy(state, copy)
     assembler = Assembler()
     load_state(copy, assembler)
-    return {trace_id for trace_id, _ in assembler.export_state()[0]}
+    return {b.trace_id for b in assembler.export_state()[0]}
 
 
 def _spans_accepted(posters: list[Poster], endpoint: str) -> dict[str, set[str]]:

@@ -141,29 +141,10 @@ class TestRealExporter:
         """A run made with the SDK and exported with gzip is scored with its agent name."""
         from opentelemetry.exporter.otlp.proto.http import Compression
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        provider = TracerProvider(resource=Resource.create({"service.name": "sdk-agent"}))
         exporter = OTLPSpanExporter(endpoint=f"{vigil.otlp_endpoint}/v1/traces", compression=Compression.Gzip)
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        tracer = provider.get_tracer("test")
-        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sdk_agent"}
-        chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 7}
-        with tracer.start_as_current_span("invoke_agent sdk", attributes=agent) as root:
-            for _ in range(2):
-                with tracer.start_as_current_span("chat m", attributes=chat):
-                    pass
-            trace_id = format(root.get_span_context().trace_id, "032x")
-        provider.shutdown()
-        run = wait_run(vigil, trace_id)
-        assert ("sdk_agent", 2, 14, "sdk-agent") == (
-            run["agent"],
-            run["llm_calls"],
-            run["input_tokens"],
-            run["service"],
-        )
+        run = wait_run(vigil, _sdk_run(exporter, "sdk", chats=2, input_tokens=7))
+        assert ("sdk_agent", 2, 14, "sdk-agent") == tuple(run[f] for f in _SDK_FIELDS)
         assert run["flag"] is not None
         assert ["random_sample"] == run["flag"]["reasons"]
 
@@ -171,29 +152,36 @@ class TestRealExporter:
         """A run exported by the SDK's OTLP/gRPC exporter (insecure, gzip) is scored with its agent name."""
         import grpc
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        provider = TracerProvider(resource=Resource.create({"service.name": "grpc-agent"}))
         exporter = OTLPSpanExporter(endpoint=vigil.otlp_grpc_target, insecure=True, compression=grpc.Compression.Gzip)
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        tracer = provider.get_tracer("test")
-        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "grpc_agent"}
-        chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 5}
-        with tracer.start_as_current_span("invoke_agent grpc", attributes=agent) as root:
+        run = wait_run(vigil, _sdk_run(exporter, "grpc", chats=1, input_tokens=5))
+        assert ("grpc_agent", 1, 5, "grpc-agent") == tuple(run[f] for f in _SDK_FIELDS)
+        assert 2.0 == metric(vigil, "vigil_spans_received_total", encoding="grpc")
+
+
+_SDK_FIELDS = ("agent", "llm_calls", "input_tokens", "service")
+"""What the two SDK-exporter tests compare."""
+
+
+def _sdk_run(exporter: Any, name: str, chats: int, input_tokens: int) -> str:
+    """One agent run made with the OTel SDK (service ``{name}-agent``, agent ``{name}_agent``, ``chats``
+    LLM calls of ``input_tokens`` each) and exported by ``exporter``; its trace id."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": f"{name}-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": f"{name}_agent"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": input_tokens}
+    with tracer.start_as_current_span(f"invoke_agent {name}", attributes=agent) as root:
+        for _ in range(chats):
             with tracer.start_as_current_span("chat m", attributes=chat):
                 pass
-            trace_id = format(root.get_span_context().trace_id, "032x")
-        provider.shutdown()
-        run = wait_run(vigil, trace_id)
-        assert ("grpc_agent", 1, 5, "grpc-agent") == (
-            run["agent"],
-            run["llm_calls"],
-            run["input_tokens"],
-            run["service"],
-        )
-        assert 2.0 == metric(vigil, "vigil_spans_received_total", encoding="grpc")
+        trace_id = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    return trace_id
 
 
 class TestSigterm:
@@ -238,7 +226,7 @@ def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
     labels = {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
     allowed = {"agent", "outcome", "complete", "direction", "tool", "priority", "reason", "stage", "name", "event",
                "encoding", "code", "le", "quantile",
-               "state", "verdict", "source", "kind", "table", "listener", "signal", "rule"}  # fmt: skip
+               "state", "verdict", "source", "kind", "table", "listener", "signal", "rule", "structure"}  # fmt: skip
     assert set() == labels - allowed
 
 

@@ -3,17 +3,15 @@ the run is scored, claim and verdict over the API, and the review metrics on the
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.app.bench.synth import _kv, body, make_run
 from review_queue.app.process import VigilProcess, start_vigil
+from tests.support.spans import capped_run
 
 pytestmark = pytest.mark.integration
 
@@ -45,15 +43,6 @@ def tokens(vigil: VigilProcess) -> dict[str, str]:
     return made
 
 
-def _capped_run(seed: int) -> tuple[str, bytes]:
-    """A synthetic run whose root reports an iteration-cap hit (flagged high by default)."""
-    run = make_run(random.Random(seed))
-    for span in run.spans:
-        if not span.parent_span_id:
-            span.attributes.append(_kv("vigil.max_iterations_hit", True))
-    return run.trace_id, body(list(run.spans))
-
-
 def _wait_flag(vigil: VigilProcess, trace_id: str, reasons: list[str], timeout_s: float = 20.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -74,20 +63,12 @@ def _feedback(vigil: VigilProcess, token: str, trace_id: str, feedback_id: str) 
     return dict(response.json())
 
 
-def _metric(vigil: VigilProcess, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(httpx.get(vigil.metrics_url).text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return None
-
-
 class TestIngestAuth:
     """OTLP ingest accepts stored ingest tokens only."""
 
     def test_roles_on_otlp(self, vigil: VigilProcess, tokens: dict[str, str]) -> None:
         """No token and a reviewer token are 401; the ingest token is accepted."""
-        _, payload = _capped_run(100)
+        _, payload = capped_run(100)
         url = f"{vigil.otlp_endpoint}/v1/traces"
         assert 401 == httpx.post(url, content=payload, headers=PROTO).status_code
         reviewer = {**PROTO, "Authorization": f"Bearer {tokens['reviewer']}"}
@@ -103,7 +84,7 @@ class TestFeedback:
         """Thumbs-down before the run and after it; both runs carry hit_max_iterations and user_thumbs_down."""
         ingest = {**PROTO, "Authorization": f"Bearer {tokens['ingest']}"}
         url = f"{vigil.otlp_endpoint}/v1/traces"
-        before_id, before_body = _capped_run(1)
+        before_id, before_body = capped_run(1)
         early = _feedback(vigil, tokens["ingest"], before_id, "fb-before")
         assert (False, False) == (early["duplicate"], early["joined"])
         assert 200 == httpx.post(url, content=before_body, headers=ingest).status_code
@@ -111,7 +92,7 @@ class TestFeedback:
         run = _wait_flag(vigil, before_id, both)
         assert "high" == run["flag"]["priority"]
 
-        after_id, after_body = _capped_run(2)
+        after_id, after_body = capped_run(2)
         assert 200 == httpx.post(url, content=after_body, headers=ingest).status_code
         _wait_flag(vigil, after_id, ["hit_max_iterations"])
         late = _feedback(vigil, tokens["ingest"], after_id, "fb-after")
@@ -123,7 +104,7 @@ class TestFeedback:
         queue = httpx.get(f"{vigil.api}/api/v1/queue", params={"limit": 500}, headers=ADMIN).json()["items"]
         assert 1 == sum(1 for i in queue if i["trace_id"] == before_id)
         assert 1 == sum(1 for i in queue if i["trace_id"] == after_id)
-        assert 2.0 == _metric(vigil, "vigil_feedback_received_total", source="web", kind="thumbs")
+        assert 2.0 == vigil.metric("vigil_feedback_received_total", {"source": "web", "kind": "thumbs"})
 
 
 class TestReviewOverApi:
@@ -131,24 +112,24 @@ class TestReviewOverApi:
 
     def test_claim_verdict_metrics(self, vigil: VigilProcess, tokens: dict[str, str]) -> None:
         """A reviewer claims the oldest high item and fails it; counters and gauges follow."""
-        trace_id, payload = _capped_run(3)
+        trace_id, payload = capped_run(3)
         ingest = {**PROTO, "Authorization": f"Bearer {tokens['ingest']}"}
         assert 200 == httpx.post(f"{vigil.otlp_endpoint}/v1/traces", content=payload, headers=ingest).status_code
         _wait_flag(vigil, trace_id, ["hit_max_iterations"])
         reviewer = {"Authorization": f"Bearer {tokens['reviewer']}"}
-        claims_before = _metric(vigil, "vigil_review_claims_total") or 0.0
+        claims_before = vigil.metric("vigil_review_claims_total")
         claim = httpx.post(f"{vigil.api}/api/v1/queue/claim", json={}, headers=reviewer)
         assert 200 == claim.status_code, claim.text
         item_id = claim.json()["item_id"]
         verdict = {"verdict": "fail", "categories": ["loop"], "notes": "capped", "corrected_answer": "Stop earlier."}
         response = httpx.post(f"{vigil.api}/api/v1/items/{item_id}/verdict", json=verdict, headers=reviewer)
         assert {"item_id": item_id, "state": "done"} == response.json()
-        assert claims_before + 1 == _metric(vigil, "vigil_review_claims_total")
+        assert claims_before + 1 == vigil.metric("vigil_review_claims_total")
         agent = httpx.get(f"{vigil.api}/api/v1/runs/{claim.json()['trace_id']}", headers=ADMIN).json()["agent"]
-        assert 1.0 <= (_metric(vigil, "vigil_review_verdicts_total", agent=agent, verdict="fail") or 0.0)
-        assert 0.0 == _metric(vigil, "vigil_review_pass_rate", agent=agent)
-        assert (_metric(vigil, "vigil_review_items", state="done", priority="high") or 0.0) >= 1.0
-        assert _metric(vigil, "vigil_review_oldest_pending_age_seconds", priority="high") is not None
+        assert 1.0 <= vigil.metric("vigil_review_verdicts_total", {"agent": agent, "verdict": "fail"})
+        assert 0.0 == vigil.metric("vigil_review_pass_rate", {"agent": agent})
+        assert vigil.metric("vigil_review_items", {"state": "done", "priority": "high"}) >= 1.0
+        assert 'vigil_review_oldest_pending_age_seconds{priority="high"}' in httpx.get(vigil.metrics_url).text
 
     def test_ui_served_with_csp(self, vigil: VigilProcess) -> None:
         """The login page is served by vigil run with the strict CSP."""

@@ -13,7 +13,7 @@ from review_queue.access import CSP, SESSION_COOKIE
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from tests.support.review_queue import scored_run
+from tests.support.review_queue import login, scored_run
 
 ADMIN_TOKEN = "bootstrap-admin-secret"
 TRACE = "ab" * 16
@@ -125,7 +125,7 @@ class TestRejections:
         assert 401 == response.status_code
         assert "Bearer" == response.headers["WWW-Authenticate"]
 
-    def test_ui_redirects_to_login(self, client: TestClient) -> None:
+    def test_ui_redirects_tologin(self, client: TestClient) -> None:
         """A UI page without a session redirects to /login."""
         response = client.get("/queue", follow_redirects=False)
         assert (303, "/login") == (response.status_code, response.headers["location"])
@@ -175,18 +175,6 @@ class TestRejections:
         assert 200 == client.delete(f"/api/v1/tokens/{admin['id']}", headers=_bearer(admin["token"])).status_code
 
 
-def _login(client: TestClient, token: str) -> str:
-    page = client.get("/login")
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert csrf is not None
-    response = client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
-    assert 303 == response.status_code
-    queue = client.get("/queue")
-    found = re.search(r'name="csrf" value="([^"]+)"', queue.text)
-    assert found is not None
-    return found.group(1)
-
-
 class TestOpenModeUi:
     """Without any credential configured the UI still needs a session, so its forms keep CSRF."""
 
@@ -196,7 +184,7 @@ class TestOpenModeUi:
         assert "/login" == client.get("/queue", follow_redirects=False).headers["location"]
         assert "/login" == client.post("/queue/claim", data={}, follow_redirects=False).headers["location"]
         assert "runs open" in client.get("/login").text
-        csrf = _login(client, "")
+        csrf = login(client, "")
         assert 403 == client.post("/queue/claim", data={"csrf": "forged"}, follow_redirects=False).status_code
         response = client.post("/queue/claim", data={"csrf": csrf}, follow_redirects=False)
         assert (303, "/items/1") == (response.status_code, response.headers["location"])
@@ -238,7 +226,7 @@ class TestSessions:
 
     def test_csrf_required_on_forms(self, client: TestClient, tokens: dict[str, str]) -> None:
         """A session POST without or with a wrong CSRF token is 403; with the right one it works."""
-        csrf = _login(client, tokens["reviewer"])
+        csrf = login(client, tokens["reviewer"])
         assert 403 == client.post("/queue/claim", data={}, follow_redirects=False).status_code
         assert 403 == client.post("/queue/claim", data={"csrf": "wrong"}, follow_redirects=False).status_code
         assert 403 == client.post("/api/v1/queue/claim", json={}).status_code
@@ -247,12 +235,12 @@ class TestSessions:
 
     def test_csrf_header_for_api_with_session(self, client: TestClient, tokens: dict[str, str]) -> None:
         """The session's CSRF token in X-CSRF-Token authorises a JSON call."""
-        csrf = _login(client, tokens["reviewer"])
+        csrf = login(client, tokens["reviewer"])
         assert 200 == client.post("/api/v1/queue/claim", json={}, headers={"X-CSRF-Token": csrf}).status_code
 
     def test_tampered_cookie(self, client: TestClient, tokens: dict[str, str]) -> None:
         """A modified session cookie is no session."""
-        _login(client, tokens["admin"])
+        login(client, tokens["admin"])
         original = client.cookies[SESSION_COOKIE]
         client.cookies.clear()
         client.cookies.set(SESSION_COOKIE, original)
@@ -267,7 +255,7 @@ class TestSessions:
         self, client: TestClient, tokens: dict[str, str], services: ReviewServices
     ) -> None:
         """Revoking the token behind a session logs it out."""
-        _login(client, tokens["viewer"])
+        login(client, tokens["viewer"])
         assert 200 == client.get("/queue").status_code
         services.tokens.revoke("viewer-user")
         services.access.auth.forget()
@@ -275,7 +263,7 @@ class TestSessions:
 
     def test_admin_forms(self, client: TestClient, tokens: dict[str, str], services: ReviewServices) -> None:
         """An admin assigns and sets reviews_required from the run view; the forms carry CSRF."""
-        csrf = _login(client, tokens["admin"])
+        csrf = login(client, tokens["admin"])
         assert 'id="assign-form"' in client.get("/items/1").text
         assert 403 == client.post("/items/1/assign", data={"assignee": "bob"}, follow_redirects=False).status_code
         client.post("/items/1/assign", data={"assignee": "bob", "csrf": csrf}, follow_redirects=False)
@@ -285,13 +273,13 @@ class TestSessions:
 
     def test_logout(self, client: TestClient, tokens: dict[str, str]) -> None:
         """Logout clears the session."""
-        csrf = _login(client, tokens["viewer"])
+        csrf = login(client, tokens["viewer"])
         client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
         assert 303 == client.get("/queue", follow_redirects=False).status_code
 
     def test_logout_ends_copied_cookie(self, client: TestClient, tokens: dict[str, str]) -> None:
         """A copy of the cookie taken before logout opens nothing after it (the session ended server-side)."""
-        csrf = _login(client, tokens["reviewer"])
+        csrf = login(client, tokens["reviewer"])
         copied = client.cookies[SESSION_COOKIE]
         client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
         client.cookies.clear()

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import gzip
 import random
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from collector.metrics import CollectorMetrics
@@ -21,8 +18,8 @@ from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
 from review_queue.app.bench.synth import body, make_run
 from review_queue.app.cli import main
-from review_queue.app.process import free_port
 from review_queue.replay import collect_files, replay
+from tests.support.fixtures import served
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "openai_plain.json"
 
@@ -43,19 +40,8 @@ def receiver() -> Iterator[Receiver]:
     """The real receiver app under uvicorn on a free port."""
     metrics = CollectorMetrics(CollectorRegistry())
     stream = InProcessStream(100_000, 1, metrics)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_otlp_app(stream, metrics, max_body_bytes=1 << 22, retry_after_s=1), port=port, log_level="error"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield Receiver(f"http://127.0.0.1:{port}", stream)
-    server.should_exit = True
-    thread.join(10)
+    with served(create_otlp_app(stream, metrics, max_body_bytes=1 << 22, retry_after_s=1)) as url:
+        yield Receiver(url, stream)
 
 
 def _protobuf_file(path: Path, seed: int) -> int:

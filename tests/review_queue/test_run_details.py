@@ -24,19 +24,10 @@ from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_events, review_items, run_details
 from scorers.model import Message, Priority, Run, ScoredRun, Step, StepKind, ToolCall
 from scorers.redact import Redactor
+from tests.support.fixtures import Clock
 from tests.support.review_queue import scored_run
 
 T = 1_700_000_000_000_000_000
-
-
-class Clock:
-    """A settable clock."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.model import Evidence, Message, Step, StepKind, ToolCall
 from scorers.redact import Redactor
-from tests.support.review_queue import scored_run
+from tests.support.review_queue import login, scored_run
 
 ADMIN_TOKEN = "security-bootstrap-admin"
 TRACE = "cd" * 16
@@ -167,18 +167,6 @@ def test_authz(app_parts: tuple[FastAPI, ReviewServices, SqlStore], method: str,
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-def _login(client: TestClient, token: str) -> str:
-    """Log in through the form; return the CSRF token of the session."""
-    page = client.get("/login")
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert csrf is not None
-    response = client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
-    assert 303 == response.status_code
-    found = re.search(r'name="csrf" value="([^"]+)"', client.get("/queue").text)
-    assert found is not None
-    return found.group(1)
-
-
 class TestSessionFixation:
     """A session cookie planted before login is never the one in use after it."""
 
@@ -206,10 +194,10 @@ class TestSessionFixation:
         app, services, _ = app_parts
         secret = services.tokens.create("rev", "reviewer")[0]
         client = TestClient(app)
-        _login(client, secret)
+        login(client, secret)
         first = client.cookies.get(SESSION_COOKIE)
         time.sleep(1.1)  # sessions carry their issue time in seconds
-        _login(client, secret)
+        login(client, secret)
         assert first != client.cookies.get(SESSION_COOKIE)
 
 
@@ -227,7 +215,7 @@ class TestCsrf:
         """Logged in as admin (every form allowed) but without the right token: 403, state unchanged."""
         app, services, _store = app_parts
         client = TestClient(app)
-        _login(client, services.tokens.create("root", "admin")[0])
+        login(client, services.tokens.create("root", "admin")[0])
         data = {} if csrf is None else {"csrf": csrf}
         before = client.get("/api/v1/items/1", headers={"X-CSRF-Token": "x"})
         response = client.post(template.format(item_id=1, trace_id=TRACE), data=data, follow_redirects=False)
@@ -238,7 +226,7 @@ class TestCsrf:
         """Even logout (a state change) needs the token, so a cross-site POST cannot end a session."""
         app, services, _ = app_parts
         client = TestClient(app)
-        _login(client, services.tokens.create("rev", "reviewer")[0])
+        login(client, services.tokens.create("rev", "reviewer")[0])
         assert 403 == client.post("/logout", data={}, follow_redirects=False).status_code
         assert 200 == client.get("/queue").status_code
 
@@ -293,7 +281,7 @@ class TestStoredXss:
         store.write([hostile, plain])
         DetailsWriter(store.write_details, Redactor()).write_now([hostile, plain])
         client = TestClient(app)
-        _login(client, services.tokens.create("root", "admin")[0])
+        login(client, services.tokens.create("root", "admin")[0])
         items = client.get("/api/v1/queue").json()["items"]
         item_id = next(i["id"] for i in items if i["trace_id"] == "ef" * 16)
         pages = ("/queue", f"/items/{item_id}", f"/runs/{'ef' * 16}", f"/runs/{'ab' * 16}", "/stats", "/runs",
@@ -436,7 +424,7 @@ def test_tokens_never_logged(
     created = client.post("/api/v1/tokens", json={"name": "leaky", "role": "reviewer"}, headers=admin).json()
     secret = created["token"]
     bodies = [client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret}"}).text]
-    _login(client, secret)
+    login(client, secret)
     bodies.append(client.delete(f"/api/v1/tokens/{created['id']}", headers=admin).text)
     bodies.append(client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret}"}).text)
     bodies.append(client.get("/api/v1/runs", headers={"Authorization": f"Bearer {secret}x"}).text)

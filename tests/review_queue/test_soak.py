@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from review_queue.app.bench.soak import _growth, soak
+from review_queue.app.bench.soak import SoakResult, _growth, soak
 
 pytestmark = pytest.mark.integration
 
@@ -24,3 +24,10 @@ def test_growth_compares_last_quarter_with_third_quarter() -> None:
     samples = [(float(i), rss) for i, rss in enumerate([50, 90, 95, 99, 100, 100, 110, 110])]
     assert pytest.approx(0.10) == _growth(samples)
     assert 0.0 == _growth(samples[:4])
+
+
+def test_rss_summary() -> None:
+    """start, median, peak and end of the samples (what BENCHMARKS.md quotes)."""
+    result = SoakResult(samples=[(0.0, 100.0), (5.0, 130.0), (10.0, 120.0), (15.0, 125.0)])
+    assert (100.0, 122.5, 130.0, 125.0) == result.rss()
+    assert (0.0, 0.0, 0.0, 0.0) == SoakResult().rss()

@@ -286,6 +286,59 @@ class TestWrite:
         assert tables[0] == tables[1]
         assert 10 == len(tables[0][1][0])
 
+    @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+    def test_details_raw_path_stores_what_sqlalchemy_stores(
+        self, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """run_details rows go through the driver-level upsert too and leave exactly what SQLAlchemy's
+        executemany leaves: bodies byte for byte, a tail (fewer spans) ignored, more spans replacing."""
+
+        def row(n: int, spans: int, body: bytes, final: str | None = None) -> dict[str, object]:
+            return {
+                "final_output": final,
+                "trace_id": _tid(n),
+                "span_count": spans,
+                "codec": "json",
+                "body": body,
+                "created_at": 1.5 + spans,
+            }
+
+        batches = [
+            [row(1, 5, b'{"a":1}', "bye"), row(2, 3, bytes(range(256)))],
+            [row(1, 2, b'{"tail":1}'), row(3, 1, b"{}")],
+            [row(2, 4, b'{"more":1}', "x\u00e9"), row(1, 5, b'{"same":1}')],
+        ]
+        tables = []
+        with ExitStack() as stack:
+            for name, raw in (("raw", True), ("sqlalchemy", False)):
+                if backend == "sqlite":
+                    url = f"sqlite:///{tmp_path / name}.db"
+                else:
+                    reason = postgres_unreachable(POSTGRES_URL)
+                    assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
+                    url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
+                upgrade_database(url)
+                if not raw:
+                    monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
+                one = SqlStore(url, clock=Clock())
+                for batch in batches:
+                    one.write_details([dict(r) for r in batch])
+                assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+                with one.engine.connect() as conn:
+                    rows = conn.exec_driver_sql(
+                        "SELECT trace_id, span_count, codec, body, created_at, final_output FROM run_details"
+                        " ORDER BY trace_id"
+                    ).fetchall()
+                tables.append([tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows])
+                one.close()
+        assert tables[0] == tables[1]
+        expected = [
+            (_tid(1), 5, "json", b'{"same":1}', 6.5, None),
+            (_tid(2), 4, "json", b'{"more":1}', 5.5, "x\u00e9"),
+            (_tid(3), 1, "json", b"{}", 2.5, None),
+        ]
+        assert expected == tables[0]
+
     def test_fewer_spans_never_replace_a_stored_scoring(self, store: SqlStore) -> None:
         """A re-delivered tail (fewer spans) changes neither the run nor its item; more spans do."""
         tid = _tid(40)

@@ -107,17 +107,7 @@ class TestClaim:
     def test_concurrent_claimers_never_share(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """Many threads claiming at once each get distinct items, and every item is handed out once."""
         store.write([scored_run(_tid(n), reasons=["r"]) for n in range(60)])
-        barrier = threading.Barrier(12)
-
-        def claimer(worker: int) -> list[int]:
-            barrier.wait()
-            got = []
-            while (claim := bench.claim_next(f"reviewer{worker}")) is not None:
-                got.append(claim.item_id)
-            return got
-
-        with ThreadPoolExecutor(12) as pool:
-            results = list(pool.map(claimer, range(12)))
+        results = _claim_all_at_once([bench], 12)
         every = [i for got in results for i in got]
         assert 60 == len(every)
         assert 60 == len(set(every))
@@ -296,19 +286,7 @@ class TestPostgresContention:
             upgrade_database(url)
             stores = [SqlStore(url) for _ in range(4)]
             stores[0].write([scored_run(_tid(n), reasons=["r"]) for n in range(200)])
-            benches = [Workbench(s.engine, lease_s=600) for s in stores]
-            barrier = threading.Barrier(32)
-
-            def claimer(worker: int) -> list[int]:
-                bench = benches[worker % 4]
-                barrier.wait()
-                got = []
-                while (claim := bench.claim_next(f"r{worker}")) is not None:
-                    got.append(claim.item_id)
-                return got
-
-            with ThreadPoolExecutor(32) as pool:
-                results = list(pool.map(claimer, range(32)))
+            results = _claim_all_at_once([Workbench(s.engine, lease_s=600) for s in stores], 32)
             for s in stores:
                 s.close()
         every = [i for got in results for i in got]
@@ -342,3 +320,20 @@ class TestCompletionRevocation:
         bench.claim(third, "alice")
         bench.submit_verdict(third, "alice", PASS)
         assert ["support"] == revoked
+
+
+def _claim_all_at_once(benches: list[Workbench], workers: int) -> list[list[int]]:
+    """``workers`` threads (spread over ``benches``) start claiming together and claim until nothing is
+    left; the item ids each one got."""
+    barrier = threading.Barrier(workers)
+
+    def claimer(worker: int) -> list[int]:
+        bench = benches[worker % len(benches)]
+        barrier.wait()
+        got = []
+        while (claim := bench.claim_next(f"reviewer{worker}")) is not None:
+            got.append(claim.item_id)
+        return got
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(claimer, range(workers)))

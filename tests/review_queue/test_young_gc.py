@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from review_queue.app.run import YoungCollector
+from tests.support.fixtures import runs_until_shutdown, wait_until
 
 
 class _Node:
@@ -45,9 +46,7 @@ def test_cyclic_garbage_is_freed_without_thresholds_being_reached() -> None:
     young = YoungCollector(0.05)
     young.start()
     try:
-        deadline = time.monotonic() + 10
-        while any(r() is not None for r in refs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: all(r() is None for r in refs), poll_s=0.05)
     finally:
         assert young.shutdown(5.0)
     assert all(r() is None for r in refs)
@@ -57,13 +56,5 @@ def test_collects_young_generations_until_stopped() -> None:
     """It collects generation 1 (0 and 1) periodically, and stops."""
     calls: list[int] = []
     young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0)
-    young.start()
-    deadline = time.monotonic() + 10
-    while len(calls) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert young.shutdown(5.0)
-    stopped_at = len(calls)
-    time.sleep(0.05)
-    assert stopped_at >= 3
+    runs_until_shutdown(young, lambda: len(calls), 3)
     assert set(calls) == {1}
-    assert stopped_at == len(calls)

@@ -9,7 +9,7 @@ from scorers.assemble import ClosedTrace
 
 
 def _record(trace: str, seq: int, parts: int) -> SpooledBatch:
-    return SpooledBatch(trace, (Span(trace, "a" * 16, None, "root"),), 0, seq, parts)
+    return SpooledBatch(trace, (Span(trace, "a" * 16, None, "root"),), 0, seq=seq, parts=parts)
 
 
 def _closed(*traces: str) -> list[ClosedTrace]:
@@ -26,11 +26,9 @@ class TestAckTracker:
         tracker, acked = self._tracker()
         tracker.received(_record("a", 1, 2), kept=True)
         tracker.received(_record("b", 1, 2), kept=True)
-        tracker.closing(_closed("a"))
-        tracker.written(_closed("a"))
+        _close_and_write(tracker, "a")
         assert [] == acked
-        tracker.closing(_closed("b"))
-        tracker.written(_closed("b"))
+        _close_and_write(tracker, "b")
         assert [1] == acked
         assert 0 == tracker.outstanding
 
@@ -39,8 +37,7 @@ class TestAckTracker:
         tracker, acked = self._tracker()
         tracker.received(_record("a", 1, 1), kept=True)
         tracker.received(_record("a", 2, 1), kept=True)
-        tracker.closing(_closed("a"))
-        tracker.written(_closed("a"))
+        _close_and_write(tracker, "a")
         assert [1, 2] == sorted(acked)
 
     def test_spans_arriving_after_the_close_wait_for_the_next_write(self) -> None:
@@ -51,8 +48,7 @@ class TestAckTracker:
         tracker.received(_record("a", 2, 1), kept=True)  # before the first write finished
         tracker.written(_closed("a"))
         assert [1] == acked
-        tracker.closing(_closed("a"))
-        tracker.written(_closed("a"))
+        _close_and_write(tracker, "a")
         assert [1, 2] == acked
 
     def test_records_the_assembler_did_not_keep_are_released_at_once(self) -> None:
@@ -78,3 +74,9 @@ class TestAckTracker:
         tracker.closing(_closed("c"))
         tracker.saved()
         assert [1, 2] == sorted(acked)
+
+
+def _close_and_write(tracker: AckTracker, trace: str) -> None:
+    """The worker closes run ``trace`` and writes it."""
+    tracker.closing(_closed(trace))
+    tracker.written(_closed(trace))

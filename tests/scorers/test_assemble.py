@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from collector.budget import ByteAccount
 from collector.model import Span, TraceBatch
 from scorers.assemble import Assembler
+from tests.support.fixtures import Clock
 
 TRACE = "a" * 32
 OTHER = "b" * 32
-
-
-class Clock:
-    """A manual monotonic clock."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Events:
@@ -37,7 +31,7 @@ def batch(*spans: Span) -> TraceBatch:
     return TraceBatch(spans[0].trace_id, tuple(spans))
 
 
-def make(clock: Clock, events: Events | None = None, **kw: int) -> Assembler:
+def make(clock: Clock, events: Events | None = None, **kw: Any) -> Assembler:
     return Assembler(quiet_period_s=2.0, max_idle_s=300.0, clock=clock, observer=events, **kw)
 
 
@@ -46,75 +40,75 @@ class TestCompletion:
 
     def test_children_first_then_root_closes_after_quiet_period(self) -> None:
         """A run closes quiet_period after its last span once the root has ended."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("2"), span("3")))
-        clock.t += 1
+        clock.now += 1
         assert [] == asm.due()
         asm.add(batch(span("1", None)))
-        clock.t += 1.9
+        clock.now += 1.9
         assert [] == asm.due()
-        clock.t += 0.2
+        clock.now += 0.2
         (closed,) = asm.due()
         assert (TRACE, 3, True, False) == (closed.trace_id, len(closed.spans), closed.complete, closed.rescore)
         assert 0 == asm.inflight
 
     def test_new_span_after_root_extends_quiet_period(self) -> None:
         """Spans arriving after the root push the deadline back."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None)))
-        clock.t += 1.5
+        clock.now += 1.5
         asm.add(batch(span("2")))
-        clock.t += 1.5
+        clock.now += 1.5
         assert [] == asm.due()
-        clock.t += 0.6
+        clock.now += 0.6
         assert 1 == len(asm.due())
 
     def test_no_root_closes_incomplete_after_max_idle(self) -> None:
         """A trace without an ended root is closed as incomplete after the idle timeout."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("2")))
-        clock.t += 299
+        clock.now += 299
         assert [] == asm.due()
-        clock.t += 2
+        clock.now += 2
         (closed,) = asm.due()
         assert closed.complete is False
 
     def test_unended_root_does_not_count(self) -> None:
         """A root without an end time has not ended."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None, end=0)))
-        clock.t += 10
+        clock.now += 10
         assert [] == asm.due()
 
     def test_duplicates_are_merged(self) -> None:
         """The same span id twice (an OTLP retry) is one span."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None), span("2")))
         asm.add(batch(span("2")))
-        clock.t += 3
+        clock.now += 3
         (closed,) = asm.due()
         assert 2 == len(closed.spans)
 
     def test_traces_are_independent_and_released_in_deadline_order(self) -> None:
         """Two traces close at their own deadlines."""
-        clock = Clock()
+        clock = Clock(1000.0)
         asm = make(clock)
         asm.add(batch(span("1", None)))
-        clock.t += 1
+        clock.now += 1
         asm.add(batch(span("1", None, trace=OTHER)))
-        clock.t += 1.5
+        clock.now += 1.5
         assert [TRACE] == [c.trace_id for c in asm.due()]
-        clock.t += 1
+        clock.now += 1
         assert [OTHER] == [c.trace_id for c in asm.due()]
 
     def test_drain_closes_everything(self) -> None:
         """drain() releases in-flight runs; complete only where the root ended."""
-        asm = make(Clock())
+        asm = make(Clock(1000.0))
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))
         closed = {c.trace_id: c.complete for c in asm.drain()}
@@ -127,23 +121,23 @@ class TestLateSpans:
 
     def test_late_span_reopens_with_all_spans_and_rescore(self) -> None:
         """A late span is counted and the run is re-released with every span."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events)
         asm.add(batch(span("1", None), span("2")))
-        clock.t += 3
+        clock.now += 3
         assert 1 == len(asm.due())
         asm.add(batch(span("3")))
-        clock.t += 3
+        clock.now += 3
         (closed,) = asm.due()
         assert (3, True, True) == (len(closed.spans), closed.rescore, closed.complete)
         assert 1 == events.counts["late_spans"]
 
     def test_duplicate_after_close_is_ignored(self) -> None:
         """A retry of spans already scored is not a late span and reopens nothing."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events)
         asm.add(batch(span("1", None)))
-        clock.t += 3
+        clock.now += 3
         asm.due()
         asm.add(batch(span("1", None)))
         assert 0 == asm.inflight
@@ -152,11 +146,11 @@ class TestLateSpans:
 
     def test_late_after_eviction_is_counted_and_dropped(self) -> None:
         """Late spans for a run evicted from the closed cache are dropped, never a partial duplicate."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, closed_cache_size=1)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("1", None, trace=OTHER)))
-        clock.t += 3
+        clock.now += 3
         assert 2 == len(asm.due())
         asm.add(batch(span("9")))
         assert 0 == asm.inflight
@@ -168,20 +162,126 @@ class TestCaps:
 
     def test_span_cap_drops_and_counts(self) -> None:
         """Spans beyond the per-run cap are dropped and counted."""
-        clock, events = Clock(), Events()
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_spans_per_run=3)
         asm.add(batch(*(span(str(i)) for i in range(2, 7))))
         assert 2 == events.counts["spans_dropped_cap"]
         (closed,) = asm.drain()
         assert 3 == len(closed.spans)
 
-    def test_inflight_cap_force_closes_soonest_due_as_incomplete(self) -> None:
-        """At the in-flight cap the run due soonest is closed (incomplete) to admit the new one."""
-        clock, events = Clock(), Events()
+    def test_inflight_cap_force_closes_a_rootless_run_before_a_complete_one(self) -> None:
+        """At the in-flight cap a run still waiting for its root is closed (incomplete) first, even
+        though the complete run is due sooner: traces whose root never comes cannot push out complete runs."""
+        clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_inflight=2)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))
         forced = asm.add(batch(span("3", trace="c" * 32)))
-        assert [(TRACE, False)] == [(c.trace_id, c.complete) for c in forced]
+        assert [(OTHER, False)] == [(c.trace_id, c.complete) for c in forced]
         assert 2 == asm.inflight
         assert 1 == events.counts["evicted_inflight"]
+
+    def test_inflight_cap_force_closes_soonest_due_when_every_root_ended(self) -> None:
+        """With no rootless run in flight the run due soonest is closed (incomplete) to admit the new one."""
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, max_inflight=2)
+        asm.add(batch(span("1", None)))
+        clock.now += 1
+        asm.add(batch(span("2", None, trace=OTHER)))
+        forced = asm.add(batch(span("3", None, trace="c" * 32)))
+        assert [(TRACE, False)] == [(c.trace_id, c.complete) for c in forced]
+        assert 1 == events.counts["evicted_inflight"]
+
+
+def sized(size: int, *spans: Span) -> TraceBatch:
+    return TraceBatch(spans[0].trace_id, tuple(spans), 0, size)
+
+
+def trace(i: int) -> str:
+    return f"{i + 1:032x}"
+
+
+class TestByteBudgets:
+    """Runs in flight and the late-span cache bounded in bytes (issue 15 item 3, issue 20 finding 4)."""
+
+    def test_inflight_bytes_are_counted_per_new_span(self) -> None:
+        """A run's bytes grow by the share of each record's estimate its new spans carry; duplicates add nothing."""
+        asm = make(Clock(1000.0))
+        asm.add(sized(300, span("2"), span("3"), span("4")))
+        asm.add(sized(200, span("4"), span("5")))  # span 4 again: half of this record is new
+        assert 400 == asm.inflight_account.held
+        (closed,) = asm.drain()
+        assert (400, 0) == (closed.size, asm.inflight_account.held)
+        assert 400 == asm.closed_account.held
+
+    def test_rootless_flood_is_force_closed_and_complete_runs_survive(self) -> None:
+        """Past the in-flight byte budget, runs whose root never came are closed (incomplete, oldest fed
+        first, counted); a complete run waiting for its quiet period is kept and closes complete."""
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, inflight_bytes=1000)
+        asm.add(sized(100, span("1", None, trace=TRACE), span("2", trace=TRACE)))
+        forced = []
+        for i in range(50):
+            forced += asm.add(sized(300, span("2", trace=trace(i))))
+        assert asm.inflight_account.held <= 1000
+        assert asm.is_open(TRACE)
+        assert all(not c.complete for c in forced)
+        assert [trace(i) for i in range(len(forced))] == [c.trace_id for c in forced]  # oldest first
+        assert len(forced) == events.counts["evicted_inflight_bytes"]
+        assert 47 == len(forced)
+        clock.now += 2.1
+        assert (TRACE, True) in [(c.trace_id, c.complete) for c in asm.due()]
+
+    def test_without_rootless_runs_the_run_due_soonest_is_closed(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, inflight_bytes=500)
+        asm.add(sized(300, span("1", None, trace=trace(0))))
+        clock.now += 1
+        forced = asm.add(sized(300, span("1", None, trace=trace(1))))
+        assert [(trace(0), False)] == [(c.trace_id, c.complete) for c in forced]
+        assert 1 == events.counts["evicted_inflight_bytes"]
+
+    def test_a_single_run_over_the_budget_is_kept(self) -> None:
+        """The run being fed is never the one closed for it (it would reopen at its next span)."""
+        asm = make(Clock(1000.0), inflight_bytes=100)
+        assert [] == asm.add(sized(500, span("2")))
+        assert [] == asm.add(sized(500, span("3")))
+        assert 1000 == asm.inflight_account.held
+
+    def test_late_cache_evicts_oldest_past_its_byte_budget_and_counts(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=1000)
+        for i in range(5):
+            asm.add(sized(400, span("1", None, trace=trace(i))))
+        clock.now += 3
+        assert 5 == len(asm.due())
+        assert 800 == asm.closed_account.held
+        assert 3 == events.counts["closed_cache_evicted"]
+        asm.add(sized(10, span("9", trace=trace(0))))  # late span for an evicted run: dropped
+        assert 1 == events.counts["late_evicted"]
+        asm.add(sized(10, span("9", trace=trace(4))))  # late span for a cached run: reopened
+        assert 1 == events.counts["late_spans"]
+        assert (400, 410) == (asm.closed_account.held, asm.inflight_account.held)
+
+    def test_import_state_enforces_the_budgets(self) -> None:
+        """A state saved under larger budgets is loaded within the current ones; the excess is returned."""
+        big = make(Clock(1000.0))
+        for i in range(10):
+            big.add(sized(300, span("2", trace=trace(i))))
+        in_flight, closed = big.export_state()
+        small = make(Clock(1000.0), inflight_bytes=1000)
+        forced = small.import_state(in_flight, closed)
+        assert 7 == len(forced)
+        assert (3, 900) == (small.inflight, small.inflight_account.held)
+
+    def test_shared_account_bounds_several_assemblers(self) -> None:
+        """One account given to two assemblers (Kafka partitions) is their common budget."""
+        account = ByteAccount(1000)
+        one, two = make(Clock(1000.0), inflight_bytes=account), make(Clock(1000.0), inflight_bytes=account)
+        one.add(sized(600, span("2", trace=trace(0))))
+        one.add(sized(100, span("2", trace=trace(1))))
+        forced = two.add(sized(600, span("2", trace=trace(2))))
+        assert [] == forced  # two holds one run only: it never closes the run it is fed
+        forced = one.add(sized(10, span("3", trace=trace(1))))
+        assert [trace(0)] == [c.trace_id for c in forced]
+        assert 710 == account.held

@@ -18,18 +18,9 @@ from scorers.metrics import RunMetrics
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from tests.support.fixtures import Clock
 from tests.support.kafka import FakeConsumer
 from tests.support.review_queue import InMemoryRunSink
-
-
-class Clock:
-    """A hand-driven monotonic clock shared by every partition's assembler."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Harness:
@@ -44,7 +35,7 @@ class Harness:
     ) -> None:
         self.consumer = consumer
         self.sink = sink or InMemoryRunSink()
-        self.clock = Clock()
+        self.clock = Clock(0.0)
         self.registry = CollectorRegistry()
         chain = build_chain(("tool_error_rate", "latency"))
         pipeline = Pipeline(chain, compile_rules(None, [n for n, _ in chain]), sample_rate=0.5)
@@ -63,7 +54,7 @@ class Harness:
         consumer.subscribe([consumer.topic], listener=_listener(self.scorer))
 
     def tick(self, advance: float = 0.0) -> int:
-        self.clock.t += advance
+        self.clock.now += advance
         return self.scorer.run_once()
 
     def value(self, name: str, **labels: str) -> float:

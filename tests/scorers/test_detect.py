@@ -229,6 +229,16 @@ class TestStructure:
         run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 8, "agent.max_steps": 8})))
         assert [("limit.counter", "invoke_agent bot")] == _evidence(run, "hit_max_iterations")
 
+    @pytest.mark.parametrize("filler", [0, 100])
+    def test_counter_and_decision_on_wide_spans(self, filler: int) -> None:
+        """Agent spans with many keys (too many to memoise their key profile) are read all the same."""
+        wide = {f"app.field_{i}": i for i in range(filler)}
+        counted = {**AGENT, **wide, "agent.steps": 8, "agent.max_steps": 8}
+        guarded = {**AGENT, **wide, "gen_ai.guardrail.tripwire_triggered": True}
+        runs = [normalise(trace(node("invoke_agent bot", attrs))) for attrs in (counted, guarded, {**AGENT, **wide})]
+        signals = [(r.hit_max_iterations, r.safety_blocked) for r in runs]
+        assert signals == [(True, False), (False, True), (False, False)]
+
     def test_counter_below_cap(self) -> None:
         run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 3, "agent.max_steps": 8})))
         assert not run.hit_max_iterations

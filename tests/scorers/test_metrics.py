@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from scorers.metrics import OVERFLOW, LabelCap, RunMetrics
-from scorers.model import Flag, Priority, Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.model import Evidence, Flag, Priority, Run, ScoredRun, Step, StepKind, ToolCall
 
 
 def scored(agent: str, tool: str = "search", *, flagged: bool = False) -> ScoredRun:
@@ -14,6 +14,37 @@ def scored(agent: str, tool: str = "search", *, flagged: bool = False) -> Scored
               input_tokens=10, output_tokens=5, tools=(ToolCall("s", tool, error="E"),), tool_errors=1)  # fmt: skip
     flag = Flag(("errored", "random_sample"), Priority.NORMAL, 0.05) if flagged else None
     return ScoredRun(run, {"step_efficiency": 0.5}, flag)
+
+
+class TestDetections:
+    """vigil_detections_total: once per (signal, rule) a run shows, whatever the number of spans."""
+
+    def test_counted_once_per_run_and_rule(self) -> None:
+        """Two spans matched by one rule count once; another rule counts apart; a second run counts again;
+        an over-long (user) rule id is counted under 'other'."""
+        registry = CollectorRegistry()
+        metrics = RunMetrics(registry)
+        long_rule = "user." + "x" * 60
+        evidence = (
+            Evidence("errored", "error.status", "s1", "a", "status.message", "boom"),
+            Evidence("errored", "error.status", "s2", "b", "status.message", "boom"),
+            Evidence("hit_max_iterations", "limit.cutoff", "s3", "c", "structure", "8"),
+            Evidence("errored", long_rule, "s4", "d", "status.message", "x"),
+            Evidence("errored", long_rule + "y", "s5", "e", "status.message", "y"),
+        )
+        run = Run(trace_id="e" * 32, agent="a", evidence=evidence)
+        for _ in range(2):
+            metrics.observe_run(ScoredRun(run, {}, None))
+
+        def count(signal: str, rule: str) -> float | None:
+            return registry.get_sample_value("vigil_detections_total", {"signal": signal, "rule": rule})
+
+        assert (2.0, 2.0, 2.0) == (
+            count("errored", "error.status"),
+            count("hit_max_iterations", "limit.cutoff"),
+            count("errored", "other"),
+        )
+        assert count("hit_max_iterations", "error.status") is None
 
 
 class TestLabelCap:

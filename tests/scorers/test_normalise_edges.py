@@ -133,6 +133,20 @@ class TestSpanSet:
             run.agent,
         )
 
+    def test_dialect_vote(self) -> None:
+        """The run's dialect is the one most spans were classified by; a tie goes to the earlier of
+        DIALECTS (genai before openinference); unclassified spans do not vote."""
+        oi_llm = node("llm", {"openinference.span.kind": "LLM"})
+        genai_llm = node("chat m", {"gen_ai.operation.name": "chat"})
+        plain = node("http", {})
+        runs = (
+            trace(node("root", {"openinference.span.kind": "AGENT"}, oi_llm, genai_llm, plain)),
+            trace(node("root", {}, oi_llm, genai_llm, plain, plain)),
+            trace(node("root", {}, genai_llm, oi_llm)),
+            trace(node("root", {}, plain)),
+        )
+        assert [normalise(spans).dialect for spans in runs] == ["openinference", "genai", "genai", "unknown"]
+
 
 class TestContract:
     """The model field orders normalise relies on."""

@@ -5,17 +5,8 @@ from __future__ import annotations
 from collector.model import TraceBatch
 from scorers.assemble import Assembler
 from scorers.offsets import PartitionRuns
+from tests.support.fixtures import Clock
 from tests.support.spans import span
-
-
-class Clock:
-    """A hand-driven monotonic clock."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _batch(trace: str, span_id: str, *, root: bool = False) -> TraceBatch:
@@ -28,7 +19,7 @@ T1, T2 = "a" * 32, "b" * 32
 
 
 def _runs() -> tuple[PartitionRuns, Clock]:
-    clock = Clock()
+    clock = Clock(0.0)
     return PartitionRuns(Assembler(quiet_period_s=1.0, max_idle_s=100.0, clock=clock)), clock
 
 
@@ -53,7 +44,7 @@ class TestSafeOffset:
         runs, clock = _runs()
         runs.add(10, [_batch(T1, "0" * 15 + "1", root=True)])
         runs.add(11, [_batch(T2, "0" * 15 + "1", root=True)])
-        clock.t = 5
+        clock.now = 5
         closed = runs.close_due()
         assert [T1, T2] == [c.trace_id for c in closed]
         assert 10 == runs.safe_offset()
@@ -66,7 +57,7 @@ class TestSafeOffset:
         """A re-delivered record of a run already written and closed holds nothing."""
         runs, clock = _runs()
         runs.add(10, [_batch(T1, "0" * 15 + "1", root=True)])
-        clock.t = 5
+        clock.now = 5
         runs.written([c.trace_id for c in runs.close_due()])
         runs.add(11, [_batch(T1, "0" * 15 + "1", root=True)])  # same span again
         assert 12 == runs.safe_offset()

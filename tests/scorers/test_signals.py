@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from hypothesis import given, settings
@@ -10,9 +10,19 @@ from hypothesis import strategies as st
 
 from collector.model import SpanEvent, StatusCode
 from scorers.detect import DEFAULT_DETECTOR, SpanFacts
+from scorers.dialects import INPUT_TOKEN_KEYS, MODEL_KEYS, OUTPUT_TOKEN_KEYS, first_str
 from scorers.model import Evidence, Run, RunStatus, StepKind
 from scorers.normalise import normalise
-from scorers.signals import error_info, finish_reasons, leading_phrase, normalise_reason, soft_error
+from scorers.signals import (
+    _count,
+    error_info,
+    finish_reasons,
+    leading_phrase,
+    model,
+    normalise_reason,
+    soft_error,
+    tokens,
+)
 from tests.support.spans import node, span, trace
 
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bot"}
@@ -79,6 +89,24 @@ class TestErrorInfo:
     def test_leading_phrase(self, text: str, expected: str | None) -> None:
         """The leading phrase stops at ``:``, ``(`` or a brace."""
         assert expected == leading_phrase(text)
+
+
+_ODD: Final = st.one_of(
+    st.none(), st.integers(-3, 3), st.booleans(), st.floats(), st.text(max_size=3), st.lists(st.integers())
+)
+
+
+class TestUsageAndModel:
+    """The first-key fast paths of ``tokens`` and ``model`` read what the key-by-key readers read."""
+
+    @settings(max_examples=300)
+    @given(st.lists(_ODD, min_size=6, max_size=6))
+    def test_same_as_key_by_key(self, values: list[Any]) -> None:
+        """Any values under the first two usage and model keys give the key-by-key result."""
+        keys = (*INPUT_TOKEN_KEYS[:2], *OUTPUT_TOKEN_KEYS[:2], *MODEL_KEYS[:2])
+        attrs: dict[str, Any] = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+        slow = (_count(attrs, INPUT_TOKEN_KEYS), _count(attrs, OUTPUT_TOKEN_KEYS)), first_str(attrs, MODEL_KEYS)
+        assert (tokens(attrs), model(attrs)) == slow
 
 
 class TestFinishReasons:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -16,6 +15,7 @@ from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
 from scorers.worker import StreamWorker
+from tests.support.fixtures import Clock, wait_until
 
 ROOT = "0" * 15 + "1"
 
@@ -56,16 +56,6 @@ class FlakySink:
         return out
 
 
-class Clock:
-    """Manual clock."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def run_spans(trace: str, *, capped: bool = False) -> TraceBatch:
     attrs: dict[str, object] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
     if capped:
@@ -92,7 +82,7 @@ def make(sink: FlakySink, chain_names: Sequence[str] = ("tool_error_rate", "max_
 
     registry = CollectorRegistry()
     metrics = RunMetrics(registry)
-    clock = Clock()
+    clock = Clock(0.0)
     chain = (*build_chain(chain_names), ("boom", boom))
     pipeline = Pipeline(chain, compile_rules(None, chain_names), 0.0, on_error=metrics.error)
     source = ListSource()
@@ -111,7 +101,7 @@ class TestFlow:
         trace = "a" * 32
         source.items.append(run_spans(trace, capped=True))
         assert 0 == worker.run_once()
-        clock.t += 2.5
+        clock.now += 2.5
         assert 1 == worker.run_once()
         stored = sink.rows[trace]
         assert stored.flag is not None
@@ -124,7 +114,7 @@ class TestFlow:
         worker._assembler._closed.clear()
         source.items.append(run_spans(trace, capped=True))
         worker.run_once()
-        clock.t += 2.5
+        clock.now += 2.5
         worker.run_once()
         assert 1.0 == registry.get_sample_value("vigil_runs_total", labels)
         assert 1.0 == registry.get_sample_value("vigil_flagged_runs_total", {"agent": "support", "priority": "high"})
@@ -136,7 +126,7 @@ class TestFlow:
         worker, source, clock, registry = make(sink)
         source.items.append(run_spans("b" * 32))
         worker.run_once()
-        clock.t += 3
+        clock.now += 3
         worker.run_once()
         assert ("boom",) == sink.rows["b" * 32].scorer_errors
         assert 1.0 == registry.get_sample_value("vigil_scorer_errors_total", {"stage": "scorer", "name": "boom"})
@@ -151,7 +141,7 @@ class TestBackpressure:
         worker, source, clock, registry = make(sink)
         source.items.append(run_spans("c" * 32))
         worker.run_once()
-        clock.t += 3
+        clock.now += 3
         assert 1 == worker.run_once()
         assert 3 == sink.calls
         assert ["c" * 32] == list(sink.rows)
@@ -233,24 +223,20 @@ class TestShutdown:
 def _saver() -> tuple[list[list[str]], Callable[[Assembler], None]]:
     """A ``save`` callback for ``shutdown`` and the trace ids of each state it was given."""
     saved: list[list[str]] = []
-    return saved, lambda asm: saved.append([t for t, _ in asm.export_state()[0]])
+    return saved, lambda asm: saved.append([b.trace_id for b in asm.export_state()[0]])
 
 
 def _start_until_written(worker: StreamWorker, clock: Clock, sink: FlakySink, calls: int) -> None:
     """Start the worker, let it close its run, and wait (5 s at most) for ``calls`` write attempts."""
     worker.start()
     _advance_when_ingested(worker, clock)
-    deadline = time.monotonic() + 5
-    while sink.calls < calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: sink.calls >= calls, timeout_s=5)
 
 
 def _advance_when_ingested(worker: StreamWorker, clock: Clock) -> None:
     """Once the worker thread assembles the run, move the clock past the quiet period."""
-    deadline = time.monotonic() + 5
-    while worker._assembler.inflight < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    clock.t += 3
+    wait_until(lambda: worker._assembler.inflight >= 1, timeout_s=5)
+    clock.now += 3
 
 
 class TestFeedbackLookup:
@@ -271,7 +257,7 @@ class TestFeedbackLookup:
         worker = StreamWorker(source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup)
         source.items.extend([run_spans("f" * 32, capped=True), run_spans("9" * 32)])
         worker.run_once()
-        clock.t += 3
+        clock.now += 3
         assert 2 == worker.run_once()
         flag = sink.rows["f" * 32].flag
         assert flag is not None
@@ -292,6 +278,6 @@ class TestFeedbackLookup:
         worker = StreamWorker(source, worker._assembler, worker._pipeline, sink, worker._metrics, feedback=lookup)
         source.items.append(run_spans("8" * 32))
         worker.run_once()
-        clock.t += 3
+        clock.now += 3
         assert 1 == worker.run_once()
         assert ["8" * 32] == list(sink.rows)

@@ -5,11 +5,13 @@
 - :func:`scored_run`: a terse :class:`scorers.model.ScoredRun` builder.
 - :func:`postgres_scratch_url`: an isolated PostgreSQL schema for one test (or session).
 - :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
-- :class:`Clock`: a settable wall clock (Unix epoch seconds) starting at :data:`T0`.
+- :class:`Clock`, :data:`T0`: the settable clock of :mod:`tests.support.fixtures`, re-exported.
+- :func:`login`: log a test client in through the UI's form.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -20,19 +22,18 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
 from scorers.model import Flag, Priority, Run, ScoredRun
 from scorers.rules import DEFAULT_SAMPLE_RATE
+from tests.support.fixtures import T0, Clock
 
 __all__ = [
     "T0",
     "TRUTH_FIELDS",
     "Clock",
     "InMemoryRunSink",
+    "login",
     "postgres_scratch_url",
     "postgres_unreachable",
     "scored_run",
 ]
-
-T0 = 1_700_000_000.0
-"""Where :class:`Clock` starts (2023-11-14, Unix epoch seconds)."""
 
 TRUTH_FIELDS = (
     "agent",
@@ -49,14 +50,19 @@ TRUTH_FIELDS = (
 driver or the demo fleet observed) and the run Vigil stored (``GET /api/v1/runs/{trace_id}``)."""
 
 
-class Clock:
-    """A settable clock returning Unix epoch seconds: the test moves ``now`` by hand."""
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
 
-    def __call__(self) -> float:
-        return self.now
+def login(client: Any, token: str) -> str:
+    """Log ``client`` (a Starlette ``TestClient`` of the UI) in through the form with ``token``;
+    return the CSRF token of the new session (read from the queue page)."""
+    csrf = _CSRF.search(client.get("/login").text)
+    assert csrf is not None, "no CSRF field on /login"
+    response = client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
+    assert 303 == response.status_code, response.text
+    found = _CSRF.search(client.get("/queue").text)
+    assert found is not None, "no CSRF field on /queue after login"
+    return found.group(1)
 
 
 def scored_run(

@@ -256,3 +256,15 @@ def _answer(calls: list[tuple[str, str]]) -> dict[str, Any]:
 
 def _tool_result(call_id: str) -> dict[str, Any]:
     return {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "result": "18C"}]}
+
+
+def capped_run(seed: int) -> tuple[str, bytes]:
+    """A synthetic run (``vigil bench``'s generator) whose root reports an iteration-cap hit, so
+    Vigil flags it high by default: its trace id and its OTLP/protobuf body."""
+    from review_queue.app.bench.synth import _kv, body, make_run
+
+    run = make_run(random.Random(seed))
+    for one in run.spans:
+        if not one.parent_span_id:
+            one.attributes.append(_kv("vigil.max_iterations_hit", True))
+    return run.trace_id, body(list(run.spans))

@@ -4,8 +4,10 @@ Three measurements, each repeated and reported as the median:
 
 * **pipeline** — the embedded pipeline on one thread: OTLP protobuf decode → in-process
   stream → assemble → normalise → score → decide → SQLite store → Prometheus metrics.
-  Spans per CPU-second of this process (= spans/s per core). The assembler clock is
-  advanced artificially so runs close without waiting out the quiet period.
+  Spans per CPU-second of this process (= spans/s per core), the run-details writer's thread
+  included (it runs as in ``vigil run`` since 2026-11-25); a second row gives the scoring thread
+  alone. The assembler clock is advanced artificially so runs close without waiting out the
+  quiet period.
 * **ingest** — the OTLP/HTTP receiver under uvicorn in a child process, loaded over
   loopback by client threads in this process; spans per CPU-second of the server process.
 * **latency** — the real ``vigil run`` wiring (worker thread, real clock, default quiet
@@ -29,7 +31,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -69,7 +71,14 @@ def _empty_yaml(folder: Path) -> Path:
 
 
 def bench_pipeline(
-    n_runs: int, *, saturated: bool = True, spool: str | None = None, wall: list[float] | None = None
+    n_runs: int,
+    *,
+    saturated: bool = True,
+    spool: str | None = None,
+    wall: list[float] | None = None,
+    scoring: list[float] | None = None,
+    payload: Sequence[tuple[bytes, int, int]] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> tuple[float, int, int]:
     """One pipeline measurement. Returns ``(spans per CPU second, spans, runs written)``.
 
@@ -78,7 +87,10 @@ def bench_pipeline(
     acknowledge their bodies (segments deleted as they empty): what the spool adds. The CPU
     figure includes the spool's flusher thread (``process_time``); ``wall``, when given,
     receives the spans per wall second (which also shows the fsync waits: one body at a time
-    here, so no group commit shares them).
+    here, so no group commit shares them). ``scoring``, when given, receives the spans per CPU second
+    of the scoring thread alone (this one: decode → … → store → metrics), without the run-details
+    writer's and the spool flusher's threads: the figure comparable with rows measured before the
+    details writer existed (2026-11-23 and earlier).
 
     With ``saturated`` (the default) bodies are published until the stream holds a full
     worker tick (``StreamWorker`` pulls up to ``max_records`` = 512 records a tick), then
@@ -86,11 +98,18 @@ def bench_pipeline(
     never empty, so each tick scores and writes a few hundred runs in one transaction.
     Without it the worker ticks after every body (~31 runs per transaction), the pattern
     of a lightly loaded worker, which pays the per-transaction cost more often.
+
+    ``payload`` replaces the synthetic bodies of ``n_runs`` runs (``(body, spans, runs)`` as
+    :func:`review_queue.app.bench.synth.bodies` yields), ``extra`` adds settings (``vigil bench
+    --eval`` passes its runs and ``eval_sets``). The measured region is bracketed by two
+    ``time.process_time()`` calls, the markers ``scripts/callgrind_bench.sh`` counts between.
     """
-    payload = list(bodies(n_runs))
+    payload = list(bodies(n_runs)) if payload is None else list(payload)
     with tempfile.TemporaryDirectory() as tmp:
-        extra = {"spool_path": str(Path(tmp) / "spool"), "spool_fsync": spool} if spool else {}
-        emb = build(_settings(Path(tmp) / "bench.db", **extra), CollectorRegistry())
+        values: dict[str, object] = dict(extra or {})
+        if spool:
+            values.update(spool_path=str(Path(tmp) / "spool"), spool_fsync=spool)
+        emb = build(_settings(Path(tmp) / "bench.db", **values), CollectorRegistry())
         if emb.spool is not None:
             emb.spool.open()
         if emb.details is not None:  # the run-details writer runs as in vigil run; its CPU time counts
@@ -100,7 +119,7 @@ def bench_pipeline(
         tick = emb.worker._max_records if saturated else 1
         written = 0
         spans = 0
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, thread0 = time.process_time(), time.perf_counter(), time.thread_time()
         for body, n, _ in payload:
             result = decode_protobuf(body)
             if emb.spool is None:
@@ -118,6 +137,7 @@ def bench_pipeline(
             written += emb.worker.run_once(0.0)
         clock.t += 10
         written += emb.worker.run_once(0.0)
+        thread = time.thread_time() - thread0
         if emb.details is not None:
             emb.details.shutdown(60.0)  # the details of every written run are in the store
         cpu, elapsed = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -126,6 +146,8 @@ def bench_pipeline(
         emb.store.close()
     if wall is not None:
         wall.append(spans / elapsed)
+    if scoring is not None:
+        scoring.append(spans / thread)
     return spans / cpu, spans, written
 
 
@@ -300,6 +322,7 @@ def bench_stages(n_runs: int) -> dict[str, float]:
 def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
     import uvicorn
 
+    from collector.limits import IntakeBudget, intake_budget_bytes
     from collector.metrics import CollectorMetrics
     from collector.receiver import create_otlp_app
     from collector.stream import InProcessStream
@@ -312,7 +335,8 @@ def _serve_ingest(port: int, ready: multiprocessing.synchronize.Event) -> None:
             stream.get_many(10_000, 0.1)
 
     threading.Thread(target=drain, daemon=True).start()
-    app = create_otlp_app(stream, metrics, max_body_bytes=20 * 2**20, retry_after_s=1)
+    intake = IntakeBudget(intake_budget_bytes(1024 * 2**20))  # vigil run's default memory limit
+    app = create_otlp_app(stream, metrics, max_body_bytes=20 * 2**20, retry_after_s=1, intake=intake)
     ready.set()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
 
@@ -517,8 +541,10 @@ def main(args: argparse.Namespace) -> int:
         _spool_rows(table, n_runs, repeat, args.spool)
         Console().print(table)
         return 0
-    pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs)[0])
+    scoring: list[float] = []
+    pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, scoring=scoring)[0])
     table.add_row("embedded pipeline, spans/s per core (saturated worker)", f"{pipe:,.0f}")
+    table.add_row("  same, scoring thread only (details writer not counted)", f"{statistics.median(scoring):,.0f}")
     light = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, saturated=False)[0])
     table.add_row("  same, one worker tick per OTLP body", f"{light:,.0f}")
     _spool_rows(table, n_runs, repeat)

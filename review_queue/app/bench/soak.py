@@ -9,6 +9,7 @@ bound of ``VIGIL_CLOSED_RUN_CACHE`` runs, interned strings), so run long enough 
 to fill within the first half (5,000 runs: 50 s at 100 runs/s). Meant to run on demand for tens of minutes (not in CI):
 
     vigil soak --minutes 30 --rate 200
+    vigil soak --minutes 10 --spans-per-s 1000 --content-bytes 1024   # content capture on: 1–2 KB per LLM span
 
 Every span sent is accounted for at the end: accepted runs must all be stored.
 """
@@ -44,6 +45,7 @@ class SoakResult:
         sent_runs / accepted_runs / stored_runs: runs offered, answered 200, found in the store.
         refused: export requests answered 503.
         growth: last-quarter median RSS over third-quarter median, minus 1.
+        sent_spans: spans offered.
     """
 
     samples: list[tuple[float, float]] = field(default_factory=list)
@@ -52,6 +54,14 @@ class SoakResult:
     stored_runs: int = 0
     refused: int = 0
     growth: float = 0.0
+    sent_spans: int = 0
+
+    def rss(self) -> tuple[float, float, float, float]:
+        """``(start, median, peak, end)`` RSS in MiB (zeros without samples)."""
+        values = [rss for _, rss in self.samples]
+        if not values:
+            return 0.0, 0.0, 0.0, 0.0
+        return values[0], statistics.median(values), max(values), values[-1]
 
     def flat(self, tolerance: float) -> bool:
         """True when memory grew less than ``tolerance`` and every accepted run was stored."""
@@ -82,14 +92,26 @@ def soak(
     sample_every_s: float = 5.0,
     console: Console | None = None,
     seed: int = 11,
+    content_bytes: int = 0,
+    env: dict[str, str] | None = None,
 ) -> SoakResult:
-    """Run the soak and return what it measured (see the module docstring)."""
+    """Run the soak and return what it measured (see the module docstring).
+
+    Args:
+        seconds: how long to send.
+        runs_per_s: runs sent per second (16.6 spans each on average).
+        sample_every_s: seconds between RSS samples.
+        console: where the live table goes.
+        seed: of the synthetic runs.
+        content_bytes: captured message content per LLM span, ``content_bytes`` to twice that (0: none).
+        env: more ``VIGIL_*`` settings for the ``vigil run`` under test.
+    """
     result = SoakResult()
     stop = threading.Event()
     rng = random.Random(seed)
     with (
         tempfile.TemporaryDirectory(prefix="vigil-soak-") as tmp,
-        start_vigil(Path(tmp), {"VIGIL_QUIET_PERIOD_S": "1", "VIGIL_LOG_LEVEL": "warning"}) as vigil,
+        start_vigil(Path(tmp), {"VIGIL_QUIET_PERIOD_S": "1", "VIGIL_LOG_LEVEL": "warning", **(env or {})}) as vigil,
     ):
         url = f"{vigil.otlp_endpoint}/v1/traces"
 
@@ -99,13 +121,11 @@ def soak(
             next_at = time.monotonic()
             with httpx.Client(timeout=30) as client:
                 while not stop.is_set():
-                    runs = [make_run(rng) for _ in range(per_body)]
-                    r = client.post(
-                        url,
-                        content=body([s for run in runs for s in run.spans]),
-                        headers={"Content-Type": "application/x-protobuf"},
-                    )
+                    runs = [make_run(rng, content_bytes=content_bytes) for _ in range(per_body)]
+                    spans = [s for run in runs for s in run.spans]
+                    r = client.post(url, content=body(spans), headers={"Content-Type": "application/x-protobuf"})
                     result.sent_runs += per_body
+                    result.sent_spans += len(spans)
                     if r.status_code == 200:
                         result.accepted_runs += per_body
                     else:

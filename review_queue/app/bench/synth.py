@@ -43,11 +43,27 @@ def _kv(key: str, value: str | int | bool | list[str]) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def make_run(rng: random.Random, end_ns: int | None = None, answer: str | None = None) -> SynthRun:
+_FILLER = "Please look up the order and tell me where my parcel is, and whether the refund was issued. " * 40
+
+
+def _messages(rng: random.Random, content_bytes: int) -> str:
+    """Captured chat messages (``gen_ai.input.messages``) of ``content_bytes`` to twice that, each one distinct."""
+    size = rng.randint(content_bytes, 2 * content_bytes)
+    tag = f"{rng.getrandbits(64):016x} "
+    text = (tag + _FILLER * (1 + size // len(_FILLER)))[: max(0, size - 60)]
+    return '[{"role": "user", "parts": [{"type": "text", "content": "' + text + '"}]}]'
+
+
+def make_run(
+    rng: random.Random, end_ns: int | None = None, answer: str | None = None, content_bytes: int = 0
+) -> SynthRun:
     """Generate one agent run whose root ends at ``end_ns`` (default: now).
 
     With ``answer`` the root span also carries the captured final answer (``output.value``),
     followed by a per-run number so that no two answers are the same (what an LLM judge reads).
+    With ``content_bytes`` every LLM span carries captured messages (``gen_ai.input.messages``) of
+    ``content_bytes`` to twice that (content capture on); without it the random sequence is the same
+    as before the option existed.
     """
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
@@ -71,7 +87,7 @@ def make_run(rng: random.Random, end_ns: int | None = None, answer: str | None =
                     _kv("gen_ai.usage.input_tokens", rng.randint(200, 2000)),
                     _kv("gen_ai.usage.output_tokens", rng.randint(20, 300)),
                     _kv("gen_ai.response.finish_reasons", [reason]), _kv("server.address", "api.openai.com"),
-                ],
+                ] + ([_kv("gen_ai.input.messages", _messages(rng, content_bytes))] if content_bytes else []),
             )
         )  # fmt: skip
         t += 100_000_000

@@ -84,9 +84,7 @@ class TestRootSpan:
 
     def test_explicit_provider(self, exporter: InMemorySpanExporter) -> None:
         """tracer_provider= sends the run and its tools to that provider, not the default."""
-        mine = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(mine))
+        provider, mine = _recorded_provider()
         with agent_run("a", tracer_provider=provider), tool_call("t"):
             pass
         assert ["execute_tool t", "invoke_agent a"] == [s.name for s in mine.get_finished_spans()]
@@ -94,9 +92,7 @@ class TestRootSpan:
 
     def test_sub_agent_follows_parent_provider(self, exporter: InMemorySpanExporter) -> None:
         """A nested run without its own provider uses its parent's and becomes its child."""
-        mine = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(mine))
+        provider, mine = _recorded_provider()
         with agent_run("outer", tracer_provider=provider), agent_run("inner"):
             pass
         inner, outer = mine.get_finished_spans()
@@ -310,3 +306,11 @@ class TestDecorator:
         assert [1, 3] == sorted(
             int(str((s.attributes or {})["vigil.iterations"])) for s in exporter.get_finished_spans()
         )
+
+
+def _recorded_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A tracer provider of the test's own, and the exporter that records what it ends."""
+    recorded = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(recorded))
+    return provider, recorded

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -18,6 +17,7 @@ from collector.demo.fakeopenai import FakeOpenAI, TextTurn
 from collector.instrument import agent_run, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
 from collector.otlp import decode_protobuf
+from tests.support.fixtures import wait_until
 
 QUIET = {"OTEL_BSP_SCHEDULE_DELAY": "60000"}
 """A batch delay long enough that nothing is exported unless flushed."""
@@ -80,9 +80,7 @@ class TestExport:
             assert (20, 64) == (tracing.settings.schedule_delay_ms, tracing.settings.max_queue_size)
             with agent_run("a"):
                 pass
-            deadline = time.monotonic() + 5
-            while not exporter.get_finished_spans() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(exporter.get_finished_spans, timeout_s=5)
             assert 1 == len(exporter.get_finished_spans())
 
     def test_shutdown_flushes_and_is_idempotent(self) -> None:

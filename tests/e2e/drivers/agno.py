@@ -39,28 +39,18 @@ from agno.exceptions import InputCheckError  # noqa: E402
 from agno.guardrails import PIIDetectionGuardrail  # noqa: E402
 from agno.models.openai import OpenAIChat  # noqa: E402
 from agno.run.base import RunStatus  # noqa: E402
-from harness import API_KEY, Harness  # noqa: E402
+from harness import API_KEY, SERVER_ERROR, Harness, tools  # noqa: E402
 from openinference.instrumentation.agno import AgnoInstrumentor  # noqa: E402
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn  # noqa: E402
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn  # noqa: E402
 
 TOOL_CALL_LIMIT = 2
 LIMIT_MESSAGE = "Tool call limit reached."
 """How Agno's tool message starts when it refuses a call over ``tool_call_limit``."""
 
-_current: dict[str, Any] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+_current: dict[str, bool] = {}
+"""What the driver's callbacks noticed during the scenario in progress."""
+get_weather, lookup_order = tools()
 
 
 class NotedPIIGuardrail(PIIDetectionGuardrail):  # type: ignore[misc]
@@ -83,10 +73,7 @@ def register(h: Harness) -> None:
     h.register("ag_tool_call_limit", [oslo] * (TOOL_CALL_LIMIT + 1) + [TextTurn("I must stop: mild in Oslo.")])
     h.register("ag_pii_guardrail", [TextTurn("This must never be served.")])
     h.register("ag_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "ag_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("ag_http_500", [SERVER_ERROR])
 
 
 def main() -> None:
@@ -113,7 +100,7 @@ def main() -> None:
     ]
     for name, text in plan:
         with h.scenario(name, agent=agent.name or "travel_agent") as run:
-            _current.update(run=run, blocked=False)
+            _current["blocked"] = False
             output = agent.run(f"{run.marker} {text}")
             run.errored = output.status == RunStatus.error
             run.safety_blocked = bool(_current["blocked"])

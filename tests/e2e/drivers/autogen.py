@@ -34,29 +34,17 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.messages import ToolCallRequestEvent, ToolCallSummaryMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
 from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 MAX_TOOL_ITERATIONS = 3
 MAX_MESSAGES = 4
 MAX_MESSAGES_REASON = f"Maximum number of messages {MAX_MESSAGES} reached"
 
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = tools()
 
 
 def register(h: Harness) -> None:
@@ -66,10 +54,7 @@ def register(h: Harness) -> None:
     h.register("au_max_tool_iterations", [ToolCallTurn.of("get_weather", city="Oslo")])
     h.register("au_max_messages", [TextTurn("Let us think about it some more.")])
     h.register("au_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "au_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("au_http_500", [SERVER_ERROR])
 
 
 async def scenarios(h: Harness) -> None:
@@ -96,7 +81,6 @@ async def scenarios(h: Harness) -> None:
     for name, stream, text, expected in single:
         agent = assistant(stream=stream)
         with h.scenario(name, agent=agent.name, expected=expected) as run:
-            _current["run"] = run
             result = await agent.run(task=f"{run.marker} {text}")
             run.hit_max_iterations = _used_all_tool_iterations(result)
     team = RoundRobinGroupChat(
@@ -105,7 +89,6 @@ async def scenarios(h: Harness) -> None:
         name="travel_team",
     )
     with h.scenario("au_max_messages", agent="travel_team") as run:
-        _current["run"] = run
         result = await team.run(task=f"{run.marker} Plan a trip to Oslo.")
         run.hit_max_iterations = (result.stop_reason or "").startswith(MAX_MESSAGES_REASON)
     await client.close()

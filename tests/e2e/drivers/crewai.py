@@ -39,32 +39,20 @@ import openai  # noqa: E402
 from crewai import LLM, Agent, Crew, Task  # noqa: E402
 from crewai.events import LLMCallStartedEvent, crewai_event_bus  # noqa: E402
 from crewai.tools import tool  # noqa: E402
-from harness import API_KEY, Harness, RunTruth  # noqa: E402
+from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, tools  # noqa: E402
 from openinference.instrumentation.crewai import CrewAIInstrumentor  # noqa: E402
 from openinference.instrumentation.openai import OpenAIInstrumentor  # noqa: E402
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn  # noqa: E402
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn  # noqa: E402
 
 FORCE_FINAL = "Now it's time you MUST give your absolute best final answer."
 """The start of CrewAI's ``force_final_answer`` prompt (sent once max_iter is reached)."""
 
 MAX_ITER = 3
 
-_current: dict[str, Any] = {}
-
-
-@tool("get_weather")
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool("lookup_order")
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+_current: dict[str, bool] = {}
+"""What the driver's callbacks noticed during the scenario in progress."""
+get_weather, lookup_order = (tool(f.__name__)(f) for f in tools())
 
 
 @crewai_event_bus.on(LLMCallStartedEvent)
@@ -84,10 +72,7 @@ def main() -> None:
     weather_loop = ToolCallTurn.of("get_weather", city="Oslo")
     h.register("cr_max_iter", [weather_loop] * MAX_ITER + [TextTurn("Best I can say: Oslo is mild today.")])
     h.register("cr_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "cr_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("cr_http_500", [SERVER_ERROR])
 
     def agent(stream: bool = False) -> Agent:
         llm = LLM(model="openai/gpt-4o-mini", base_url=h.base_url, api_key=API_KEY, max_retries=0, stream=stream)
@@ -111,7 +96,7 @@ def main() -> None:
     for name, prompt, stream, expected in plan:
         crew_agent = agent(stream)
         with h.scenario(name, agent=crew_agent.role, expected=expected) as run:
-            _current.update(run=run, forced=False)
+            _current["forced"] = False
             task = Task(description=f"{run.marker} {prompt}", expected_output="A short answer.", agent=crew_agent)
             try:
                 Crew(agents=[crew_agent], tasks=[task], name="travel_crew").kickoff()

@@ -32,34 +32,21 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use the bundled cost map
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError, LMError
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from openinference.instrumentation.dspy import DSPyInstrumentor
 from openinference.instrumentation.litellm import LiteLLMInstrumentor
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, Turn, turn_to_json
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn
 
 MAX_ITERS = 3
 
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = tools()
 
 
 class TravelAgent(dspy.Module):  # type: ignore[misc]
@@ -88,37 +75,24 @@ def _answer(text: str) -> TextTurn:
     return _fields(reasoning="The observations answer the question.", answer=text)
 
 
-def _register_sequential(h: Harness, name: str, turns: list[Turn]) -> None:
-    """Register a script whose turn is the number of requests already served for the run."""
-    body = json.dumps({"turns": [turn_to_json(t) for t in turns], "sequential": True}).encode()
-    request = urllib.request.Request(f"{h.admin_url}/_fake/scripts/{name}", body, method="PUT")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
-
-
 def register(h: Harness) -> None:
     """The fake model's scripts, one per scenario."""
     normal = [_step("I need the weather in Paris.", "get_weather", city="Paris"), _step("I know enough.", "finish")]
-    _register_sequential(h, "dr_normal", [*normal, _answer("Sunny, 21 C in Paris.")])
-    _register_sequential(h, "dr_litellm", [*normal, _answer("Sunny, 21 C in Paris.")])
-    _register_sequential(
-        h,
+    h.register("dr_normal", [*normal, _answer("Sunny, 21 C in Paris.")], sequential=True)
+    h.register("dr_litellm", [*normal, _answer("Sunny, 21 C in Paris.")], sequential=True)
+    h.register(
         "dr_tool_error",
         [
             _step("I should look the order up.", "lookup_order", order_id="A-404"),
             _step("The order does not exist.", "finish"),
             _answer("No such order."),
         ],
+        sequential=True,
     )
     oslo = _step("Let me check Oslo again.", "get_weather", city="Oslo")
-    _register_sequential(h, "dr_max_iters", [oslo] * MAX_ITERS + [_answer("Mild in Oslo.")])
-    _register_sequential(h, "dr_content_filter", [ContentFilterTurn("")])
-    _register_sequential(
-        h,
-        "dr_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("dr_max_iters", [oslo] * MAX_ITERS + [_answer("Mild in Oslo.")], sequential=True)
+    h.register("dr_content_filter", [ContentFilterTurn("")], sequential=True)
+    h.register("dr_http_500", [SERVER_ERROR], sequential=True)
 
 
 def main() -> None:
@@ -141,7 +115,6 @@ def main() -> None:
     ]
     for name, lm, text, expected in plan:
         with dspy.context(lm=lm), h.scenario(name, agent="TravelAgent", expected=expected) as run:
-            _current["run"] = run
             prediction = agent(question=f"{run.marker} {text}")
             tools_used = [v for k, v in prediction.trajectory.items() if k.startswith("tool_name_")]
             run.hit_max_iterations = len(tools_used) >= MAX_ITERS and "finish" not in tools_used

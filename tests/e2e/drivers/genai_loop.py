@@ -34,40 +34,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
-
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
+from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, loop_scenarios, tools
 
 AGENT = "gl_travel_agent"
 MODEL = "gpt-4o-mini"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
 
 
 class MaxIterationsExceeded(RuntimeError):
     """The app's own loop cap: raised when the agent used up its iterations."""
 
 
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``; every order is unknown here."""
-    raise LookupError(f"order {order_id} not found")
-
-
+get_weather, lookup_order = tools(LookupError)
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "lookup_order": lookup_order}
 
 
@@ -114,10 +91,7 @@ class TravelAgent:
                 result = TOOLS[name](**arguments)
                 inv.tool_result = result
         except LookupError as exc:
-            truth.tool(failed=True)
             result = f"Error: {exc}"
-        else:
-            truth.tool()
         return {"role": "tool", "tool_call_id": call.id, "content": result}
 
 
@@ -136,34 +110,8 @@ def run(driver: str, service_name: str, latest: bool) -> None:
     h = Harness(driver, service_name)
     OpenAIInstrumentor().instrument(tracer_provider=h.provider)
     handler = TelemetryHandler(tracer_provider=h.provider, instrumentation_scope_name="vigil.e2e.genai_loop")
-    oslo = ToolCallTurn.of("get_weather", city="Oslo")
-    h.register("gl_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
-    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
-    h.register("gl_parallel", [both, TextTurn("Sunny in Paris and Rome.")])
-    h.register("gl_tool_error", [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")])
-    h.register("gl_max_iterations", [oslo])
-    h.register("gl_graceful_cap", [oslo])
-    h.register("gl_content_filter", [ContentFilterTurn("")])
-    h.register("gl_http_500", [SERVER_ERROR])
     travel = TravelAgent(OpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0), handler)
-    plan: list[tuple[str, str, int, bool]] = [
-        ("gl_normal", "What is the weather in Paris?", 10, True),
-        ("gl_parallel", "Weather in Paris and Rome?", 10, True),
-        ("gl_tool_error", "Where is my order A-404?", 10, True),
-        ("gl_max_iterations", "Keep checking Oslo.", 6, True),
-        ("gl_graceful_cap", "Keep checking Oslo.", 3, False),
-        ("gl_content_filter", "Say something filtered.", 10, True),
-        ("gl_http_500", "What is the weather in Paris?", 10, True),
-    ]
-    for name, prompt, cap, raise_on_cap in plan:
-        with h.scenario(name, agent=AGENT, expected=(MaxIterationsExceeded, InternalServerError)) as truth:
-            try:
-                answer = travel.run(f"{truth.marker} {prompt}", truth, cap, raise_on_cap)
-            except MaxIterationsExceeded:
-                truth.hit_max_iterations = True
-                raise
-            # The graceful cap: the loop ran out while the model still asked for tools.
-            truth.hit_max_iterations = answer.startswith("I could not finish")
+    loop_scenarios(h, "gl", AGENT, travel.run, capped=MaxIterationsExceeded, errors=(InternalServerError,))
     h.finish()
 
 

@@ -42,29 +42,19 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, tools
 from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
 MAX_LLM_CALLS = 3
 APP = "travel_desk"
 USER = "traveller-1"
 BLOCKED_ANSWER = "I cannot help with requests that contain card numbers."
 
-_current: dict[str, Any] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+_current: dict[str, bool] = {}
+"""What the driver's callbacks noticed during the scenario in progress."""
+get_weather, lookup_order = tools()
 
 
 def no_card_numbers(callback_context: CallbackContext, llm_request: LlmRequest) -> LlmResponse | None:
@@ -93,10 +83,7 @@ def register(h: Harness) -> None:
     h.register("ad_max_llm_calls", [ToolCallTurn.of("get_weather", city="Oslo")])
     h.register("ad_guardrail", [TextTurn("This must never be served.")])
     h.register("ad_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "ad_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("ad_http_500", [SERVER_ERROR])
 
 
 async def run_agent(runner: InMemoryRunner, run: RunTruth, text: str, config: RunConfig) -> None:
@@ -141,7 +128,7 @@ async def scenarios(h: Harness) -> None:
     ]
     for name, runner, text, config, expected in plan:
         with h.scenario(name, agent="travel_agent", expected=expected) as run:
-            _current.update(run=run, blocked=False)
+            _current["blocked"] = False
             try:
                 await run_agent(runner, run, text, config)
             except LlmCallsLimitExceededError:

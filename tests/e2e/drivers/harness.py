@@ -25,7 +25,7 @@ import sys
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,10 +40,35 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.demo.fakeopenai import FakeOpenAI, Turn, turn_to_json
+from collector.demo.fakeopenai import (
+    ContentFilterTurn,
+    ErrorTurn,
+    FakeOpenAI,
+    TextTurn,
+    ToolCall,
+    ToolCallTurn,
+    Turn,
+    turn_to_json,
+)
 
 API_KEY = "sk-vigil-e2e-fake"
 """The API key drivers hand to their clients; the fake server ignores it."""
+
+SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
+"""The model's answer in the ``*_http_500`` scenarios: OpenAI's own 500."""
+
+TOOL_SPECS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": doc,
+            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
+        },
+    }
+    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
+]
+"""The two tools of :func:`tools` as Chat Completions ``tools``, for drivers that run their own loop."""
 
 
 @dataclass
@@ -82,6 +107,36 @@ class RunTruth:
         """Count one tool execution (and one error when ``failed``)."""
         self.tool_calls += 1
         self.tool_errors += int(failed)
+
+
+_active: list[RunTruth] = []
+"""The run of the scenario in progress (set by :meth:`Harness.scenario`)."""
+
+
+def current() -> RunTruth:
+    """The run of the scenario in progress: where a tool or a framework callback counts."""
+    return _active[-1]
+
+
+def tools(error: type[Exception] = ValueError) -> tuple[Callable[..., str], Callable[..., str]]:
+    """The two tools every agent driver offers, counting into :func:`current`.
+
+    ``get_weather(city)`` answers; ``lookup_order(order_id)`` fails with ``error`` (the type the
+    driver's framework or loop expects from a failing tool). A driver wraps them in its
+    framework's tool decorator where it has one; names and docstrings are the tools' schema.
+    """
+
+    def get_weather(city: str) -> str:
+        """Return the current weather for a city."""
+        current().tool()
+        return f"It is 21 C and sunny in {city}."
+
+    def lookup_order(order_id: str) -> str:
+        """Return the status of an order."""
+        current().tool(failed=True)
+        raise error(f"order {order_id} not found")
+
+    return get_weather, lookup_order
 
 
 class _RootRecorder(SpanProcessor):
@@ -130,9 +185,16 @@ class Harness:
         """The fake server's root URL (its ``/_fake/...`` endpoints)."""
         return self.base_url.removesuffix("/v1")
 
-    def register(self, name: str, turns: Sequence[Turn]) -> None:
-        """Register script ``name`` with the fake server (over HTTP, so any server works)."""
-        body = json.dumps({"turns": [turn_to_json(t) for t in turns]}).encode()
+    def register(self, name: str, turns: Sequence[Turn], *, sequential: bool = False) -> None:
+        """Register script ``name`` with the fake server (over HTTP, so any server works).
+
+        ``sequential``: the turn served is the number of requests already served for the run
+        (instead of one counted from the conversation's assistant messages).
+        """
+        script: dict[str, Any] = {"turns": [turn_to_json(t) for t in turns]}
+        if sequential:
+            script["sequential"] = True
+        body = json.dumps(script).encode()
         request = urllib.request.Request(f"{self.admin_url}/_fake/scripts/{name}", body, method="PUT")
         request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -159,11 +221,14 @@ class Harness:
         run = RunTruth(scenario=name, agent=agent, key=f"{name}#{self.tag}")
         run.marker = f"[[scenario:{run.key}]]"
         before = len(self._roots.roots)
+        _active.append(run)
         try:
             yield run
         except expected as exc:
             run.errored = True
             run.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        finally:
+            _active.remove(run)
         roots = self._roots.roots[before:]
         if len(roots) != 1:
             raise RuntimeError(f"scenario {name} started {len(roots)} root spans: {roots}")
@@ -215,3 +280,54 @@ def _hex_ids(obj: dict[str, Any]) -> None:
     for key in ("traceId", "spanId", "parentSpanId"):
         if obj.get(key):
             obj[key] = base64.b64decode(obj[key]).hex()
+
+
+LOOP_PLAN: tuple[tuple[str, str, int, bool], ...] = (
+    ("normal", "What is the weather in Paris?", 10, True),
+    ("parallel", "Weather in Paris and Rome?", 10, True),
+    ("tool_error", "Where is my order A-404?", 10, True),
+    ("max_iterations", "Keep checking Oslo.", 6, True),
+    ("graceful_cap", "Keep checking Oslo.", 3, False),
+    ("content_filter", "Say something filtered.", 10, True),
+    ("http_500", "What is the weather in Paris?", 10, True),
+)
+"""The scenarios of a driver running its own tool loop: name suffix, prompt, iteration cap, raise at the cap."""
+
+
+def loop_scenarios(
+    h: Harness,
+    prefix: str,
+    agent: str,
+    ask: Callable[[str, RunTruth, int, bool], str],
+    *,
+    capped: type[BaseException],
+    errors: tuple[type[BaseException], ...],
+) -> None:
+    """Register and run :data:`LOOP_PLAN` for a driver with its own tool loop (``genai_loop``, ``traceloop_loop``).
+
+    ``ask(prompt, run, cap, raise_on_cap)`` runs the app once; it raises ``capped`` at the cap when
+    asked to, and otherwise answers "I could not finish ..." (the graceful cap). ``errors``: the
+    other exceptions that reach the caller.
+    """
+    oslo = ToolCallTurn.of("get_weather", city="Oslo")
+    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
+    scripts: dict[str, list[Turn]] = {
+        "normal": [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")],
+        "parallel": [both, TextTurn("Sunny in Paris and Rome.")],
+        "tool_error": [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")],
+        "max_iterations": [oslo],
+        "graceful_cap": [oslo],
+        "content_filter": [ContentFilterTurn("")],
+        "http_500": [SERVER_ERROR],
+    }
+    for suffix, turns in scripts.items():
+        h.register(f"{prefix}_{suffix}", turns)
+    for suffix, prompt, cap, raise_on_cap in LOOP_PLAN:
+        with h.scenario(f"{prefix}_{suffix}", agent=agent, expected=(capped, *errors)) as run:
+            try:
+                answer = ask(f"{run.marker} {prompt}", run, cap, raise_on_cap)
+            except capped:
+                run.hit_max_iterations = True
+                raise
+            # The graceful cap: the loop ran out while the model still asked for tools.
+            run.hit_max_iterations = answer.startswith("I could not finish")

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -55,25 +55,10 @@ from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, RefusalTurn, TextTurn, ToolCall, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, RefusalTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "lc_travel_agent"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-_current: dict[str, RunTruth] = {}
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise LookupError(f"order {order_id} not found")
+get_weather, lookup_order = (tool(f) for f in tools(LookupError))
 
 
 def _tool_error_text(exc: Exception, request: Any) -> str:
@@ -132,7 +117,6 @@ def main() -> None:
         tools = [get_weather, lookup_order]
         agent = create_agent(model, tools, system_prompt="You help travellers.", middleware=middleware, name=AGENT)
         with h.scenario(name, agent=AGENT, expected=RAISED) as run:
-            _current["run"] = run
             try:
                 state = agent.invoke(
                     {"messages": [("user", f"{run.marker} {prompt}")]}, {"recursion_limit": recursion_limit}

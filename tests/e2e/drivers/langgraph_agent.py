@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, Harness, tools
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -34,21 +34,7 @@ from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 SORRY = "Sorry, need more steps to process this request."
 """What LangGraph's prebuilt ReAct agent answers when it runs out of steps."""
 
-_current: dict[str, RunTruth] = {}
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = (tool(f) for f in tools())
 
 
 TOOLS = [get_weather, lookup_order]
@@ -99,10 +85,8 @@ def main() -> None:
         ("lg_content_filter", weather, 25),
     ):
         with h.scenario(name, agent=graph.name) as run:
-            _current["run"] = run
             graph.invoke({"messages": [("user", f"{run.marker} Please help.")]}, {"recursion_limit": limit})
     with h.scenario("lg_recursion", agent="weather_agent", expected=(GraphRecursionError,)) as run:
-        _current["run"] = run
         run.hit_max_iterations = True
         weather.invoke({"messages": [("user", f"{run.marker} Weather, again?")]}, {"recursion_limit": 6})
     _need_more_steps(h, chat())
@@ -116,7 +100,6 @@ def _need_more_steps(h: Harness, model: ChatOpenAI) -> None:
 
         planner = create_react_agent(model, TOOLS, name="planner_agent")
     with h.scenario("lg_need_more_steps", agent="planner_agent") as run:
-        _current["run"] = run
         out = planner.invoke({"messages": [("user", f"{run.marker} Plan a trip.")]}, {"recursion_limit": 4})
         last = out["messages"][-1]
         run.hit_max_iterations = isinstance(last, AIMessage) and last.content == SORRY

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 from typing import Any
 
 import openai
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, tools
 from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ReActAgent
 from llama_index.llms.openai import OpenAI
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
@@ -37,29 +36,14 @@ from workflows.errors import WorkflowRuntimeError
 
 from collector.demo.fakeopenai import (
     ContentFilterTurn,
-    ErrorTurn,
     TextTurn,
     ToolCall,
     ToolCallTurn,
-    Turn,
-    turn_to_json,
 )
 
 MAX_ITERATIONS = 3
 
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = tools()
 
 
 def _react(thought: str, action: str, **arguments: Any) -> TextTurn:
@@ -75,16 +59,13 @@ def register(h: Harness) -> None:
     h.register("li_max_iterations", [ToolCallTurn.of("get_weather", city="Oslo")])
     # The early-stopping request has as many assistant turns as the one before it (the last tool
     # call is not in memory), so this script walks by request count instead.
-    _register_sequential(
-        h,
+    h.register(
         "li_max_iterations_generate",
         [ToolCallTurn.of("get_weather", city="Oslo")] * MAX_ITERATIONS + [TextTurn("Best I can say: mild in Oslo.")],
+        sequential=True,
     )
     h.register("li_content_filter", [ContentFilterTurn("")])
-    h.register(
-        "li_http_500",
-        [ErrorTurn(status=500, message="The server had an error while processing your request.", code="server_error")],
-    )
+    h.register("li_http_500", [SERVER_ERROR])
     h.register(
         "li_react",
         [
@@ -92,15 +73,6 @@ def register(h: Harness) -> None:
             TextTurn("Thought: I can answer without using any more tools.\nAnswer: Mild, 21 C in Lima."),
         ],
     )
-
-
-def _register_sequential(h: Harness, name: str, turns: list[Turn]) -> None:
-    """Register a script whose turn is the number of requests already served for the run."""
-    body = json.dumps({"turns": [turn_to_json(t) for t in turns], "sequential": True}).encode()
-    request = urllib.request.Request(f"{h.admin_url}/_fake/scripts/{name}", body, method="PUT")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
 
 
 async def scenarios(h: Harness) -> None:
@@ -146,7 +118,6 @@ async def scenarios(h: Harness) -> None:
     for name, agent, text, expected in plan:
         limited = name.startswith("li_max_iterations")
         with h.scenario(name, agent=agent.name, expected=expected) as run:
-            _current["run"] = run
             try:
                 handler = agent.run(user_msg=f"{run.marker} {text}", max_iterations=MAX_ITERATIONS if limited else 20)
                 # Every agent step the driver sees; at the limit all MAX_ITERATIONS steps asked for tools.

@@ -46,27 +46,13 @@ from agents import (
 )
 from agents.exceptions import AgentsException
 from agents.run_error_handlers import RunErrorHandlerInput, RunErrorHandlerResult, RunErrorHandlers
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, Harness, tools
 from openai import AsyncOpenAI, OpenAIError
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
 from collector.demo.fakeopenai import ContentFilterTurn, RefusalTurn, TextTurn, ToolCallTurn
 
-_current: dict[str, RunTruth] = {}
-
-
-@function_tool
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@function_tool
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order."""
-    _current["run"].tool(failed=True)
-    raise ValueError(f"order {order_id} not found")
+get_weather, lookup_order = (function_tool(f) for f in tools())
 
 
 @input_guardrail(name="no_card_numbers", run_in_parallel=False)
@@ -118,7 +104,6 @@ async def scenarios(h: Harness) -> None:
     graceful: RunErrorHandlers[Any] = {"max_turns": stop_gracefully}
     for name, agent, prompt, max_turns, expected in plan:
         with h.scenario(name, agent=agent.name, expected=expected) as run:
-            _current["run"] = run
             run.hit_max_iterations = name == "ag_max_turns"
             run.safety_blocked = name == "ag_guardrail"
             if name == "ag_content_filter":

@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, tools
 from openai import BadRequestError, OpenAI
 from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 from opentelemetry.util.genai.handler import TelemetryHandler
@@ -31,29 +31,9 @@ from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, To
 
 AGENT = "support_agent"
 MODEL = "gpt-4o-mini"
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
 
 
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``; every order is unknown here."""
-    raise LookupError(f"order {order_id} not found")
-
-
+get_weather, lookup_order = tools(LookupError)
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "lookup_order": lookup_order}
 
 
@@ -115,10 +95,7 @@ class SupportAgent:
                 inv.tool_call_id = call["id"]
                 result = TOOLS[name](**json.loads(call["function"]["arguments"]))
         except LookupError as exc:
-            truth.tool(failed=True)
             result = f"Error: {exc}"
-        else:
-            truth.tool()
         return {"role": "tool", "tool_call_id": call["id"], "content": result}
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + [_HERE]
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, current, tools
 from openai import AsyncOpenAI
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.capabilities import Instrumentation
@@ -42,28 +42,15 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import UsageLimits
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
 
 AGENT = "pa_travel_agent"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-_current: dict[str, RunTruth] = {}
-
-
-def get_weather(city: str) -> str:
-    """Return the current weather for a city."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order; every order is unknown (asks the model to retry)."""
-    _current["run"].tool(failed=True)
-    raise ModelRetry(f"order {order_id} not found, check the id")
+get_weather, lookup_order = tools(ModelRetry)  # an unknown order asks the model to retry
 
 
 def cancel_order(order_id: str) -> str:
     """Cancel an order; the backend is down (raises)."""
-    _current["run"].tool(failed=True)
+    current().tool(failed=True)
     raise LookupError(f"order backend unavailable for {order_id}")
 
 
@@ -88,9 +75,7 @@ def main() -> None:
     h.register("pa_request_limit", [ToolCallTurn.of("get_weather", city="Oslo")])
     h.register("pa_content_filter", [ContentFilterTurn("")])
     h.register("pa_content_filter_after_tool", [weather, ContentFilterTurn("I can")])
-    h.register(
-        "pa_http_500", [ErrorTurn(500, "The server had an error while processing your request.", "server_error")]
-    )
+    h.register("pa_http_500", [SERVER_ERROR])
     plan: list[tuple[str, str, UsageLimits | None]] = [
         ("pa_normal", "What is the weather in Paris?", None),
         ("pa_parallel", "Weather in Paris and Rome?", None),
@@ -104,7 +89,6 @@ def main() -> None:
     expected: tuple[type[BaseException], ...] = (AgentRunError, LookupError)
     for name, prompt, limits in plan:
         with h.scenario(name, agent=AGENT, expected=expected) as run:
-            _current["run"] = run
             try:
                 agent.run_sync(f"{run.marker} {prompt}", usage_limits=limits)
             except UsageLimitExceeded:

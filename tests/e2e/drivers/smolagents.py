@@ -36,21 +36,17 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + [_HERE]
 
-import json
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, SERVER_ERROR, Harness, current
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentError, AgentMaxStepsError
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn, Turn, turn_to_json
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn, Turn
 
 AGENT = "sa_travel_agent"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-_current: dict[str, RunTruth] = {}
 
 
 @tool
@@ -60,7 +56,7 @@ def get_weather(city: str) -> str:
     Args:
         city: the city name.
     """
-    _current["run"].tool()
+    current().tool()
     return f"It is 21 C and sunny in {city}."
 
 
@@ -71,7 +67,7 @@ def lookup_order(order_id: str) -> str:
     Args:
         order_id: the order id.
     """
-    _current["run"].tool(failed=True)
+    current().tool(failed=True)
     raise LookupError(f"order {order_id} not found")
 
 
@@ -86,11 +82,7 @@ def register(h: Harness, name: str, turns: Sequence[Turn]) -> None:
     smolagents does not replay a failed step's tool-call message (the error is merged into the
     user message), so the fake server cannot count assistant turns in the conversation.
     """
-    body = json.dumps({"turns": [turn_to_json(t) for t in turns], "sequential": True}).encode()
-    request = urllib.request.Request(f"{h.admin_url}/_fake/scripts/{name}", body, method="PUT")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
+    h.register(name, turns, sequential=True)
 
 
 def main() -> None:
@@ -122,7 +114,6 @@ def main() -> None:
             tools=[get_weather, lookup_order], model=model, name=AGENT, max_steps=max_steps, verbosity_level=0
         )
         with h.scenario(name, agent=AGENT, expected=(AgentError,)) as run:
-            _current["run"] = run
             result: Any = agent.run(f"{run.marker} {prompt}", return_full_result=True)
             # Graceful limit: nothing is raised, but the run's state and last step say so.
             last_error = getattr(agent.memory.steps[-1], "error", None)

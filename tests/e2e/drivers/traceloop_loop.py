@@ -36,48 +36,22 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Harness, RunTruth
+from harness import API_KEY, TOOL_SPECS, Harness, RunTruth, loop_scenarios, tools
 from openai import InternalServerError, OpenAI
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
 from traceloop.sdk import Instruments, Traceloop
 from traceloop.sdk.decorators import agent, tool, workflow
 
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, TextTurn, ToolCall, ToolCallTurn
-
 AGENT = "tl_travel_agent"
 MODEL = "gpt-4o-mini"
-SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
-_current: dict[str, RunTruth] = {}
 
 
 class MaxIterationsExceeded(RuntimeError):
     """The app's own loop cap: raised when the agent used up its iterations."""
 
 
-@tool(name="get_weather")
-def get_weather(city: str) -> str:
-    """Return the current weather for ``city``."""
-    _current["run"].tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool(name="lookup_order")
-def lookup_order(order_id: str) -> str:
-    """Return the status of order ``order_id``; every order is unknown here."""
-    _current["run"].tool(failed=True)
-    raise LookupError(f"order {order_id} not found")
+get_weather, lookup_order = (tool(name=f.__name__)(f) for f in tools(LookupError))
 
 
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "lookup_order": lookup_order}
@@ -131,36 +105,12 @@ def main() -> None:
         telemetry_enabled=False,
         instruments={Instruments.OPENAI},
     )
-    weather = ToolCallTurn.of("get_weather", city="Paris")
-    oslo = ToolCallTurn.of("get_weather", city="Oslo")
-    h.register("tl_normal", [weather, TextTurn("Sunny in Paris.")])
-    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
-    h.register("tl_parallel", [both, TextTurn("Sunny in Paris and Rome.")])
-    h.register("tl_tool_error", [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")])
-    h.register("tl_max_iterations", [oslo])
-    h.register("tl_graceful_cap", [oslo])
-    h.register("tl_content_filter", [ContentFilterTurn("")])
-    h.register("tl_http_500", [SERVER_ERROR])
     travel = TravelAgent(OpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0))
-    plan: list[tuple[str, str, int, bool]] = [
-        ("tl_normal", "What is the weather in Paris?", 10, True),
-        ("tl_parallel", "Weather in Paris and Rome?", 10, True),
-        ("tl_tool_error", "Where is my order A-404?", 10, True),
-        ("tl_max_iterations", "Keep checking Oslo.", 6, True),
-        ("tl_graceful_cap", "Keep checking Oslo.", 3, False),
-        ("tl_content_filter", "Say something filtered.", 10, True),
-        ("tl_http_500", "What is the weather in Paris?", 10, True),
-    ]
-    for name, prompt, cap, raise_on_cap in plan:
-        with h.scenario(name, agent=AGENT, expected=(MaxIterationsExceeded, InternalServerError)) as run:
-            _current["run"] = run
-            try:
-                answer = travel_desk(travel, f"{run.marker} {prompt}", cap, raise_on_cap)
-            except MaxIterationsExceeded:
-                run.hit_max_iterations = True
-                raise
-            # The graceful cap: the loop ran out while the model still asked for tools.
-            run.hit_max_iterations = answer.startswith("I could not finish")
+
+    def ask(prompt: str, run: RunTruth, cap: int, raise_on_cap: bool) -> str:
+        return travel_desk(travel, prompt, cap, raise_on_cap)
+
+    loop_scenarios(h, "tl", AGENT, ask, capped=MaxIterationsExceeded, errors=(InternalServerError,))
     h.finish()
 
 

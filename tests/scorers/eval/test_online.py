@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from review_queue.app.scoring import Scoring
 from review_queue.app.settings import Settings
 from scorers.assemble import ClosedTrace
-from scorers.eval.model import EvalFileError
+from scorers.content import canonical_json
+from scorers.eval.model import ArgMatch, EvalFileError, MatchType, parse_eval_config
 from scorers.eval.online import OnlineEval
 from scorers.model import Message, Run, ToolCall
 from tests.support.spans import agent_run
@@ -134,3 +137,88 @@ class TestMatching:
         assert not online.maybe_reload()
         assert 1 == online.cases
         assert 0.5 == online.pass_rate("support")
+
+
+# --- the direct online path scores exactly as evaluate_case -----------------------------------
+
+_NAMES_ = ["search", "lookup", "refund"]
+_ARGS = st.one_of(
+    st.none(),
+    st.sampled_from(['{"q":"a"}', '{"q": "a"}', '{"q":"b"}', '{"n":250}', '{"n":250.0}', "{}", "not json", "[1]"]),
+)
+_ANSWERS = st.sampled_from(["", "Paris 18C, Rome 24C.", "paris is 18c", "It rains in Rome.", "Ça va, Zürich 18°C"])
+_EXPECTED_ARGS = st.sampled_from([None, {}, {"q": "a"}, {"q": "b"}, {"n": 250}, {"input": "not json"}])
+
+
+def _online_set(path: Path, tools: list[tuple[str, dict[str, Any] | None]], answer: str) -> Path:
+    doc = {
+        "eval_set_id": "prop",
+        "eval_cases": [
+            {
+                "eval_id": "c",
+                "conversation": [
+                    {
+                        "user_content": {"parts": [{"text": QUESTION}]},
+                        "final_response": {"parts": [{"text": answer}]},
+                        "intermediate_data": {"tool_uses": [{"name": n, "args": a} for n, a in tools]},
+                    }
+                ],
+            }
+        ],
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+_CONFIGS = st.fixed_dictionaries(
+    {
+        "tool_trajectory": st.fixed_dictionaries(
+            {
+                "threshold": st.sampled_from([0.0, 0.5, 1.0]),
+                "match_type": st.sampled_from(list(MatchType)),
+                "arg_match": st.sampled_from(list(ArgMatch)),
+            }
+        ),
+        "response_match": st.fixed_dictionaries({"threshold": st.sampled_from([0.0, 0.3, 0.8, 1.0])}),
+    },
+    optional={"task_success": st.fixed_dictionaries({"threshold": st.sampled_from([0.0, 1.0])})},
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.sampled_from(_NAMES_), _ARGS), max_size=4),
+    st.lists(st.tuples(st.sampled_from(_NAMES_), _EXPECTED_ARGS), max_size=4),
+    _ANSWERS,
+    _ANSWERS,
+    _CONFIGS,
+    st.data(),
+)
+def test_direct_scores_equal_the_case_evaluation(  # noqa: PLR0917 - hypothesis draws
+    tmp_path: Path,
+    actual: list[tuple[str, str | None]],
+    expected: list[tuple[str, dict[str, Any] | None]],
+    answer: str,
+    reference: str,
+    config: dict[str, Any],
+    data: st.DataObject,
+) -> None:
+    shape = data.draw(st.sampled_from(["drawn", "the expected calls", "the expected names"]))
+    if shape == "the expected calls":  # what the case expects (the common, passing case)
+        actual = [(n, canonical_json(a or {})) for n, a in expected]
+    elif shape == "the expected names":  # the same tools, the arguments drawn
+        actual = [(n, data.draw(_ARGS)) for n, _ in expected]
+    online = OnlineEval(
+        [_online_set(tmp_path / "p.json", expected, reference)], parse_eval_config({"criteria": config})
+    )
+    assert online._direct
+    tools = tuple(ToolCall(f"s{i}", n, arguments=a) for i, (n, a) in enumerate(actual))
+    r = run([QUESTION], tools, answer)
+    scores = online.score(r)
+    result = online.evaluate(r)
+    assert scores is not None
+    assert result is not None
+    want = [(f"eval_{x.name}", x.score) for x in result.results if x.score is not None]
+    want.append(("eval_passed", 1.0 if result.passed else 0.0))
+    assert want == [(s.name, s.value) for s in scores]
+    assert {"prop/c"} == {s.detail for s in scores}

@@ -62,3 +62,7 @@ class TestTokenizer:
 
     def test_normalise_message(self) -> None:
         assert "what is the weather in paris?" == normalise_message("  What is the\n weather in  PARIS? ")
+
+    @given(st.text(alphabet=st.sampled_from(list("aB1 ?\t\n\r\x0b\x0c\x1c\x1f\x7f")), max_size=12))
+    def test_normalise_message_on_ascii_collapses_like_split(self, text: str) -> None:
+        assert " ".join(text.lower().split()) == normalise_message(text)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.judge.config import judge_rules, parse_judges
 from scorers.judge.metrics import JudgeMetrics
-from scorers.judge.service import JudgeService
+from scorers.judge.service import RUN_BASE_BYTES, JudgeService, queued_bytes
 from scorers.model import Flag, Message, Priority, Run, ScoredRun
 from scorers.redact import Redactor
 from scorers.rules import compile_rules
@@ -44,7 +44,9 @@ def _run(n: int, scenario: str, *, flag: Flag | None = None, text: str = "Refund
 class Harness:
     """A judge service over the fake server, an in-memory sink and a fresh registry."""
 
-    def __init__(self, fake: FakeOpenAI, clock: Any = None, prepare: Any = None, **judge: Any) -> None:
+    def __init__(
+        self, fake: FakeOpenAI, clock: Any = None, prepare: Any = None, max_queue_bytes: int = 0, **judge: Any
+    ) -> None:
         entry = {"rubric": "groundedness", "model": "judge-model", "base_url": fake.base_url, **judge}
         specs = parse_judges({"ground": entry}, {})
         self.rules = compile_rules(judge_rules(specs, None), judge_names=["ground"])
@@ -54,6 +56,8 @@ class Harness:
         options: dict[str, Any] = {} if clock is None else {"clock": clock}
         if prepare is not None:
             options["prepare"] = prepare
+        if max_queue_bytes:
+            options["max_queue_bytes"] = max_queue_bytes
         self.service = JudgeService(
             specs,
             self.sink,
@@ -327,3 +331,28 @@ class TestIsolation:
         assert h.service.pending() <= 12
         assert not h.service.shutdown(0.5)  # the stalled requests cannot finish in time
         assert dropped + h.metric("vigil_judge_dropped_total", reason="shutdown") >= 2000 - 2
+
+
+class TestByteBudget:
+    """The judge queues are bounded in bytes as well as runs (issue 15 item 3)."""
+
+    def test_queued_bytes_counts_the_captured_texts(self) -> None:
+        small, big = _run(1, "high", text="ok"), _run(2, "high", text="x" * 10_000)
+        assert RUN_BASE_BYTES < queued_bytes(small.run) < RUN_BASE_BYTES + 100
+        assert 10_000 == queued_bytes(big.run) - queued_bytes(small.run) + 2
+
+    def test_runs_past_the_byte_budget_are_dropped_and_counted(self, fake: FakeOpenAI) -> None:
+        """Room for three runs by bytes (of 100 by count): the others are dropped as queue_bytes; judged
+        runs give their bytes back."""
+        runs = [_run(n, "high", text="y" * 5000 + str(n)) for n in range(10)]
+        size = queued_bytes(runs[0].run)
+        h = Harness(fake, select="true", queue_size=100, max_queue_bytes=3 * size + 10)
+        h.service.submit(runs)
+        assert 7 == h.metric("vigil_judge_dropped_total", reason="queue_bytes")
+        assert 0 == h.metric("vigil_judge_dropped_total", reason="queue_full")
+        assert 3 * size == h.service.account.held
+        h.service.start()
+        assert h.service.flush(30)
+        assert 0 == h.service.account.held
+        assert 3 == len(h.sink.results)
+        h.service.shutdown(5)

@@ -1,0 +1,126 @@
+"""Issue 20, finding 5: the memory limit holds under a burst of concurrent gzip bodies.
+
+48 gzip bodies, each inflating to just under the size limit (``VIGIL_MAX_BODY_BYTES``, 20 MiB),
+are sent at once to a real ``vigil run`` with ``VIGIL_MEMORY_LIMIT_MB=512``. Before the intake
+budget every body was read, inflated (and held twice) and decoded before the memory check refused
+it: the peak was 2.8 GiB. Now each body's bytes are reserved before they are held
+(:class:`collector.limits.IntakeBudget`, a quarter of the limit), the ones that do not fit are
+answered 503 + Retry-After and counted, peak RSS (``VmHWM``) stays under the limit, and a normal
+run sent after the burst is stored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from review_queue.app.bench.synth import body, make_run
+from review_queue.app.process import VigilProcess, start_vigil
+
+pytestmark = pytest.mark.integration
+
+LIMIT_MB = 512
+MAX_BODY = 20 * 1024 * 1024  # the default VIGIL_MAX_BODY_BYTES
+BODIES = 48
+PROTO = {"Content-Type": "application/x-protobuf"}
+GZIP_PROTO = {**PROTO, "Content-Encoding": "gzip"}
+
+
+def _body_near_limit() -> bytes:
+    """One protobuf body of whole synthetic agent runs, 93-100 % of the size limit."""
+    rng = random.Random(20)
+    spans: list[Span] = []
+    for i in range(1, 100_000):
+        spans.extend(make_run(rng).spans)
+        if i % 500 == 0 and len(encoded := body(spans)) > MAX_BODY * 0.93:
+            assert len(encoded) <= MAX_BODY
+            return encoded
+    raise AssertionError("never reached the size limit")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def _metric(vigil: VigilProcess, line_start: str) -> float:
+    for line in httpx.get(vigil.metrics_url, timeout=10).text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {line_start} on /metrics")
+
+
+def _stored(vigil: VigilProcess, trace_id: str) -> bool:
+    with sqlite3.connect(vigil.workdir / "vigil.db") as db:
+        return db.execute("SELECT 1 FROM runs WHERE trace_id = ?", (trace_id,)).fetchone() is not None
+
+
+def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) -> None:
+    """48 concurrent gzip bodies at the size limit: VmHWM < 512 MiB, the refused ones are 503 +
+    Retry-After and counted, and a normal run sent afterwards is stored."""
+    payload = gzip.compress(_body_near_limit(), 6)
+    env = {
+        "VIGIL_MEMORY_LIMIT_MB": str(LIMIT_MB),
+        "VIGIL_RETRY_AFTER_S": "1",
+        "VIGIL_QUIET_PERIOD_S": "0.5",
+        "VIGIL_SAMPLE_RATE": "0",
+    }
+    statuses: dict[int, int] = {}
+    bad_retry_after: list[str | None] = []
+    lock = threading.Lock()
+    with start_vigil(tmp_path, env) as vigil:
+        url = f"{vigil.otlp_endpoint}/v1/traces"
+        barrier = threading.Barrier(BODIES)
+
+        def send() -> None:
+            with httpx.Client(timeout=300) as client:
+                barrier.wait()
+                r = client.post(url, content=payload, headers=GZIP_PROTO)
+                with lock:
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                    if r.status_code == 503 and r.headers.get("Retry-After") != "1":
+                        bad_retry_after.append(r.headers.get("Retry-After"))
+
+        threads = [threading.Thread(target=send) for _ in range(BODIES)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        peak = _peak_rss_mb(vigil.process.pid)
+        by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
+        by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
+
+        normal = make_run(random.Random(7))
+        plain = body(list(normal.spans))
+        deadline = time.monotonic() + 120
+        answered = 0
+        while time.monotonic() < deadline and answered != 200:
+            answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
+            if answered != 200:
+                time.sleep(1)  # the Retry-After
+        while time.monotonic() < deadline and not _stored(vigil, normal.trace_id):
+            time.sleep(0.5)
+        stored = _stored(vigil, normal.trace_id)
+        reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
+        final_peak = _peak_rss_mb(vigil.process.pid)
+    print(f"intake burst: statuses={statuses} peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}")
+    assert set(statuses) <= {200, 503}, statuses
+    assert BODIES == sum(statuses.values())
+    assert statuses.get(503, 0) > 0, statuses
+    assert [] == bad_retry_after
+    assert by_budget > 0
+    assert statuses.get(503, 0) == by_budget + by_backpressure  # every refusal counted, by reason
+    assert peak < LIMIT_MB, f"peak RSS {peak:.0f} MiB over the {LIMIT_MB} MiB limit ({statuses})"
+    assert 200 == answered
+    assert stored, "the run sent after the burst was not stored"
+    assert 0 == reserved_after
