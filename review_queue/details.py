@@ -333,9 +333,10 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
             out[stored] = value
             continue
         out[stored] = kept = _value(value, text, depth)
-        if kept.__class__ in _FLAT and kept.__class__ is value.__class__ and kept == value:
-            if kept.__class__ is not str or len(kept) <= Texts.CACHED_CHARS:  # type: ignore[arg-type]
-                text.remember_clean(kept)
+        if kept == value:
+            for item in kept if kept.__class__ is list else (kept,):
+                if item.__class__ in _FLAT and (item.__class__ is not str or len(item) <= Texts.CACHED_CHARS):
+                    text.remember_clean(item)
     return out, dropped
 
 

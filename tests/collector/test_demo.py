@@ -33,8 +33,8 @@ from collector.demo.plan import (
     scenarios,
 )
 from collector.demo.progress import FleetStats
-from collector.otlp import decode_protobuf
 from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+from collector.otlp import decode_protobuf
 from review_queue.details import build_details
 from scorers.model import ScoredRun
 from scorers.normalise import normalise
