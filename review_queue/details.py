@@ -264,6 +264,13 @@ class Texts:
                 self.clean_keys.add(key)
         return None if found is _DROPPED else found
 
+    def unchanged(self, value: str) -> bool:
+        """Whether ``value`` is stored exactly as it is (short, nothing to redact, no NUL); remembered when so."""
+        if len(value) > self.CACHED_CHARS or "\x00" in value or self._redactor.text(value) != value:
+            return False
+        self.remember_clean(value)
+        return True
+
     def remember_clean(self, value: str | int | float) -> None:
         """Remember a scalar value the caller found stored unchanged (bounded like the other memories)."""
         if len(self.clean_values) >= self.CACHE_ENTRIES:
@@ -301,15 +308,15 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
     When every key and every scalar value is known to be stored unchanged (flat lists of such
     values too), the mapping itself is returned: nothing is copied.
     """
-    # The hot loop of the writer (~100 attributes a run).
+    # The hot loop of the writer (~100 attributes a run): most spans are stored as they come.
     clean = text.clean_values
     if len(attrs) <= MAX_ATTRIBUTES and text.clean_keys.issuperset(attrs):
         try:
             for value in attrs.values():
                 if value.__class__ is list:
-                    if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):  # type: ignore[arg-type]
+                    if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
                         break
-                elif value not in clean:  # type: ignore[operator]
+                elif value not in clean and not (value.__class__ is str and text.unchanged(value)):  # type: ignore[arg-type]
                     break
             else:
                 return attrs, 0
@@ -326,7 +333,7 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
             dropped += 1
             continue
         try:
-            known = value in clean  # type: ignore[operator]
+            known = value in clean
         except TypeError:  # a list or a map
             known = False
         if known:
@@ -354,22 +361,28 @@ def _span(step: Step, text: Texts, prices: PriceTable | None) -> list[Any]:
     """One span as a stored array (:data:`SPAN_FIELDS`)."""
     attrs, dropped = _attributes(step.attributes, text)
     cost = None
-    if prices is not None and step.kind is StepKind.LLM and (step.input_tokens or step.output_tokens):
-        price = prices.price(step.model)
-        if price is not None:
-            cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
+    model = step.model
+    if model is not None:
+        if prices is not None and (step.input_tokens or step.output_tokens) and step.kind is StepKind.LLM:
+            price = prices.price(model)
+            if price is not None:
+                cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
+        model = text.values.get(model) or text(model, 256)
+    name = text.values.get(step.name)
+    if name is None or len(name) > 512:
+        name = text(step.name, 512)
     events = step.events
     return [
         step.span_id,
         step.parent_id,
-        text(step.name, 512),
+        name,
         _KIND[step.kind],
         step.start_ns,
         step.end_ns,
         step.error,
         None if step.error_type is None else text(step.error_type, 256),
         text(step.status_message) if step.status_message else "",
-        None if step.model is None else text(step.model, 256),
+        model if model is None or len(model) <= 256 else text(model, 256),
         step.input_tokens,
         step.output_tokens,
         cost,
@@ -377,7 +390,7 @@ def _span(step: Step, text: Texts, prices: PriceTable | None) -> list[Any]:
         attrs,
         dropped,
         _events(events, text) if events else (),
-        max(0, len(events) - MAX_EVENTS),
+        len(events) - MAX_EVENTS if len(events) > MAX_EVENTS else 0,
     ]
 
 
@@ -393,9 +406,12 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     seen: set[tuple[str, str]] = set()
     history: list[tuple[str, str]] = []
     shown_results: set[str] = set()
-    for step in run.steps[:MAX_SPANS]:
+    for step in run.steps if len(run.steps) <= MAX_SPANS else run.steps[:MAX_SPANS]:
         if step.kind is StepKind.LLM:
             found = [(m.role, m.content) for m in content.messages_of(step.attributes)]
+            if not found:  # content not captured on this call
+                history = found
+                continue
             common = 0
             while common < min(len(found), len(history)) and found[common] == history[common]:
                 common += 1
