@@ -1,7 +1,9 @@
 """Run details: the per-run document behind the run page (conversation, span tree, span attributes).
 
 The review item's snapshot exists only for flagged runs; the details document exists for every
-run (kept ``VIGIL_DETAILS_RETENTION_DAYS``, 7 by default; ``0`` keeps it for flagged runs only).
+flagged run (as long as the run) and for a deterministic share of the others
+(``VIGIL_DETAILS_SAMPLE_RATE``, 10 % by default; 1 for every run), kept
+``VIGIL_DETAILS_RETENTION_DAYS`` (7 by default; ``0`` keeps details of flagged runs only).
 It is built **off the scoring path**: :class:`DetailsWriter` receives each batch once the store
 has committed it (the stream worker's / consumer's ``on_written`` hook), and a thread of its own
 builds, redacts, bounds and writes the documents in batches. When that thread falls
@@ -33,6 +35,7 @@ SQLite stores it as is (see :data:`CODEC`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import queue
 import threading
@@ -52,6 +55,7 @@ from scorers.redact import Redactor
 
 __all__ = [
     "DEFAULT_DETAILS_RETENTION_DAYS",
+    "DEFAULT_DETAILS_SAMPLE_RATE",
     "DETAILS_VERSION",
     "MAX_ATTRIBUTES",
     "MAX_DOC_BYTES",
@@ -65,6 +69,7 @@ __all__ = [
     "compact",
     "decode",
     "details_row",
+    "details_sampled",
     "encode",
     "expand",
 ]
@@ -73,8 +78,12 @@ log = structlog.get_logger(__name__)
 
 DETAILS_VERSION: Final = 2
 """Version of the stored (compact) form; version 1 bodies (expanded documents) still decode."""
-DEFAULT_DETAILS_RETENTION_DAYS: Final = 0.0
+DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
 """Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
+DEFAULT_DETAILS_SAMPLE_RATE: Final = 0.1
+"""Share of unflagged runs whose details are written (``VIGIL_DETAILS_SAMPLE_RATE``; flagged runs always are).
+Details for every run (1.0) cost about a quarter of the embedded pipeline's CPU (BENCHMARKS.md, "run
+details"); this share keeps the cost near 10 % at the flag rates of the bench and the demo."""
 SPAN_FIELDS: Final = (
     "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "error", "error_type", "status_message",
     "model", "input_tokens", "output_tokens", "cost_usd", "finish_reasons", "attributes", "attributes_dropped",
@@ -97,6 +106,18 @@ Compressing in Vigil's process (zlib level 1) cost ~100 µs a run: 40 % of the w
 _KIND = {kind: kind.value for kind in StepKind}
 
 
+def details_sampled(trace_id: str, rate: float) -> bool:
+    """Whether an unflagged run's details are written at ``rate`` (deterministic: every replica agrees).
+
+    The point is a keyed BLAKE2b of the trace id, independent of the review queue's random sample
+    (:func:`scorers.rules.sample_point`) and of the trace-id bits OpenTelemetry's ratio samplers read.
+    """
+    if rate >= 1.0:
+        return True
+    digest = hashlib.blake2b(trace_id.lower().encode(), digest_size=8, person=b"vigil.details").digest()
+    return int.from_bytes(digest, "big") < rate * 2**64
+
+
 def build_details(
     scored: ScoredRun,
     redactor: Redactor,
@@ -116,9 +137,9 @@ def build_details(
 
     Returns:
         ``{details_version, trace_id, spans: [{...}], conversation: [...], content_captured,
-        spans_dropped, truncated}``: :func:`expand` of :func:`compact`.
+        spans_dropped, truncated}``: what :func:`decode` gives for the stored :func:`compact` form.
     """
-    doc = expand(compact(scored, texts if texts is not None else Texts(redactor), prices))
+    doc = decode(orjson.dumps(compact(scored, texts if texts is not None else Texts(redactor), prices)))
     if fit:
         _fit(doc, len(orjson.dumps(doc)))
     return doc
@@ -316,7 +337,7 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
                 if value.__class__ is list:
                     if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
                         break
-                elif value not in clean and not (value.__class__ is str and text.unchanged(value)):  # type: ignore[arg-type]
+                elif value not in clean and not (value.__class__ is str and text.unchanged(value)):
                     break
             else:
                 return attrs, 0
@@ -515,6 +536,7 @@ class DetailsWriter:
         redactor: the snapshot's redactor.
         prices: model prices for the per-span cost (optional).
         keep_unflagged: write details of unflagged runs too (details retention > 0).
+        sample_rate: the share of unflagged runs whose details are written (:func:`details_sampled`).
         max_batches: batches waiting before new ones are dropped.
         max_runs: runs waiting before new batches are dropped (each holds its spans' attributes:
             this bounds the memory the writer can hold when it falls behind).
@@ -529,6 +551,7 @@ class DetailsWriter:
         *,
         prices: PriceTable | None = None,
         keep_unflagged: bool = True,
+        sample_rate: float = 1.0,
         max_batches: int = 64,
         max_runs: int = 4096,
         on_dropped: Callable[[int], None] | None = None,
@@ -538,6 +561,7 @@ class DetailsWriter:
         self._redactor = redactor
         self._prices = prices
         self._keep_unflagged = keep_unflagged
+        self._sample_rate = sample_rate if keep_unflagged else 0.0
         self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
         self._max_runs = max_runs
         self._pending = 0
@@ -551,8 +575,9 @@ class DetailsWriter:
 
     def submit(self, batch: Sequence[ScoredRun]) -> None:
         """Queue a written batch (never blocks; a full queue drops the batch and counts it)."""
-        if not self._keep_unflagged:
-            batch = [s for s in batch if s.flag is not None]
+        rate = self._sample_rate
+        if rate < 1.0:
+            batch = [s for s in batch if s.flag is not None or (rate > 0.0 and details_sampled(s.run.trace_id, rate))]
         if not batch:
             return
         with self._lock:

@@ -128,6 +128,75 @@ class TestDocument:
         assert not bare["content_captured"]
 
 
+class TestCompactForm:
+    """The stored form: span arrays, attribute maps kept as they are only when nothing in them changes."""
+
+    def test_stored_form_expands_to_the_document(self) -> None:
+        """The stored body is version 2 (one array per span) and decodes to what build_details returns."""
+        scored = _run(1, tools=(ToolCall("0" * 16, "search", None, '{"q": 1}', "ok", None),), final_output="done")
+        texts = details.Texts(Redactor())
+        row = details.details_row(scored, Redactor(), None, 0.0, texts)
+        import orjson
+
+        stored = orjson.loads(row["body"])
+        assert details.DETAILS_VERSION == stored["details_version"]
+        assert [len(details.SPAN_FIELDS)] * 3 == [len(span) for span in stored["spans"]]
+        assert build_details(scored, Redactor()) == decode(row["body"])
+        assert 0.5e-3 == decode(row["body"])["spans"][1]["duration_s"]
+
+    def test_fast_path_still_redacts_and_filters(self) -> None:
+        """Once a span's keys and values are remembered as clean, a span with a new secret value, a denied key,
+        a value with NUL or a long value is still redacted, filtered and cut; known values are stored unchanged."""
+        texts = details.Texts(Redactor())
+        plain = {"gen_ai.tool.name": "search", "n": 3, "tags": ["a", "b"]}
+        first, _ = details._attributes(plain, texts)
+        again, _ = details._attributes(plain, texts)
+        assert plain == first
+        assert plain is again  # remembered: stored as it is, no copy
+        fresh_id = {**plain, "gen_ai.tool.call.id": "call_5f3a9b2c1d4e"}
+        assert fresh_id == details._attributes(fresh_id, texts)[0]
+        hostile = [
+            ({**plain, "gen_ai.tool.name": "mail bob@example.com"}, "gen_ai.tool.name", "[REDACTED:email]"),
+            ({**plain, "tags": ["a", "sk-proj-abcdefghijklmnopqrstuvwx"]}, "tags", "[REDACTED:api_key]"),
+            ({**plain, "n": 2**70}, "n", str(2**70)),
+            ({**plain, "x": "a\x00b"}, "x", "\ufffd"),
+            ({**plain, "x": "y" * 5000}, "x", "more characters]"),
+        ]
+        for attrs, key, expected in hostile:
+            stored, _ = details._attributes(attrs, texts)
+            assert expected in str(stored[key]), attrs
+            assert stored is not attrs
+        secret = {**plain, "db.password": "hunter2"}
+        stored, dropped = details._attributes(secret, texts)
+        assert "db.password" not in stored
+        assert 1 == dropped
+        assert "hunter2" not in str(details.build_details(_run(2, steps=_steps(2, secret)), Redactor()))
+
+
+class TestSampling:
+    """Which runs' details the writer writes: every flagged run, a deterministic share of the others."""
+
+    def test_share_and_flagged(self, store: SqlStore) -> None:
+        """At 0.25 about a quarter of 400 unflagged runs, the same ones every time; flagged runs always; 0 days: none."""
+        runs = [_run(i) for i in range(1, 401)] + [_run(1000, ("tool_loop",))]
+        picked = {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id, 0.25)}
+        assert 60 <= len(picked) <= 140
+        assert picked == {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id.upper(), 0.25)}
+        assert all(details.details_sampled(r.run.trace_id, 1.0) for r in runs)
+        assert not any(details.details_sampled(r.run.trace_id, 0.0) for r in runs)
+        for keep, rate, want in (
+            (True, 0.25, picked | {runs[-1].run.trace_id}),
+            (False, 0.25, {runs[-1].run.trace_id}),
+        ):
+            written: list[str] = []
+            writer = DetailsWriter(lambda rows: written.extend(r["trace_id"] for r in rows), Redactor(),
+                                   keep_unflagged=keep, sample_rate=rate)  # fmt: skip
+            writer.start()
+            writer.submit(runs)
+            assert writer.shutdown(10)
+            assert want == set(written)
+
+
 class TestStore:
     """run_details rows: upsert, read, purge, retention, and send to review."""
 
