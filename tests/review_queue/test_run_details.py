@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -177,24 +178,25 @@ class TestSampling:
     """Which runs' details the writer writes: every flagged run, a deterministic share of the others."""
 
     def test_share_and_flagged(self, store: SqlStore) -> None:
-        """At 0.25 about a quarter of 400 unflagged runs, the same ones every time; flagged runs always; 0 days: none."""
+        """At 0.25 about a quarter of 400 unflagged runs, the same ones each time; flagged runs always."""
         runs = [_run(i) for i in range(1, 401)] + [_run(1000, ("tool_loop",))]
         picked = {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id, 0.25)}
         assert 60 <= len(picked) <= 140
         assert picked == {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id.upper(), 0.25)}
         assert all(details.details_sampled(r.run.trace_id, 1.0) for r in runs)
         assert not any(details.details_sampled(r.run.trace_id, 0.0) for r in runs)
-        for keep, rate, want in (
-            (True, 0.25, picked | {runs[-1].run.trace_id}),
-            (False, 0.25, {runs[-1].run.trace_id}),
-        ):
+        flagged = {runs[-1].run.trace_id}
+        for keep, want in ((True, picked | flagged), (False, flagged)):
             written: list[str] = []
-            writer = DetailsWriter(lambda rows: written.extend(r["trace_id"] for r in rows), Redactor(),
-                                   keep_unflagged=keep, sample_rate=rate)  # fmt: skip
+            writer = DetailsWriter(partial(_collect, written), Redactor(), keep_unflagged=keep, sample_rate=0.25)
             writer.start()
             writer.submit(runs)
             assert writer.shutdown(10)
             assert want == set(written)
+
+
+def _collect(into: list[str], rows: list[dict[str, Any]]) -> None:
+    into.extend(r["trace_id"] for r in rows)
 
 
 class TestStore:
