@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
