@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import zstandard
 from fastapi.testclient import TestClient
 
 from collector.model import SpanEvent
@@ -139,7 +140,8 @@ class TestCompactForm:
         row = details.details_row(scored, Redactor(), None, 0.0, texts)
         import orjson
 
-        stored = orjson.loads(row["body"])
+        assert details.CODEC == row["codec"]
+        stored = orjson.loads(zstandard.ZstdDecompressor().decompress(row["body"]))
         assert details.DETAILS_VERSION == stored["details_version"]
         assert [len(details.SPAN_FIELDS)] * 3 == [len(span) for span in stored["spans"]]
         assert build_details(scored, Redactor()) == decode(row["body"])
