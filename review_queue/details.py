@@ -29,7 +29,7 @@ Bounds (per run, documented in the README):
 
 Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
 attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
-is compact JSON compressed with zstd (see :data:`CODEC`).
+is compact JSON (see :data:`CODEC`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from typing import Any, Final
 
 import orjson
 import structlog
-import zstandard
 
 from collector.model import AttrValue, SpanEvent
 from scorers import content
@@ -98,11 +97,13 @@ MAX_EVENT_ATTRIBUTES: Final = 32
 MAX_SPANS: Final = 2000
 MAX_LIST_ITEMS: Final = 64
 MAX_DOC_BYTES: Final = 1024 * 1024
-CODEC: Final = "zstd+json"
-"""How bodies are stored: compact JSON compressed with zstd (level 1, :attr:`Texts.compress`), ~1.3 KB
-for a 17-span run instead of ~7.7 KB. Compressing (~5 µs) costs less than the SQLite insert of
-the larger row saves; zlib cost ~30 µs. Bodies written as plain ``json`` (and ``zlib1+json``) still decode."""
-ZSTD_LEVEL: Final = 1
+CODEC: Final = "json"
+"""How bodies are stored: compact JSON (the compact form: ~7.7 KB for a 17-span run without content,
+was ~11.7 KB as expanded objects). PostgreSQL compresses the column with lz4 (TOAST, in the database
+server, as it does the review snapshots since migration 0004); SQLite stores it as is. Compressing in
+Vigil's process was tried: zlib level 1 cost ~30 µs a run; zstd (level 1, ~5 µs) saved about as much
+on the SQLite insert as it cost and, releasing the GIL for every body, stalled the writer thread
+behind the scoring thread (BENCHMARKS.md, "run details")."""
 
 _KIND = {kind: kind.value for kind in StepKind}
 
@@ -197,16 +198,12 @@ def expand(doc: dict[str, Any]) -> dict[str, Any]:
 
 def encode(doc: Mapping[str, Any]) -> bytes:
     """Stored body of a details document (:data:`CODEC`)."""
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(orjson.dumps(doc))
+    return orjson.dumps(doc)
 
 
 def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
-    """The reviewer-facing details document of a stored body (``zstd+json``, ``json`` or ``zlib1+json``):
-    :func:`expand` of it."""
-    if codec == "zstd+json":
-        raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_DOC_BYTES * 2)
-    else:
-        raw = zlib.decompress(body) if codec == "zlib1+json" else body
+    """The reviewer-facing details document of a stored body (``json``, or ``zlib1+json``): :func:`expand` of it."""
+    raw = zlib.decompress(body) if codec == "zlib1+json" else body
     value = orjson.loads(raw)
     return expand(value) if isinstance(value, dict) else {}
 
@@ -227,7 +224,7 @@ def details_row(
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,
-        "body": texts.compress(body),
+        "body": body,
         "created_at": now,
     }
 
@@ -247,14 +244,13 @@ class Texts:
     at each of them (:func:`_attributes`). Not thread-safe: one per writer thread.
     """
 
-    __slots__ = ("_redactor", "_zstd", "clean_keys", "clean_values", "keys", "values")
+    __slots__ = ("_redactor", "clean_keys", "clean_values", "keys", "values")
 
     CACHE_ENTRIES: Final = 50_000
     CACHED_CHARS: Final = 256
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
-        self._zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         self.values: dict[str, str] = {}
         """Short value → its stored form."""
         self.keys: dict[str, str] = {}
@@ -293,10 +289,6 @@ class Texts:
             if found == key:
                 self.clean_keys.add(key)
         return None if found is _DROPPED else found
-
-    def compress(self, body: bytes) -> bytes:
-        """``body`` compressed as stored (:data:`CODEC`)."""
-        return self._zstd.compress(body)
 
     def unchanged(self, value: str) -> bool:
         """Whether ``value`` is stored exactly as it is (short, nothing to redact, no NUL); remembered when so."""

@@ -1,6 +1,6 @@
 # mypy: ignore-errors
 """A/B of the run-details writer in one process: the embedded pipeline bench with details off, for
-flagged runs only and for every run, interleaved; spans/s per process CPU s and per scoring-thread
+flagged runs only, the default (flagged + 10 % of the others) and every run, interleaved; spans/s per process CPU s and per scoring-thread
 CPU s (BENCHMARKS.md, "run details").
 
     PYTHONPATH=. .venv/bin/python scripts/bench_details_ab.py [runs] [repeat]
@@ -16,16 +16,20 @@ from review_queue.app.run import tune_gc
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
 REPEAT = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-MODES = {"off": None, "flagged": 0.0, "every": 7.0}  # VIGIL_DETAILS_RETENTION_DAYS of each mode
+# (VIGIL_DETAILS_RETENTION_DAYS, VIGIL_DETAILS_SAMPLE_RATE) of each mode; None: no details at all
+MODES = {"off": None, "flagged": (0.0, 0.0), "default": (7.0, 0.1), "every": (7.0, 1.0)}
 
 tune_gc()
 orig_submit = details.DetailsWriter.submit
 orig_settings = pipeline._settings
 res = {}
 for _rep in range(REPEAT):
-    for mode, days in MODES.items():
-        details.DetailsWriter.submit = (lambda self, b: None) if days is None else orig_submit
-        pipeline._settings = lambda db, _d=days or 0.0, **extra: orig_settings(db, details_retention_days=_d, **extra)
+    for mode, keep in MODES.items():
+        details.DetailsWriter.submit = (lambda self, b: None) if keep is None else orig_submit
+        days, rate = keep or (0.0, 0.0)
+        pipeline._settings = lambda db, _d=days, _r=rate, **extra: orig_settings(
+            db, details_retention_days=_d, details_sample_rate=_r, **extra
+        )
         for clock in ("process", "thread"):
             real = time.process_time
             if clock == "thread":
