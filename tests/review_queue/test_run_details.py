@@ -195,6 +195,27 @@ class TestSampling:
             assert writer.shutdown(10)
             assert want == set(written)
 
+    def test_settings_reach_the_writer(self, store: SqlStore, tmp_path: Path) -> None:
+        """VIGIL_DETAILS_SAMPLE_RATE / _RETENTION_DAYS (defaults 0.1 and 7) set the role's writer; 0 days: flagged only;
+        a rate outside [0, 1] refuses to start."""
+        from prometheus_client import CollectorRegistry
+
+        from collector.errors import SettingsError
+        from review_queue.app.scoring import details_writer
+        from review_queue.app.settings import Settings
+
+        (tmp_path / "vigil.yaml").write_text("{}\n")
+
+        def writer(env: dict[str, str]) -> DetailsWriter:
+            settings = Settings.load(env, config_file=tmp_path / "vigil.yaml")
+            return details_writer(settings, store, CollectorRegistry(), Redactor())
+
+        assert 0.1 == writer({})._sample_rate
+        assert 0.5 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5"})._sample_rate
+        assert 0.0 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5", "VIGIL_DETAILS_RETENTION_DAYS": "0"})._sample_rate
+        with pytest.raises(SettingsError, match="details_sample_rate"):
+            writer({"VIGIL_DETAILS_SAMPLE_RATE": "1.5"})
+
 
 def _collect(into: list[str], rows: list[dict[str, Any]]) -> None:
     into.extend(r["trace_id"] for r in rows)
