@@ -1,7 +1,7 @@
 # mypy: ignore-errors
 """A/B of the run-details writer in one process: the embedded pipeline bench with details off, for
-flagged runs only, the default (flagged + 10 % of the others) and every run, interleaved; spans/s per process CPU s and per scoring-thread
-CPU s (BENCHMARKS.md, "run details").
+flagged runs only, the default (flagged + 10 % of the others) and every run, interleaved; spans/s per
+process CPU s and per scoring-thread CPU s (BENCHMARKS.md, "run details").
 
     PYTHONPATH=. .venv/bin/python scripts/bench_details_ab.py [runs] [repeat]
 """

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector.model import SpanEvent
+from collector.model import AttrValue, SpanEvent
 from review_queue import details, explorer, listing
 from review_queue.api import create_api_app
 from review_queue.details import DetailsWriter, build_details, decode, encode
@@ -150,14 +150,14 @@ class TestCompactForm:
         """Once a span's keys and values are remembered as clean, a span with a new secret value, a denied key,
         a value with NUL or a long value is still redacted, filtered and cut; known values are stored unchanged."""
         texts = details.Texts(Redactor())
-        plain = {"gen_ai.tool.name": "search", "n": 3, "tags": ["a", "b"]}
+        plain: dict[str, AttrValue] = {"gen_ai.tool.name": "search", "n": 3, "tags": ["a", "b"]}
         first, _ = details._attributes(plain, texts)
         again, _ = details._attributes(plain, texts)
         assert plain == first
         assert plain is again  # remembered: stored as it is, no copy
-        fresh_id = {**plain, "gen_ai.tool.call.id": "call_5f3a9b2c1d4e"}
+        fresh_id: dict[str, AttrValue] = {**plain, "gen_ai.tool.call.id": "call_5f3a9b2c1d4e"}
         assert fresh_id == details._attributes(fresh_id, texts)[0]
-        hostile = [
+        hostile: list[tuple[dict[str, AttrValue], str, str]] = [
             ({**plain, "gen_ai.tool.name": "mail bob@example.com"}, "gen_ai.tool.name", "[REDACTED:email]"),
             ({**plain, "tags": ["a", "sk-proj-abcdefghijklmnopqrstuvwx"]}, "tags", "[REDACTED:api_key]"),
             ({**plain, "n": 2**70}, "n", str(2**70)),
@@ -168,7 +168,7 @@ class TestCompactForm:
             stored, _ = details._attributes(attrs, texts)
             assert expected in str(stored[key]), attrs
             assert stored is not attrs
-        secret = {**plain, "db.password": "hunter2"}
+        secret: dict[str, AttrValue] = {**plain, "db.password": "hunter2"}
         stored, dropped = details._attributes(secret, texts)
         assert "db.password" not in stored
         assert 1 == dropped
