@@ -81,8 +81,9 @@ DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
 """Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
 DEFAULT_DETAILS_SAMPLE_RATE: Final = 0.1
 """Share of unflagged runs whose details are written (``VIGIL_DETAILS_SAMPLE_RATE``; flagged runs always are).
-Details for every run (1.0) cost about a quarter of the embedded pipeline's CPU (BENCHMARKS.md, "run
-details"); this share keeps the cost near 10 % at the flag rates of the bench and the demo."""
+Details for every run (1.0) lower the embedded pipeline's spans/s per core by about 30 %; flagged runs
+plus this share by about 20 % on the bench, whose 29 % flag rate is far above a real deployment's
+(BENCHMARKS.md, "run details")."""
 SPAN_FIELDS: Final = (
     "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "error", "error_type", "status_message",
     "model", "input_tokens", "output_tokens", "cost_usd", "finish_reasons", "attributes", "attributes_dropped",
