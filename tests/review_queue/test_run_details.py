@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -17,6 +15,7 @@ from fastapi.testclient import TestClient
 from collector.model import AttrValue, SpanEvent
 from review_queue import details, explorer, listing
 from review_queue.api import create_api_app
+from review_queue.app.bench.page import bench_item_page
 from review_queue.details import DetailsWriter, build_details, decode, encode
 from review_queue.queries import InvalidCursorError
 from review_queue.retention import apply_details_retention, apply_retention, purge_traces
@@ -375,8 +374,11 @@ class TestStatsBuckets:
         assert "<polyline" in page
 
 
-def test_item_page_with_500_spans_renders_under_300_ms(store: SqlStore) -> None:
-    """Server time of /items/{id} for a flagged 500-span run with details (20 attributes a span); median of 7."""
+def test_item_page_with_500_spans_renders_every_span(store: SqlStore) -> None:
+    """A flagged 500-span run with details (20 attributes a span) renders all 500 span rows.
+
+    Its server time is a benchmark, not a test: ``vigil bench`` prints the median
+    (:func:`review_queue.app.bench.page.bench_item_page`, recorded in BENCHMARKS.md)."""
     attrs = {f"gen_ai.attr.{i}": f"value {i} " * 8 for i in range(20)}
     steps = _steps(500, attrs)
     scored = _run(1, ("tool_loop",), steps=steps, span_count=500, messages=(Message("user", "q"),))
@@ -384,19 +386,18 @@ def test_item_page_with_500_spans_renders_under_300_ms(store: SqlStore) -> None:
     DetailsWriter(store.write_details, Redactor()).write_now([scored])
     services = build_services(store, admin_token="adm")
     client = TestClient(create_api_app(store, admin_token="adm", services=services))
-    headers = {"Authorization": "Bearer adm"}
-    assert 200 == client.get("/items/1", headers=headers).status_code  # warm the template cache
-    times = []
-    for _ in range(7):
-        start = time.perf_counter()
-        response = client.get("/items/1", headers=headers)
-        times.append(time.perf_counter() - start)
-        assert 200 == response.status_code
+    response = client.get("/items/1", headers={"Authorization": "Bearer adm"})
+    assert 200 == response.status_code
     assert 500 == response.text.count('class="span-row')
-    median = statistics.median(times)
-    size = len(response.text)
-    print(f"item page, 500 spans: median {median * 1000:.0f} ms, max {max(times) * 1000:.0f} ms, {size} bytes")
-    assert median < 0.3
+    assert f"{499:016x}" in response.text  # the last span's row is there, not cut by the size bound
+
+
+def test_item_page_bench_measures_the_page() -> None:
+    """The bench's run is the page it times: every span row rendered, ordered timings, a real page size."""
+    timing = bench_item_page(spans=50, repeat=3, attributes=5)
+    assert 50 == timing.span_rows
+    assert 0 < timing.median_s <= timing.max_s
+    assert timing.page_bytes > 50 * 5 * 40  # at least the attribute values of every span
 
 
 class TestStatsSeries:
