@@ -1,12 +1,23 @@
 """Run details: the per-run document behind the run page (conversation, span tree, span attributes).
 
 The review item's snapshot exists only for flagged runs; the details document exists for every
-run (kept ``VIGIL_DETAILS_RETENTION_DAYS``, 7 by default; ``0`` keeps it for flagged runs only).
+flagged run (as long as the run) and for a deterministic share of the others
+(``VIGIL_DETAILS_SAMPLE_RATE``, 10 % by default; 1 for every run), kept
+``VIGIL_DETAILS_RETENTION_DAYS`` (7 by default; ``0`` keeps details of flagged runs only).
 It is built **off the scoring path**: :class:`DetailsWriter` receives each batch once the store
 has committed it (the stream worker's / consumer's ``on_written`` hook), and a thread of its own
-builds, redacts, bounds, compresses and writes the documents in batches. When that thread falls
+builds, redacts, bounds and writes the documents in batches. When that thread falls
 behind, whole batches are dropped and counted (``vigil_run_details_dropped_total``): a missing
 details document shows as "details not kept", it never slows scoring down.
+
+What is stored is the *compact* form (``details_version`` 2, :func:`compact`): one array per span
+(:data:`SPAN_FIELDS`, in that order) holding the span's attribute mapping itself when every key and
+value is already known to be stored unchanged (:class:`Texts` remembers them), and the
+conversation. :func:`decode` expands it into the reviewer-facing document (span objects with their
+duration, events as objects) when a page is rendered; :func:`build_details` gives the expanded
+form directly. Building the compact form is what every run pays, so it does as little as it can:
+no per-span object with twenty keys, no per-value work for values seen before (BENCHMARKS.md,
+"run details").
 
 Bounds (per run, documented in the README):
 
@@ -18,12 +29,12 @@ Bounds (per run, documented in the README):
 
 Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
 attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
-is compact JSON; PostgreSQL compresses it with lz4 (migration 0007, as 0004 does for snapshots),
-SQLite stores it as is (see :data:`CODEC`).
+is compact JSON (see :data:`CODEC`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import queue
 import threading
@@ -43,26 +54,43 @@ from scorers.redact import Redactor
 
 __all__ = [
     "DEFAULT_DETAILS_RETENTION_DAYS",
+    "DEFAULT_DETAILS_SAMPLE_RATE",
     "DETAILS_VERSION",
     "MAX_ATTRIBUTES",
     "MAX_DOC_BYTES",
     "MAX_EVENTS",
     "MAX_SPANS",
     "MAX_VALUE_CHARS",
+    "SPAN_FIELDS",
     "DetailsWriter",
+    "Texts",
     "build_details",
+    "compact",
     "decode",
     "details_row",
+    "details_sampled",
     "encode",
+    "expand",
 ]
 
 log = structlog.get_logger(__name__)
 
-DETAILS_VERSION: Final = 1
-DEFAULT_DETAILS_RETENTION_DAYS: Final = 0.0
-"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0 (the default): flagged
-runs only. Keeping them for every run costs about 40 % of the embedded pipeline's CPU today (BENCHMARKS.md,
-"run details"), so it is opt-in until building them is cheaper."""
+DETAILS_VERSION: Final = 2
+"""Version of the stored (compact) form; version 1 bodies (expanded documents) still decode."""
+DEFAULT_DETAILS_RETENTION_DAYS: Final = 7.0
+"""Days an unflagged run's details are kept (``VIGIL_DETAILS_RETENTION_DAYS``); 0: flagged runs only."""
+DEFAULT_DETAILS_SAMPLE_RATE: Final = 0.1
+"""Share of unflagged runs whose details are written (``VIGIL_DETAILS_SAMPLE_RATE``; flagged runs always are).
+Details for every run (1.0) lower the embedded pipeline's spans/s per core by about 30 %; flagged runs
+plus this share by about 20 % on the bench, whose 29 % flag rate is far above a real deployment's
+(BENCHMARKS.md, "run details")."""
+SPAN_FIELDS: Final = (
+    "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "error", "error_type", "status_message",
+    "model", "input_tokens", "output_tokens", "cost_usd", "finish_reasons", "attributes", "attributes_dropped",
+    "events", "events_dropped",
+)  # fmt: skip
+"""The fields of a span, in the order of a stored span array (an event array: name, time_ns, attributes)."""
+_ATTRS: Final = SPAN_FIELDS.index("attributes")
 MAX_VALUE_CHARS: Final = 2048
 MAX_ATTRIBUTES: Final = 128
 MAX_EVENTS: Final = 32
@@ -71,11 +99,26 @@ MAX_SPANS: Final = 2000
 MAX_LIST_ITEMS: Final = 64
 MAX_DOC_BYTES: Final = 1024 * 1024
 CODEC: Final = "json"
-"""How bodies are stored: compact JSON. PostgreSQL compresses the column with lz4 (TOAST, in the
-database server, as it does the review snapshots since migration 0004); SQLite stores it as is.
-Compressing in Vigil's process (zlib level 1) cost ~100 µs a run: 40 % of the whole pipeline."""
+"""How bodies are stored: compact JSON (the compact form: ~7.7 KB for a 17-span run without content,
+was ~11.7 KB as expanded objects). PostgreSQL compresses the column with lz4 (TOAST, in the database
+server, as it does the review snapshots since migration 0004); SQLite stores it as is. Compressing in
+Vigil's process was tried: zlib level 1 cost ~30 µs a run; zstd (level 1, ~5 µs) saved about as much
+on the SQLite insert as it cost and, releasing the GIL for every body, stalled the writer thread
+behind the scoring thread (BENCHMARKS.md, "run details")."""
 
 _KIND = {kind: kind.value for kind in StepKind}
+
+
+def details_sampled(trace_id: str, rate: float) -> bool:
+    """Whether an unflagged run's details are written at ``rate`` (deterministic: every replica agrees).
+
+    The point is a keyed BLAKE2b of the trace id, independent of the review queue's random sample
+    (:func:`scorers.rules.sample_point`) and of the trace-id bits OpenTelemetry's ratio samplers read.
+    """
+    if rate >= 1.0:
+        return True
+    digest = hashlib.blake2b(trace_id.lower().encode(), digest_size=8, person=b"vigil.details").digest()
+    return int.from_bytes(digest, "big") < rate * 2**64
 
 
 def build_details(
@@ -86,60 +129,96 @@ def build_details(
     *,
     fit: bool = True,
 ) -> dict[str, Any]:
-    """The details document of one scored run (plain JSON types, redacted, bounded).
+    """The details document of one scored run as a page reads it (plain JSON types, redacted, bounded).
 
     Args:
         scored: the run as scored (unredacted: this function redacts).
         redactor: the redactor of the review snapshot.
         prices: the model price table (estimated cost per LLM span); none: no cost.
         texts: the redaction memory to use (a writer keeps one); default a fresh one.
-        fit: cut the document to :data:`MAX_DOC_BYTES` (False: the caller does, once encoded).
+        fit: cut the document to :data:`MAX_DOC_BYTES`.
 
     Returns:
-        ``{details_version, trace_id, spans: [...], conversation: [...], content_captured,
-        spans_dropped, truncated}``.
+        ``{details_version, trace_id, spans: [{...}], conversation: [...], content_captured,
+        spans_dropped, truncated}``: what :func:`decode` gives for the stored :func:`compact` form.
     """
-    run = scored.run
-    text = texts if texts is not None else Texts(redactor)
-    steps = run.steps[:MAX_SPANS]
-    spans = [_span(step, text, prices) for step in steps]
-    doc: dict[str, Any] = {
-        "details_version": DETAILS_VERSION,
-        "trace_id": run.trace_id,
-        "spans": spans,
-        "spans_dropped": max(0, len(run.steps) - MAX_SPANS),
-        "truncated": False,
-    }
-    conversation = _conversation(run, text)
-    doc["conversation"] = conversation
-    doc["content_captured"] = any(e["kind"] != "guardrail" for e in conversation)
+    doc = decode(orjson.dumps(compact(scored, texts if texts is not None else Texts(redactor), prices)), "json")
     if fit:
         _fit(doc, len(orjson.dumps(doc)))
     return doc
 
 
+def compact(scored: ScoredRun, text: Texts, prices: PriceTable | None = None) -> dict[str, Any]:
+    """The stored form of one scored run's details (``details_version`` 2; see the module docstring).
+
+    Args:
+        scored: the run as scored (unredacted: this function redacts through ``text``).
+        text: the redaction memory (:class:`Texts`) of the caller's thread.
+        prices: the model price table (estimated cost per LLM span); none: no cost.
+    """
+    run = scored.run
+    steps = run.steps if len(run.steps) <= MAX_SPANS else run.steps[:MAX_SPANS]
+    conversation = _conversation(run, text)
+    return {
+        "details_version": DETAILS_VERSION,
+        "trace_id": run.trace_id,
+        "spans": [_span(step, text, prices) for step in steps],
+        "spans_dropped": max(0, len(run.steps) - MAX_SPANS),
+        "truncated": False,
+        "conversation": conversation,
+        "content_captured": any(e["kind"] != "guardrail" for e in conversation),
+    }
+
+
+def expand(doc: dict[str, Any]) -> dict[str, Any]:
+    """The reviewer-facing document of a stored one: span arrays become objects (with ``duration_s``).
+
+    A version 1 document (already expanded) is returned as it is. Values are not redacted again:
+    they were redacted when stored.
+    """
+    if doc.get("details_version") != DETAILS_VERSION:
+        return doc
+    spans = []
+    for row in doc.get("spans") or ():
+        if isinstance(row, dict):  # already expanded
+            spans.append(row)
+            continue
+        if not isinstance(row, list) or len(row) != len(SPAN_FIELDS):
+            continue
+        span = dict(zip(SPAN_FIELDS, row, strict=True))
+        start, end = span["start_ns"] or 0, span["end_ns"] or 0
+        span["duration_s"] = max(0, end - start) / 1e9
+        span["events"] = [
+            {"name": e[0], "time_ns": e[1], "attributes": e[2]}
+            for e in span["events"] or ()
+            if isinstance(e, list) and len(e) == 3
+        ]
+        spans.append(span)
+    return {**doc, "spans": spans}
+
+
 def encode(doc: Mapping[str, Any]) -> bytes:
-    """Stored body of a details document: compact JSON (:data:`CODEC`)."""
+    """Stored body of a details document (:data:`CODEC`)."""
     return orjson.dumps(doc)
 
 
 def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
-    """The details document of a stored body (``json``, or ``zlib1+json``)."""
+    """The reviewer-facing details document of a stored body (``json``, or ``zlib1+json``): :func:`expand` of it."""
     raw = zlib.decompress(body) if codec == "zlib1+json" else body
     value = orjson.loads(raw)
-    return value if isinstance(value, dict) else {}
+    return expand(value) if isinstance(value, dict) else {}
 
 
 def details_row(
     scored: ScoredRun, redactor: Redactor, prices: PriceTable | None, now: float, texts: Texts | None = None
 ) -> dict[str, Any]:
-    """The ``run_details`` row of a scored run."""
+    """The ``run_details`` row of a scored run (its body: :func:`compact`, cut to :data:`MAX_DOC_BYTES`)."""
     texts = texts if texts is not None else Texts(redactor)
-    doc = build_details(scored, redactor, prices, texts, fit=False)
-    body = encode(doc)
+    doc = compact(scored, texts, prices)
+    body = orjson.dumps(doc)
     if len(body) > MAX_DOC_BYTES:
-        _fit(doc, len(body))
-        body = encode(doc)
+        _fit_compact(doc, len(body))
+        body = orjson.dumps(doc)
     final = scored.run.final_output
     return {
         "final_output": None if final is None else texts(final),
@@ -160,11 +239,13 @@ class Texts:
 
     Attribute keys and short values (model names, tool names, ids, finish reasons) repeat from
     run to run: each is redacted (and each key checked against the redactor's key filter) once,
-    until :data:`CACHE_ENTRIES` are remembered, then the memory starts afresh. Not thread-safe:
-    one per writer thread.
+    until :data:`CACHE_ENTRIES` are remembered, then the memory starts afresh. Keys and scalar
+    values that are stored exactly as they come are also remembered in :attr:`clean_keys` /
+    :attr:`clean_values`, so that a span whose attributes are all known is stored without looking
+    at each of them (:func:`_attributes`). Not thread-safe: one per writer thread.
     """
 
-    __slots__ = ("_redactor", "keys", "values")
+    __slots__ = ("_redactor", "clean_keys", "clean_values", "keys", "values")
 
     CACHE_ENTRIES: Final = 50_000
     CACHED_CHARS: Final = 256
@@ -175,6 +256,11 @@ class Texts:
         """Short value → its stored form."""
         self.keys: dict[str, str] = {}
         """Attribute key → its stored form, or :data:`_DROPPED`."""
+        self.clean_keys: set[str] = set()
+        """Attribute keys kept and stored unchanged."""
+        self.clean_values: set[str | int | float | None] = set()
+        """Scalar attribute values stored unchanged (strings the redactor leaves alone, 64-bit integers,
+        finite floats; booleans compare equal to 0 and 1, which are stored unchanged too)."""
 
     def __call__(self, value: str, limit: int = MAX_VALUE_CHARS) -> str:
         """``value`` cut at ``limit`` characters (saying how many were cut), redacted, NUL-free."""
@@ -199,8 +285,24 @@ class Texts:
             found = self(key, 256) if self._redactor.keep_attribute(key) else _DROPPED
             if len(self.keys) >= self.CACHE_ENTRIES:
                 self.keys.clear()
+                self.clean_keys.clear()
             self.keys[key] = found
+            if found == key:
+                self.clean_keys.add(key)
         return None if found is _DROPPED else found
+
+    def unchanged(self, value: str) -> bool:
+        """Whether ``value`` is stored exactly as it is (short, nothing to redact, no NUL); remembered when so."""
+        if len(value) > self.CACHED_CHARS or "\x00" in value or self._redactor.text(value) != value:
+            return False
+        self.remember_clean(value)
+        return True
+
+    def remember_clean(self, value: str | int | float) -> None:
+        """Remember a scalar value the caller found stored unchanged (bounded like the other memories)."""
+        if len(self.clean_values) >= self.CACHE_ENTRIES:
+            self.clean_values.clear()
+        self.clean_values.add(value)
 
 
 def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
@@ -224,12 +326,32 @@ def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
     return text(str(value))
 
 
-def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[dict[str, Any], int]:
-    # The hot loop of the writer (~100 attributes a run): look-ups in the caches inlined.
+_FLAT: Final = (str, int, float)
+
+
+def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[Mapping[str, Any], int]:
+    """The stored attributes of a span (redacted, filtered, bounded) and how many were dropped.
+
+    When every key and every scalar value is known to be stored unchanged (flat lists of such
+    values too), the mapping itself is returned: nothing is copied.
+    """
+    # The hot loop of the writer (~100 attributes a run): most spans are stored as they come.
+    clean = text.clean_values
+    if len(attrs) <= MAX_ATTRIBUTES and text.clean_keys.issuperset(attrs):
+        try:
+            for value in attrs.values():
+                if value.__class__ is list:
+                    if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
+                        break
+                elif value not in clean and not (value.__class__ is str and text.unchanged(value)):
+                    break
+            else:
+                return attrs, 0
+        except TypeError:  # a map, or a list holding lists or maps: looked at one by one below
+            pass
     out: dict[str, Any] = {}
     dropped = 0
     keys = text.keys
-    values = text.values
     for key, value in attrs.items():
         stored = keys.get(key)
         if stored is None:
@@ -237,53 +359,66 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
         if stored is _DROPPED or len(out) >= MAX_ATTRIBUTES:
             dropped += 1
             continue
-        kind = type(value)
-        if kind is str:
-            found = values.get(value)  # type: ignore[arg-type]
-            out[stored] = found if found is not None else text(value)  # type: ignore[arg-type]
-        elif kind is int and -(2**63) <= value < 2**63:  # type: ignore[operator]
+        try:
+            known = value in clean
+        except TypeError:  # a list or a map
+            known = False
+        if known:
             out[stored] = value
-        else:
-            out[stored] = _value(value, text, depth)
+            continue
+        out[stored] = kept = _value(value, text, depth)
+        if kept == value:
+            for item in kept if kept.__class__ is list else (kept,):
+                if item.__class__ in _FLAT and (item.__class__ is not str or len(item) <= Texts.CACHED_CHARS):
+                    text.remember_clean(item)
     return out, dropped
 
 
-def _events(events: Sequence[SpanEvent], text: Texts) -> list[dict[str, Any]]:
+def _events(events: Sequence[SpanEvent], text: Texts) -> list[list[Any]]:
     out = []
     for event in events[:MAX_EVENTS]:
-        attrs, _ = _attributes(dict(list(event.attributes.items())[:MAX_EVENT_ATTRIBUTES]), text)
-        out.append({"name": text(event.name, 256), "time_ns": event.time_ns, "attributes": attrs})
+        attrs = event.attributes
+        if len(attrs) > MAX_EVENT_ATTRIBUTES:
+            attrs = dict(list(attrs.items())[:MAX_EVENT_ATTRIBUTES])
+        out.append([text(event.name, 256), event.time_ns, _attributes(attrs, text)[0]])
     return out
 
 
-def _span(step: Step, text: Texts, prices: PriceTable | None) -> dict[str, Any]:
+def _span(step: Step, text: Texts, prices: PriceTable | None) -> list[Any]:
+    """One span as a stored array (:data:`SPAN_FIELDS`)."""
     attrs, dropped = _attributes(step.attributes, text)
     cost = None
-    if prices is not None and step.kind is StepKind.LLM and (step.input_tokens or step.output_tokens):
-        price = prices.price(step.model)
-        if price is not None:
-            cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
-    return {
-        "span_id": step.span_id,
-        "parent_id": step.parent_id,
-        "name": text(step.name, 512),
-        "kind": _KIND[step.kind],
-        "start_ns": step.start_ns,
-        "end_ns": step.end_ns,
-        "duration_s": step.duration_s,
-        "error": step.error,
-        "error_type": None if step.error_type is None else text(step.error_type, 256),
-        "status_message": text(step.status_message),
-        "model": None if step.model is None else text(step.model, 256),
-        "input_tokens": step.input_tokens,
-        "output_tokens": step.output_tokens,
-        "cost_usd": cost,
-        "finish_reasons": list(step.finish_reasons),
-        "attributes": attrs,
-        "attributes_dropped": dropped,
-        "events": _events(step.events, text),
-        "events_dropped": max(0, len(step.events) - MAX_EVENTS),
-    }
+    model = step.model
+    if model is not None:
+        if prices is not None and (step.input_tokens or step.output_tokens) and step.kind is StepKind.LLM:
+            price = prices.price(model)
+            if price is not None:
+                cost = (step.input_tokens * price[0] + step.output_tokens * price[1]) / 1e6
+        model = text.values.get(model) or text(model, 256)
+    name = text.values.get(step.name)
+    if name is None or len(name) > 512:
+        name = text(step.name, 512)
+    events = step.events
+    return [
+        step.span_id,
+        step.parent_id,
+        name,
+        _KIND[step.kind],
+        step.start_ns,
+        step.end_ns,
+        step.error,
+        None if step.error_type is None else text(step.error_type, 256),
+        text(step.status_message) if step.status_message else "",
+        model if model is None or len(model) <= 256 else text(model, 256),
+        step.input_tokens,
+        step.output_tokens,
+        cost,
+        step.finish_reasons,
+        attrs,
+        dropped,
+        _events(events, text) if events else (),
+        len(events) - MAX_EVENTS if len(events) > MAX_EVENTS else 0,
+    ]
 
 
 def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
@@ -298,9 +433,12 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     seen: set[tuple[str, str]] = set()
     history: list[tuple[str, str]] = []
     shown_results: set[str] = set()
-    for step in run.steps[:MAX_SPANS]:
+    for step in run.steps if len(run.steps) <= MAX_SPANS else run.steps[:MAX_SPANS]:
         if step.kind is StepKind.LLM:
             found = [(m.role, m.content) for m in content.messages_of(step.attributes)]
+            if not found:  # content not captured on this call
+                history = found
+                continue
             common = 0
             while common < min(len(found), len(history)) and found[common] == history[common]:
                 common += 1
@@ -374,6 +512,25 @@ def _fit(doc: dict[str, Any], size: int) -> None:
         size -= len(orjson.dumps(doc["conversation"].pop(0)))
 
 
+def _fit_compact(doc: dict[str, Any], size: int) -> None:
+    """:func:`_fit` of a stored (compact) document: attributes go from the last spans first, then the conversation."""
+    if size <= MAX_DOC_BYTES:
+        return
+    doc["truncated"] = True
+    dropped = SPAN_FIELDS.index("attributes_dropped")
+    events = SPAN_FIELDS.index("events")
+    for span in reversed(doc["spans"]):
+        if size <= MAX_DOC_BYTES:
+            break
+        before = len(orjson.dumps(span))
+        span[dropped] += len(span[_ATTRS])
+        span[_ATTRS] = {}
+        span[events] = [[e[0], e[1], {}] for e in span[events]]
+        size -= before - len(orjson.dumps(span))
+    while size > MAX_DOC_BYTES and doc["conversation"]:
+        size -= len(orjson.dumps(doc["conversation"].pop(0)))
+
+
 WriteRows = Callable[[list[dict[str, Any]]], None]
 
 
@@ -385,6 +542,7 @@ class DetailsWriter:
         redactor: the snapshot's redactor.
         prices: model prices for the per-span cost (optional).
         keep_unflagged: write details of unflagged runs too (details retention > 0).
+        sample_rate: the share of unflagged runs whose details are written (:func:`details_sampled`).
         max_batches: batches waiting before new ones are dropped.
         max_runs: runs waiting before new batches are dropped (each holds its spans' attributes:
             this bounds the memory the writer can hold when it falls behind).
@@ -399,6 +557,7 @@ class DetailsWriter:
         *,
         prices: PriceTable | None = None,
         keep_unflagged: bool = True,
+        sample_rate: float = 1.0,
         max_batches: int = 64,
         max_runs: int = 4096,
         on_dropped: Callable[[int], None] | None = None,
@@ -408,6 +567,7 @@ class DetailsWriter:
         self._redactor = redactor
         self._prices = prices
         self._keep_unflagged = keep_unflagged
+        self._sample_rate = sample_rate if keep_unflagged else 0.0
         self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
         self._max_runs = max_runs
         self._pending = 0
@@ -421,8 +581,9 @@ class DetailsWriter:
 
     def submit(self, batch: Sequence[ScoredRun]) -> None:
         """Queue a written batch (never blocks; a full queue drops the batch and counts it)."""
-        if not self._keep_unflagged:
-            batch = [s for s in batch if s.flag is not None]
+        rate = self._sample_rate
+        if rate < 1.0:
+            batch = [s for s in batch if s.flag is not None or (rate > 0.0 and details_sampled(s.run.trace_id, rate))]
         if not batch:
             return
         with self._lock:

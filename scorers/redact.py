@@ -194,8 +194,9 @@ def _card_candidate(text: str) -> bool:
 
 
 def _phone_candidate(text: str) -> bool:
-    # Both phone forms hold two adjacent digits: "+" and 8+ digits, or a first group of 2-4 digits.
-    return _TWO_DIGITS.search(text) is not None
+    # Both phone forms hold two adjacent digits: "+" and 8+ digits, or a first group of 2-4 digits
+    # followed by two groups, each after one of " .-" (so ids such as call_4f09a2 skip the regex).
+    return ("+" in text or " " in text or "-" in text or "." in text) and _TWO_DIGITS.search(text) is not None
 
 
 _TRIGGERS: Mapping[str, Callable[[str], bool]] = {

@@ -155,12 +155,14 @@ class DemoAgent:
         pace: float = 1.0,
         tracer_provider: TracerProvider | None = None,
         llm_spans: bool = False,
+        capture_content: bool = False,
         sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         self._client = client
         self._pace = pace
         self._tp = tracer_provider
         self._sleep = sleep
+        self._capture = capture_content
         self._chat_tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE) if llm_spans else None
 
     def run(self, plan: RunPlan) -> Observed:
@@ -229,6 +231,8 @@ class DemoAgent:
             "gen_ai.provider.name": "openai",
             "gen_ai.request.model": agent.model,
         }
+        if self._capture:
+            request["gen_ai.input.messages"] = json.dumps(input_messages(messages))
         with self._chat_tracer.start_as_current_span(
             f"chat {agent.model}", kind=SpanKind.CLIENT, attributes=request
         ) as span:
@@ -238,6 +242,8 @@ class DemoAgent:
                 span.set_attribute("error.type", type(exc).__qualname__)
                 raise
             span.set_attributes(_response_attributes(reply))
+            if self._capture:
+                span.set_attribute("gen_ai.output.messages", json.dumps(output_messages(reply)))
             return reply
 
     def _block(self, seen: Observed, name: str, reason: str) -> str:
@@ -282,6 +288,46 @@ def openai_instrumented() -> bool:
     except ImportError:
         return False
     return bool(module.OpenAIInstrumentor().is_instrumented_by_opentelemetry)
+
+
+def input_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat Completions ``messages`` in the GenAI semantic conventions' ``gen_ai.input.messages`` form.
+
+    https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/ (input messages JSON schema): each
+    message a role and parts (``text``, ``tool_call``, ``tool_call_response``).
+    """
+    out = []
+    for message in messages:
+        parts: list[dict[str, Any]] = []
+        if message.get("role") == "tool":
+            parts.append(
+                {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": message.get("content")}
+            )
+        elif message.get("content"):
+            parts.append({"type": "text", "content": message["content"]})
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments"),
+                }
+            )
+        out.append({"role": message.get("role"), "parts": parts})
+    return out
+
+
+def output_messages(reply: ChatCompletion) -> list[dict[str, Any]]:
+    """The choices of ``reply`` in the GenAI semantic conventions' ``gen_ai.output.messages`` form."""
+    out = []
+    for choice in reply.choices:
+        (message,) = input_messages(
+            [choice.message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"})]
+        )
+        out.append({**message, "finish_reason": str(choice.finish_reason)})
+    return out
 
 
 def _response_attributes(reply: ChatCompletion) -> dict[str, AttributeValue]:

@@ -16,10 +16,11 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,6 +32,7 @@ from collector.demo.fakeopenai import FakeOpenAI, Served
 from collector.demo.plan import RunPlan, expected, planner, scenarios
 from collector.demo.progress import FleetStats, LiveProgress
 from collector.instrument import vigil_setup
+from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 
 __all__ = ["DemoFleet", "DemoRun"]
 
@@ -98,7 +100,9 @@ class DemoFleet:
         progress: live display on stderr (None: only when stderr is a terminal).
         service_name: ``service.name`` of the fleet's spans.
         headers: OTLP request headers (an ingest token); None reads ``OTEL_EXPORTER_OTLP_HEADERS``.
-        capture_content: record tool arguments and results (so Vigil can see loops of
+        capture_content: record the conversation — the user's input and the model's turns on the
+            chat spans (the OpenAI instrumentation's ``span_only`` capture, see
+            :func:`openai_capture_content`), tool arguments and results (so Vigil can see loops of
             identical calls); None follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
         on_feedback: called ``(trace_id, feedback)`` on the worker thread right after a run
             whose user gives feedback (``"thumbs_down"``) — e.g. a POST to Vigil's
@@ -171,6 +175,8 @@ class DemoFleet:
     def _run(self) -> list[DemoRun]:
         """Set up tracing, the fake model and the workers; schedule; tear down in reverse."""
         self.stats.restart()
+        if self.capture_content:
+            openai_capture_content(os.environ)
         tracing = vigil_setup(
             service_name=self.service_name,
             endpoint=self.endpoint,
@@ -183,7 +189,14 @@ class DemoFleet:
         client = latency_client(fake.base_url, self.pace, self.seed, sleep=self._stop.wait)
         fallback = not openai_instrumented()  # a plain install lacks the OpenAI instrumentation
         provider = tracing.tracer_provider
-        agent = DemoAgent(client, pace=self.pace, tracer_provider=provider, llm_spans=fallback, sleep=self._stop.wait)
+        agent = DemoAgent(
+            client,
+            pace=self.pace,
+            tracer_provider=provider,
+            llm_spans=fallback,
+            capture_content=tracing.capture_content,
+            sleep=self._stop.wait,
+        )
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="vigil-demo")
         log.info("demo_started", endpoint=self.endpoint, rate_per_s=self.rate_per_s, own_llm_spans=fallback)
         try:
@@ -265,6 +278,20 @@ class DemoFleet:
                 _give_feedback(self.on_feedback, seen.trace_id, s.feedback)
         finally:
             slots.release()
+
+
+def openai_capture_content(environ: MutableMapping[str, str]) -> bool:
+    """Make the official OpenAI instrumentation record prompts and answers on its spans.
+
+    That instrumentation reads only ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (on each
+    call), so a demo that captures content sets it to ``span_only`` — unless it is already set, in
+    which case the user's choice stands. Returns True when this call set it.
+    """
+    if environ.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, "").strip():
+        return False
+    environ[OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT] = "span_only"
+    log.info("demo_content_capture_enabled", variable=OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+    return True
 
 
 def _give_feedback(callback: Callable[[str, str], None], trace_id: str, feedback: str) -> None:

@@ -203,6 +203,7 @@ def details_writer(
         redactor,
         prices=PriceTable(settings.model_prices),
         keep_unflagged=settings.details_retention_days > 0,
+        sample_rate=settings.details_sample_rate,
         on_dropped=dropped.inc,
     )
 

@@ -20,7 +20,7 @@ from collector.budget import MemoryBudgets
 from collector.errors import SettingsError
 from collector.kafka import DEFAULT_ACK_TIMEOUT_S, DEFAULT_BUFFER_BYTES, DEFAULT_TOPIC
 from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
-from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS
+from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS, DEFAULT_DETAILS_SAMPLE_RATE
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.workbench import DEFAULT_LEASE_S
@@ -168,6 +168,12 @@ class Settings(BaseModel):
         DEFAULT_DETAILS_RETENTION_DAYS,
         ge=0,
         description="Days the details (spans, attributes, conversation) of unflagged runs are kept; 0: flagged only.",
+    )
+    details_sample_rate: float = Field(
+        DEFAULT_DETAILS_SAMPLE_RATE,
+        ge=0,
+        le=1,
+        description="Share of unflagged runs whose details are written (deterministic by trace id); 1: every run.",
     )
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collector.demo.agent import DemoAgent, latency_client
 from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
-from collector.demo.fleet import DemoFleet
+from collector.demo.fleet import DemoFleet, openai_capture_content
 from collector.demo.plan import (
     AGENTS,
     DECK,
@@ -33,8 +33,12 @@ from collector.demo.plan import (
     scenarios,
 )
 from collector.demo.progress import FleetStats
+from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from collector.otlp import decode_protobuf
+from review_queue.details import build_details
+from scorers.model import ScoredRun
 from scorers.normalise import normalise
+from scorers.redact import Redactor
 
 SEED = 11
 FLAGS = ("hit_max_iterations", "safety_blocked", "errored")
@@ -216,6 +220,56 @@ class TestOwnLlmSpans:
             truth = expected(s)
             fields = ("agent", "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens", *FLAGS)
             assert {f: truth[f] for f in fields} == {f: getattr(run, f) for f in fields}, s.name
+
+    def test_conversation_captured(self, fake: FakeOpenAI, spans: InMemorySpanExporter) -> None:
+        """With content capture the chat spans carry the conversation: the details show the user's prompt,
+        the model's tool calls, the tool results and the final answer, in order."""
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        agent = DemoAgent(
+            latency_client(fake.base_url, 0.0), pace=0.0, tracer_provider=provider, llm_spans=True, capture_content=True
+        )
+        s = next(s for s in of_kind(Kind.GOOD) if s.tool_call_count)
+        plan = RunPlan(0, "conv0", s)
+        seen = agent.run(plan)
+        body = encode_spans(spans.get_finished_spans()).SerializeToString()
+        batch = next(b for b in decode_protobuf(body).batches if b.trace_id == seen.trace_id)
+        doc = build_details(ScoredRun(normalise(list(batch.spans)), {}, None), Redactor())
+        entries = [(e["kind"], e.get("role")) for e in doc["conversation"]]
+        assert doc["content_captured"]
+        user = [e for e in doc["conversation"] if e.get("role") == "user"]
+        assert [f"{plan.marker} {s.prompt}"] == [e["content"] for e in user]
+        assert entries.index(("message", "user")) < entries.index(("tool", None))
+        last = doc["conversation"][-1]
+        assert seen.output == last["content"]
+        assert last.get("final") or "final" == last["kind"]
+
+    def test_without_capture_no_messages(self, fake: FakeOpenAI, spans: InMemorySpanExporter) -> None:
+        """Capture off: the chat spans carry no prompt."""
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        agent = DemoAgent(latency_client(fake.base_url, 0.0), pace=0.0, tracer_provider=provider, llm_spans=True)
+        seen = agent.run(RunPlan(0, "noconv0", of_kind(Kind.GOOD)[0]))
+        chats = [x for x in spans.get_finished_spans() if format(x.context.trace_id, "032x") == seen.trace_id]
+        chats = [x for x in chats if x.name.startswith("chat ")]
+        assert chats
+        assert all("gen_ai.input.messages" not in (x.attributes or {}) for x in chats)
+
+
+class TestOpenAICapture:
+    """The OpenAI instrumentation records content only through its environment variable."""
+
+    def test_sets_span_only_when_unset(self) -> None:
+        """Unset (or blank): set to span_only; the call says it did."""
+        env = {OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: " "}
+        assert openai_capture_content(env)
+        assert "span_only" == env[OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT]
+
+    def test_user_choice_stands(self) -> None:
+        """A value the user set is left alone, even "no_content"."""
+        env = {OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: "no_content"}
+        assert not openai_capture_content(env)
+        assert "no_content" == env[OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT]
 
 
 class TestFleet:

@@ -21,10 +21,13 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from collector.demo.fleet import DemoFleet, DemoRun
 from collector.demo.plan import Kind
 from review_queue.app.process import VigilProcess, spawn_vigil, start_vigil
+from review_queue.store import SqlStore
+from review_queue.tables import run_details
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 
 pytestmark = pytest.mark.integration
@@ -169,7 +172,8 @@ class TestRunDemo:
     """``vigil run --demo`` lights up on its own."""
 
     def test_flagged_runs_within_30_s(self, tmp_path: Path) -> None:
-        """Flagged runs appear in /api/v1/queue within 30 s, and SIGTERM still exits 0 after flushing."""
+        """Flagged runs appear in /api/v1/queue within 30 s, SIGTERM still exits 0 after flushing, and the
+        stored details of the demo's runs show the conversation: the user's input and the model's answers."""
         vigil = spawn_vigil(tmp_path, {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5"}, ["--demo"])
         try:
             items = _wait_queue(vigil, timeout_s=30)
@@ -179,6 +183,18 @@ class TestRunDemo:
         assert {"high", "normal", "low"} >= {i["priority"] for i in items}
         assert 0 == code, vigil.log_tail()
         assert "demo_stopped" in vigil.log_tail()
+        store = SqlStore(f"sqlite:///{tmp_path / 'vigil.db'}")
+        try:
+            with store.engine.connect() as conn:
+                traces = [row[0] for row in conn.execute(sa.select(run_details.c.trace_id))]
+            docs = [store.get_details(t) or {} for t in traces]
+        finally:
+            store.close()
+        assert docs, vigil.log_tail()
+        said = [e for d in docs for e in d.get("conversation") or () if e.get("role") == "user"]
+        assert said, "no demo run's details hold the user's input (content capture off?)"
+        assert all(e["content"].startswith("[[scenario:") for e in said)  # the demo's prompts carry their marker
+        assert any(e.get("role") == "assistant" or e["kind"] == "final" for d in docs for e in d["conversation"])
 
 
 def _wait_run(vigil: VigilProcess, trace_id: str, timeout_s: float = 15.0) -> dict[str, Any]:

@@ -63,7 +63,8 @@ def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
         "VIGIL_QUIET_PERIOD_S": "0.3",
         "VIGIL_SAMPLE_RATE": "0",
         "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN,
-        "VIGIL_DETAILS_RETENTION_DAYS": "7",  # details of every run, not only flagged ones
+        "VIGIL_DETAILS_RETENTION_DAYS": "7",
+        "VIGIL_DETAILS_SAMPLE_RATE": "1",  # details of every run, not only flagged ones and a share of the rest
     }
     with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
         files = [str(FIXTURES / f"{stack}.json") for stack in STACKS]

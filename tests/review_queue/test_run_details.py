@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import statistics
-import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,10 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector.model import SpanEvent
+from collector.model import AttrValue, SpanEvent
 from review_queue import details, explorer, listing
 from review_queue.api import create_api_app
+from review_queue.app.bench.page import bench_item_page
 from review_queue.details import DetailsWriter, build_details, decode, encode
 from review_queue.queries import InvalidCursorError
 from review_queue.retention import apply_details_retention, apply_retention, purge_traces
@@ -117,6 +117,98 @@ class TestDocument:
         assert doc["content_captured"]
         bare = build_details(_run(2), Redactor())
         assert not bare["content_captured"]
+
+
+class TestCompactForm:
+    """The stored form: span arrays, attribute maps kept as they are only when nothing in them changes."""
+
+    def test_stored_form_expands_to_the_document(self) -> None:
+        """The stored body is version 2 (one array per span) and decodes to what build_details returns."""
+        scored = _run(1, tools=(ToolCall("0" * 16, "search", None, '{"q": 1}', "ok", None),), final_output="done")
+        texts = details.Texts(Redactor())
+        row = details.details_row(scored, Redactor(), None, 0.0, texts)
+        import orjson
+
+        assert details.CODEC == row["codec"]
+        stored = orjson.loads(row["body"])
+        assert details.DETAILS_VERSION == stored["details_version"]
+        assert [len(details.SPAN_FIELDS)] * 3 == [len(span) for span in stored["spans"]]
+        assert build_details(scored, Redactor()) == decode(row["body"])
+        assert 0.5e-3 == decode(row["body"])["spans"][1]["duration_s"]
+
+    def test_fast_path_still_redacts_and_filters(self) -> None:
+        """Once a span's keys and values are remembered as clean, a span with a new secret value, a denied key,
+        a value with NUL or a long value is still redacted, filtered and cut; known values are stored unchanged."""
+        texts = details.Texts(Redactor())
+        plain: dict[str, AttrValue] = {"gen_ai.tool.name": "search", "n": 3, "tags": ["a", "b"]}
+        first, _ = details._attributes(plain, texts)
+        again, _ = details._attributes(plain, texts)
+        assert plain == first
+        assert plain is again  # remembered: stored as it is, no copy
+        fresh_id: dict[str, AttrValue] = {**plain, "gen_ai.tool.call.id": "call_5f3a9b2c1d4e"}
+        assert fresh_id == details._attributes(fresh_id, texts)[0]
+        hostile: list[tuple[dict[str, AttrValue], str, str]] = [
+            ({**plain, "gen_ai.tool.name": "mail bob@example.com"}, "gen_ai.tool.name", "[REDACTED:email]"),
+            ({**plain, "tags": ["a", "sk-proj-abcdefghijklmnopqrstuvwx"]}, "tags", "[REDACTED:api_key]"),
+            ({**plain, "n": 2**70}, "n", str(2**70)),
+            ({**plain, "x": "a\x00b"}, "x", "\ufffd"),
+            ({**plain, "x": "y" * 5000}, "x", "more characters]"),
+        ]
+        for attrs, key, expected in hostile:
+            stored, _ = details._attributes(attrs, texts)
+            assert expected in str(stored[key]), attrs
+            assert stored is not attrs
+        secret: dict[str, AttrValue] = {**plain, "db.password": "hunter2"}
+        stored, dropped = details._attributes(secret, texts)
+        assert "db.password" not in stored
+        assert 1 == dropped
+        assert "hunter2" not in str(details.build_details(_run(2, steps=_steps(2, secret)), Redactor()))
+
+
+class TestSampling:
+    """Which runs' details the writer writes: every flagged run, a deterministic share of the others."""
+
+    def test_share_and_flagged(self, store: SqlStore) -> None:
+        """At 0.25 about a quarter of 400 unflagged runs, the same ones each time; flagged runs always."""
+        runs = [_run(i) for i in range(1, 401)] + [_run(1000, ("tool_loop",))]
+        picked = {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id, 0.25)}
+        assert 60 <= len(picked) <= 140
+        assert picked == {r.run.trace_id for r in runs if details.details_sampled(r.run.trace_id.upper(), 0.25)}
+        assert all(details.details_sampled(r.run.trace_id, 1.0) for r in runs)
+        assert not any(details.details_sampled(r.run.trace_id, 0.0) for r in runs)
+        flagged = {runs[-1].run.trace_id}
+        for keep, want in ((True, picked | flagged), (False, flagged)):
+            written: list[str] = []
+            writer = DetailsWriter(partial(_collect, written), Redactor(), keep_unflagged=keep, sample_rate=0.25)
+            writer.start()
+            writer.submit(runs)
+            assert writer.shutdown(10)
+            assert want == set(written)
+
+    def test_settings_reach_the_writer(self, store: SqlStore, tmp_path: Path) -> None:
+        """VIGIL_DETAILS_SAMPLE_RATE / _RETENTION_DAYS (defaults 0.1 and 7) set the role's writer; 0 days: flagged only;
+        a rate outside [0, 1] refuses to start."""
+        from prometheus_client import CollectorRegistry
+
+        from collector.errors import SettingsError
+        from review_queue.app.scoring import details_writer
+        from review_queue.app.settings import Settings
+
+        (tmp_path / "vigil.yaml").write_text("{}\n")
+
+        def writer(env: dict[str, str]) -> DetailsWriter:
+            settings = Settings.load(env, config_file=tmp_path / "vigil.yaml")
+            return details_writer(settings, store, CollectorRegistry(), Redactor())
+
+        assert 0.1 == writer({})._sample_rate
+        assert 0.5 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5"})._sample_rate
+        assert 0.0 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5", "VIGIL_DETAILS_RETENTION_DAYS": "0"})._sample_rate
+        with pytest.raises(SettingsError, match="details_sample_rate"):
+            writer({"VIGIL_DETAILS_SAMPLE_RATE": "1.5"})
+
+
+def _collect(into: list[str], rows: list[dict[str, Any]]) -> None:
+    into.extend(r["trace_id"] for r in rows)
 
 
 class TestStore:
@@ -282,8 +374,11 @@ class TestStatsBuckets:
         assert "<polyline" in page
 
 
-def test_item_page_with_500_spans_renders_under_300_ms(store: SqlStore) -> None:
-    """Server time of /items/{id} for a flagged 500-span run with details (20 attributes a span); median of 7."""
+def test_item_page_with_500_spans_renders_every_span(store: SqlStore) -> None:
+    """A flagged 500-span run with details (20 attributes a span) renders all 500 span rows.
+
+    Its server time is a benchmark, not a test: ``vigil bench`` prints the median
+    (:func:`review_queue.app.bench.page.bench_item_page`, recorded in BENCHMARKS.md)."""
     attrs = {f"gen_ai.attr.{i}": f"value {i} " * 8 for i in range(20)}
     steps = _steps(500, attrs)
     scored = _run(1, ("tool_loop",), steps=steps, span_count=500, messages=(Message("user", "q"),))
@@ -291,19 +386,18 @@ def test_item_page_with_500_spans_renders_under_300_ms(store: SqlStore) -> None:
     DetailsWriter(store.write_details, Redactor()).write_now([scored])
     services = build_services(store, admin_token="adm")
     client = TestClient(create_api_app(store, admin_token="adm", services=services))
-    headers = {"Authorization": "Bearer adm"}
-    assert 200 == client.get("/items/1", headers=headers).status_code  # warm the template cache
-    times = []
-    for _ in range(7):
-        start = time.perf_counter()
-        response = client.get("/items/1", headers=headers)
-        times.append(time.perf_counter() - start)
-        assert 200 == response.status_code
+    response = client.get("/items/1", headers={"Authorization": "Bearer adm"})
+    assert 200 == response.status_code
     assert 500 == response.text.count('class="span-row')
-    median = statistics.median(times)
-    size = len(response.text)
-    print(f"item page, 500 spans: median {median * 1000:.0f} ms, max {max(times) * 1000:.0f} ms, {size} bytes")
-    assert median < 0.3
+    assert f"{499:016x}" in response.text  # the last span's row is there, not cut by the size bound
+
+
+def test_item_page_bench_measures_the_page() -> None:
+    """The bench's run is the page it times: every span row rendered, ordered timings, a real page size."""
+    timing = bench_item_page(spans=50, repeat=3, attributes=5)
+    assert 50 == timing.span_rows
+    assert 0 < timing.median_s <= timing.max_s
+    assert timing.page_bytes > 50 * 5 * 40  # at least the attribute values of every span
 
 
 class TestStatsSeries:

@@ -42,6 +42,7 @@ from rich.table import Table
 
 from collector.otlp import decode_protobuf
 from collector.spool import stamp
+from review_queue.app.bench.page import bench_item_page
 from review_queue.app.bench.synth import bodies
 from review_queue.app.process import cpu_seconds, free_port
 from review_queue.app.run import build, tune_gc
@@ -563,5 +564,10 @@ def main(args: argparse.Namespace) -> int:
         "helper span cost vs bare SDK span (target ≤ 1.2×)", f"{ratio:.2f}× ({helper_us:.1f} vs {bare_us:.1f} µs)"
     )
     _judge_rows(table, n_runs, repeat)
+    page = bench_item_page(500, 7)
+    table.add_row(
+        "item page, 500-span run: server median (target < 300 ms)",
+        f"{page.median_s * 1000:.0f} ms (max {page.max_s * 1000:.0f}, {page.page_bytes / 2**20:.2f} MiB)",
+    )
     Console().print(table)
     return 0
