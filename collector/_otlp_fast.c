@@ -477,6 +477,7 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
     Py_ssize_t status_len = 0;
     uint64_t kind = 0, start = 0, end = 0;
     int rc = OK;
+    Py_ssize_t truncated_before = c->truncated; /* a rejected span's cut values were never held */
     PyObject *attrs = PyDict_New(), *events = NULL;
     if (attrs == NULL)
         return ERR;
@@ -586,6 +587,7 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
         PyObject *s = PyBytes_FromStringAndSize((const char *)span_id, span_len);
         PyObject *p = PyBytes_FromStringAndSize((const char *)parent_id, parent_len);
         PyObject *res = NULL;
+        c->truncated = truncated_before;
         if (t && s && p)
             res = PyObject_CallFunctionObjArgs(c->reject, t, s, p, NULL);
         Py_XDECREF(t);

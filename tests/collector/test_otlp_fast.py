@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from collector import otlp
 from collector.errors import DecodeError
@@ -164,6 +165,24 @@ def test_long_attribute_values_cut_alike_by_every_decoder() -> None:
     as_json = decode_json(_to_json(body))
     assert [b.spans for b in compiled.batches] == [b.spans for b in as_json.batches]
     assert 6 == as_json.truncated
+
+
+def test_cut_values_of_a_rejected_span_are_not_counted() -> None:
+    """A span rejected for its ids is never held, so its long values count as no cut, in every decoder
+    (the compiled one reads attributes before it checks the ids)."""
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    big = otlp.MAX_ATTRIBUTE_BYTES + 10
+    for trace_id, fill in ((b"\0" * 16, "r"), (b"\2" * 16, "k")):  # all-zero trace id: rejected
+        span = spans.add(trace_id=trace_id, span_id=b"\1" * 8, name="s")
+        span.attributes.append(KeyValue(key="long", value=AnyValue(string_value=fill * big)))
+    body = request.SerializeToString()
+    compiled = _compiled(body)
+    assert compiled is not None
+    _same(compiled, _python(body))
+    assert (1, 1) == (compiled.rejected, compiled.truncated)
+    as_json = decode_json(_to_json(body))
+    assert (1, 1) == (as_json.rejected, as_json.truncated)
 
 
 def _to_json(body: bytes) -> bytes:
