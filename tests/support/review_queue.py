@@ -20,7 +20,7 @@ from typing import Any
 from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
-from scorers.model import Flag, Priority, Run, ScoredRun
+from scorers.model import OUTCOME_FIELDS, Flag, Priority, Run, ScoredRun
 from scorers.rules import DEFAULT_SAMPLE_RATE
 from tests.support.fixtures import T0, Clock
 
@@ -35,17 +35,7 @@ __all__ = [
     "scored_run",
 ]
 
-TRUTH_FIELDS = (
-    "agent",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
-)
+TRUTH_FIELDS = ("agent", *OUTCOME_FIELDS)
 """Run fields an end-to-end test compares one to one between an agent's ground truth (what its
 driver or the demo fleet observed) and the run Vigil stored (``GET /api/v1/runs/{trace_id}``)."""
 
