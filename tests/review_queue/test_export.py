@@ -88,6 +88,14 @@ class TestExport:
         assert case is not None
         assert {"input": "2+2"} == case["conversation"][0]["intermediate_data"]["tool_uses"][0]["args"]
 
+    def test_empty_arguments(self) -> None:
+        """Empty captured arguments export as no arguments, as ``vigil eval`` reads them from a run."""
+        snapshot = {"trace_id": "t", "messages": [{"role": "user", "content": "q"}], "final_output": "a",
+                    "tools": [{"name": "now", "span_id": "s", "call_id": None, "arguments": ""}]}  # fmt: skip
+        case, _ = eval_case(snapshot, [{"verdict": "pass"}], 0.0)
+        assert case is not None
+        assert {} == case["conversation"][0]["intermediate_data"]["tool_uses"][0]["args"]
+
     def test_cli_formats(self, store: SqlStore, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """vigil export writes an EvalSet document or one case per line."""
         _reviewed(store, 1, VerdictIn(VerdictValue.PASS))
