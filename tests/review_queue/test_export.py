@@ -34,7 +34,7 @@ def store(url: str) -> Iterator[SqlStore]:
 
 
 def _reviewed(store: SqlStore, n: int, verdict: VerdictIn, **fields: object) -> None:
-    run = {
+    run: dict[str, object] = {
         "agent": "support",
         "messages": (Message("user", f"question {n}"), Message("assistant", "let me look")),
         "tools": (ToolCall("s1", "search", "call_1", '{"q": "refunds"}', "3 results", None),),
