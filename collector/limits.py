@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from collector.budget import SHARES, MemoryBudgets
 from collector.errors import BackpressureError
@@ -36,6 +37,7 @@ from collector.stream import BodyPublisher, Publisher, check_room
 __all__ = [
     "INTAKE_COST_FACTOR",
     "INTAKE_SHARE",
+    "CachedCheck",
     "IntakeBudget",
     "LimitedPublisher",
     "MemoryLimiter",
@@ -57,7 +59,41 @@ def rss_bytes() -> int:
         return 0
 
 
-class MemoryLimiter:
+@dataclass(eq=False, slots=True)
+class CachedCheck:
+    """Whether ``read()`` exceeds ``limit``, re-read at most every ``interval_s`` seconds; thread-safe.
+
+    A limit of 0 (or less) is never exceeded (``read`` is not called). The memory ceiling below and the
+    review queue's load shedding (``review_queue.shedding``) are both such a check.
+
+    Attributes:
+        limit: the threshold.
+        read: returns the current value (resident bytes, pending review items …).
+        interval_s: how long a reading is trusted.
+        clock: monotonic seconds.
+    """
+
+    limit: float
+    read: Callable[[], float]
+    interval_s: float
+    clock: Callable[[], float] = time.monotonic
+    _next: float = field(default=float("-inf"), init=False, repr=False)
+    _over: bool = field(default=False, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def over(self) -> bool:
+        """True while the last reading (at most ``interval_s`` old) exceeds the limit."""
+        if self.limit <= 0:
+            return False
+        now = self.clock()
+        with self._lock:
+            if now >= self._next:
+                self._over = self.read() > self.limit
+                self._next = now + self.interval_s
+            return self._over
+
+
+class MemoryLimiter(CachedCheck):
     """Says whether resident memory is over ``limit_bytes``, re-reading it at most every interval.
 
     Args:
@@ -67,6 +103,8 @@ class MemoryLimiter:
         clock: monotonic seconds.
     """
 
+    __slots__ = ()
+
     def __init__(
         self,
         limit_bytes: int,
@@ -75,24 +113,12 @@ class MemoryLimiter:
         check_interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.limit_bytes = limit_bytes
-        self._read = read_rss
-        self._interval = check_interval_s
-        self._clock = clock
-        self._next = float("-inf")
-        self._over = False
-        self._lock = threading.Lock()
+        super().__init__(limit_bytes, read_rss, check_interval_s, clock)
 
-    def over(self) -> bool:
-        """True while the last reading (at most ``check_interval_s`` old) exceeds the limit."""
-        if self.limit_bytes <= 0:
-            return False
-        now = self._clock()
-        with self._lock:
-            if now >= self._next:
-                self._over = self._read() > self.limit_bytes
-                self._next = now + self._interval
-            return self._over
+    @property
+    def limit_bytes(self) -> int:
+        """The ceiling in bytes (0: disabled)."""
+        return int(self.limit)
 
 
 class LimitedPublisher:

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 
 from review_queue.model import ItemState
 from review_queue.tables import review_items, review_verdicts, runs
+from scorers.eval.actual import decode_args
 
 __all__ = ["ExportResult", "case_from_run", "eval_case", "eval_set", "export_cases"]
 
@@ -141,21 +142,14 @@ def jsonl(cases: Sequence[Mapping[str, Any]]) -> Iterator[str]:
 
 
 def _tool_uses(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    uses = []
-    for tool in snapshot.get("tools", []):
-        uses.append({"id": tool.get("call_id") or tool.get("span_id"), "name": tool["name"], "args": _args(tool)})
-    return uses
-
-
-def _args(tool: Mapping[str, Any]) -> dict[str, Any]:
-    raw = tool.get("arguments")
-    if raw is None:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {"input": raw}
-    return parsed if isinstance(parsed, dict) else {"input": parsed}
+    return [
+        {
+            "id": tool.get("call_id") or tool.get("span_id"),
+            "name": tool["name"],
+            "args": decode_args(tool.get("arguments")),
+        }
+        for tool in snapshot.get("tools", [])
+    ]
 
 
 def _verdicts(conn: sa.Connection, item_ids: list[int]) -> dict[int, list[dict[str, Any]]]:

@@ -37,7 +37,7 @@ from review_queue.model import FeedbackIn
 from review_queue.snapshot import partial_snapshot
 from review_queue.store import guard, write_transaction
 from review_queue.tables import feedback, review_events, review_items, runs
-from scorers.model import Flag, Priority, Run, RunStatus
+from scorers.model import OUTCOME_FIELDS, Flag, Priority, Run, RunStatus
 from scorers.rules import Rule, decide
 
 __all__ = ["FeedbackResult", "FeedbackStore", "parse_score", "summarize"]
@@ -343,8 +343,7 @@ class FeedbackStore:
 
 
 _ROW_RUN_FIELDS = (
-    "trace_id", "agent", "service", "dialect", "complete", "start_ns", "end_ns", "llm_calls", "tool_calls",
-    "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations", "safety_blocked", "errored", "error_type",
+    "trace_id", "agent", "service", "dialect", "complete", "start_ns", "end_ns", *OUTCOME_FIELDS, "error_type"
 )  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 from review_queue.errors import ReviewQueueError
 from review_queue.model import ItemState
 from review_queue.tables import review_items, runs
-from scorers.model import Priority
+from scorers.model import OUTCOME_FIELDS, Priority
 
 __all__ = [
     "InvalidCursorError",
@@ -206,14 +206,7 @@ _RUN_FIELDS = (
     "start_ns",
     "end_ns",
     "duration_s",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
+    *OUTCOME_FIELDS,
     "error_type",
     "scores",
     "scorer_errors",

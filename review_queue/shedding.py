@@ -11,7 +11,6 @@ the backlog is drained. The pending count is read from the database at most ever
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,6 +18,7 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.engine import Engine
 
+from collector.limits import CachedCheck
 from review_queue.tables import review_items
 from scorers.model import RunSink, ScoredRun, WriteOutcome
 
@@ -57,13 +57,7 @@ class SampleShedder:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
-        self._pending = pending
-        self._capacity = capacity
-        self._refresh = refresh_s
-        self._clock = clock
-        self._next = float("-inf")
-        self._over = False
-        self._lock = threading.Lock()
+        self._capacity = CachedCheck(capacity, pending, refresh_s, clock)
         self._shed = Counter(
             "vigil_review_shed", "Flags not turned into review items because the queue was over capacity.",
             ["reason"], registry=registry,
@@ -72,14 +66,7 @@ class SampleShedder:
 
     def over_capacity(self) -> bool:
         """Whether the last pending count (at most ``refresh_s`` old) exceeds the capacity."""
-        if self._capacity <= 0:
-            return False
-        now = self._clock()
-        with self._lock:
-            if now >= self._next:
-                self._over = self._pending() > self._capacity
-                self._next = now + self._refresh
-            return self._over
+        return self._capacity.over()
 
     def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
         """Shed sample-only flags when over capacity, then write through the inner sink."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from collector.model import Attributes, SpanEvent
 
@@ -222,6 +222,15 @@ class Run:
     def duration_s(self) -> float:
         """Root-span duration in seconds (0 when unknown)."""
         return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+OUTCOME_FIELDS: Final = (
+    "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens",
+    "hit_max_iterations", "safety_blocked", "errored",
+)  # fmt: skip
+"""The fields of :class:`Run` that say what the agent did and how the run ended (its counts and
+headline signals), in the class's order: what the rules see, the store's run views show and the
+end-to-end ground truths compare, listed once."""
 
 
 @dataclass(frozen=True, slots=True)

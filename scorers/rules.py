@@ -29,7 +29,7 @@ from typing import Any
 import cel
 
 from scorers.errors import RuleError
-from scorers.model import Evidence, Flag, Priority, Run
+from scorers.model import OUTCOME_FIELDS, Evidence, Flag, Priority, Run
 
 DEFAULT_SAMPLE_RATE = 0.05
 """Share of runs flagged at random when nothing else is configured (deterministic on the trace id)."""
@@ -56,9 +56,7 @@ DEFAULT_RULES: Mapping[str, Mapping[str, str]] = {
 replaces the default; ``enabled: false`` switches one off."""
 
 RUN_FIELDS: tuple[str, ...] = (
-    "trace_id", "agent", "service", "dialect", "complete", "duration_s", "llm_calls",
-    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
-    "safety_blocked", "errored", "span_count",
+    "trace_id", "agent", "service", "dialect", "complete", "duration_s", *OUTCOME_FIELDS, "span_count"
 )  # fmt: skip
 BOOLEAN_VARIABLES = frozenset(("complete", "hit_max_iterations", "safety_blocked", "errored", "random_sample"))
 VARIABLES = frozenset((*RUN_FIELDS, "status", "error_type", "scores", "attributes", "feedback", "random_sample"))

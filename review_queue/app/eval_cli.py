@@ -22,11 +22,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from review_queue.app.eval_report import junit_xml, print_report, write_json
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import EvalConfig, EvalFileError, EvalSet, load_eval_config, load_eval_set
 from scorers.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from scorers.eval.judged import EvalJudge
 
 __all__ = ["add_eval_commands"]
 
@@ -123,50 +127,52 @@ def _report(args: argparse.Namespace, results: Sequence[CaseResult]) -> int:
     return 0 if all(r.passed for r in results) else EXIT_FAILED
 
 
-def _cmd_eval_run(args: argparse.Namespace) -> int:
-    from review_queue.app.evalrun import AgentError, EvalHarness, RunOptions, judge_from, load_agent
+def _prepare(args: argparse.Namespace, command: str) -> tuple[EvalSet, EvalConfig, EvalJudge | None, Pipeline] | None:
+    """The eval set, the config, its judge (None when no criterion is judged) and the configured
+    pipeline; None after printing the one-line error of ``vigil eval <command>`` when an input is bad."""
+    from review_queue.app.evalrun import judge_from
 
     try:
         eval_set, config = _inputs(args)
         judge = judge_from(config, os.environ)
     except (EvalFileError, FileNotFoundError, ValueError) as exc:
-        print(f"vigil eval run: {exc}", file=sys.stderr)
+        print(f"vigil eval {command}: {exc}", file=sys.stderr)
+        return None
+    return eval_set, config, judge, _pipeline(args)
+
+
+def _cmd_eval_run(args: argparse.Namespace) -> int:
+    from review_queue.app.evalrun import AgentError, EvalHarness, RunOptions, judge_closed, load_agent
+
+    prepared = _prepare(args, "run")
+    if prepared is None:
         return EXIT_INPUT
-    pipeline = _pipeline(args)
+    eval_set, config, judge, pipeline = prepared
     options = RunOptions(concurrency=args.concurrency, repeat=args.repeat, span_timeout_s=args.span_timeout)
-    with EvalHarness(pipeline) as harness, harness.active():
+    with judge_closed(judge), EvalHarness(pipeline) as harness, harness.active():
         try:
             agent = load_agent(args.agent)
         except AgentError as exc:
             print(f"vigil eval run: {exc}", file=sys.stderr)
             return EXIT_INPUT
-        try:
-            results = harness.run(eval_set, agent, config, options=options, judge=judge)
-        finally:
-            if judge is not None:
-                judge.close()
+        results = harness.run(eval_set, agent, config, options=options, judge=judge)
     return _report(args, results)
 
 
 def _cmd_eval_score(args: argparse.Namespace) -> int:
-    from review_queue.app.evalrun import judge_from, score_traces
+    from review_queue.app.evalrun import judge_closed, score_traces
     from review_queue.app.explain import ExplainError
 
-    try:
-        eval_set, config = _inputs(args)
-        judge = judge_from(config, os.environ)
-    except (EvalFileError, FileNotFoundError, ValueError) as exc:
-        print(f"vigil eval score: {exc}", file=sys.stderr)
+    prepared = _prepare(args, "score")
+    if prepared is None:
         return EXIT_INPUT
-    pipeline = _pipeline(args)
-    try:
-        results = score_traces(args.traces, [eval_set], config, pipeline, judge)
-    except (ExplainError, FileNotFoundError) as exc:
-        print(f"vigil eval score: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    finally:
-        if judge is not None:
-            judge.close()
+    eval_set, config, judge, pipeline = prepared
+    with judge_closed(judge):
+        try:
+            results = score_traces(args.traces, [eval_set], config, pipeline, judge)
+        except (ExplainError, FileNotFoundError) as exc:
+            print(f"vigil eval score: {exc}", file=sys.stderr)
+            return EXIT_INPUT
     return _report(args, results)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import importlib
 import inspect
 import os
@@ -34,10 +35,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
@@ -65,11 +66,26 @@ from scorers.model import Run
 from scorers.normalise import normalise
 from scorers.pipeline import Pipeline
 
-__all__ = ["AgentError", "EvalHarness", "load_agent", "score_traces"]
+__all__ = ["AgentError", "EvalHarness", "judge_closed", "load_agent", "score_traces"]
 
 Agent = Callable[..., Any]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 _TAGS: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("vigil_eval_turn", default=None)
+
+
+def _blocking(function: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, _R]:
+    """The blocking twin of an ``async def`` (a method too): the same arguments, run to completion on a
+    new event loop (``asyncio.run``)."""
+
+    @functools.wraps(function)
+    def blocking(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return asyncio.run(function(*args, **kwargs))
+
+    blocking.__doc__ = f"As :meth:`{function.__name__}`, blocking: on a new event loop (``asyncio.run``)."
+    return blocking
 
 
 class AgentError(ValueError):
@@ -316,19 +332,6 @@ class EvalHarness:
 
     # -- running ------------------------------------------------------------------------------
 
-    def run(
-        self,
-        eval_set: EvalSet,
-        agent: Agent,
-        config: EvalConfig,
-        *,
-        options: RunOptions = RunOptions(),
-        judge: EvalJudge | None = None,
-        on_result: Callable[[CaseResult], None] | None = None,
-    ) -> list[CaseResult]:
-        """Run every case with a conversation ``options.repeat`` times, score each; results in case order."""
-        return asyncio.run(self.run_async(eval_set, agent, config, options=options, judge=judge, on_result=on_result))
-
     async def run_async(
         self,
         eval_set: EvalSet,
@@ -339,7 +342,10 @@ class EvalHarness:
         judge: EvalJudge | None = None,
         on_result: Callable[[CaseResult], None] | None = None,
     ) -> list[CaseResult]:
-        """As :meth:`run`, on the caller's event loop."""
+        """Run every case with a conversation ``options.repeat`` times, score each; results in case order.
+
+        On the caller's event loop; :meth:`run` is the blocking form (same arguments, on a new loop).
+        """
         gate = asyncio.Semaphore(options.concurrency)
         cases = [c for c in eval_set.eval_cases if c.turns]
 
@@ -363,6 +369,8 @@ class EvalHarness:
         jobs = [one(case, r) for r in range(options.repeat) for case in cases]
         with self.active():
             return list(await asyncio.gather(*jobs))
+
+    run = _blocking(run_async)
 
     async def _run_case(
         self, set_id: str, case: EvalCase, agent: Agent, options: RunOptions
@@ -500,6 +508,16 @@ def judge_from(config: EvalConfig, environ: Mapping[str, str]) -> EvalJudge | No
         if not key:
             raise ValueError(f"judge.api_key_env: environment variable {config.judge.api_key_env} is not set")
     return EvalJudge(config.judge, key)
+
+
+@contextlib.contextmanager
+def judge_closed(judge: EvalJudge | None) -> Iterator[None]:
+    """Close ``judge`` (from :func:`judge_from`; None: nothing to close) when the block is left."""
+    try:
+        yield
+    finally:
+        if judge is not None:
+            judge.close()
 
 
 _shared: dict[str, EvalHarness] = {}

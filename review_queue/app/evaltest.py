@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 
 from review_queue.app.eval_report import print_report, summarise
-from review_queue.app.evalrun import Agent, RunOptions, judge_from, shared_harness
+from review_queue.app.evalrun import Agent, RunOptions, judge_closed, judge_from, shared_harness
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import EvalConfig, EvalSet, load_eval_config, load_eval_set
 
@@ -39,11 +39,8 @@ def run_eval(
     cfg = config if isinstance(config, EvalConfig) else (load_eval_config(config) if config else EvalConfig())
     judge = judge_from(cfg, os.environ)
     options = RunOptions(concurrency=concurrency, repeat=repeat, span_timeout_s=span_timeout_s)
-    try:
+    with judge_closed(judge):
         return shared_harness().run(eval_set, agent, cfg, options=options, judge=judge)
-    finally:
-        if judge is not None:
-            judge.close()
 
 
 def assert_eval_passes(

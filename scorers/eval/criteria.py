@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from collector.model import fast_constructor
@@ -111,15 +111,8 @@ class CriterionResult:
     per_turn: tuple[float, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "name": self.name,
-            "score": self.score,
-            "threshold": self.threshold,
-            "passed": self.passed,
-            "detail": self.detail,
-            "per_turn": list(self.per_turn),
-        }
+        """JSON form: every field by name, in field order (``per_turn`` as a list)."""
+        return {**asdict(self), "per_turn": list(self.per_turn)}
 
 
 _new_result = fast_constructor(CriterionResult)

@@ -64,13 +64,7 @@ class EvalJudge:
 
     def __init__(self, options: JudgeOptions, api_key: str = "unused", *, client: JudgeClient | None = None) -> None:
         self.options = options
-        self._client = client or JudgeClient(
-            base_url=options.base_url,
-            api_key=api_key,
-            model=options.model,
-            timeout_s=options.timeout_s,
-            max_retries=options.max_retries,
-        )
+        self._client = client or JudgeClient(options, api_key)
         self._budget = SpendBudget(options.tokens_per_hour, options.usd_per_hour)
         self._price = Price(options.input_per_mtok, options.output_per_mtok)
         self._cache: OrderedDict[tuple[str, str, int], float] = OrderedDict()

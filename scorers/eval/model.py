@@ -239,6 +239,8 @@ class JudgeOptions(BaseModel):
     num_samples: int = Field(1, ge=1, le=15, description="Samples per question; the majority decides.")
     timeout_s: float = Field(30.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    max_backoff_s: float = Field(30.0, gt=0, description="Longest wait before a retry (also caps Retry-After).")
+    max_tokens: int = Field(400, ge=16, description="Completion token limit of an answer.")
     tokens_per_hour: int | None = Field(None, gt=0)
     usd_per_hour: float | None = Field(None, gt=0)
     input_per_mtok: float = Field(0.0, ge=0)

@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -69,38 +69,44 @@ class _Tally:
     attempts: int = 0
 
 
-class JudgeClient:
-    """Asks one model for verdicts.
+class Endpoint(Protocol):
+    """How a judge talks to its model; a judge's configuration is one (``vigil.yaml``'s
+    :class:`~scorers.judge.config.JudgeConfig`, the eval config's ``judge`` section).
 
-    Args:
+    Attributes:
         base_url: OpenAI-compatible endpoint (None: the OpenAI API).
-        api_key: the key.
         model: the model name.
         timeout_s: timeout of one request.
         max_retries: retries after 429, timeouts, connection errors and 5xx.
         max_backoff_s: cap of a wait (``Retry-After`` included).
         max_tokens: completion limit.
+    """
+
+    base_url: str | None
+    model: str
+    timeout_s: float
+    max_retries: int
+    max_backoff_s: float
+    max_tokens: int
+
+
+class JudgeClient:
+    """Asks one model for verdicts.
+
+    Args:
+        endpoint: the model, where it is and how long and how often to ask it.
+        api_key: the key.
         on_attempt: ``(outcome, seconds)`` after every HTTP request (metrics); outcome is
             ``ok``, ``malformed``, ``rate_limited``, ``timeout`` or ``error``.
     """
 
     def __init__(
-        self,
-        *,
-        base_url: str | None,
-        api_key: str,
-        model: str,
-        timeout_s: float = 30.0,
-        max_retries: int = 2,
-        max_backoff_s: float = 30.0,
-        max_tokens: int = 400,
-        on_attempt: Callable[[str, float], None] | None = None,
+        self, endpoint: Endpoint, api_key: str, *, on_attempt: Callable[[str, float], None] | None = None
     ) -> None:
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
-        self.model = model
-        self._max_retries = max_retries
-        self._max_backoff = max_backoff_s
-        self._max_tokens = max_tokens
+        self._client = openai.OpenAI(
+            base_url=endpoint.base_url, api_key=api_key, timeout=endpoint.timeout_s, max_retries=0
+        )
+        self.endpoint = endpoint
         self._on_attempt = on_attempt
         self._rng = random.Random()
 
@@ -137,16 +143,16 @@ class JudgeClient:
 
     def _complete(self, messages: list[dict[str, str]], tally: _Tally, wait: Wait) -> str:
         """One answer's text, retrying transient failures."""
-        for retry in range(self._max_retries + 1):
-            last = retry == self._max_retries
+        for retry in range(self.endpoint.max_retries + 1):
+            last = retry == self.endpoint.max_retries
             t0 = time.perf_counter()
             tally.attempts += 1
             try:
                 reply = self._client.chat.completions.create(  # type: ignore[call-overload]  # dict params are the wire format
-                    model=self.model,
+                    model=self.endpoint.model,
                     messages=messages,
                     response_format=_RESPONSE_FORMAT,
-                    max_tokens=self._max_tokens,
+                    max_tokens=self.endpoint.max_tokens,
                     temperature=0,
                 )
             except openai.APIError as exc:
@@ -166,14 +172,14 @@ class JudgeClient:
 
     def _classify(self, exc: openai.APIError, retry: int) -> tuple[str, float | None]:
         """``(outcome, seconds to wait before retrying, or None to give up)``."""
-        backoff = min(self._max_backoff, 0.5 * 2**retry * (0.5 + self._rng.random()))
+        backoff = min(self.endpoint.max_backoff_s, 0.5 * 2**retry * (0.5 + self._rng.random()))
         if isinstance(exc, openai.APITimeoutError):
             return "timeout", backoff
         if isinstance(exc, openai.APIConnectionError):
             return "error", backoff
         if isinstance(exc, openai.RateLimitError):
             hinted = retry_after(exc.response.headers)
-            return "rate_limited", min(self._max_backoff, hinted) if hinted is not None else backoff
+            return "rate_limited", min(self.endpoint.max_backoff_s, hinted) if hinted is not None else backoff
         if isinstance(exc, openai.APIStatusError) and (exc.status_code >= 500 or exc.status_code in _RETRYABLE_STATUS):
             return "error", backoff
         return "error", None

@@ -80,16 +80,7 @@ class _Judge:
             attempts.labels(spec.name, outcome).inc()
             latency.observe(seconds)
 
-        self.client = JudgeClient(
-            base_url=cfg.base_url,
-            api_key=spec.api_key,
-            model=cfg.model,
-            timeout_s=cfg.timeout_s,
-            max_retries=cfg.max_retries,
-            max_backoff_s=cfg.max_backoff_s,
-            max_tokens=cfg.max_tokens,
-            on_attempt=on_attempt,
-        )
+        self.client = JudgeClient(cfg, spec.api_key, on_attempt=on_attempt)
         self.threads: list[threading.Thread] = []
         self.exhausted_window = -1  # the budget window already logged as exhausted
         program = spec.selector

@@ -91,6 +91,15 @@ class Harness:
     def post(self, body: Any, headers: dict[str, str]) -> Any:
         return self.client.post("/v1/traces", content=body, headers={**self.auth, **headers})
 
+    def post_gzip_traced(self, body: bytes) -> tuple[Any, int]:
+        """Post a gzipped protobuf body; the response and the peak of memory allocated meanwhile (tracemalloc)."""
+        tracemalloc.start()
+        try:
+            response = self.post(body, {**PROTOBUF, "Content-Encoding": "gzip"})
+            return response, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
     def sample(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, labels)
 
@@ -229,16 +238,9 @@ class TestRejections:
 
     def test_gzip_bomb(self, h: Harness) -> None:
         """100 MiB of gzipped zeros is refused with 413 without being expanded in memory."""
-        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
-        block = bytes(1024 * 1024)
-        bomb = b"".join(packer.compress(block) for _ in range(100)) + packer.flush()
+        bomb = _bomb(100)
         assert len(bomb) < LIMIT
-        tracemalloc.start()
-        try:
-            response = h.post(bomb, {**PROTOBUF, "Content-Encoding": "gzip"})
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        response, peak = h.post_gzip_traced(bomb)
         assert 413 == response.status_code
         assert peak < 16 * LIMIT
         assert "exceeds" in Status.FromString(response.content).message
@@ -429,12 +431,7 @@ class TestIntakeBudget:
         other = intake.reservation()
         assert other.grow(1)
         bomb = _bomb(100)
-        tracemalloc.start()
-        try:
-            response = h.post(bomb, {**PROTOBUF, "Content-Encoding": "gzip"})
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        response, peak = h.post_gzip_traced(bomb)
         assert (503, "3") == (response.status_code, response.headers["Retry-After"])
         assert peak < len(bomb) * 4 + budget  # the compressed body (sent by the test client) and the budget
         assert 1.0 == h.rejected("intake_budget")

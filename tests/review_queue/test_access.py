@@ -13,7 +13,7 @@ from review_queue.access import CSP, SESSION_COOKIE
 from review_queue.api import create_api_app
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore, upgrade_database
-from tests.support.review_queue import login, scored_run
+from tests.support.review_queue import assert_unauthorized, login, scored_run
 
 ADMIN_TOKEN = "bootstrap-admin-secret"
 TRACE = "ab" * 16
@@ -120,10 +120,7 @@ class TestRejections:
     @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic abc", "Bearer ", "vgl_x"])
     def test_api_401(self, client: TestClient, header: str | None) -> None:
         """No valid bearer token → 401 with WWW-Authenticate."""
-        headers = {} if header is None else {"Authorization": header}
-        response = client.get("/api/v1/runs", headers=headers)
-        assert 401 == response.status_code
-        assert "Bearer" == response.headers["WWW-Authenticate"]
+        assert_unauthorized(client, "/api/v1/runs", header)
 
     def test_ui_redirects_tologin(self, client: TestClient) -> None:
         """A UI page without a session redirects to /login."""

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore
 from scorers.model import Evidence, Priority
-from tests.support.review_queue import Clock, scored_run
+from tests.support.review_queue import Clock, assert_unauthorized, scored_run
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/test"
 TOKEN = "s3cret-token"
@@ -162,10 +162,7 @@ class TestAuth:
     @pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer "])
     def test_rejected(self, secured: TestClient, header: str | None) -> None:
         """A missing or wrong token answers 401 with WWW-Authenticate: Bearer."""
-        headers = {} if header is None else {"Authorization": header}
-        response = secured.get("/api/v1/queue", headers=headers)
-        assert 401 == response.status_code
-        assert "Bearer" == response.headers["WWW-Authenticate"]
+        assert_unauthorized(secured, "/api/v1/queue", header)
 
     def test_accepted(self, secured: TestClient) -> None:
         """The right token answers 200 on every API route."""

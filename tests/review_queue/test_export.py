@@ -34,7 +34,7 @@ def store(url: str) -> Iterator[SqlStore]:
 
 
 def _reviewed(store: SqlStore, n: int, verdict: VerdictIn, **fields: object) -> None:
-    run = {
+    run: dict[str, object] = {
         "agent": "support",
         "messages": (Message("user", f"question {n}"), Message("assistant", "let me look")),
         "tools": (ToolCall("s1", "search", "call_1", '{"q": "refunds"}', "3 results", None),),
@@ -87,6 +87,14 @@ class TestExport:
         case, _ = eval_case(snapshot, [{"verdict": "pass"}], 0.0)
         assert case is not None
         assert {"input": "2+2"} == case["conversation"][0]["intermediate_data"]["tool_uses"][0]["args"]
+
+    def test_empty_arguments(self) -> None:
+        """Empty captured arguments export as no arguments, as ``vigil eval`` reads them from a run."""
+        snapshot = {"trace_id": "t", "messages": [{"role": "user", "content": "q"}], "final_output": "a",
+                    "tools": [{"name": "now", "span_id": "s", "call_id": None, "arguments": ""}]}  # fmt: skip
+        case, _ = eval_case(snapshot, [{"verdict": "pass"}], 0.0)
+        assert case is not None
+        assert {} == case["conversation"][0]["intermediate_data"]["tool_uses"][0]["args"]
 
     def test_cli_formats(self, store: SqlStore, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """vigil export writes an EvalSet document or one case per line."""

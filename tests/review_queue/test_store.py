@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -55,6 +56,27 @@ def _set_state(store: SqlStore, trace_id: str, state: ItemState) -> None:
 def _count(store: SqlStore, table: sa.Table) -> int:
     with store.engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def _upsert_paths(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[bool, SqlStore]]:
+    """A fresh migrated store for each upsert path, the driver-level one first (``raw`` True), then
+    SQLAlchemy's executemany (the raw upsert disabled); each is closed when the caller is done with it."""
+    with ExitStack() as stack:
+        for name, raw in (("raw", True), ("sqlalchemy", False)):
+            if backend == "sqlite":
+                url = f"sqlite:///{tmp_path / name}.db"
+            else:
+                reason = postgres_unreachable(POSTGRES_URL)
+                assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
+                url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
+            upgrade_database(url)
+            if not raw:
+                monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
+            one = SqlStore(url, clock=Clock())
+            try:
+                yield raw, one
+            finally:
+                one.close()
 
 
 class TestMigration:
@@ -262,27 +284,15 @@ class TestWrite:
             + [scored_run(_tid(22), scores={"x": 0.25}), scored_run(_tid(22))],
         ]
         tables = []
-        with ExitStack() as stack:
-            for name, raw in (("raw", True), ("sqlalchemy", False)):
-                if backend == "sqlite":
-                    url = f"sqlite:///{tmp_path / name}.db"
-                else:
-                    reason = postgres_unreachable(POSTGRES_URL)
-                    assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
-                    url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
-                upgrade_database(url)
-                if not raw:
-                    monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
-                one = SqlStore(url, clock=Clock())
-                outcomes = [one.write(batch) for batch in batches]
-                assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
-                with one.engine.connect() as conn:
-                    rows = [
-                        conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
-                        for t in ("runs", "review_items")
-                    ]
-                tables.append((outcomes, rows))
-                one.close()
+        for raw, one in _upsert_paths(backend, tmp_path, monkeypatch):
+            outcomes = [one.write(batch) for batch in batches]
+            assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+            with one.engine.connect() as conn:
+                rows = [
+                    conn.exec_driver_sql(f"SELECT * FROM {t} ORDER BY trace_id").fetchall()
+                    for t in ("runs", "review_items")
+                ]
+            tables.append((outcomes, rows))
         assert tables[0] == tables[1]
         assert 10 == len(tables[0][1][0])
 
@@ -309,28 +319,16 @@ class TestWrite:
             [row(2, 4, b'{"more":1}', "x\u00e9"), row(1, 5, b'{"same":1}')],
         ]
         tables = []
-        with ExitStack() as stack:
-            for name, raw in (("raw", True), ("sqlalchemy", False)):
-                if backend == "sqlite":
-                    url = f"sqlite:///{tmp_path / name}.db"
-                else:
-                    reason = postgres_unreachable(POSTGRES_URL)
-                    assert reason is None, f"PostgreSQL at {POSTGRES_URL} is unreachable: {reason}"
-                    url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
-                upgrade_database(url)
-                if not raw:
-                    monkeypatch.setattr(store_module._RawUpsert, "build", classmethod(lambda *_: None))
-                one = SqlStore(url, clock=Clock())
-                for batch in batches:
-                    one.write_details([dict(r) for r in batch])
-                assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
-                with one.engine.connect() as conn:
-                    rows = conn.exec_driver_sql(
-                        "SELECT trace_id, span_count, codec, body, created_at, final_output FROM run_details"
-                        " ORDER BY trace_id"
-                    ).fetchall()
-                tables.append([tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows])
-                one.close()
+        for raw, one in _upsert_paths(backend, tmp_path, monkeypatch):
+            for batch in batches:
+                one.write_details([dict(r) for r in batch])
+            assert raw is all(path is not None for path in one._raw.values())  # the path under test was taken
+            with one.engine.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    "SELECT trace_id, span_count, codec, body, created_at, final_output FROM run_details"
+                    " ORDER BY trace_id"
+                ).fetchall()
+            tables.append([tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows])
         assert tables[0] == tables[1]
         expected = [
             (_tid(1), 5, "json", b'{"same":1}', 6.5, None),

@@ -7,6 +7,7 @@
 - :func:`postgres_unreachable`: why a PostgreSQL URL cannot be used, for skip messages.
 - :class:`Clock`, :data:`T0`: the settable clock of :mod:`tests.support.fixtures`, re-exported.
 - :func:`login`: log a test client in through the UI's form.
+- :func:`assert_unauthorized`: a request without a valid bearer token gets 401 and the challenge.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
-from scorers.model import Flag, Priority, Run, ScoredRun
+from scorers.model import OUTCOME_FIELDS, Flag, Priority, Run, ScoredRun
 from scorers.rules import DEFAULT_SAMPLE_RATE
 from tests.support.fixtures import T0, Clock
 
@@ -29,23 +30,14 @@ __all__ = [
     "TRUTH_FIELDS",
     "Clock",
     "InMemoryRunSink",
+    "assert_unauthorized",
     "login",
     "postgres_scratch_url",
     "postgres_unreachable",
     "scored_run",
 ]
 
-TRUTH_FIELDS = (
-    "agent",
-    "llm_calls",
-    "tool_calls",
-    "tool_errors",
-    "input_tokens",
-    "output_tokens",
-    "hit_max_iterations",
-    "safety_blocked",
-    "errored",
-)
+TRUTH_FIELDS = ("agent", *OUTCOME_FIELDS)
 """Run fields an end-to-end test compares one to one between an agent's ground truth (what its
 driver or the demo fleet observed) and the run Vigil stored (``GET /api/v1/runs/{trace_id}``)."""
 
@@ -63,6 +55,15 @@ def login(client: Any, token: str) -> str:
     found = _CSRF.search(client.get("/queue").text)
     assert found is not None, "no CSRF field on /queue after login"
     return found.group(1)
+
+
+def assert_unauthorized(client: Any, path: str, authorization: str | None) -> None:
+    """GET ``path`` with that ``Authorization`` header (None: without one) answers 401 with the
+    ``WWW-Authenticate: Bearer`` challenge (RFC 6750, section 3)."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = client.get(path, headers=headers)
+    assert 401 == response.status_code
+    assert "Bearer" == response.headers["WWW-Authenticate"]
 
 
 def scored_run(

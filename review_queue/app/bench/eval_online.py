@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from review_queue.app.run import tune_gc
 from review_queue.app.scoring import Scoring
 from review_queue.app.settings import Settings
 from scorers.assemble import ClosedTrace
+from scorers.eval.online import OnlineEval
 from scorers.normalise import normalise
 from scorers.pipeline import Pipeline
 
@@ -134,6 +137,20 @@ def _pipeline(folder: Path, eval_sets: tuple[str, ...]) -> tuple[Pipeline, Scori
     return scoring.pipeline(scoring.run_metrics(registry), None), scoring
 
 
+@contextmanager
+def _without_and_with(doc: dict[str, Any]) -> Iterator[tuple[Pipeline, Pipeline, OnlineEval, str]]:
+    """The pipeline without and with the eval set ``doc``, the online eval of the second, and the path
+    of the eval set file (in a temporary folder, with the SQLite store, removed on exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        path = folder / "bench.evalset.json"
+        path.write_text(json.dumps(doc))
+        off, _ = _pipeline(folder, ())
+        on, scoring = _pipeline(folder, (str(path),))
+        assert scoring.online is not None
+        yield off, on, scoring.online, str(path)
+
+
 def _cpu_per_run(pipeline: Pipeline, traces: list[ClosedTrace]) -> float:
     t = time.process_time()
     for closed in traces:
@@ -145,12 +162,7 @@ def bench_eval(n_runs: int = 5000, repeat: int = 5, cases: int = 1000, match_sha
     """Median CPU µs per run without and with the eval set, the overhead, and how many runs matched."""
     tune_gc()  # as vigil run and vigil scorer do (GC thresholds of the stream worker)
     traces, _, doc = _workload(n_runs, cases, match_share)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        path = folder / "bench.evalset.json"
-        path.write_text(json.dumps(doc))
-        off, _ = _pipeline(folder, ())
-        on, scoring = _pipeline(folder, (str(path),))
+    with _without_and_with(doc) as (off, on, online, _):
         scored = [on.process(c).scores for c in traces]  # also warms the caches
         matched = sum("eval_passed" in sc for sc in scored)
         failed = sum(sc.get("eval_passed") == 0.0 for sc in scored)
@@ -161,8 +173,7 @@ def bench_eval(n_runs: int = 5000, repeat: int = 5, cases: int = 1000, match_sha
             first, second = ((off, offs), (on, ons)) if i % 2 == 0 else ((on, ons), (off, offs))
             for pipeline, out in (first, second):
                 out.append(_cpu_per_run(pipeline, traces))
-        assert scoring.online is not None
-        loaded = scoring.online.cases
+        loaded = online.cases
     base, with_eval = statistics.median(offs), statistics.median(ons)
     return {
         "off_us": base * 1e6,
@@ -208,14 +219,7 @@ def run_sections(
     traces, payload, doc = _workload(n_runs, cases, match_share)
     runs = [normalise(c.spans, complete=c.complete) for c in traces]
     labels: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        path = folder / "bench.evalset.json"
-        path.write_text(json.dumps(doc))
-        off, _ = _pipeline(folder, ())
-        on, scoring = _pipeline(folder, (str(path),))
-        online = scoring.online
-        assert online is not None
+    with _without_and_with(doc) as (off, on, online, path):
         tune_gc()  # as vigil run: after the pipeline (and the eval set) are built
         if instrument:
             subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True, capture_output=True)
@@ -232,7 +236,7 @@ def run_sections(
             online.score(run)
         time.process_time()  # the closing marker
         labels.append("eval_alone")
-        for label, extra in (("embedded_off", {}), ("embedded_on", {"eval_sets": (str(path),)})):
+        for label, extra in (("embedded_off", {}), ("embedded_on", {"eval_sets": (path,)})):
             gc.collect()
             bench_pipeline(len(traces), payload=payload, extra=extra)
             labels.append(label)

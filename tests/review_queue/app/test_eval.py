@@ -257,3 +257,25 @@ class TestTurnTags:
         assert tagged[0].context.trace_id != tagged[1].context.trace_id  # one trace per turn
         assert [f"{s.context.trace_id:032x}" for s in tagged] == list(result.trace_ids)
         exporter.shutdown()
+
+
+class TestJudgeClosed:
+    class _Judge:
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    def test_closed_on_leaving_and_on_error(self) -> None:
+        """The judge is closed once when the block ends and once when it raises; None is no judge."""
+        from review_queue.app.evalrun import judge_closed
+
+        judge = self._Judge()
+        with judge_closed(judge):  # type: ignore[arg-type]
+            assert 0 == judge.closed
+        assert 1 == judge.closed
+        with pytest.raises(KeyError), judge_closed(judge):  # type: ignore[arg-type]
+            raise KeyError("x")
+        assert 2 == judge.closed
+        with judge_closed(None):
+            pass

@@ -6,6 +6,7 @@ import pytest
 
 from scorers.eval.criteria import (
     ActualTurn,
+    CriterionResult,
     args_match,
     match_any_order,
     match_exact,
@@ -170,3 +171,18 @@ class TestPhrasesAndSuccess:
         r = task_success([ok, bad], cfg())
         assert 0.0 == r.score
         assert "tool_recall" in r.detail
+
+
+class TestJsonForm:
+    def test_as_dict_names_every_field(self) -> None:
+        """The JSON form is every field by name, in field order, with the per-turn scores as a list."""
+        result = CriterionResult("tool_trajectory_avg_score", 0.5, 1.0, False, "turn 2 differs", (1.0, 0.0))
+        expected = {
+            "name": "tool_trajectory_avg_score",
+            "score": 0.5,
+            "threshold": 1.0,
+            "passed": False,
+            "detail": "turn 2 differs",
+            "per_turn": [1.0, 0.0],
+        }
+        assert list(expected.items()) == list(result.as_dict().items())

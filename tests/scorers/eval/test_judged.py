@@ -12,6 +12,7 @@ from scorers.eval.criteria import ActualTurn
 from scorers.eval.evaluate import evaluate_case
 from scorers.eval.judged import EvalJudge
 from scorers.eval.model import Content, CriterionConfig, EvalCase, EvalConfig, Invocation, JudgeOptions, ToolCall
+from scorers.judge.config import JudgeConfig
 
 
 def verdict(score: float, why: str = "because") -> TextTurn:
@@ -116,3 +117,12 @@ class TestRubrics:
         config = EvalConfig.model_validate({"criteria": {"rubric_based_final_response_quality_v1": 1.0}})
         result = evaluate_case(case, [ActualTurn(response="Sure!")], config, judge=judge(fake))
         assert result.passed is True
+
+
+def test_endpoint_defaults_match_the_pipeline_judge() -> None:
+    """The eval config's judge asks its model as a ``vigil.yaml`` judge does by default: the same
+    timeout, retries, backoff cap and token limit (both are a JudgeClient endpoint)."""
+    names = ("timeout_s", "max_retries", "max_backoff_s", "max_tokens")
+    pipeline_judge = JudgeConfig.model_validate({"rubric": "groundedness", "model": "m"})
+    eval_judge = JudgeOptions.model_validate({})
+    assert [getattr(pipeline_judge, n) for n in names] == [getattr(eval_judge, n) for n in names]

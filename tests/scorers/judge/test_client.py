@@ -10,6 +10,7 @@ import pytest
 from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.errors import JudgeCallError
 from scorers.judge.client import JudgeClient, retry_after
+from scorers.judge.config import JudgeConfig
 from scorers.judge.rubrics import BUILTIN_RUBRICS, JudgeInput, render
 from scorers.model import Run
 
@@ -41,7 +42,8 @@ def _request(scenario: str) -> JudgeInput:
 
 
 def _client(fake: FakeOpenAI, **options: float) -> JudgeClient:
-    return JudgeClient(base_url=fake.base_url, api_key="test", model="judge-model", **options)  # type: ignore[arg-type]
+    endpoint = {"rubric": "groundedness", "model": "judge-model", "base_url": fake.base_url, **options}
+    return JudgeClient(JudgeConfig.model_validate(endpoint), "test")
 
 
 class TestVerdicts:
