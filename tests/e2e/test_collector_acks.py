@@ -108,20 +108,26 @@ def _collector(workdir: Path, env: dict[str, str], name: str) -> Iterator[RolePr
         process.kill()
 
 
+def _fresh_topic(tansu: TansuBroker, workdir: Path) -> tuple[str, dict[str, str]]:
+    """A new 4-partition topic and the collector environment that publishes to it (no rules file)."""
+    (workdir / "empty.yaml").write_text("{}\n")
+    topic = f"otlp_spans_{secrets.token_hex(4)}"
+    tansu.create_topic(topic, 4)
+    env = {
+        "VIGIL_KAFKA_BOOTSTRAP": tansu.bootstrap,
+        "VIGIL_KAFKA_TOPIC": topic,
+        "VIGIL_CONFIG": str(workdir / "empty.yaml"),
+        "VIGIL_LOG_LEVEL": "info",
+    }
+    return topic, env
+
+
 class TestKillNine:
     """SIGKILL of the collector mid-stream: every run answered 200 is on the topic."""
 
     def test_every_acknowledged_run_is_on_the_topic(self, tansu: TansuBroker, workdir: Path) -> None:
         """Two kills (broker answering; broker frozen): the topic holds every run the senders saw answered 200."""
-        (workdir / "empty.yaml").write_text("{}\n")
-        topic = f"otlp_spans_{secrets.token_hex(4)}"
-        tansu.create_topic(topic, 4)
-        env = {
-            "VIGIL_KAFKA_BOOTSTRAP": tansu.bootstrap,
-            "VIGIL_KAFKA_TOPIC": topic,
-            "VIGIL_CONFIG": str(workdir / "empty.yaml"),
-            "VIGIL_LOG_LEVEL": "info",
-        }
+        topic, env = _fresh_topic(tansu, workdir)
         senders = Senders(seed=20)
         frozen_acked = 0
         try:
@@ -163,14 +169,8 @@ class TestSpoolWhileKafkaIsDown:
         """The broker freezes: requests are spooled and answered 200; the collector is killed while it
         holds them; a new one on the same spool drains them once the broker answers: every run answered
         200 is on the topic."""
-        (workdir / "empty.yaml").write_text("{}\n")
-        topic = f"otlp_spans_{secrets.token_hex(4)}"
-        tansu.create_topic(topic, 4)
-        env = {
-            "VIGIL_KAFKA_BOOTSTRAP": tansu.bootstrap,
-            "VIGIL_KAFKA_TOPIC": topic,
-            "VIGIL_CONFIG": str(workdir / "empty.yaml"),
-            "VIGIL_LOG_LEVEL": "info",
+        topic, env = _fresh_topic(tansu, workdir)
+        env |= {
             "VIGIL_KAFKA_SPOOL": "true",
             "VIGIL_SPOOL_PATH": str(workdir / "spool"),
             "VIGIL_KAFKA_ACK_TIMEOUT_S": "1",
