@@ -31,7 +31,6 @@ from collector.lifecycle import Closing, Component, Components, Hooks, Together
 from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
-from collector.spool import Spool, SpoolMetrics
 from review_queue.api import create_api_app
 from review_queue.app.components import (
     GRPC_STOP_GRACE_S,
@@ -46,7 +45,15 @@ from review_queue.app.components import (
 )
 from review_queue.app.connections import HttpMetrics
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
-from review_queue.app.run import DRAIN_TIMEOUT_S, JUDGE_DRAIN_S, UPKEEP_STOP_S, YoungCollector, _redact, tune_gc
+from review_queue.app.run import (
+    DRAIN_TIMEOUT_S,
+    JUDGE_DRAIN_S,
+    UPKEEP_STOP_S,
+    YoungCollector,
+    _redact,
+    spool_from_settings,
+    tune_gc,
+)
 from review_queue.app.scoring import (
     Scoring,
     details_writer,
@@ -91,6 +98,17 @@ def _probes(s: Settings, registry: CollectorRegistry, checks: Checks, metrics: H
 # --- collector --------------------------------------------------------------------------
 
 
+def _producer_config(s: Settings, **extra: Any) -> ProducerConfig:
+    """The Kafka producer settings every role shares (bootstrap, topic, compression, idempotence)."""
+    return ProducerConfig(
+        bootstrap=s.kafka_bootstrap,
+        topic=s.kafka_topic,
+        compression=s.kafka_compression,
+        idempotent=s.kafka_idempotent,
+        **extra,
+    )
+
+
 def build_publisher(s: Settings, registry: CollectorRegistry, metrics: CollectorMetrics) -> KafkaPublisher:
     """The Kafka publisher of ``vigil collector`` from the settings (not started), with its spool when
     ``kafka_spool`` is on.
@@ -98,25 +116,12 @@ def build_publisher(s: Settings, registry: CollectorRegistry, metrics: Collector
     Raises:
         SettingsError: ``kafka_spool`` without a ``spool_path``.
     """
-    config = ProducerConfig(
-        bootstrap=s.kafka_bootstrap,
-        topic=s.kafka_topic,
-        compression=s.kafka_compression,
-        idempotent=s.kafka_idempotent,
-        buffer_bytes=s.kafka_buffer_bytes,
-    )
+    config = _producer_config(s, buffer_bytes=s.kafka_buffer_bytes)
     spool = None
     if s.kafka_spool:
         if not s.spool_path:
             raise SettingsError("kafka_spool", "VIGIL_KAFKA_SPOOL", "needs a spool directory (VIGIL_SPOOL_PATH)", True)
-        spool = Spool(
-            s.spool_path,
-            fsync=s.spool_fsync,
-            max_bytes=s.spool_max_mb * 1024 * 1024,
-            interval_s=s.spool_fsync_interval_ms / 1000,
-            retry_after_s=s.retry_after_s,
-            metrics=SpoolMetrics(registry),
-        )
+        spool = spool_from_settings(s, registry)
     return KafkaPublisher(
         config,
         retry_after_s=s.retry_after_s,
@@ -289,14 +294,7 @@ def build_scorer_role(
         max_poll_records=s.kafka_max_poll_records,
         commit_interval_s=s.kafka_commit_interval_s,
     )
-    rekey = Rekeyer(
-        ProducerConfig(
-            bootstrap=s.kafka_bootstrap,
-            topic=s.kafka_topic,
-            compression=s.kafka_compression,
-            idempotent=s.kafka_idempotent,
-        )
-    )
+    rekey = Rekeyer(_producer_config(s))
     kwargs.setdefault("rekey", rekey)
     # Feedback that arrived (through vigil review) before a run was scored joins its decision.
     feedback = FeedbackStore(store.engine, scoring.rules, s.sample_rate, retry_after_s=store.retry_after_s)

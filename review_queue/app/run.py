@@ -219,6 +219,13 @@ def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> 
     """The write-ahead spool (not opened yet: :func:`replay_spool` does), or None when ``spool_path`` is empty."""
     if not settings.spool_path:
         return None
+    return spool_from_settings(settings, registry, before_delete=partial(durable_store, store))
+
+
+def spool_from_settings(
+    settings: Settings, registry: CollectorRegistry, before_delete: Callable[[], None] | None = None
+) -> Spool:
+    """A spool at ``spool_path`` with the settings' fsync policy, disk budget and memory budget (not opened)."""
     return Spool(
         settings.spool_path,
         fsync=settings.spool_fsync,
@@ -226,7 +233,7 @@ def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> 
         interval_s=settings.spool_fsync_interval_ms / 1000,
         retry_after_s=settings.retry_after_s,
         metrics=SpoolMetrics(registry),
-        before_delete=partial(durable_store, store),
+        before_delete=before_delete,
         memory_bytes=settings.memory_budgets().spool,
     )
 
