@@ -166,6 +166,8 @@ async def create_grpc_server(
     handshake_timeout_s: float = 10.0,
     idle_timeout_s: float = 300.0,
     intake: IntakeBudget | None = None,
+    admission_wait_s: float = ADMISSION_WAIT_S,
+    max_waiting: int = MAX_WAITING,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -189,7 +191,9 @@ async def create_grpc_server(
             closed (a silent or slow client; ``VIGIL_HTTP_HEADER_TIMEOUT_S``).
         idle_timeout_s: a connection without a call for this long is closed (GOAWAY).
         intake: the byte budget of bodies in flight, shared with the OTLP/HTTP receiver; ``None``
-            never refuses for it.
+            never refuses for it. A call reserves :func:`grpc_read_cost` before its message is read.
+        admission_wait_s: how long a call may wait for room in ``intake`` before ``UNAVAILABLE``.
+        max_waiting: how many calls may wait at once; one more is refused at once.
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
@@ -199,7 +203,15 @@ async def create_grpc_server(
         ListenError: the address could not be bound.
     """
     receiver = _GrpcReceiver(
-        publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes, intake=intake
+        publisher,
+        metrics,
+        retry_after_s,
+        ingest_token,
+        token_check,
+        max_message_bytes=max_message_bytes,
+        intake=intake,
+        wait_s=admission_wait_s,
+        max_waiting=max_waiting,
     )
     # client-streaming, so the handler runs before the message is read (module docstring, Admission);
     # no (de)serializers: raw bytes
