@@ -39,8 +39,14 @@ most :data:`MAX_WAITING` calls waiting; then, or beyond that, it is refused with
 instead of being refused, a lone call is never refused for the budget (a reservation larger than
 the budget passes while nothing else is reserved), and a burst of large messages is received one
 budget's worth at a time. ``grpc.aio``'s own ``maximum_concurrent_rpcs`` is not used: it answers
-``RESOURCE_EXHAUSTED`` without ``RetryInfo``, counted nowhere, and a count cannot tell a 1 KiB
-export from a 20 MiB one.
+``RESOURCE_EXHAUSTED`` without ``RetryInfo`` (before reading the message, but counted nowhere), a
+count cannot tell a 1 KiB export from a 20 MiB one, and the OTLP specification
+(https://opentelemetry.io/docs/specs/otlp/#failures) has clients retry ``RESOURCE_EXHAUSTED`` only
+when it carries ``RetryInfo``: the Go exporter (``otlptracegrpc``, ``retryableGRPCStatus``) drops
+the batch otherwise, the Python exporter retries it anyway (it lists the code as retryable). Both
+retry ``UNAVAILABLE``; the Python exporter waits the ``RetryInfo`` delay of the
+``google.rpc.retryinfo-bin`` trailer, the Go exporter reads ``RetryInfo`` only from the status
+details (``grpc-status-details-bin``, not sent here) and so backs off by its own schedule.
 
 Metrics use the ``encoding="grpc"`` label. ``vigil_otlp_requests_total{code}`` holds the
 HTTP status the OTLP/HTTP receiver would have answered (:data:`HTTP_EQUIVALENT`), so one
