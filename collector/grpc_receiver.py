@@ -22,20 +22,23 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
   handler runs, uncounted. The Python exporter retries it (up to 6 tries), unlike the
   specification says.
 
-Admission. The method is registered as client-streaming (``stream_unary``; on the wire a unary
-call is the same HTTP/2 stream with one message), because ``grpc.aio`` runs a unary handler only
-after it has received and inflated the whole message, but calls a client-streaming handler first
-and reads a message when the handler asks for it (``_handle_unary_unary_rpc`` versus
-``_handle_stream_unary_rpc`` in grpc's ``src/python/grpcio/grpc/_cython/_cygrpc/aio/server.pyx.pxi``).
-Before asking, the handler reserves the worst case a message can hold while it is received,
-:func:`grpc_read_cost` (the inflated message in the library and its copy handed to Python, each up
-to the library's receive limit), and once the message is read it gives back all but
-:func:`~collector.limits.intake_cost` of its real size (the body and its decoded spans). So at most
-:func:`concurrent_reads` messages are received at once, and the bytes of every call in flight are
-within the budget. A call that does not fit **waits** (holding nothing but the compressed bytes
-the HTTP/2 flow-control window lets the client send ahead) up to :data:`ADMISSION_WAIT_S`, with at
-most :data:`MAX_WAITING` calls waiting; then, or beyond that, it is refused with ``UNAVAILABLE`` +
-``RetryInfo`` (``intake_budget``). Small concurrent exports therefore queue for a few milliseconds
+Admission. The method is registered as client-streaming (``stream_unary``; on the wire a unary call
+is the same HTTP/2 stream with one message), because ``grpc.aio`` runs a unary handler only after
+it has received and inflated the whole message, but calls a client-streaming handler first and
+reads a message when the handler asks for it (``_handle_unary_unary_rpc`` versus
+``_handle_stream_unary_rpc`` in grpc's
+``src/python/grpcio/grpc/_cython/_cygrpc/aio/server.pyx.pxi``). Before asking, the handler reserves
+the worst case a message can hold while it is received, :func:`grpc_read_cost` (the inflated
+message in the library and its copy handed to Python, each up to the library's receive limit), and
+once the message is read it gives back all but :func:`~collector.limits.intake_cost` of its real
+size (the body and its decoded spans). So at most :func:`concurrent_reads` messages are received at
+once, and the bytes of every call in flight are within the budget. A call that does not fit
+**waits** (holding nothing but the compressed bytes the HTTP/2 flow-control window lets the client
+send ahead) up to :data:`ADMISSION_WAIT_S`, with at most :data:`MAX_WAITING` calls waiting; then,
+or beyond that, it is refused with ``UNAVAILABLE`` + ``RetryInfo`` (``intake_budget``). A call
+admitted after a wait checks the publisher's room for a message of ``max_message_bytes`` before
+reading (the calls before it may have filled the stream; reading a large message only to refuse it
+costs as much as keeping it). Small concurrent exports therefore queue for a few milliseconds
 instead of being refused, a lone call is never refused for the budget (a reservation larger than
 the budget passes while nothing else is reserved), and a burst of large messages is received one
 budget's worth at a time. ``grpc.aio``'s own ``maximum_concurrent_rpcs`` is not used: it answers
@@ -112,7 +115,7 @@ _LOG_INTERVAL_S = 10.0
 GRPC_LIMIT_FACTOR = 2
 """The gRPC library's receive limit, in multiples of ``max_message_bytes`` (see the module docstring)."""
 
-ADMISSION_WAIT_S = 2.0
+ADMISSION_WAIT_S = 1.0
 """How long a call may wait for room in the intake budget before it is refused (``UNAVAILABLE``)."""
 
 MAX_WAITING = 64
@@ -299,22 +302,29 @@ class _GrpcReceiver:
             check_room(self._publisher, 0)
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=0) from exc
-        if not await self._reserve(reservation, self._read_cost):
+        admitted = await self._reserve(reservation, self._read_cost)
+        if admitted is None:
             budget = self._intake.budget_bytes
             message = f"intake budget of {budget} bytes (messages in flight) spent"
             spent = BackpressureError(self._retry_after_s, message)
             raise self._backpressure(spent, spans=0, reason="intake_budget")
+        if admitted:  # it waited: other calls were in flight, so room is checked for the largest message
+            try:
+                check_room(self._publisher, self._limit)
+            except BackpressureError as exc:
+                raise self._backpressure(exc, spans=0) from exc
         body = await context.read()
         if not isinstance(body, bytes):  # EOF: the client half-closed without a message
             raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", "no request message")
         return body
 
-    async def _reserve(self, reservation: Reservation, size: int) -> bool:
-        """Reserve ``size`` bytes, waiting up to ``wait_s`` for room; False when refused (nothing taken)."""
+    async def _reserve(self, reservation: Reservation, size: int) -> bool | None:
+        """Reserve ``size`` bytes, waiting up to ``wait_s`` for room: False when reserved at once, True
+        after a wait, None when refused (nothing taken)."""
         if reservation.grow(size):
-            return True
-        if self._waiting >= self._max_waiting:
             return False
+        if self._waiting >= self._max_waiting:
+            return None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         self._waiting += 1
@@ -325,7 +335,7 @@ class _GrpcReceiver:
                         await asyncio.wait_for(self._room.wait(), min(remaining, _RECHECK_S))
                 if reservation.grow(size):
                     return True
-            return False
+            return None
         finally:
             self._waiting -= 1
 

