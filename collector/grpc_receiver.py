@@ -12,17 +12,44 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
 * ``UNAVAILABLE`` when the publisher is full, with a ``google.rpc.RetryInfo`` in the
   trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter); before
   the message is decoded when the publisher can tell (:func:`collector.stream.check_room`);
-  also (``reason="intake_budget"``) when the message and what decoding it holds
-  (:func:`collector.receiver.intake_cost`) do not fit in the intake budget
-  (:class:`~collector.limits.IntakeBudget`) shared with the OTLP/HTTP receiver. The gRPC
-  library has read (and inflated) the message before the handler runs, so for gRPC the budget
-  bounds what is decoded at once, not what the library holds;
+  also (``reason="intake_budget"``) when the call cannot reserve its bytes in the intake
+  budget (:class:`~collector.limits.IntakeBudget`) shared with the OTLP/HTTP receiver (see
+  *Admission* below);
 * ``RESOURCE_EXHAUSTED`` for a message over ``max_message_bytes`` (decompressed), counted as
   ``too_large`` like the HTTP receiver's 413. The gRPC library's own receive limit is set to
   :data:`GRPC_LIMIT_FACTOR` times ``max_message_bytes``, so the handler sees (and counts) the
   usual oversized message; only one over that outer bound is refused by the library before the
   handler runs, uncounted. The Python exporter retries it (up to 6 tries), unlike the
   specification says.
+
+Admission. The method is registered as client-streaming (``stream_unary``; on the wire a unary call
+is the same HTTP/2 stream with one message), because ``grpc.aio`` runs a unary handler only after
+it has received and inflated the whole message, but calls a client-streaming handler first and
+reads a message when the handler asks for it (``_handle_unary_unary_rpc`` versus
+``_handle_stream_unary_rpc`` in grpc's
+``src/python/grpcio/grpc/_cython/_cygrpc/aio/server.pyx.pxi``). Before asking, the handler reserves
+the worst case a message can hold while it is received, :func:`grpc_read_cost` (the inflated
+message in the library and its copy handed to Python, each up to the library's receive limit), and
+once the message is read it gives back all but :func:`~collector.limits.intake_cost` of its real
+size (the body and its decoded spans). So at most :func:`concurrent_reads` messages are received at
+once, and the bytes of every call in flight are within the budget. A call that does not fit
+**waits** (holding nothing but the compressed bytes the HTTP/2 flow-control window lets the client
+send ahead) up to :data:`ADMISSION_WAIT_S`, with at most :data:`MAX_WAITING` calls waiting; then,
+or beyond that, it is refused with ``UNAVAILABLE`` + ``RetryInfo`` (``intake_budget``). A call
+admitted after a wait checks the publisher's room for a message of ``max_message_bytes`` before
+reading (the calls before it may have filled the stream; reading a large message only to refuse it
+costs as much as keeping it). Small concurrent exports therefore queue for a few milliseconds
+instead of being refused, a lone call is never refused for the budget (a reservation larger than
+the budget passes while nothing else is reserved), and a burst of large messages is received one
+budget's worth at a time. ``grpc.aio``'s own ``maximum_concurrent_rpcs`` is not used: it answers
+``RESOURCE_EXHAUSTED`` without ``RetryInfo`` (before reading the message, but counted nowhere), a
+count cannot tell a 1 KiB export from a 20 MiB one, and the OTLP specification
+(https://opentelemetry.io/docs/specs/otlp/#failures) has clients retry ``RESOURCE_EXHAUSTED`` only
+when it carries ``RetryInfo``: the Go exporter (``otlptracegrpc``, ``retryableGRPCStatus``) drops
+the batch otherwise, the Python exporter retries it anyway (it lists the code as retryable). Both
+retry ``UNAVAILABLE``; the Python exporter waits the ``RetryInfo`` delay of the
+``google.rpc.retryinfo-bin`` trailer, the Go exporter reads ``RetryInfo`` only from the status
+details (``grpc-status-details-bin``, not sent here) and so backs off by its own schedule.
 
 Metrics use the ``encoding="grpc"`` label. ``vigil_otlp_requests_total{code}`` holds the
 HTTP status the OTLP/HTTP receiver would have answered (:data:`HTTP_EQUIVALENT`), so one
@@ -33,9 +60,10 @@ query covers both transports: ``OK`` → 200, ``INVALID_ARGUMENT`` → 400,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import structlog
@@ -44,14 +72,26 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.errors import BackpressureError, DecodeError, ListenError
-from collector.limits import IntakeBudget, intake_cost
+from collector.limits import IntakeBudget, Reservation, intake_cost
 from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
 from collector.receiver import THREADPOOL_DECODE_BYTES, bearer_accepted
 from collector.stream import BodyPublisher, Publisher, check_room
 
-__all__ = ["EXPORT_METHOD", "HTTP_EQUIVALENT", "RETRY_INFO_KEY", "SERVICE", "create_grpc_server"]
+__all__ = [
+    "ADMISSION_WAIT_S",
+    "EXPORT_METHOD",
+    "GRPC_LIMIT_FACTOR",
+    "HTTP_EQUIVALENT",
+    "MAX_WAITING",
+    "RETRY_INFO_KEY",
+    "SERVICE",
+    "concurrent_reads",
+    "create_grpc_server",
+    "grpc_read_cost",
+    "receive_limit",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +114,40 @@ _LOG_INTERVAL_S = 10.0
 
 GRPC_LIMIT_FACTOR = 2
 """The gRPC library's receive limit, in multiples of ``max_message_bytes`` (see the module docstring)."""
+
+ADMISSION_WAIT_S = 1.0
+"""How long a call may wait for room in the intake budget before it is refused (``UNAVAILABLE``)."""
+
+MAX_WAITING = 64
+"""Calls that may wait for room at once; one more is refused at once (``UNAVAILABLE``)."""
+
+_RECHECK_S = 0.05
+"""A waiting call re-tries at least this often (the OTLP/HTTP receiver releases from other threads)."""
+
+
+def receive_limit(max_message_bytes: int) -> int:
+    """The gRPC library's receive limit (``grpc.max_receive_message_length``) for ``max_message_bytes``:
+    :data:`GRPC_LIMIT_FACTOR` times it, at most 2**31 - 1."""
+    return min(2**31 - 1, GRPC_LIMIT_FACTOR * max_message_bytes)
+
+
+def grpc_read_cost(max_message_bytes: int) -> int:
+    """Bytes reserved for one call while its message is received: twice the receive limit (the
+    library's inflated message and the ``bytes`` copy handed to the handler, both at most the
+    receive limit). It covers :func:`~collector.limits.intake_cost` of any message the handler keeps
+    (3.5 × at most ``max_message_bytes`` < 2 × 2 × ``max_message_bytes``), so the reservation only
+    shrinks once the real size is known.
+    """
+    return 2 * receive_limit(max_message_bytes)
+
+
+def concurrent_reads(budget_bytes: int, max_message_bytes: int) -> int:
+    """How many gRPC messages may be received at once when nothing else holds the intake budget:
+    ``budget_bytes // grpc_read_cost(max_message_bytes)``, at least 1 (a lone call always passes);
+    0 when the budget is unlimited (``budget_bytes`` ≤ 0: no cap)."""
+    if budget_bytes <= 0:
+        return 0
+    return max(1, budget_bytes // grpc_read_cost(max_message_bytes))
 
 
 class _Rejection(Exception):
@@ -101,6 +175,8 @@ async def create_grpc_server(
     handshake_timeout_s: float = 10.0,
     idle_timeout_s: float = 300.0,
     intake: IntakeBudget | None = None,
+    admission_wait_s: float = ADMISSION_WAIT_S,
+    max_waiting: int = MAX_WAITING,
 ) -> grpc.aio.Server:
     """Build the OTLP/gRPC receiver and bind it to ``host:port``; the caller starts it.
 
@@ -124,7 +200,9 @@ async def create_grpc_server(
             closed (a silent or slow client; ``VIGIL_HTTP_HEADER_TIMEOUT_S``).
         idle_timeout_s: a connection without a call for this long is closed (GOAWAY).
         intake: the byte budget of bodies in flight, shared with the OTLP/HTTP receiver; ``None``
-            never refuses for it.
+            never refuses for it. A call reserves :func:`grpc_read_cost` before its message is read.
+        admission_wait_s: how long a call may wait for room in ``intake`` before ``UNAVAILABLE``.
+        max_waiting: how many calls may wait at once; one more is refused at once.
 
     Returns:
         A bound, not yet started ``grpc.aio.Server``. The handler decodes bodies of
@@ -134,12 +212,22 @@ async def create_grpc_server(
         ListenError: the address could not be bound.
     """
     receiver = _GrpcReceiver(
-        publisher, metrics, retry_after_s, ingest_token, token_check, max_message_bytes=max_message_bytes, intake=intake
+        publisher,
+        metrics,
+        retry_after_s,
+        ingest_token,
+        token_check,
+        max_message_bytes=max_message_bytes,
+        intake=intake,
+        wait_s=admission_wait_s,
+        max_waiting=max_waiting,
     )
-    handler = grpc.unary_unary_rpc_method_handler(receiver.export)  # no (de)serializers: raw bytes
+    # client-streaming, so the handler runs before the message is read (module docstring, Admission);
+    # no (de)serializers: raw bytes
+    handler = grpc.stream_unary_rpc_method_handler(receiver.export_call)
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", min(2**31 - 1, GRPC_LIMIT_FACTOR * max_message_bytes)),
+            ("grpc.max_receive_message_length", receive_limit(max_message_bytes)),
             ("grpc.so_reuseport", 0),  # a busy port fails to bind instead of being shared silently
             ("grpc.server_handshake_timeout_ms", max(1, int(handshake_timeout_s * 1000))),
             ("grpc.max_connection_idle_ms", max(1, int(idle_timeout_s * 1000))),
@@ -151,7 +239,8 @@ async def create_grpc_server(
     except RuntimeError as exc:
         raise ListenError("OTLP/gRPC, VIGIL_OTLP_GRPC_PORT", host, port) from exc
     metrics.spans_received.labels("grpc")  # the series exists (at zero) only when the receiver does
-    log.info("otlp_grpc_bound", host=host, port=bound)
+    budget = intake.budget_bytes if intake is not None else 0
+    log.info("otlp_grpc_bound", host=host, port=bound, concurrent_reads=concurrent_reads(budget, max_message_bytes))
     return server
 
 
@@ -168,9 +257,16 @@ class _GrpcReceiver:
         *,
         max_message_bytes: int = 2**31 - 1,
         intake: IntakeBudget | None = None,
+        wait_s: float = ADMISSION_WAIT_S,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self._limit = max_message_bytes
         self._intake = intake or IntakeBudget(0)
+        self._read_cost = grpc_read_cost(max_message_bytes)
+        self._wait_s = wait_s
+        self._max_waiting = max_waiting
+        self._waiting = 0
+        self._room = asyncio.Condition()  # notified when a call gives bytes back
         self._publisher = publisher
         self._metrics = metrics
         self._retry_after_s = retry_after_s
@@ -178,21 +274,79 @@ class _GrpcReceiver:
         self._check = token_check
         self._last_log: dict[str, float] = {}
 
-    async def export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        """Handle one ``Export`` call: ``body`` is the serialized request; returns the response bytes."""
+    async def export_call(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        """Handle one ``Export`` call before its message is read: admit it, read its one message
+        (the serialized request), decode and publish it; returns the response bytes. ``requests``
+        is unused: the message is read with ``context.read()`` once the call is admitted."""
+        reservation = self._intake.reservation()
         try:
-            result = await self._accept(body, context)
-        except _Rejection as rejection:
-            self._count(rejection)
-            await context.abort(rejection.code, rejection.message, trailing_metadata=rejection.trailers)
-            raise  # not reached: abort raises
+            try:
+                body = await self._receive(context, reservation)
+                result = await self._accept(body, reservation)
+            except _Rejection as rejection:
+                self._count(rejection)
+                await context.abort(rejection.code, rejection.message, trailing_metadata=rejection.trailers)
+                raise  # not reached: abort raises
+        finally:
+            reservation.release()
+            await self._notify()
         self._metrics.received("grpc", result.accepted, len(body), result.truncated)
         self._metrics.rejected("invalid_id", spans=result.rejected, whole_request=False)
         self._metrics.request("grpc", HTTP_EQUIVALENT[grpc.StatusCode.OK])
         return _response(result)
 
-    async def _accept(self, body: bytes, context: grpc.aio.ServicerContext) -> DecodeResult:
+    async def _receive(self, context: grpc.aio.ServicerContext, reservation: Reservation) -> bytes:
+        """Authorize the call, reserve :func:`grpc_read_cost` (waiting for room), then read the message."""
         self._authorize(context.invocation_metadata() or ())
+        try:
+            check_room(self._publisher, 0)
+        except BackpressureError as exc:
+            raise self._backpressure(exc, spans=0) from exc
+        admitted = await self._reserve(reservation, self._read_cost)
+        if admitted is None:
+            budget = self._intake.budget_bytes
+            message = f"intake budget of {budget} bytes (messages in flight) spent"
+            spent = BackpressureError(self._retry_after_s, message)
+            raise self._backpressure(spent, spans=0, reason="intake_budget")
+        if admitted:  # it waited: other calls were in flight, so room is checked for the largest message
+            try:
+                check_room(self._publisher, self._limit)
+            except BackpressureError as exc:
+                raise self._backpressure(exc, spans=0) from exc
+        body = await context.read()
+        if not isinstance(body, bytes):  # EOF: the client half-closed without a message
+            raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", "no request message")
+        return body
+
+    async def _reserve(self, reservation: Reservation, size: int) -> bool | None:
+        """Reserve ``size`` bytes, waiting up to ``wait_s`` for room: False when reserved at once, True
+        after a wait, None when refused (nothing taken)."""
+        if reservation.grow(size):
+            return False
+        if self._waiting >= self._max_waiting:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        self._waiting += 1
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                async with self._room:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._room.wait(), min(remaining, _RECHECK_S))
+                if reservation.grow(size):
+                    return True
+            return None
+        finally:
+            self._waiting -= 1
+
+    async def _notify(self) -> None:
+        """Wake the calls waiting for room (bytes were given back)."""
+        if self._waiting:
+            async with self._room:
+                self._room.notify_all()
+
+    async def _accept(self, body: bytes, reservation: Reservation) -> DecodeResult:
+        """Keep the reservation of what ``body`` and its decoded spans hold, decode and publish it."""
         if len(body) > self._limit:
             raise _Rejection(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "too_large", f"message exceeds {self._limit} bytes"
@@ -201,24 +355,19 @@ class _GrpcReceiver:
             check_room(self._publisher, len(body))
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=0) from exc
-        reservation = self._intake.reservation()
-        if not reservation.grow(intake_cost(len(body))):
-            budget = self._intake.budget_bytes
-            message = f"intake budget of {budget} bytes (messages in flight) spent"
-            spent = BackpressureError(self._retry_after_s, message)
-            raise self._backpressure(spent, spans=0, reason="intake_budget")
-        try:  # the message and its decoded spans are reserved until they are handed on
-            try:
-                if len(body) >= THREADPOOL_DECODE_BYTES:
-                    result = await asyncio.to_thread(decode_protobuf, body)
-                else:
-                    result = decode_protobuf(body)
-            except DecodeError as exc:
-                raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", str(exc)) from exc
-            await self._publish(result, body)
-            return result
-        finally:
-            reservation.release()
+        cost = intake_cost(len(body))  # at most the read cost for a message within the limit
+        if reservation.held > cost:
+            reservation.shrink(reservation.held - cost)
+            await self._notify()
+        try:
+            if len(body) >= THREADPOOL_DECODE_BYTES:
+                result = await asyncio.to_thread(decode_protobuf, body)
+            else:
+                result = decode_protobuf(body)
+        except DecodeError as exc:
+            raise _Rejection(grpc.StatusCode.INVALID_ARGUMENT, "decode", str(exc)) from exc
+        await self._publish(result, body)
+        return result
 
     def _authorize(self, metadata: Sequence[tuple[str, str | bytes]]) -> None:
         if self._token is None and self._check is None:

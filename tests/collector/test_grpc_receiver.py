@@ -24,8 +24,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from prometheus_client import CollectorRegistry
 
 from collector.errors import ListenError
-from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY, create_grpc_server
-from collector.limits import IntakeBudget, intake_cost
+from collector.grpc_receiver import (
+    ADMISSION_WAIT_S,
+    EXPORT_METHOD,
+    MAX_WAITING,
+    RETRY_INFO_KEY,
+    concurrent_reads,
+    create_grpc_server,
+    grpc_read_cost,
+    receive_limit,
+)
+from collector.limits import IntakeBudget, intake_budget_bytes, intake_cost
 from collector.metrics import CollectorMetrics
 from collector.receiver import THREADPOOL_DECODE_BYTES
 from collector.stream import InProcessStream
@@ -63,9 +72,15 @@ class Harness:
         token: str | None = None,
         token_check: Callable[[str], bool] | None = None,
         intake: IntakeBudget | None = None,
+        max_message_bytes: int = LIMIT,
+        admission_wait_s: float = ADMISSION_WAIT_S,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self.token_check = token_check
         self.intake = intake
+        self.max_message_bytes = max_message_bytes
+        self.admission_wait_s = admission_wait_s
+        self.max_waiting = max_waiting
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.stream = InProcessStream(max_batches, 1.0, self.metrics)
@@ -92,11 +107,13 @@ class Harness:
             self.metrics,
             host="127.0.0.1",
             port=self.port,
-            max_message_bytes=LIMIT,
             retry_after_s=3,
             ingest_token=token,
             token_check=self.token_check,
             intake=self.intake,
+            max_message_bytes=self.max_message_bytes,
+            admission_wait_s=self.admission_wait_s,
+            max_waiting=self.max_waiting,
         )
         await server.start()
         return server
@@ -233,7 +250,7 @@ class TestRejections:
         back after every answer, and the same message passes once the other body is released."""
         body = _request(50, trace=3).SerializeToString()
         intake = IntakeBudget(intake_cost(len(body)) + 10)
-        h = harness_factory(intake=intake)
+        h = harness_factory(intake=intake, admission_wait_s=0.2)
         other = intake.reservation()
         assert other.grow(20)
         error = h.export_error(body)
@@ -294,6 +311,99 @@ class TestRejections:
         assert 1.0 == h.sample("vigil_otlp_rejected_requests_total", reason="too_large")
         assert 1.0 == h.sample("vigil_otlp_requests_total", encoding="grpc", code="413")
         h.assert_still_works()
+
+
+MIB = 1024 * 1024
+
+
+class TestAdmission:
+    """A call reserves the worst case of receiving its message before it is read (module docstring)."""
+
+    def test_cap_arithmetic(self) -> None:
+        """The read cost is twice the library's receive limit; it covers the intake cost of any message
+        within the limit; the budgets of the 512 MiB and default 1,024 MiB limits admit 1 and 3 reads of
+        20 MiB messages at once; a budget smaller than one read still admits one; none is no cap."""
+        assert 40 * MIB == receive_limit(20 * MIB)
+        assert 2**31 - 1 == receive_limit(2**31)
+        assert 80 * MIB == grpc_read_cost(20 * MIB)
+        for size in (1, 1000, MIB, 20 * MIB, 300 * MIB):
+            assert intake_cost(size) <= grpc_read_cost(size)
+        assert 1 == concurrent_reads(intake_budget_bytes(512 * MIB), 20 * MIB)  # 128 MiB // 80 MiB
+        assert 3 == concurrent_reads(intake_budget_bytes(1024 * MIB), 20 * MIB)  # 256 MiB // 80 MiB
+        assert 1 == concurrent_reads(1, 20 * MIB)
+        assert 0 == concurrent_reads(0, 20 * MIB)
+
+    def test_lone_call_passes_a_budget_smaller_than_its_read_cost(
+        self, harness_factory: Callable[..., Harness]
+    ) -> None:
+        """With nothing else in flight a call is admitted even though its read cost exceeds the budget."""
+        intake = IntakeBudget(1024)
+        h = harness_factory(intake=intake, admission_wait_s=0.0)
+        assert grpc_read_cost(LIMIT) > intake.budget_bytes
+        h.export(_request(3))
+        assert (1, 0, 0.0) == (h.stream.qsize(), intake.reserved, h.rejected("intake_budget"))
+
+    def test_waiting_call_is_admitted_once_room_is_given_back(self, harness_factory: Callable[..., Harness]) -> None:
+        """A call that does not fit waits (its message unread) instead of being refused, and goes on when
+        the other holder releases."""
+        intake = IntakeBudget(grpc_read_cost(LIMIT))
+        h = harness_factory(intake=intake, admission_wait_s=TIMEOUT_S)
+        other = intake.reservation()
+        assert other.grow(20)
+        outcome: list[ExportTraceServiceResponse] = []
+        call = threading.Thread(target=lambda: outcome.append(h.export(_request(2, trace=4))))
+        call.start()
+        call.join(0.5)
+        assert (True, 0, 20) == (call.is_alive(), h.stream.qsize(), intake.reserved)  # waiting, nothing read
+        other.release()
+        call.join(TIMEOUT_S)
+        assert 1 == len(outcome)
+        assert (1, 0, 0.0) == (h.stream.qsize(), intake.reserved, h.rejected("intake_budget"))
+
+    def test_beyond_max_waiting_refused_at_once(self, harness_factory: Callable[..., Harness]) -> None:
+        """With ``max_waiting`` calls waiting, one more is UNAVAILABLE + RetryInfo at once (not after the
+        wait, which would outlast the call's deadline), counted ``intake_budget``."""
+        intake = IntakeBudget(grpc_read_cost(LIMIT))
+        h = harness_factory(intake=intake, admission_wait_s=60.0, max_waiting=0)
+        other = intake.reservation()
+        assert other.grow(20)
+        error = h.export_error(_request().SerializeToString())
+        assert grpc.StatusCode.UNAVAILABLE == error.code()
+        assert RETRY_INFO_KEY in dict(error.trailing_metadata())
+        assert (1.0, 1.0, 20) == (h.rejected("intake_budget"), h.requests(503), intake.reserved)
+        other.release()
+        h.assert_still_works()
+
+    @pytest.mark.parametrize("limit_mb", [512, 1024])
+    def test_small_concurrent_exports_are_not_refused(
+        self, harness_factory: Callable[..., Harness], limit_mb: int
+    ) -> None:
+        """48 concurrent exports of the SDK's 512-span batches, at the default 20 MiB message limit and the
+        intake budget of a 512 MiB or the default 1,024 MiB memory limit, are all accepted (they queue
+        for the read, they are not refused)."""
+        intake = IntakeBudget(intake_budget_bytes(limit_mb * MIB))
+        h = harness_factory(intake=intake, max_message_bytes=20 * MIB, max_batches=1000)
+        calls = 48
+        barrier = threading.Barrier(calls)
+        failures: list[BaseException] = []
+
+        def send(trace: int) -> None:
+            try:
+                with grpc.insecure_channel(h.target) as channel:
+                    grpc.channel_ready_future(channel).result(timeout=TIMEOUT_S)
+                    barrier.wait()
+                    payload = _request(512, trace=trace, padding=200).SerializeToString()
+                    channel.unary_unary(EXPORT_METHOD)(payload, timeout=TIMEOUT_S)
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=send, args=(i + 1,)) for i in range(calls)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [] == failures
+        assert (calls, 0.0, 0) == (h.stream.qsize(), h.rejected("intake_budget"), intake.reserved)
 
 
 class TestServer:
