@@ -76,11 +76,13 @@ class Harness:
         admission_wait_s: float = ADMISSION_WAIT_S,
         max_waiting: int = MAX_WAITING,
     ) -> None:
-        self.token_check = token_check
-        self.intake = intake
-        self.max_message_bytes = max_message_bytes
-        self.admission_wait_s = admission_wait_s
-        self.max_waiting = max_waiting
+        self._options: dict[str, Any] = {  # passed on to create_grpc_server
+            "token_check": token_check,
+            "intake": intake,
+            "max_message_bytes": max_message_bytes,
+            "admission_wait_s": admission_wait_s,
+            "max_waiting": max_waiting,
+        }
         self.registry = CollectorRegistry()
         self.metrics = CollectorMetrics(self.registry)
         self.stream = InProcessStream(max_batches, 1.0, self.metrics)
@@ -109,11 +111,7 @@ class Harness:
             port=self.port,
             retry_after_s=3,
             ingest_token=token,
-            token_check=self.token_check,
-            intake=self.intake,
-            max_message_bytes=self.max_message_bytes,
-            admission_wait_s=self.admission_wait_s,
-            max_waiting=self.max_waiting,
+            **self._options,
         )
         await server.start()
         return server
