@@ -30,6 +30,26 @@ from scorers.pipeline import Pipeline
 
 log = structlog.get_logger(__name__)
 
+CHUNK_BYTES = 8 * 2**20
+"""Estimated span bytes (:attr:`~scorers.assemble.ClosedTrace.size`) scored and written together at most."""
+
+
+def chunks(closed: list[ClosedTrace], max_runs: int, max_bytes: int) -> list[list[ClosedTrace]]:
+    """``closed`` cut in order into chunks of at most ``max_runs`` runs and, past their first run,
+    ``max_bytes`` estimated bytes (a run larger than ``max_bytes`` is a chunk of its own)."""
+    out: list[list[ClosedTrace]] = []
+    chunk: list[ClosedTrace] = []
+    held = 0
+    for run in closed:
+        if chunk and (len(chunk) >= max_runs or held + run.size > max_bytes):
+            out.append(chunk)
+            chunk, held = [], 0
+        chunk.append(run)
+        held += run.size
+    if chunk:
+        out.append(chunk)
+    return out
+
 
 class Source(Protocol):
     """Where records come from."""
@@ -143,10 +163,11 @@ class StreamWorker:
             self._acks.closing(drained)
         closed = self._pending_forced + drained
         self._pending_forced = []
-        written = self._write_all(closed, deadline)
+        unwritten = closed[self._write_all(closed, deadline) :]
+        written = not unwritten
         if save is not None:
-            if not written:  # the store stayed down: keep these runs as unfinished work
-                back = [TraceBatch(c.trace_id, c.spans, 0, c.size) for c in closed]
+            if unwritten:  # the store stayed down: keep these runs as unfinished work
+                back = [TraceBatch(c.trace_id, c.spans, 0, c.size) for c in unwritten]
                 self._assembler.import_state(back, [], enforce=False)
             save(self._assembler)
             if self._acks is not None:  # everything not written is in the state file now
@@ -172,10 +193,9 @@ class StreamWorker:
             return 0
         if self._acks is not None:
             self._acks.closing(closed)
-        if self._write_all(closed, time.monotonic() + timeout_s):
-            return len(closed)
-        self._pending_forced.extend(closed)
-        return 0
+        written = self._write_all(closed, time.monotonic() + timeout_s)
+        self._pending_forced.extend(closed[written:])
+        return written
 
     def run_once(self, timeout_s: float = 0.0) -> int:
         """One tick: pull, release due runs, score and write them. Returns runs written."""
@@ -189,10 +209,10 @@ class StreamWorker:
             self._pending_forced = []
         if not closed:
             return 0
-        if not self._write_all(closed, None):  # stopping while the store is down: the drain retries them
-            self._pending_forced = closed + self._pending_forced
-            return 0
-        return len(closed)
+        written = self._write_all(closed, None)
+        if written < len(closed):  # stopping while the store is down: the drain retries the rest
+            self._pending_forced = closed[written:] + self._pending_forced
+        return written
 
     def _ingest(self, records: list[TraceBatch]) -> None:
         acks = self._acks
@@ -220,7 +240,21 @@ class StreamWorker:
             return self._tick
         return max(0.0, min(self._tick, nxt - time.monotonic()))
 
-    def _write_all(self, closed: list[ClosedTrace], deadline: float | None) -> bool:
+    def _write_all(self, closed: list[ClosedTrace], deadline: float | None) -> int:
+        """Score and write ``closed`` in chunks (:func:`chunks`); returns how many were written (a prefix).
+
+        Runs due together can be many (every run of a large body closes after the same quiet
+        period): scoring them one chunk at a time bounds what exists only while they are scored
+        (normalised runs, scores, store rows) to one chunk, instead of all of them at once.
+        """
+        written = 0
+        for chunk in chunks(closed, self._max_records, CHUNK_BYTES):
+            if not self._write_chunk(chunk, deadline):
+                break
+            written += len(chunk)
+        return written
+
+    def _write_chunk(self, closed: list[ClosedTrace], deadline: float | None) -> bool:
         found = self._lookup_feedback(closed)
         scored = [self._pipeline.process(c, found.get(c.trace_id)) for c in closed]
         backoff = 0.1
