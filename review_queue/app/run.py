@@ -17,6 +17,7 @@ start replays what is left. Stop budget: :func:`review_queue.app.roles.stop_budg
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,11 +106,36 @@ YOUNG_GC_INTERVAL_S = 10.0
 """How often :class:`YoungCollector` collects generations 0 and 1 (in ``vigil run`` and ``vigil scorer``)."""
 
 
+MMAP_THRESHOLD_BYTES = 1 << 20
+"""Blocks of this size or more are mapped on their own and given back to the system when freed."""
+
+_M_MMAP_THRESHOLD = -3  # glibc <malloc.h>
+
+
 def tune_gc() -> None:
-    """Freeze start-up objects out of the collector's way and raise its thresholds."""
+    """Freeze start-up objects out of the collector's way and raise its thresholds; fix the C
+    allocator's mmap threshold (:func:`tune_malloc`)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    tune_malloc()
+
+
+def tune_malloc() -> bool:
+    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD_BYTES`; False where there is no ``mallopt``.
+
+    By default glibc raises the threshold to the size of any mapped block that is freed (up to
+    32 MiB), so after the first large request body is freed, later bodies, their inflated copies
+    and gRPC's message buffers come from the heaps of the threads that touch them, and freed
+    space there is kept (one heap per thread, up to eight per core) rather than returned: resident
+    memory then stays hundreds of MiB above what is live, and a burst of large bodies peaks
+    higher. A fixed threshold turns the adjustment off (``mallopt(3)``).
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 class YoungCollector:
