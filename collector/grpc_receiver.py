@@ -231,6 +231,9 @@ async def create_grpc_server(
             ("grpc.so_reuseport", 0),  # a busy port fails to bind instead of being shared silently
             ("grpc.server_handshake_timeout_ms", max(1, int(handshake_timeout_s * 1000))),
             ("grpc.max_connection_idle_ms", max(1, int(idle_timeout_s * 1000))),
+            # no BDP probing: a call not yet admitted can have only the initial 64 KiB stream window
+            # of its message sent ahead (module docstring, Admission)
+            ("grpc.http2.bdp_probe", 0),
         ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
