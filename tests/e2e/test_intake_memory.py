@@ -7,6 +7,13 @@ it: the peak was 2.8 GiB. Now each body's bytes are reserved before they are hel
 (:class:`collector.limits.IntakeBudget`, a quarter of the limit), the ones that do not fit are
 answered 503 + Retry-After and counted, peak RSS (``VmHWM``) stays under the limit, and a normal
 run sent after the burst is stored.
+
+The same burst over OTLP/gRPC (48 calls with ``grpc-encoding: gzip``, all started together): a call
+is admitted before its message is read (:mod:`collector.grpc_receiver`, *Admission*), the server
+does not probe the bandwidth-delay product (so a call not yet admitted can have only 64 KiB of
+its message sent ahead), freed large blocks go back to the system
+(:func:`review_queue.app.run.tune_malloc`), and runs due together are scored a chunk at a time
+(:func:`scorers.worker.chunks`). Measured before those three: 423-537 MiB at this limit.
 """
 
 from __future__ import annotations
@@ -18,10 +25,13 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY
 from review_queue.app.bench.synth import body, make_run
 from review_queue.app.process import VigilProcess, start_vigil
 
@@ -123,4 +133,81 @@ def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) ->
     assert peak < LIMIT_MB, f"peak RSS {peak:.0f} MiB over the {LIMIT_MB} MiB limit ({statuses})"
     assert 200 == answered
     assert stored, "the run sent after the burst was not stored"
+    assert 0 == reserved_after
+
+
+def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: Path) -> None:
+    """48 concurrent gzip OTLP/gRPC messages at the size limit: VmHWM < 512 MiB, the refused calls are
+    UNAVAILABLE + RetryInfo and counted, and a normal run exported afterwards is stored."""
+    message = _body_near_limit()
+    env = {
+        "VIGIL_MEMORY_LIMIT_MB": str(LIMIT_MB),
+        "VIGIL_RETRY_AFTER_S": "1",
+        "VIGIL_QUIET_PERIOD_S": "0.5",
+        "VIGIL_SAMPLE_RATE": "0",
+    }
+    codes: dict[str, int] = {}
+    bad_retry_info: list[int | None] = []
+    lock = threading.Lock()
+    with start_vigil(tmp_path, env) as vigil:
+        target = vigil.otlp_grpc_target
+        barrier = threading.Barrier(BODIES)
+
+        def send() -> None:
+            with grpc.insecure_channel(target) as channel:
+                export = channel.unary_unary(EXPORT_METHOD)
+                grpc.channel_ready_future(channel).result(timeout=60)
+                barrier.wait()
+                try:
+                    export(message, timeout=300, compression=grpc.Compression.Gzip)
+                    code, delay = grpc.StatusCode.OK, None
+                except grpc.RpcError as error:
+                    code = error.code()
+                    raw = dict(error.trailing_metadata() or ()).get(RETRY_INFO_KEY)
+                    delay = RetryInfo.FromString(raw).retry_delay.seconds if raw else None
+            with lock:
+                codes[code.name] = codes.get(code.name, 0) + 1
+                if code == grpc.StatusCode.UNAVAILABLE and delay != 1:
+                    bad_retry_info.append(delay)
+
+        threads = [threading.Thread(target=send) for _ in range(BODIES)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        peak = _peak_rss_mb(vigil.process.pid)
+        by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
+        by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
+        answered_503 = vigil.metric("vigil_otlp_requests_total", {"encoding": "grpc", "code": "503"})
+
+        normal = make_run(random.Random(8))
+        deadline = time.monotonic() + 120
+        answered = grpc.StatusCode.UNKNOWN
+        with grpc.insecure_channel(target) as channel:
+            export = channel.unary_unary(EXPORT_METHOD)
+            while time.monotonic() < deadline and answered != grpc.StatusCode.OK:
+                try:
+                    export(body(list(normal.spans)), timeout=30)
+                    answered = grpc.StatusCode.OK
+                except grpc.RpcError as error:
+                    answered = error.code()
+                    time.sleep(1)  # the RetryInfo delay
+        while time.monotonic() < deadline and not _stored(vigil, normal.trace_id):
+            time.sleep(0.5)
+        stored = _stored(vigil, normal.trace_id)
+        reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
+        final_peak = _peak_rss_mb(vigil.process.pid)
+    print(
+        f"grpc intake burst: codes={codes} intake_budget={by_budget:.0f} backpressure={by_backpressure:.0f}"
+        f" peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}"
+    )
+    assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
+    assert BODIES == sum(codes.values())
+    assert codes.get("UNAVAILABLE", 0) > 0, codes
+    assert [] == bad_retry_info
+    assert codes.get("UNAVAILABLE", 0) == by_budget + by_backpressure == answered_503  # every refusal counted
+    # VmHWM read last covers the burst and the scoring of what it let in
+    assert final_peak < LIMIT_MB, f"peak RSS {final_peak:.0f} MiB over the {LIMIT_MB} MiB limit ({codes})"
+    assert grpc.StatusCode.OK == answered
+    assert stored, "the run exported after the burst was not stored"
     assert 0 == reserved_after
