@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -129,8 +130,11 @@ def tune_malloc() -> bool:
     and gRPC's message buffers come from the heaps of the threads that touch them, and freed
     space there is kept (one heap per thread, up to eight per core) rather than returned: resident
     memory then stays hundreds of MiB above what is live, and a burst of large bodies peaks
-    higher. A fixed threshold turns the adjustment off (``mallopt(3)``).
+    higher. A fixed threshold turns the adjustment off (``mallopt(3)``). An operator's own
+    ``MALLOC_MMAP_THRESHOLD_`` in the environment is left as it is (returns False).
     """
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

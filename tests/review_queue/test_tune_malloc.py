@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -30,13 +31,21 @@ print(rss_mib() - base)
 
 
 def _retained_mib(mode: str) -> int:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True, env=env)
     return int(done.stdout.strip())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and /proc are Linux's")
-def test_freed_large_blocks_are_returned() -> None:
+def test_freed_large_blocks_are_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     """Untuned, glibc keeps a freed 18-20 MiB block in its heap once the threshold has risen; tuned, none."""
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     assert tune_malloc()
     assert _retained_mib("plain") >= 16
     assert _retained_mib("tuned") <= 4
+
+
+def test_an_operators_threshold_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MALLOC_MMAP_THRESHOLD_`` set in the environment: glibc applied it at start; nothing is changed."""
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4194304")
+    assert tune_malloc() is False
