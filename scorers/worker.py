@@ -2,7 +2,7 @@
 
 One worker thread owns one :class:`~scorers.assemble.Assembler`. Each tick it pulls
 records from the source (the in-process stream, or a Kafka partition set later), releases
-finished runs, scores them and writes them to the sink in one batch. When the sink
+finished runs, scores them and writes them to the sink, a chunk of runs at a time (:func:`chunks`). When the sink
 raises :class:`~collector.errors.BackpressureError` (database down) the worker stops
 pulling, retries the same batch with exponential backoff and loses nothing; upstream the
 bounded stream fills and the receivers answer 503.
