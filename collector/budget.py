@@ -46,8 +46,8 @@ __all__ = [
 SPAN_OVERHEAD_BYTES = 512
 """Bytes a decoded span costs beyond its wire size (its objects, dicts and strings' headers)."""
 
-Structure = Literal["intake", "stream", "inflight", "late", "judge", "spool"]
-STRUCTURES: tuple[Structure, ...] = ("intake", "stream", "inflight", "late", "judge", "spool")
+Structure = Literal["intake", "stream", "inflight", "late", "judge", "spool", "details"]
+STRUCTURES: tuple[Structure, ...] = ("intake", "stream", "inflight", "late", "judge", "spool", "details")
 """The ``structure`` label values, one per field of :class:`MemoryBudgets`."""
 
 SHARES: dict[Structure, float] = {
@@ -57,8 +57,9 @@ SHARES: dict[Structure, float] = {
     "late": 0.04,
     "judge": 0.02,
     "spool": 0.03,
+    "details": 0.03,
 }
-"""The fraction of the memory limit each structure may hold (45 % in all; see :class:`MemoryBudgets`)."""
+"""The fraction of the memory limit each structure may hold (48 % in all; see :class:`MemoryBudgets`)."""
 
 
 def span_bytes(body_bytes: int, spans: int) -> int:
@@ -94,6 +95,8 @@ class MemoryBudgets:
         spool: bodies accepted by the spool but not yet written to its segment file (3 %);
             when spent, the spool refuses with 503 + Retry-After. (Its disk budget is
             ``VIGIL_SPOOL_MAX_MB``.)
+        details: scored runs waiting for the run-details writer (3 %); when spent, the batch's
+            details are not written, counted in ``vigil_run_details_dropped_total``.
     """
 
     intake: int = 0
@@ -102,13 +105,14 @@ class MemoryBudgets:
     late: int = 0
     judge: int = 0
     spool: int = 0
+    details: int = 0
 
     @classmethod
     def from_limit(cls, limit_bytes: int) -> MemoryBudgets:
         """Split ``limit_bytes`` by :data:`SHARES`; a limit of 0 (or less) leaves every budget unbounded.
 
         With the default limit of 1,024 MiB: intake 256 MiB, stream 51 MiB, in flight 61 MiB,
-        late cache 40 MiB, judges 20 MiB, spool 30 MiB (rounded down).
+        late cache 40 MiB, judges 20 MiB, spool 30 MiB, details writer 30 MiB (rounded down).
         """
         if limit_bytes <= 0:
             return cls()

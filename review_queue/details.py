@@ -46,8 +46,10 @@ from typing import Any, Final
 import orjson
 import structlog
 
+from collector.budget import ByteAccount
 from collector.model import AttrValue, SpanEvent
 from scorers import content
+from scorers.judge.service import queued_bytes
 from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall
 from scorers.pricing import PriceTable
 from scorers.redact import Redactor
@@ -544,8 +546,11 @@ class DetailsWriter:
         keep_unflagged: write details of unflagged runs too (details retention > 0).
         sample_rate: the share of unflagged runs whose details are written (:func:`details_sampled`).
         max_batches: batches waiting before new ones are dropped.
-        max_runs: runs waiting before new batches are dropped (each holds its spans' attributes:
-            this bounds the memory the writer can hold when it falls behind).
+        max_runs: runs waiting before new batches are dropped.
+        max_bytes: estimated bytes of the runs waiting or being written
+            (:func:`scorers.judge.queued_bytes`, the estimate of a run waiting for a judge): the
+            ``details`` share of the memory limit; past it new batches are dropped (counted), except
+            into an empty writer. 0: unbounded.
         on_dropped: called with the number of runs dropped (metrics).
         clock: Unix seconds.
     """
@@ -560,6 +565,7 @@ class DetailsWriter:
         sample_rate: float = 1.0,
         max_batches: int = 64,
         max_runs: int = 4096,
+        max_bytes: int = 0,
         on_dropped: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -568,8 +574,10 @@ class DetailsWriter:
         self._prices = prices
         self._keep_unflagged = keep_unflagged
         self._sample_rate = sample_rate if keep_unflagged else 0.0
-        self._queue: queue.Queue[Sequence[ScoredRun] | None] = queue.Queue(max_batches)
+        self._queue: queue.Queue[tuple[Sequence[ScoredRun], int] | None] = queue.Queue(max_batches)
         self._max_runs = max_runs
+        self.account = ByteAccount(max_bytes)
+        """Estimated bytes of the runs queued or being written (``vigil_memory_held_bytes{structure="details"}``)."""
         self._pending = 0
         self._lock = threading.Lock()
         self._on_dropped = on_dropped
@@ -586,12 +594,14 @@ class DetailsWriter:
             batch = [s for s in batch if s.flag is not None or (rate > 0.0 and details_sampled(s.run.trace_id, rate))]
         if not batch:
             return
+        size = sum(queued_bytes(s.run) for s in batch) if self.account.budget else 0
         with self._lock:
-            room = self._pending + len(batch) <= self._max_runs
+            room = self._pending + len(batch) <= self._max_runs and (self.account.fits(size) or not self.account.held)
             if room:
                 try:
-                    self._queue.put_nowait(batch)
+                    self._queue.put_nowait((batch, size))
                     self._pending += len(batch)
+                    self.account.add(size)
                 except queue.Full:
                     room = False
         if not room:
@@ -626,22 +636,23 @@ class DetailsWriter:
 
     def _loop(self) -> None:
         while True:
-            batch = self._queue.get()
-            if batch is None:
+            item = self._queue.get()
+            if item is None:
                 return
-            runs = list(batch)
+            runs, size = list(item[0]), item[1]
             while len(runs) < 500:  # coalesce what is waiting into one transaction
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if more is None:
-                    self._flush(runs)
+                    self._flush(runs, size)
                     return
-                runs.extend(more)
-            self._flush(runs)
+                runs.extend(more[0])
+                size += more[1]
+            self._flush(runs, size)
 
-    def _flush(self, runs: list[ScoredRun]) -> None:
+    def _flush(self, runs: list[ScoredRun], size: int) -> None:
         with self._lock:
             self._pending -= len(runs)
         try:
@@ -651,3 +662,6 @@ class DetailsWriter:
             self.dropped += len(runs)
             if self._on_dropped is not None:
                 self._on_dropped(len(runs))
+        finally:
+            with self._lock:  # held until written: the rows being built count too
+                self.account.sub(size)

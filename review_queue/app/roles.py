@@ -283,6 +283,7 @@ def build_scorer_role(
     memory.budgets(s.memory_budgets())
     memory.held.labels("inflight").set_function(lambda: float(sum(a.inflight_account.held for a in list(assemblers))))
     memory.held.labels("late").set_function(lambda: float(sum(a.closed_account.held for a in list(assemblers))))
+    memory.bind("details", details.account)
     if judges is not None:
         memory.bind("judge", judges.account)
 

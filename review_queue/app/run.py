@@ -224,6 +224,7 @@ def build(
     memory.bind("stream", stream.account)
     memory.bind("inflight", assembler.inflight_account)
     memory.bind("late", assembler.closed_account)
+    memory.bind("details", details.account)
     if judges is not None:
         memory.bind("judge", judges.account)
     if spool is not None:

@@ -204,6 +204,7 @@ def details_writer(
         prices=PriceTable(settings.model_prices),
         keep_unflagged=settings.details_retention_days > 0,
         sample_rate=settings.details_sample_rate,
+        max_bytes=settings.memory_budgets().details,
         on_dropped=dropped.inc,
     )
 

@@ -22,6 +22,7 @@ from review_queue.retention import apply_details_retention, apply_retention, pur
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_events, review_items, run_details
+from scorers.judge.service import queued_bytes
 from scorers.model import Message, Priority, Run, ScoredRun, Step, StepKind, ToolCall
 from scorers.redact import Redactor
 from tests.support.fixtures import Clock
@@ -247,6 +248,26 @@ class TestStore:
         few.submit(runs[:2])
         few.submit(runs[2:4])  # 4 runs waiting would pass the bound of 3
         assert [4, 2] == dropped
+
+    def test_writer_bounded_in_bytes(self, store: SqlStore) -> None:
+        """Runs waiting are bounded by their estimated bytes: a batch past the budget is dropped and
+        counted, except into an empty writer; the bytes are given back once written."""
+        big = [_run(i, ("tool_loop",), final_output="x" * 50_000) for i in range(1, 4)]
+        small = [_run(i, ("tool_loop",), final_output="y" * 6_000) for i in range(4, 6)]
+        store.write(big + small)
+        dropped: list[int] = []
+        writer = DetailsWriter(store.write_details, Redactor(), max_bytes=60_000, on_dropped=dropped.append)
+        writer.submit(big[:1])  # over nothing held: taken
+        held = writer.account.held
+        assert held >= queued_bytes(big[0].run) > 50_000
+        writer.submit(big[1:])  # past the budget: dropped, counted
+        writer.submit(small)  # also past it while the first waits
+        assert [2, 2] == dropped
+        assert held == writer.account.held
+        writer.start()
+        assert writer.shutdown(10)
+        assert 0 == writer.account.held
+        assert 1 == writer.written
 
     def test_purge_and_retention(self, store: SqlStore) -> None:
         """Purge deletes details; details retention deletes unflagged runs' old details only; run retention too."""
