@@ -10,7 +10,8 @@ gRPC library before the handler runs. Answers, per the OTLP/gRPC specification:
 * ``INVALID_ARGUMENT`` undecodable body, ``UNAUTHENTICATED`` missing/wrong ingest token:
   never retried by clients;
 * ``UNAVAILABLE`` when the publisher is full, with a ``google.rpc.RetryInfo`` in the
-  trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter); before
+  trailing metadata key ``google.rpc.retryinfo-bin`` (read by the Python exporter) and in the
+  details of the ``google.rpc.Status`` in ``grpc-status-details-bin`` (read by the Go exporter); before
   the message is decoded when the publisher can tell (:func:`collector.stream.check_room`);
   also (``reason="intake_budget"``) when the call cannot reserve its bytes in the intake
   budget (:class:`~collector.limits.IntakeBudget`) shared with the OTLP/HTTP receiver (see
@@ -48,8 +49,8 @@ count cannot tell a 1 KiB export from a 20 MiB one, and the OTLP specification
 when it carries ``RetryInfo``: the Go exporter (``otlptracegrpc``, ``retryableGRPCStatus``) drops
 the batch otherwise, the Python exporter retries it anyway (it lists the code as retryable). Both
 retry ``UNAVAILABLE``; the Python exporter waits the ``RetryInfo`` delay of the
-``google.rpc.retryinfo-bin`` trailer, the Go exporter reads ``RetryInfo`` only from the status
-details (``grpc-status-details-bin``, not sent here) and so backs off by its own schedule.
+``google.rpc.retryinfo-bin`` trailer, the Go exporter reads ``RetryInfo`` from the status
+details (``grpc-status-details-bin``), which carry it too (:func:`retry_trailers`).
 
 Metrics use the ``encoding="grpc"`` label. ``vigil_otlp_requests_total{code}`` holds the
 HTTP status the OTLP/HTTP receiver would have answered (:data:`HTTP_EQUIVALENT`), so one
@@ -67,8 +68,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import structlog
+from google.protobuf.any_pb2 import Any
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.errors import BackpressureError, DecodeError, ListenError
@@ -87,10 +90,12 @@ __all__ = [
     "MAX_WAITING",
     "RETRY_INFO_KEY",
     "SERVICE",
+    "STATUS_DETAILS_KEY",
     "concurrent_reads",
     "create_grpc_server",
     "grpc_read_cost",
     "receive_limit",
+    "retry_trailers",
 ]
 
 log = structlog.get_logger(__name__)
@@ -101,6 +106,8 @@ EXPORT_METHOD = f"/{SERVICE}/Export"
 """The full method path clients call."""
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 """Trailing-metadata key of the serialized ``google.rpc.RetryInfo`` sent with ``UNAVAILABLE``."""
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""Trailing-metadata key of the serialized ``google.rpc.Status`` (with the ``RetryInfo`` in its details)."""
 HTTP_EQUIVALENT: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.OK: 200,
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -397,8 +404,7 @@ class _GrpcReceiver:
         """``UNAVAILABLE`` with ``RetryInfo``; ``spans`` is 0 when refused before decoding."""
         rejection = _Rejection(grpc.StatusCode.UNAVAILABLE, reason, f"{exc}; retry later", spans=spans)
         delay = max(self._retry_after_s, math.ceil(exc.retry_after))
-        info = RetryInfo(retry_delay=Duration(seconds=delay))
-        rejection.trailers = ((RETRY_INFO_KEY, info.SerializeToString()),)
+        rejection.trailers = retry_trailers(rejection.message, delay)
         return rejection
 
     def _count(self, rejection: _Rejection) -> None:
@@ -418,6 +424,23 @@ class _GrpcReceiver:
                 reason=rejection.reason,
                 detail=rejection.message,
             )
+
+
+def retry_trailers(message: str, delay_s: int) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata of an ``UNAVAILABLE`` answer carrying ``google.rpc.RetryInfo`` of ``delay_s``, twice:
+
+    * :data:`RETRY_INFO_KEY` (``google.rpc.retryinfo-bin``), the bare ``RetryInfo``, which the Python
+      exporter reads;
+    * :data:`STATUS_DETAILS_KEY` (``grpc-status-details-bin``), a ``google.rpc.Status`` of the same
+      code and message whose details hold the ``RetryInfo``: the gRPC rich error model, which
+      ``status.FromError(err).Details()`` decodes in grpc-go and the Go exporter reads
+      (``otlptracegrpc``'s ``throttleDelay``).
+    """
+    info = RetryInfo(retry_delay=Duration(seconds=delay_s))
+    detail = Any()
+    detail.Pack(info)
+    status = Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[detail])
+    return ((RETRY_INFO_KEY, info.SerializeToString()), (STATUS_DETAILS_KEY, status.SerializeToString()))
 
 
 def _response(result: DecodeResult) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -29,6 +30,7 @@ from collector.grpc_receiver import (
     EXPORT_METHOD,
     MAX_WAITING,
     RETRY_INFO_KEY,
+    STATUS_DETAILS_KEY,
     concurrent_reads,
     create_grpc_server,
     grpc_read_cost,
@@ -61,6 +63,18 @@ def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0, trace: int = 1
             sp.attributes.add(key="gen_ai.prompt").value.string_value = "x" * padding
     return request
 
+
+
+def _status_retry_delay(error: grpc.RpcError) -> int:
+    """The ``RetryInfo`` delay as grpc-go's ``status.FromError(err).Details()`` reads it (what the Go
+    exporter's ``throttleDelay`` uses): the ``google.rpc.Status`` in ``grpc-status-details-bin``, of
+    the call's own code and message, with the ``RetryInfo`` packed in its details."""
+    status = Status.FromString(dict(error.trailing_metadata())[STATUS_DETAILS_KEY])
+    assert (error.code().value[0], error.details()) == (status.code, status.message)
+    infos = [RetryInfo() for d in status.details if d.Is(RetryInfo.DESCRIPTOR)]
+    assert 1 == len(infos)
+    assert next(d for d in status.details if d.Is(RetryInfo.DESCRIPTOR)).Unpack(infos[0])
+    return int(infos[0].retry_delay.seconds)
 
 class Harness:
     """A started gRPC receiver on its own event-loop thread, a fresh registry and stream, and a client."""
@@ -233,6 +247,7 @@ class TestRejections:
             assert grpc.StatusCode.UNAVAILABLE == error.code()
             info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
             assert (3, 0) == (info.retry_delay.seconds, info.retry_delay.nanos)
+            assert 3 == _status_retry_delay(error)
         assert (2.0, 0.0, 2.0) == (
             h.rejected("backpressure"),
             h.sample("vigil_spans_rejected_total", reason="backpressure"),
@@ -255,6 +270,7 @@ class TestRejections:
         assert grpc.StatusCode.UNAVAILABLE == error.code()
         info = RetryInfo.FromString(dict(error.trailing_metadata())[RETRY_INFO_KEY])
         assert 3 == info.retry_delay.seconds
+        assert 3 == _status_retry_delay(error)
         assert "intake budget" in (error.details() or "")
         assert (1.0, 1.0, 0) == (h.rejected("intake_budget"), h.requests(503), h.stream.qsize())
         assert 20 == intake.reserved
