@@ -35,7 +35,9 @@ once the message is read it gives back all but :func:`~collector.limits.intake_c
 size (the body and its decoded spans). So at most :func:`concurrent_reads` messages are received at
 once, and the bytes of every call in flight are within the budget. A call that does not fit
 **waits** (holding nothing but the compressed bytes the HTTP/2 flow-control window lets the client
-send ahead) up to :data:`ADMISSION_WAIT_S`, with at most :data:`MAX_WAITING` calls waiting; then,
+send ahead: the initial 64 KiB of a stream, since the server does not probe the bandwidth-delay
+product, ``grpc.http2.bdp_probe=0``; the handler's read then opens the window to the whole
+message) up to :data:`ADMISSION_WAIT_S`, with at most :data:`MAX_WAITING` calls waiting; then,
 or beyond that, it is refused with ``UNAVAILABLE`` + ``RetryInfo`` (``intake_budget``). A call
 admitted after a wait checks the publisher's room for a message of ``max_message_bytes`` before
 reading (the calls before it may have filled the stream; reading a large message only to refuse it
