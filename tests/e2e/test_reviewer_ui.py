@@ -81,7 +81,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 def _login(page: Any, server: Server, token: str) -> None:
     page.goto(f"{server.url}/login")
-    page.keyboard.type(token)  # the token field has autofocus
+    # the token field has autofocus; typing before the browser has applied it would lose keys
+    page.wait_for_function("document.activeElement !== null && document.activeElement.id === 'token'")
+    page.keyboard.type(token)
     with page.expect_navigation():
         page.keyboard.press("Enter")
     assert page.url.endswith("/queue")
