@@ -15,10 +15,12 @@ caller owns the process (use ``try/finally``).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -41,8 +43,43 @@ class RoleProcessError(VigilProcessError):
     """A role (``vigil collector`` / ``scorer`` / ``review``) failed to start or stop."""
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+_BELOW_EPHEMERAL = 10_000
+"""How many ports under the kernel's ephemeral range :func:`free_port` picks from."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (``ip_local_port_range``; Linux's default where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+    """A TCP port free on 127.0.0.1 right now, for a child process to bind a moment later.
+
+    Picked at random below the kernel's ephemeral range, so that no process's outgoing connection
+    (to Kafka, PostgreSQL, another child) can be given it in that moment, and never handed out twice
+    by this process (two children of one test cannot be told the same port). Falls back to a port
+    the kernel picks when none is found.
+    """
+    high = _ephemeral_low()
+    low = max(1024, high - _BELOW_EPHEMERAL)
+    pick = random.SystemRandom()
+    with _HANDED_OUT_LOCK:
+        for _ in range(100):
+            port = pick.randrange(low, high)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -6,6 +6,8 @@ import contextlib
 import socket
 import threading
 
+from review_queue.app.process import free_port
+
 
 class TcpProxy:
     """Forwards connections on ``127.0.0.1:port`` to ``upstream``; :meth:`stop` cuts every connection.
@@ -16,9 +18,7 @@ class TcpProxy:
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from review_queue.app.process import free_port
+
 __all__ = [
     "TansuBroker",
     "start_tansu",
@@ -58,12 +60,6 @@ def tansu_missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class TansuBroker:
     """A tansu broker subprocess on ``127.0.0.1:port``.
 
@@ -75,7 +71,7 @@ class TansuBroker:
 
     def __init__(self, binary: Path, port: int | None = None, log_path: Path | None = None) -> None:
         self.binary = binary
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.log_path = log_path or Path(tempfile.gettempdir()) / f"vigil-tansu-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
 
