@@ -49,8 +49,7 @@ import structlog
 from collector.budget import ByteAccount
 from collector.model import AttrValue, SpanEvent
 from scorers import content
-from scorers.judge.service import queued_bytes
-from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
 from scorers.pricing import PriceTable
 from scorers.redact import Redactor
 
@@ -548,7 +547,7 @@ class DetailsWriter:
         max_batches: batches waiting before new ones are dropped.
         max_runs: runs waiting before new batches are dropped.
         max_bytes: estimated bytes of the runs waiting or being written
-            (:func:`scorers.judge.queued_bytes`, the estimate of a run waiting for a judge): the
+            (:func:`scorers.model.run_bytes`, the estimate the judges' queues use too): the
             ``details`` share of the memory limit; past it new batches are dropped (counted), except
             into an empty writer. 0: unbounded.
         on_dropped: called with the number of runs dropped (metrics).
@@ -594,7 +593,7 @@ class DetailsWriter:
             batch = [s for s in batch if s.flag is not None or (rate > 0.0 and details_sampled(s.run.trace_id, rate))]
         if not batch:
             return
-        size = sum(queued_bytes(s.run) for s in batch) if self.account.budget else 0
+        size = sum(run_bytes(s.run) for s in batch) if self.account.budget else 0
         with self._lock:
             room = self._pending + len(batch) <= self._max_runs and (self.account.fits(size) or not self.account.held)
             if room:

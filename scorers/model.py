@@ -233,6 +233,20 @@ headline signals), in the class's order: what the rules see, the store's run vie
 end-to-end ground truths compare, listed once."""
 
 
+RUN_BASE_BYTES: Final = 2048
+"""Estimated bytes of a held run beyond its texts (the run, scores, flag objects)."""
+STEP_BYTES: Final = 256
+"""Estimated bytes of each classified step of a held run."""
+
+
+def run_bytes(run: Run) -> int:
+    """The estimated memory of a scored ``run`` while a queue holds it (the judges', the run-details
+    writer's): a base, each step, and every captured text."""
+    texts = len(run.final_output or "") + sum(len(m.content) for m in run.messages)
+    texts += sum(len(t.arguments or "") + len(t.result or "") for t in run.tools)
+    return RUN_BASE_BYTES + STEP_BYTES * len(run.steps) + texts
+
+
 @dataclass(frozen=True, slots=True)
 class Score:
     """One scorer's judgement of a run.

@@ -7,7 +7,7 @@ Isolation from the stream is the point of this module:
    judge's bounded queue. It never waits: a full queue drops the run and counts it
    (``vigil_judge_dropped_total{reason="queue_full"}``), and so does a run that would take the
    judges' queues past their byte budget (``reason="queue_bytes"``: the ``judge`` share of
-   :class:`collector.budget.MemoryBudgets`, estimated by :func:`queued_bytes`).
+   :class:`collector.budget.MemoryBudgets`, estimated by :func:`scorers.model.run_bytes`).
 2. Each judge has ``concurrency`` worker threads of its own, so a slow or failing endpoint
    only delays that judge. A worker renders the request, serves it from the verdict cache
    when the same content was judged under the same rubric version and model, else reserves
@@ -42,26 +42,13 @@ from scorers.judge.config import JudgeSpec, selector_activation
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, JudgeSink
 from scorers.judge.rubrics import has_content, render
-from scorers.model import Flag, Run, ScoredRun
+from scorers.model import Flag, Run, ScoredRun, run_bytes
 from scorers.rules import EVAL_ERRORS, Rule, decide, reason_evidence, sample_point
 
 log = structlog.get_logger(__name__)
 
 STORE_ATTEMPTS = 5
 """Writes of one verdict tried while the store is unavailable before it is dropped."""
-
-RUN_BASE_BYTES = 2048
-"""Estimated bytes of a queued run beyond its texts (the run, scores, flag objects)."""
-STEP_BYTES = 256
-"""Estimated bytes of each classified step of a queued run."""
-
-
-def queued_bytes(run: Run) -> int:
-    """The estimated memory of ``run`` while it waits for a judge: a base, each step, and every captured text."""
-    texts = len(run.final_output or "") + sum(len(m.content) for m in run.messages)
-    texts += sum(len(t.arguments or "") + len(t.result or "") for t in run.tools)
-    return RUN_BASE_BYTES + STEP_BYTES * len(run.steps) + texts
-
 
 class _Judge:
     """One configured judge at run time: its queue, client, budget, cache and threads."""
@@ -127,7 +114,7 @@ class JudgeService:
             the model (redaction: the model, and the reasoning stored from its answer, never
             see what the store would not hold).
         max_queue_bytes: byte budget of every judge's queue together (runs queued or being
-            judged, :func:`queued_bytes`); 0: unbounded.
+            judged, :func:`scorers.model.run_bytes`); 0: unbounded.
     """
 
     def __init__(
@@ -190,7 +177,7 @@ class JudgeService:
                 if not has_content(scored.run):
                     judge.dropped_empty.inc()
                     continue
-                size = queued_bytes(scored.run)
+                size = run_bytes(scored.run)
                 with self._account_lock:
                     if not self.account.fits(size):
                         judge.dropped_bytes.inc()

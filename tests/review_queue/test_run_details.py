@@ -22,8 +22,7 @@ from review_queue.retention import apply_details_retention, apply_retention, pur
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_events, review_items, run_details
-from scorers.judge.service import queued_bytes
-from scorers.model import Message, Priority, Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.model import Message, Priority, Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
 from scorers.redact import Redactor
 from tests.support.fixtures import Clock
 from tests.support.review_queue import scored_run
@@ -259,7 +258,7 @@ class TestStore:
         writer = DetailsWriter(store.write_details, Redactor(), max_bytes=60_000, on_dropped=dropped.append)
         writer.submit(big[:1])  # over nothing held: taken
         held = writer.account.held
-        assert held >= queued_bytes(big[0].run) > 50_000
+        assert held >= run_bytes(big[0].run) > 50_000
         writer.submit(big[1:])  # past the budget: dropped, counted
         writer.submit(small)  # also past it while the first waits
         assert [2, 2] == dropped

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, Usage
 from scorers.judge.config import judge_rules, parse_judges
 from scorers.judge.metrics import JudgeMetrics
-from scorers.judge.service import RUN_BASE_BYTES, JudgeService, queued_bytes
-from scorers.model import Flag, Message, Priority, Run, ScoredRun
+from scorers.judge.service import JudgeService
+from scorers.model import RUN_BASE_BYTES, Flag, Message, Priority, Run, ScoredRun, run_bytes
 from scorers.redact import Redactor
 from scorers.rules import compile_rules
 from tests.support.judge import InMemoryJudgeSink
@@ -336,16 +336,16 @@ class TestIsolation:
 class TestByteBudget:
     """The judge queues are bounded in bytes as well as runs (issue 15 item 3)."""
 
-    def test_queued_bytes_counts_the_captured_texts(self) -> None:
+    def test_run_bytes_counts_the_captured_texts(self) -> None:
         small, big = _run(1, "high", text="ok"), _run(2, "high", text="x" * 10_000)
-        assert RUN_BASE_BYTES < queued_bytes(small.run) < RUN_BASE_BYTES + 100
-        assert 10_000 == queued_bytes(big.run) - queued_bytes(small.run) + 2
+        assert RUN_BASE_BYTES < run_bytes(small.run) < RUN_BASE_BYTES + 100
+        assert 10_000 == run_bytes(big.run) - run_bytes(small.run) + 2
 
     def test_runs_past_the_byte_budget_are_dropped_and_counted(self, fake: FakeOpenAI) -> None:
         """Room for three runs by bytes (of 100 by count): the others are dropped as queue_bytes; judged
         runs give their bytes back."""
         runs = [_run(n, "high", text="y" * 5000 + str(n)) for n in range(10)]
-        size = queued_bytes(runs[0].run)
+        size = run_bytes(runs[0].run)
         h = Harness(fake, select="true", queue_size=100, max_queue_bytes=3 * size + 10)
         h.service.submit(runs)
         assert 7 == h.metric("vigil_judge_dropped_total", reason="queue_bytes")
