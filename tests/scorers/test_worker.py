@@ -154,14 +154,20 @@ class TestChunks:
         assert [[10, 10, 10], [10, 10, 100], [5, 5]] == [[r.size for r in c] for c in chunks(runs, 3, 10**9)]
         assert [] == chunks([], 3, 25)
 
-    def test_due_runs_written_in_chunks(self) -> None:
-        """Ten runs due in one tick are written as chunks of at most ``max_records`` runs, all of them."""
-        sink = FlakySink()
+    @staticmethod
+    def ten_due_runs(sink: FlakySink) -> StreamWorker:
+        """A worker writing to ``sink`` four runs a chunk, with ten runs ingested and all due."""
         worker, source, clock, _ = make(sink, max_records=4)
         source.items.extend(run_spans(f"{i:032x}") for i in range(10))
         for _ in range(3):
             worker.run_once()
         clock.now += 3
+        return worker
+
+    def test_due_runs_written_in_chunks(self) -> None:
+        """Ten runs due in one tick are written as chunks of at most ``max_records`` runs, all of them."""
+        sink = FlakySink()
+        worker = self.ten_due_runs(sink)
         assert 10 == worker.run_once()
         assert [4, 4, 2] == sink.sizes
         assert 10 == len(sink.rows)
@@ -170,11 +176,7 @@ class TestChunks:
         """The store fails after the first chunk while the worker stops: that chunk counts as
         written and only the rest wait for the drain (nothing twice, nothing lost)."""
         sink = FlakySink()
-        worker, source, clock, _ = make(sink, max_records=4)
-        source.items.extend(run_spans(f"{i:032x}") for i in range(10))
-        for _ in range(3):
-            worker.run_once()
-        clock.now += 3
+        worker = self.ten_due_runs(sink)
         real_write = sink.write
 
         def first_then_fail(runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
