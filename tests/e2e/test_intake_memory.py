@@ -23,6 +23,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -42,6 +43,12 @@ MAX_BODY = 20 * 1024 * 1024  # the default VIGIL_MAX_BODY_BYTES
 BODIES = 48
 PROTO = {"Content-Type": "application/x-protobuf"}
 GZIP_PROTO = {**PROTO, "Content-Encoding": "gzip"}
+ENV = {
+    "VIGIL_MEMORY_LIMIT_MB": str(LIMIT_MB),
+    "VIGIL_RETRY_AFTER_S": "1",
+    "VIGIL_QUIET_PERIOD_S": "0.5",
+    "VIGIL_SAMPLE_RATE": "0",
+}
 
 
 def _body_near_limit() -> bytes:
@@ -70,6 +77,22 @@ def _metric(vigil: VigilProcess, line_start: str) -> float:
     raise AssertionError(f"no {line_start} on /metrics")
 
 
+def _all_at_once(send: Callable[[], None]) -> None:
+    """Run ``send`` on :data:`BODIES` threads (each waits at a shared barrier) and wait for all."""
+    threads = [threading.Thread(target=send) for _ in range(BODIES)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _stored_by(vigil: VigilProcess, trace_id: str, deadline: float) -> bool:
+    """Whether ``trace_id``'s run is in the store by ``deadline`` (monotonic seconds)."""
+    while time.monotonic() < deadline and not _stored(vigil, trace_id):
+        time.sleep(0.5)
+    return _stored(vigil, trace_id)
+
+
 def _stored(vigil: VigilProcess, trace_id: str) -> bool:
     with sqlite3.connect(vigil.workdir / "vigil.db") as db:
         return db.execute("SELECT 1 FROM runs WHERE trace_id = ?", (trace_id,)).fetchone() is not None
@@ -79,16 +102,10 @@ def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) ->
     """48 concurrent gzip bodies at the size limit: VmHWM < 512 MiB, the refused ones are 503 +
     Retry-After and counted, and a normal run sent afterwards is stored."""
     payload = gzip.compress(_body_near_limit(), 6)
-    env = {
-        "VIGIL_MEMORY_LIMIT_MB": str(LIMIT_MB),
-        "VIGIL_RETRY_AFTER_S": "1",
-        "VIGIL_QUIET_PERIOD_S": "0.5",
-        "VIGIL_SAMPLE_RATE": "0",
-    }
     statuses: dict[int, int] = {}
     bad_retry_after: list[str | None] = []
     lock = threading.Lock()
-    with start_vigil(tmp_path, env) as vigil:
+    with start_vigil(tmp_path, ENV) as vigil:
         url = f"{vigil.otlp_endpoint}/v1/traces"
         barrier = threading.Barrier(BODIES)
 
@@ -101,11 +118,7 @@ def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) ->
                     if r.status_code == 503 and r.headers.get("Retry-After") != "1":
                         bad_retry_after.append(r.headers.get("Retry-After"))
 
-        threads = [threading.Thread(target=send) for _ in range(BODIES)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _all_at_once(send)
         peak = _peak_rss_mb(vigil.process.pid)
         by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
         by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
@@ -118,9 +131,7 @@ def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) ->
             answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
             if answered != 200:
                 time.sleep(1)  # the Retry-After
-        while time.monotonic() < deadline and not _stored(vigil, normal.trace_id):
-            time.sleep(0.5)
-        stored = _stored(vigil, normal.trace_id)
+        stored = _stored_by(vigil, normal.trace_id, deadline)
         reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
         final_peak = _peak_rss_mb(vigil.process.pid)
     print(f"intake burst: statuses={statuses} peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}")
@@ -140,16 +151,10 @@ def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: P
     """48 concurrent gzip OTLP/gRPC messages at the size limit: VmHWM < 512 MiB, the refused calls are
     UNAVAILABLE + RetryInfo and counted, and a normal run exported afterwards is stored."""
     message = _body_near_limit()
-    env = {
-        "VIGIL_MEMORY_LIMIT_MB": str(LIMIT_MB),
-        "VIGIL_RETRY_AFTER_S": "1",
-        "VIGIL_QUIET_PERIOD_S": "0.5",
-        "VIGIL_SAMPLE_RATE": "0",
-    }
     codes: dict[str, int] = {}
     bad_retry_info: list[int | None] = []
     lock = threading.Lock()
-    with start_vigil(tmp_path, env) as vigil:
+    with start_vigil(tmp_path, ENV) as vigil:
         target = vigil.otlp_grpc_target
         barrier = threading.Barrier(BODIES)
 
@@ -170,11 +175,7 @@ def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: P
                 if code == grpc.StatusCode.UNAVAILABLE and delay != 1:
                     bad_retry_info.append(delay)
 
-        threads = [threading.Thread(target=send) for _ in range(BODIES)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _all_at_once(send)
         peak = _peak_rss_mb(vigil.process.pid)
         by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
         by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
@@ -192,9 +193,7 @@ def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: P
                 except grpc.RpcError as error:
                     answered = error.code()
                     time.sleep(1)  # the RetryInfo delay
-        while time.monotonic() < deadline and not _stored(vigil, normal.trace_id):
-            time.sleep(0.5)
-        stored = _stored(vigil, normal.trace_id)
+        stored = _stored_by(vigil, normal.trace_id, deadline)
         reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
         final_peak = _peak_rss_mb(vigil.process.pid)
     print(
