@@ -180,7 +180,11 @@ class TestOpenModeUi:
         client = TestClient(create_api_app(store, admin_token=None, services=build_services(store)))
         assert "/login" == client.get("/queue", follow_redirects=False).headers["location"]
         assert "/login" == client.post("/queue/claim", data={}, follow_redirects=False).headers["location"]
-        assert "runs open" in client.get("/login").text
+        page = client.get("/login").text
+        assert "runs open" in page
+        # the command the page suggests is the one that works first (a reviewer token is refused then)
+        assert "vigil tokens create --role admin" in page
+        assert "--role reviewer" not in page
         csrf = login(client, "")
         assert 403 == client.post("/queue/claim", data={"csrf": "forged"}, follow_redirects=False).status_code
         response = client.post("/queue/claim", data={"csrf": csrf}, follow_redirects=False)
@@ -194,6 +198,7 @@ class TestSessions:
     def test_login_sets_httponly_cookie(self, client: TestClient, tokens: dict[str, str]) -> None:
         """Login answers with a signed HttpOnly SameSite=strict session cookie."""
         page = client.get("/login")
+        assert "vigil tokens create --role reviewer" in page.text  # tokens exist: the usual hint
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert csrf is not None
         response = client.post(
