@@ -168,6 +168,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
             return main_instructions(args.runs if args.runs != 20_000 else 2000, args.instructions or None)
         return eval_main(args.runs if args.runs != 20_000 else 5000, args.repeat)
+    if args.heavy:
+        from review_queue.app.bench.heavy import main as heavy_main
+
+        return heavy_main(args.runs, args.repeat, args.senders, args.tree)
     from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
@@ -498,6 +502,18 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="DIR",
         help="with --eval: count instructions under valgrind's callgrind instead of CPU time (deterministic "
         "under load; default 2,000 runs); keep the dumps in DIR",
+    )
+    bench.add_argument(
+        "--heavy",
+        action="store_true",
+        help="the heavy-content row: realistic runs with 1-2 KB of content per model span through a real vigil run",
+    )
+    bench.add_argument("--senders", type=int, default=1, help="--heavy: keep-alive connections sending at once")
+    bench.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        help="--heavy: measure the vigil of this checkout too (repeatable; rounds interleaved; '.' is this one)",
     )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")
