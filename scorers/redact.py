@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Final, cast
 
 from scorers.errors import ScorersError
 from scorers.model import Evidence, Message, Run, Step, ToolCall
 
-__all__ = ["BUILTIN_PATTERNS", "DEFAULT_DENY", "RedactionConfigError", "Redactor", "luhn_ok"]
+__all__ = ["BUILTIN_PATTERNS", "DEFAULT_DENY", "RedactionConfigError", "Redactor", "luhn_ok", "scan"]
 
 BUILTIN_PATTERNS: Mapping[str, str] = {
     "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
@@ -101,24 +104,48 @@ class Redactor:
             sources[name] = regex
         self.names = tuple(sources)
         self._passes = tuple(
-            (re.compile(regex), _TRIGGERS.get(name) if name in BUILTIN_PATTERNS else None, _replacement(name))
+            (re.compile(regex), _replacement(name), _KINDS[name] if name in BUILTIN_PATTERNS else None)
             for name, regex in sources.items()
         )
+        self._only_builtins = all(kind is not None for _, _, kind in self._passes)
         self._deny = tuple(deny)
         self._allow = tuple(allow)
 
     def text(self, value: str) -> str:
         """``value`` with every match replaced by ``[REDACTED:<pattern name>]``.
 
-        Patterns run one after the other (keys, emails, cards, phones, then custom ones), each
-        only when its trigger — a substring every match must contain — is present, so text
-        without an ``@``, a digit or a key prefix costs a few substring tests.
+        Patterns run one after the other (keys, emails, cards, phones, then custom ones). The
+        built-ins run only where :data:`scan` (one compiled pass over the text) says they can
+        match: the key pattern over the whole text when one of its literals occurs; emails, cards
+        and phones on their candidate runs only, each with one character of context either side,
+        which gives exactly what the expression gives over the whole text. Text where no built-in
+        can match costs that one pass.
         """
         if not value:
             return value
-        for regex, trigger, replace in self._passes:
-            if trigger is None or trigger(value):
-                value = regex.sub(replace, value)
+        found: Scan = None
+        scanned = False  # since the text last changed
+        for regex, replace, kind in self._passes:
+            if kind is None:  # a custom pattern: over the whole text
+                new = regex.sub(replace, value)
+            else:
+                if not scanned:
+                    found, scanned = scan(value), True
+                    if found is None and self._only_builtins:
+                        return value
+                if found is None:
+                    continue
+                if kind == KIND_KEY:
+                    if not found[0]:
+                        continue
+                    new = regex.sub(replace, value)
+                else:
+                    runs = cast(Runs, found[kind])
+                    if runs is None:
+                        continue
+                    new = _sub_runs(regex, replace, value, runs)
+            if new != value:
+                value, scanned = new, False
         return value
 
     def maybe(self, value: str | None) -> str | None:
@@ -178,34 +205,80 @@ _ORDER = ("api_key", "email", "card", "phone")
 number), cards before phones (a grouped card number looks like one; digits that fail the Luhn
 check are left for the phone pattern)."""
 
-_DIGIT = re.compile(r"\d")
-_TWO_DIGITS = re.compile(r"\d\d")
+KIND_KEY, KIND_EMAIL, KIND_CARD, KIND_PHONE = 0, 1, 2, 3
+_KINDS: Mapping[str, int] = {"api_key": KIND_KEY, "email": KIND_EMAIL, "card": KIND_CARD, "phone": KIND_PHONE}
+"""Where each built-in's candidates are in a :func:`scan` result."""
+
+_KEY_MARKERS: Final = (
+    "sk-", "AKIA", "xox", "AIza", "eyJ", "earer", "EARER", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+)  # fmt: skip
+"""Literals of which every key match holds one (``bearer`` in either case through ``earer``/``EARER``)."""
+
+_RUN_CLASSES: Final = (
+    (re.compile(r"[A-Za-z0-9._%+@-]+"), 1, re.compile("@")),
+    (re.compile(r"[\d -]+"), 13, re.compile(r"\d")),
+    (re.compile(r"[\d .()+-]+"), 8, re.compile(r"\d")),
+)
+"""Email, card, phone: each kind's character class, how many counted characters (the ``@``, digits) a run needs."""
+
+Runs = list[tuple[int, int]] | None
+Scan = tuple[bool, Runs, Runs, Runs] | None
 
 
-def _key_marker(text: str) -> bool:
-    return (
-        "sk-" in text or "AKIA" in text or "gh" in text or "xox" in text or "AIza" in text
-        or "eyJ" in text or "earer" in text or "EARER" in text
-    )  # fmt: skip
+def _scan_py(text: str) -> Scan:
+    """The pure-Python twin of ``scorers._redact_fast.scan`` (see :data:`scan`)."""
+    key = any(marker in text for marker in _KEY_MARKERS)
+    runs = [
+        [m.span() for m in found.finditer(text) if len(counted.findall(m.group())) >= need] or None
+        for found, need, counted in _RUN_CLASSES
+    ]
+    if not key and not any(runs):
+        return None
+    return key, runs[0], runs[1], runs[2]
 
 
-def _card_candidate(text: str) -> bool:
-    return len(text) >= 13 and _DIGIT.search(text) is not None
+def _compiled() -> ModuleType | None:
+    try:
+        return importlib.import_module("scorers._redact_fast")
+    except ImportError:  # no C compiler where it was installed: the pure-Python scanner
+        return None
 
 
-def _phone_candidate(text: str) -> bool:
-    # Both phone forms hold two adjacent digits: "+" and 8+ digits, or a first group of 2-4 digits
-    # followed by two groups, each after one of " .-" (so ids such as call_4f09a2 skip the regex).
-    return ("+" in text or " " in text or "-" in text or "." in text) and _TWO_DIGITS.search(text) is not None
+_FAST = _compiled()
+scan: Callable[[str], Scan] = _FAST.scan if _FAST is not None else _scan_py
+"""``scan(text)``: where the built-in patterns can match, in one pass — ``None`` when nowhere, else
+``(key_marker, email_runs, card_runs, phone_runs)``: whether a literal every key match holds occurs
+(:data:`_KEY_MARKERS`), and the ``(start, end)`` of each maximal run of the characters an email
+(ASCII letters, digits, ``._%+-@``, holding an ``@``), a card number (digits, space, ``-``, at least
+13 digits) or a phone number (digits, space, ``.()+-``, at least 8 digits) is made of (``None``: no
+run). Every match of a built-in lies inside one run of its kind. Compiled
+(``scorers/_redact_fast.c``) where a C compiler was available at install, else in Python."""
 
 
-_TRIGGERS: Mapping[str, Callable[[str], bool]] = {
-    "api_key": _key_marker,
-    "email": lambda text: "@" in text,
-    "card": _card_candidate,
-    "phone": _phone_candidate,
-}
-"""For each built-in, a cheap test every text containing a match passes."""
+def _sub_runs(
+    regex: re.Pattern[str], replace: Callable[[re.Match[str]], str], text: str, runs: list[tuple[int, int]]
+) -> str:
+    """``regex.sub(replace, text)`` computed on the candidate ``runs`` of ``text`` only.
+
+    Each run is matched with one character of context on either side: the built-in patterns'
+    look-arounds read one character, and a context character (outside the class) is never part
+    of a match, so the replaced run is what the whole-text substitution gives there.
+    """
+    size = len(text)
+    parts: list[str] = []
+    last = 0
+    for start, end in runs:
+        left, right = (1 if start > 0 else 0), (1 if end < size else 0)
+        piece = text[start - left : end + right]
+        new = regex.sub(replace, piece)
+        if new != piece:
+            parts.append(text[last:start])
+            parts.append(new[left : len(new) - right])
+            last = end
+    if not parts:
+        return text
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def _replacement(name: str) -> Callable[[re.Match[str]], str]:

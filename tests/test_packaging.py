@@ -114,6 +114,7 @@ def test_wheel_ships_the_data_files_and_no_test_kit(wheel: Path) -> None:
     wanted |= {"review_queue/alembic.ini", "review_queue/app/bench/overload.lua"}
     assert set() == wanted - names
     assert any(n.startswith("collector/_otlp_fast.") and n.endswith(".so") for n in names)
+    assert any(n.startswith("scorers/_redact_fast.") and n.endswith(".so") for n in names)
     assert [] == [n for n in names if n.split("/")[0] in ("tests", "test")]
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert {"collector", "scorers", "review_queue"} == tops

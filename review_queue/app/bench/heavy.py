@@ -22,8 +22,8 @@ import json
 import os
 import random
 import sqlite3
-import sys
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -136,7 +136,7 @@ class _Conversation:
         return json.dumps(out + kept[::-1], separators=(",", ":"))
 
 
-def _run(rng: random.Random, end_ns: int) -> HeavyRun:
+def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run's story, read top to bottom)
     """One agent run (spans in the order they end: children before parents, the root last)."""
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
@@ -152,7 +152,7 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:
     errors = 0
     t = end_ns - 60_000_000_000
 
-    def chat(parent: bytes, reason: str, outputs: list[dict[str, object]]) -> None:
+    def chat(parent: bytes, reason: str, outputs: Sequence[Mapping[str, object]]) -> None:
         nonlocal t
         attrs = [
             _kv("gen_ai.operation.name", "chat"),
@@ -214,7 +214,8 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:
         conv.messages.append({"role": "assistant", "parts": parts})
         for name, call_id, arguments in calls:
             result, _ = tool(parent, name, call_id, arguments)
-            conv.messages.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": result}]})
+            response = {"type": "tool_call_response", "id": call_id, "response": result}
+            conv.messages.append({"role": "tool", "parts": [response]})
 
     sub_at = rng.randint(0, turns - 2) if with_sub else -1
     for i in range(turns - 1):
@@ -248,7 +249,8 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:
         _kv("gen_ai.conversation.id", f"conv-{rng.getrandbits(64):016x}"),
     ]
     if final is not None:
-        root_attrs.append(_kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [_text_part(final)]}])))
+        answer_message = [{"role": "assistant", "parts": [_text_part(final)]}]
+        root_attrs.append(_kv("gen_ai.output.messages", json.dumps(answer_message)))
     spans.append(
         Span(
             trace_id=trace_id, span_id=root_id, name=f"invoke_agent {agent}", kind=Span.SPAN_KIND_INTERNAL,
@@ -447,7 +449,8 @@ def main(n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = 
         med = statistics.median
         table.add_row(
             label,
-            " · ".join(f"{r.spans_per_cpu_s:,.0f}" for r in rounds) + f" (median {med(r.spans_per_cpu_s for r in rounds):,.0f})",
+            " · ".join(f"{r.spans_per_cpu_s:,.0f}" for r in rounds)
+            + f" (median {med(r.spans_per_cpu_s for r in rounds):,.0f})",
             f"{med(r.send_wall_s for r in rounds):.2f}",
             f"{med(r.peak_rss_mb for r in rounds):.0f}",
             f"{med(r.complete for r in rounds):,.0f}/{n_runs:,}",

@@ -1,0 +1,182 @@
+/* Compiled candidate scanner of scorers/redact.py.
+ *
+ * scan(text) finds, in one pass, whether a literal marker of the key pattern occurs and the
+ * (start, end) bounds of the maximal runs of ``text`` in which a built-in pattern of each kind can
+ * match, in order:
+ *
+ *   cards:  runs of decimal digits, ' ' and '-' holding at least 13 digits;
+ *   phones: runs of decimal digits, ' ', '.', '-', '(', ')' and '+' holding at least 8 digits;
+ *   emails: runs of ASCII letters and digits, '.', '_', '%', '+', '-' and '@' holding an '@'.
+ *
+ * Every match of the pattern consists of characters of its class only, so it lies inside one such
+ * run; "decimal digit" is what the regular expression's \d matches in a str pattern
+ * (Py_UNICODE_ISDECIMAL). The Python side runs the exact regular expression on each run with one
+ * character of context on either side (the patterns' look-behinds and look-aheads read one
+ * character), which gives what the expression gives over the whole text; redact.py has the
+ * pure-Python twin of this scanner, which the tests compare it with.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Appends (start, end) to *list (created on first use). */
+static int
+append_run(PyObject **list, Py_ssize_t start, Py_ssize_t end)
+{
+    if (*list == NULL && (*list = PyList_New(0)) == NULL)
+        return -1;
+    PyObject *pair = Py_BuildValue("(nn)", start, end);
+    if (pair == NULL)
+        return -1;
+    int rc = PyList_Append(*list, pair);
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* Whether the literal ``mk`` starts at i. */
+static inline int
+literal_at(int ukind, const void *data, Py_ssize_t n, Py_ssize_t i, const char *mk)
+{
+    Py_ssize_t j = 0;
+    while (mk[j] && i + j < n && PyUnicode_READ(ukind, data, i + j) == (Py_UCS4)(unsigned char)mk[j])
+        j++;
+    return !mk[j];
+}
+
+/* Whether one of the key pattern's literal markers starts at i (its first character is ``ch``):
+ * sk-, AKIA, AIza, xox, eyJ, earer, EARER, ghp_, gho_, ghu_, ghs_, ghr_. */
+static inline int
+marker_at(int ukind, const void *data, Py_ssize_t n, Py_ssize_t i, Py_UCS4 ch)
+{
+    switch (ch) {
+    case 's':
+        return literal_at(ukind, data, n, i, "sk-");
+    case 'A':
+        return literal_at(ukind, data, n, i, "AKIA") || literal_at(ukind, data, n, i, "AIza");
+    case 'x':
+        return literal_at(ukind, data, n, i, "xox");
+    case 'e':
+        return literal_at(ukind, data, n, i, "eyJ") || literal_at(ukind, data, n, i, "earer");
+    case 'E':
+        return literal_at(ukind, data, n, i, "EARER");
+    case 'g':
+        if (i + 3 < n && PyUnicode_READ(ukind, data, i + 1) == 'h' && PyUnicode_READ(ukind, data, i + 3) == '_') {
+            Py_UCS4 c = PyUnicode_READ(ukind, data, i + 2);
+            return c == 'p' || c == 'o' || c == 'u' || c == 's' || c == 'r';
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+enum { B_CARD = 1, B_PHONE = 2, B_EMAIL = 4, B_DIGIT = 8, B_AT = 16, B_MARK = 32 };
+static unsigned char TABLE[128];
+
+static void
+init_table(void)
+{
+    for (int c = 0; c < 128; c++) {
+        unsigned char bits = 0;
+        if (c >= '0' && c <= '9')
+            bits |= B_CARD | B_PHONE | B_EMAIL | B_DIGIT;
+        if (c == ' ' || c == '-')
+            bits |= B_CARD;
+        if (c == ' ' || c == '.' || c == '-' || c == '(' || c == ')' || c == '+')
+            bits |= B_PHONE;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' || c == '%' || c == '+' ||
+            c == '-' || c == '@')
+            bits |= B_EMAIL;
+        if (c == '@')
+            bits |= B_AT;
+        if (c == 's' || c == 'A' || c == 'x' || c == 'e' || c == 'E' || c == 'g')
+            bits |= B_MARK;
+        TABLE[c] = bits;
+    }
+}
+
+static inline unsigned char
+bits_of(Py_UCS4 ch)
+{
+    if (ch < 128)
+        return TABLE[ch];
+    return Py_UNICODE_ISDECIMAL(ch) ? (B_CARD | B_PHONE | B_DIGIT) : 0;
+}
+
+/* scan(text) -> None | (key_marker, email_runs, card_runs, phone_runs): one pass over ``text`` for
+ * every kind; None when no kind has a run and no key marker is present; a kind without a run: None. */
+static PyObject *
+scan(PyObject *self, PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes a str");
+        return NULL;
+    }
+    int ukind = PyUnicode_KIND(arg);
+    const void *data = PyUnicode_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+    /* per kind (card, phone, email): its class bit, what it counts, how many a run needs */
+    static const unsigned char member[3] = {B_CARD, B_PHONE, B_EMAIL};
+    static const unsigned char counts[3] = {B_DIGIT, B_DIGIT, B_AT};
+    static const Py_ssize_t need[3] = {13, 8, 1};
+    Py_ssize_t start[3] = {-1, -1, -1}, counted[3] = {0, 0, 0};
+    PyObject *found[3] = {NULL, NULL, NULL};
+    int key = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        unsigned char bits = 0;
+        if (i < n) {
+            Py_UCS4 ch = PyUnicode_READ(ukind, data, i);
+            bits = bits_of(ch);
+            if ((bits & B_MARK) && !key)
+                key = marker_at(ukind, data, n, i, ch);
+        }
+        if (!(bits & (B_CARD | B_PHONE | B_EMAIL)) && start[0] < 0 && start[1] < 0 && start[2] < 0)
+            continue;
+        for (int k = 0; k < 3; k++) {
+            if (bits & member[k]) {
+                if (start[k] < 0) {
+                    start[k] = i;
+                    counted[k] = 0;
+                }
+                counted[k] += (bits & counts[k]) != 0;
+            }
+            else if (start[k] >= 0) {
+                if (counted[k] >= need[k] && append_run(&found[k], start[k], i) < 0)
+                    goto fail;
+                start[k] = -1;
+            }
+        }
+    }
+    if (!key && found[0] == NULL && found[1] == NULL && found[2] == NULL)
+        Py_RETURN_NONE;
+    for (int k = 0; k < 3; k++)
+        if (found[k] == NULL)
+            found[k] = Py_NewRef(Py_None);
+    /* in the order of the passes: keys, emails, cards, phones */
+    return Py_BuildValue("(ONNN)", key ? Py_True : Py_False, found[2], found[0], found[1]);
+fail:
+    for (int k = 0; k < 3; k++)
+        Py_XDECREF(found[k]);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_O, "scan(text) -> None | (key_marker, email_runs, card_runs, phone_runs)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "scorers._redact_fast", "Compiled candidate scanner of the built-in redaction patterns.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__redact_fast(void)
+{
+    init_table();
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
