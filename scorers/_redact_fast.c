@@ -104,6 +104,10 @@ bits_of(Py_UCS4 ch)
 
 /* scan(text) -> None | (key_marker, email_runs, card_runs, phone_runs): one pass over ``text`` for
  * every kind; None when no kind has a run and no key marker is present; a kind without a run: None. */
+/* scan(text) -> None | (key_marker, email_runs, card_runs, phone_runs): one pass over ``text`` for
+ * every kind; None when no kind has a run and no key marker is present; a kind without a run: None.
+ * Email runs are tracked only when the text holds an '@' (most text does not, and letters are in
+ * their class), so ordinary prose costs one table lookup a character. */
 static PyObject *
 scan(PyObject *self, PyObject *arg)
 {
@@ -114,30 +118,38 @@ scan(PyObject *self, PyObject *arg)
     int ukind = PyUnicode_KIND(arg);
     const void *data = PyUnicode_DATA(arg);
     Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+    Py_ssize_t at = PyUnicode_FindChar(arg, '@', 0, n, 1);
+    if (at == -2)
+        return NULL;
     /* per kind (card, phone, email): its class bit, what it counts, how many a run needs */
     static const unsigned char member[3] = {B_CARD, B_PHONE, B_EMAIL};
     static const unsigned char counts[3] = {B_DIGIT, B_DIGIT, B_AT};
     static const Py_ssize_t need[3] = {13, 8, 1};
+    const unsigned char classes = B_CARD | B_PHONE | (at >= 0 ? B_EMAIL : 0);
+    const int kinds = at >= 0 ? 3 : 2;
     Py_ssize_t start[3] = {-1, -1, -1}, counted[3] = {0, 0, 0};
     PyObject *found[3] = {NULL, NULL, NULL};
-    int key = 0;
+    int key = 0, open = 0;
     for (Py_ssize_t i = 0; i <= n; i++) {
         unsigned char bits = 0;
         if (i < n) {
-            Py_UCS4 ch = PyUnicode_READ(ukind, data, i);
+            Py_UCS4 ch = ukind == PyUnicode_1BYTE_KIND ? ((const Py_UCS1 *)data)[i] : PyUnicode_READ(ukind, data, i);
             bits = bits_of(ch);
             if ((bits & B_MARK) && !key)
                 key = marker_at(ukind, data, n, i, ch);
+            bits &= (unsigned char)(classes | B_DIGIT | B_AT);
         }
-        if (!(bits & (B_CARD | B_PHONE | B_EMAIL)) && start[0] < 0 && start[1] < 0 && start[2] < 0)
+        if (!(bits & classes) && !open)
             continue;
-        for (int k = 0; k < 3; k++) {
+        open = 0;
+        for (int k = 0; k < kinds; k++) {
             if (bits & member[k]) {
                 if (start[k] < 0) {
                     start[k] = i;
                     counted[k] = 0;
                 }
                 counted[k] += (bits & counts[k]) != 0;
+                open = 1;
             }
             else if (start[k] >= 0) {
                 if (counted[k] >= need[k] && append_run(&found[k], start[k], i) < 0)

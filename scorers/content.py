@@ -10,7 +10,6 @@ each dialect keeps content (its keys and message shapes) is declared by its adap
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -26,7 +25,7 @@ from scorers.dialects import (
     first,
     messages_of,
 )
-from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_str, as_text, clip, content_text, dumps
+from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_str, as_text, clip, content_text, dumps, loads
 from scorers.model import Message
 
 __all__ = [
@@ -82,7 +81,7 @@ def _canonical(value: object) -> str | None:
     obj: object = value
     if isinstance(value, str):
         try:
-            obj = json.loads(value) if len(value) <= MAX_TEXT * 16 else value
+            obj = loads(value) if len(value) <= MAX_TEXT * 16 else value
         except (ValueError, RecursionError):
             return clip(value)
     text = dumps(obj)
@@ -129,7 +128,7 @@ def _answer(value: object) -> str | None:
 def _json_string(value: str) -> object:
     """Decode a JSON-encoded string (Traceloop ``json.dumps``-es entity outputs)."""
     try:
-        decoded: object = json.loads(value)
+        decoded: object = loads(value)
     except (ValueError, RecursionError):
         return value
     return decoded

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Final
+
+import orjson
 
 from collector.model import Attributes, Span
 from scorers.model import Message, StepKind
@@ -190,6 +193,22 @@ def as_int(value: object) -> int | None:
     return None
 
 
+def loads(text: str) -> object:
+    """``json.loads(text)``, through orjson where it can (several times faster on message arrays).
+
+    What orjson refuses and the standard library accepts (``NaN``, ``Infinity``, lone surrogates)
+    goes to ``json.loads``; the one difference left: an integer beyond 64 bits comes back as a float
+    (as JavaScript and most parsers read it), not as a Python ``int``.
+
+    Raises:
+        ValueError: not JSON. RecursionError: nested too deep.
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def as_bool(value: object) -> bool:
     """Return True for ``True`` or the string ``"true"`` (any case); False for anything else."""
     if isinstance(value, bool):
@@ -210,7 +229,7 @@ def as_json(value: object) -> object:
     if head not in ("[", "{"):
         return value
     try:
-        decoded: object = json.loads(value)
+        decoded: object = loads(value)
     except (ValueError, RecursionError):
         return value
     return decoded
@@ -262,8 +281,26 @@ def clip(text: str) -> str:
 _CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
+_NOT_ORJSON: Final = re.compile(rb"[0-9][.eE]|null|\x7f")
+"""Where orjson's text may differ from the standard library's: floats (``6.1e-05`` / ``0.000061``,
+``1e16`` / ``1e+16``; matched wherever a digit meets a point or an exponent, strings included), NaN and
+infinities (``null`` / ``NaN``), DEL (escaped by ``ensure_ascii``)."""
+
+
 def dumps(obj: object) -> str | None:
-    """Canonical JSON text of ``obj`` (sorted keys, no spaces), or ``None`` if it cannot be encoded."""
+    """Canonical JSON text of ``obj`` (sorted keys, no spaces, ASCII), or ``None`` if it cannot be encoded.
+
+    The standard library's text (``json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)``),
+    made by orjson when its text is the same (ASCII, string keys, no float, NaN or DEL), several
+    times faster on the tool-call arguments of every captured message.
+    """
+    try:
+        fast = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a non-string key, an integer beyond 64 bits, another type: the standard library
+        pass
+    else:
+        if fast.isascii() and _NOT_ORJSON.search(fast) is None:
+            return fast.decode()
     try:
         return _CANONICAL.encode(obj)
     except (TypeError, ValueError, RecursionError):

@@ -456,3 +456,15 @@ class TestTwoInstrumentations:
             )
         )
         assert 2 == normalise(spans).tool_calls
+
+
+def test_json_through_orjson_reads_and_writes_what_the_standard_library_does() -> None:
+    """``loads`` and ``dumps`` take orjson's fast path only where its result is the standard library's."""
+    import json
+
+    from scorers.dialects.base import dumps, loads
+
+    for text in ('{"b": [1, 2.5, null], "a": "é"}', "[NaN, Infinity]", '"\\ud800"', '{"k": -0.0}'):
+        assert json.dumps(json.loads(text)) == json.dumps(loads(text))
+    for value in ({"b": 1, "a": [True, None]}, {"x": 6.103515625e-05}, {"x": float("nan")}, {"é": "ü\x7f"}, {1: 2}):
+        assert json.dumps(value, sort_keys=True, separators=(",", ":"), default=str) == dumps(value)
