@@ -186,7 +186,7 @@ class TestSampling:
             assert want == set(written)
 
     def test_settings_reach_the_writer(self, store: SqlStore, tmp_path: Path) -> None:
-        """VIGIL_DETAILS_SAMPLE_RATE / _RETENTION_DAYS (defaults 0.1 and 7) set the role's writer; 0 days: flagged only;
+        """VIGIL_DETAILS_SAMPLE_RATE / _RETENTION_DAYS (defaults 1 and 7) set the role's writer; 0 days: flagged only;
         a rate outside [0, 1] refuses to start."""
         from prometheus_client import CollectorRegistry
 
@@ -200,7 +200,7 @@ class TestSampling:
             settings = Settings.load(env, config_file=tmp_path / "vigil.yaml")
             return details_writer(settings, store, CollectorRegistry(), Redactor())
 
-        assert 0.1 == writer({})._sample_rate
+        assert 1.0 == writer({})._sample_rate
         assert 0.5 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5"})._sample_rate
         assert 0.0 == writer({"VIGIL_DETAILS_SAMPLE_RATE": "0.5", "VIGIL_DETAILS_RETENTION_DAYS": "0"})._sample_rate
         with pytest.raises(SettingsError, match="details_sample_rate"):
