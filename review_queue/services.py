@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from review_queue.access import Access, random_secret
 from review_queue.auth import Authenticator, SessionSigner, TokenStore
+from review_queue.details_status import DetailsPolicy
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S, FeedbackStore
 from review_queue.metrics import ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
@@ -17,7 +18,6 @@ from scorers.rules import DEFAULT_SAMPLE_RATE, Rule, compile_rules
 from scorers.slo import SloConfig, parse_slo
 
 __all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
-
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class ReviewServices:
         metrics: review metrics, when registered.
         clock: Unix epoch seconds (the stats page's "now").
         slo: the quality targets shown on the stats page.
+        details: which run details are kept (the run pages say why a run has none).
     """
 
     store: SqlStore
@@ -43,6 +44,7 @@ class ReviewServices:
     metrics: ReviewMetrics | None = None
     clock: Callable[[], float] = time.time
     slo: SloConfig = field(default_factory=lambda: parse_slo(None))
+    details: DetailsPolicy = field(default_factory=DetailsPolicy)
 
 
 def build_services(
@@ -61,6 +63,7 @@ def build_services(
     slo: SloConfig | None = None,
     feedback_pending_max: int = DEFAULT_PENDING_MAX,
     feedback_pending_s: float = DEFAULT_PENDING_S,
+    details: DetailsPolicy | None = None,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
 
@@ -79,6 +82,7 @@ def build_services(
         slo: the quality targets (the defaults when omitted).
         feedback_pending_max: feedback rows held for runs not stored yet, at most.
         feedback_pending_s: seconds such feedback waits for its run.
+        details: the details sample rate and retention (the defaults when omitted).
     """
     retry = store.retry_after_s
     observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
@@ -104,4 +108,6 @@ def build_services(
         SessionSigner(session_secret or random_secret(), clock=clock),
         secure_cookies=secure_cookies,
     )
-    return ReviewServices(store, workbench, feedback, tokens, access, metrics, clock, slo or parse_slo(None))
+    return ReviewServices(
+        store, workbench, feedback, tokens, access, metrics, clock, slo or parse_slo(None), details or DetailsPolicy()
+    )

@@ -14,6 +14,7 @@ import hmac
 import math
 import secrets
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from review_queue import explorer, listing, queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
+from review_queue.details_status import details_status, flagged_when_stored
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
 from review_queue.services import ReviewServices
@@ -296,23 +298,34 @@ def _run_view(
     services: ReviewServices, trace_id: str, snapshot: dict[str, Any], run: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Conversation, span tree and details of a run page: from the run's details document when
-    kept, else from the review snapshot (no attributes), else nothing but the summary."""
+    kept, else from the review snapshot (no attributes), else nothing but the summary; and why the
+    document is missing or holds no content (:func:`review_queue.details_status.details_status`)."""
     details = services.store.get_details(trace_id)
     if details is not None:
         spans = details.get("spans") or []
         conversation = details.get("conversation") or []
-        captured = bool(details.get("content_captured"))
     else:
         spans = snapshot.get("steps") or []
         conversation = views.snapshot_conversation(snapshot)
-        captured = bool(conversation)
+    policy = services.details
+    created = (run or {}).get("created_at")
+    status = details_status(
+        present=details is not None,
+        content_captured=bool((details or {}).get("content_captured")),
+        flagged=flagged_when_stored((run or {}).get("flag")) if run is not None else True,
+        trace_id=trace_id,
+        created_at=created.timestamp() if isinstance(created, datetime) else 0.0,
+        now=services.clock(),
+        sample_rate=policy.sample_rate,
+        retention_days=policy.retention_days,
+    )
     start = (run or {}).get("start_ns") or snapshot.get("start_ns", 0)
     end = (run or {}).get("end_ns") or snapshot.get("end_ns", 0)
     return {
         "fall": views.waterfall(spans, start, end),
         "conversation": conversation,
-        "captured": captured,
-        "kept": details is not None,
+        "details_status": status.value,
+        "details_policy": policy,
     }
 
 

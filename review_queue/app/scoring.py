@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 from collector.budget import ByteAccount
 from review_queue.app.settings import Settings
 from review_queue.details import DetailsWriter
+from review_queue.details_status import DetailsPolicy
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
 from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
@@ -238,4 +239,5 @@ def review_services(
         slo=settings.slo_config(),
         feedback_pending_max=settings.feedback_pending_max,
         feedback_pending_s=settings.feedback_pending_s,
+        details=DetailsPolicy(settings.details_sample_rate, settings.details_retention_days),
     )
