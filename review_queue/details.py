@@ -29,7 +29,7 @@ Bounds (per run, documented in the README):
 
 Every text goes through the same :class:`scorers.redact.Redactor` as the review snapshot and
 attribute keys through its key filter (``*password*``, ``*api_key*`` … dropped). The stored body
-is compact JSON (see :data:`CODEC`).
+is compact JSON compressed with Zstandard (see :data:`CODEC`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import orjson
 import structlog
+import zstandard
 
 from collector.budget import ByteAccount
 from collector.model import AttrValue, SpanEvent
@@ -98,13 +99,21 @@ MAX_EVENT_ATTRIBUTES: Final = 32
 MAX_SPANS: Final = 2000
 MAX_LIST_ITEMS: Final = 64
 MAX_DOC_BYTES: Final = 1024 * 1024
-CODEC: Final = "json"
-"""How bodies are stored: compact JSON (the compact form: ~7.7 KB for a 17-span run without content,
-was ~11.7 KB as expanded objects). PostgreSQL compresses the column with lz4 (TOAST, in the database
-server, as it does the review snapshots since migration 0004); SQLite stores it as is. Compressing in
-Vigil's process was tried: zlib level 1 cost ~30 µs a run; zstd (level 1, ~5 µs) saved about as much
-on the SQLite insert as it cost and, releasing the GIL for every body, stalled the writer thread
-behind the scoring thread (BENCHMARKS.md, "run details")."""
+CODEC: Final = "zstd1+json"
+"""How bodies are stored: the compact JSON form compressed with Zstandard (level 1), one blob per run.
+On the heavy-content workload (``vigil bench --heavy``: ~22 spans and 1-2 KB of messages per model span)
+a run's JSON is ~36 KB and its blob ~4.5 KB (8×); compressing costs ~43 µs a run and saves ~65 µs of
+the SQLite insert, and the database is 8× smaller (BENCHMARKS.md, "heavy-content row"). Bodies of
+the earlier codecs (``json``: plain compact JSON; ``zlib1+json``) still decode."""
+_ZSTD_LEVEL: Final = 1
+_ZSTD = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    found: zstandard.ZstdCompressor | None = getattr(_ZSTD, "compressor", None)
+    if found is None:  # one per thread: a compressor object is not thread-safe
+        found = _ZSTD.compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+    return found
 
 _KIND = {kind: kind.value for kind in StepKind}
 
@@ -199,12 +208,16 @@ def expand(doc: dict[str, Any]) -> dict[str, Any]:
 
 def encode(doc: Mapping[str, Any]) -> bytes:
     """Stored body of a details document (:data:`CODEC`)."""
-    return orjson.dumps(doc)
+    return _compressor().compress(orjson.dumps(doc))
 
 
 def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
-    """The reviewer-facing details document of a stored body (``json``, or ``zlib1+json``): :func:`expand` of it."""
-    raw = zlib.decompress(body) if codec == "zlib1+json" else body
+    """The reviewer-facing details document of a stored body (``zstd1+json``, ``json`` or ``zlib1+json``):
+    :func:`expand` of it."""
+    if codec == "zstd1+json":
+        raw = zstandard.ZstdDecompressor().decompress(body)
+    else:
+        raw = zlib.decompress(body) if codec == "zlib1+json" else body
     value = orjson.loads(raw)
     return expand(value) if isinstance(value, dict) else {}
 
@@ -225,7 +238,7 @@ def details_row(
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,
-        "body": body,
+        "body": _compressor().compress(body),
         "created_at": now,
     }
 

@@ -123,14 +123,21 @@ class TestCompactForm:
     """The stored form: span arrays, attribute maps kept as they are only when nothing in them changes."""
 
     def test_stored_form_expands_to_the_document(self) -> None:
-        """The stored body is version 2 (one array per span) and decodes to what build_details returns."""
+        """The stored body is version 2 (one array per span), compressed with Zstandard, and decodes to what
+        build_details returns; bodies of the earlier codecs still decode."""
         scored = _run(1, tools=(ToolCall("0" * 16, "search", None, '{"q": 1}', "ok", None),), final_output="done")
         texts = details.Texts(Redactor())
         row = details.details_row(scored, Redactor(), None, 0.0, texts)
-        import orjson
+        import zlib
 
-        assert details.CODEC == row["codec"]
-        stored = orjson.loads(row["body"])
+        import orjson
+        import zstandard
+
+        assert "zstd1+json" == row["codec"]
+        plain = zstandard.ZstdDecompressor().decompress(row["body"])
+        assert len(row["body"]) < len(plain)
+        stored = orjson.loads(plain)
+        assert decode(row["body"]) == decode(plain, "json") == decode(zlib.compress(plain, 1), "zlib1+json")
         assert details.DETAILS_VERSION == stored["details_version"]
         assert [len(details.SPAN_FIELDS)] * 3 == [len(span) for span in stored["spans"]]
         assert build_details(scored, Redactor()) == decode(row["body"])
