@@ -5,7 +5,9 @@
  * match, in order:
  *
  *   cards:  runs of decimal digits, ' ' and '-' holding at least 13 digits;
- *   phones: runs of decimal digits, ' ', '.', '-', '(', ')' and '+' holding at least 8 digits;
+ *   phones: runs of decimal digits, ' ', '.', '-', '(', ')' and '+' holding at least 8 digits and
+ *           either two groups of 3+ consecutive digits (a grouped number ends in two groups of 3-4
+ *           digits) or one of 8+ (an international number), so dates and short ids are not runs;
  *   emails: runs of ASCII letters and digits, '.', '_', '%', '+', '-' and '@' holding an '@'.
  *
  * Every match of the pattern consists of characters of its class only, so it lies inside one such
@@ -128,6 +130,8 @@ scan(PyObject *self, PyObject *arg)
     const unsigned char classes = B_CARD | B_PHONE | (at >= 0 ? B_EMAIL : 0);
     const int kinds = at >= 0 ? 3 : 2;
     Py_ssize_t start[3] = {-1, -1, -1}, counted[3] = {0, 0, 0};
+    /* phone runs: the length of the current digit group, how many groups had 3+ digits, one had 8+ */
+    Py_ssize_t group = 0, groups3 = 0, long8 = 0;
     PyObject *found[3] = {NULL, NULL, NULL};
     int key = 0, open = 0;
     for (Py_ssize_t i = 0; i <= n; i++) {
@@ -147,12 +151,23 @@ scan(PyObject *self, PyObject *arg)
                 if (start[k] < 0) {
                     start[k] = i;
                     counted[k] = 0;
+                    if (k == 1)
+                        group = groups3 = long8 = 0;
                 }
                 counted[k] += (bits & counts[k]) != 0;
+                if (k == 1) {
+                    if (bits & B_DIGIT)
+                        group++;
+                    else
+                        group = 0;
+                    groups3 += group == 3;
+                    long8 |= group == 8;
+                }
                 open = 1;
             }
             else if (start[k] >= 0) {
-                if (counted[k] >= need[k] && append_run(&found[k], start[k], i) < 0)
+                if (counted[k] >= need[k] && (k != 1 || groups3 >= 2 || long8) &&
+                    append_run(&found[k], start[k], i) < 0)
                     goto fail;
                 start[k] = -1;
             }

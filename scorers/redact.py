@@ -225,12 +225,26 @@ Runs = list[tuple[int, int]] | None
 Scan = tuple[bool, Runs, Runs, Runs] | None
 
 
+_GROUPS: Final = re.compile(r"\d+")
+
+
+def _phone_groups(run: str) -> bool:
+    """A grouped phone number ends in two groups of 3-4 digits; an international one has 8+ in a row."""
+    lengths = [len(g) for g in _GROUPS.findall(run)]
+    return sum(n >= 3 for n in lengths) >= 2 or any(n >= 8 for n in lengths)
+
+
 def _scan_py(text: str) -> Scan:
     """The pure-Python twin of ``scorers._redact_fast.scan`` (see :data:`scan`)."""
     key = any(marker in text for marker in _KEY_MARKERS)
     runs = [
-        [m.span() for m in found.finditer(text) if len(counted.findall(m.group())) >= need] or None
-        for found, need, counted in _RUN_CLASSES
+        [
+            m.span()
+            for m in found.finditer(text)
+            if len(counted.findall(m.group())) >= need and (kind != KIND_PHONE or _phone_groups(m.group()))
+        ]
+        or None
+        for kind, (found, need, counted) in zip((KIND_EMAIL, KIND_CARD, KIND_PHONE), _RUN_CLASSES, strict=True)
     ]
     if not key and not any(runs):
         return None
@@ -250,7 +264,8 @@ scan: Callable[[str], Scan] = _FAST.scan if _FAST is not None else _scan_py
 ``(key_marker, email_runs, card_runs, phone_runs)``: whether a literal every key match holds occurs
 (:data:`_KEY_MARKERS`), and the ``(start, end)`` of each maximal run of the characters an email
 (ASCII letters, digits, ``._%+-@``, holding an ``@``), a card number (digits, space, ``-``, at least
-13 digits) or a phone number (digits, space, ``.()+-``, at least 8 digits) is made of (``None``: no
+13 digits) or a phone number (digits, space, ``.()+-``, at least 8 digits, and two groups of 3 or more
+digits in a row or one of 8 or more: dates and short ids are not phone runs) is made of (``None``: no
 run). Every match of a built-in lies inside one run of its kind. Compiled
 (``scorers/_redact_fast.c``) where a C compiler was available at install, else in Python."""
 
