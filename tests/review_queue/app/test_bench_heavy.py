@@ -1,0 +1,71 @@
+"""Tests for review_queue.app.bench.heavy: the heavy-content workload is what its docstring says."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+
+
+def _attrs(span: object) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for kv in span.attributes:  # type: ignore[attr-defined]
+        value = kv.value
+        out[kv.key] = value.string_value if value.HasField("string_value") else value.int_value
+    return out
+
+
+def test_runs_carry_content_and_their_truth() -> None:
+    """Model spans carry up to 2 KB of captured input messages (1-2 KB once the history fills the window);
+    caps end on a tool request and no answer; blocks on a content filter."""
+    runs = heavy_runs(200, seed=3)
+    assert 200 == len({r.trace_id for r in runs})
+    assert 0 < sum(r.capped for r in runs) < 200
+    assert 0 < sum(r.blocked for r in runs)
+    sizes: list[int] = []
+    for run in runs:
+        chats = [s for s in run.spans if s.name.startswith("chat ")]
+        assert chats
+        for span in chats:
+            messages = _attrs(span)["gen_ai.input.messages"]
+            assert isinstance(messages, str)
+            assert len(messages) <= 2048
+            assert "system" == json.loads(messages)[0]["role"]
+            sizes.append(len(messages))
+        root = run.spans[-1]
+        assert root.name.startswith("invoke_agent ")
+        assert not root.parent_span_id
+        reasons = [v.string_value for kv in chats[-1].attributes if kv.key == "gen_ai.response.finish_reasons"
+                   for v in kv.value.array_value.values]  # fmt: skip
+        if run.capped:
+            assert ["tool_calls"] == reasons
+            assert "gen_ai.output.messages" not in _attrs(root)
+        elif run.blocked:
+            assert ["content_filter"] == reasons
+        else:
+            assert ["stop"] == reasons
+    assert 1024 <= sorted(sizes)[len(sizes) // 2]
+
+
+def test_bodies_interleave_runs_children_before_roots() -> None:
+    """Every span is sent once, 250 to a body, a run's root after its children, most runs across bodies."""
+    runs = heavy_runs(300, seed=5)
+    seen: dict[str, list[int]] = {}
+    order: list[bytes] = []
+    for index, data in enumerate(heavy_bodies(runs)):
+        request = ExportTraceServiceRequest.FromString(data)
+        spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        assert len(spans) <= 250
+        for span in spans:
+            seen.setdefault(span.trace_id.hex(), []).append(index)
+            order.append(span.span_id)
+    assert sum(len(r.spans) for r in runs) == len(order) == len(set(order))
+    assert {r.trace_id for r in runs} == set(seen)
+    position = {span_id: i for i, span_id in enumerate(order)}
+    for run in runs:
+        root = run.spans[-1].span_id
+        assert all(position[s.span_id] < position[root] for s in run.spans[:-1])
+    split = sum(len(set(bodies)) > 1 for bodies in seen.values())
+    assert split > len(runs) // 10
