@@ -356,6 +356,9 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
                 if value.__class__ is list:
                     if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
                         break
+                elif value.__class__ is str and len(value) > Texts.CACHED_CHARS:
+                    if text(value) is not value:  # a long text (messages, results): unchanged when nothing in it
+                        break  # was cut, redacted or replaced (the stored form is then another object)
                 elif value not in clean and not (value.__class__ is str and text.unchanged(value)):
                     break
             else:
@@ -372,8 +375,8 @@ def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> 
         if stored is _DROPPED or len(out) >= MAX_ATTRIBUTES:
             dropped += 1
             continue
-        try:
-            known = value in clean
+        try:  # (a long text is never remembered as clean: not hashed for nothing)
+            known = not (value.__class__ is str and len(value) > Texts.CACHED_CHARS) and value in clean
         except TypeError:  # a list or a map
             known = False
         if known:

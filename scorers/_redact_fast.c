@@ -2,7 +2,8 @@
  *
  * scan(text) finds, in one pass, whether a literal marker of the key pattern occurs and the
  * (start, end) bounds of the maximal runs of ``text`` in which a built-in pattern of each kind can
- * match, in order:
+ * match, in order (a run begins where a match can: at a digit for cards, at a digit, '+' or '(' for
+ * phones, so the spaces of prose open none):
  *
  *   cards:  runs of decimal digits, ' ' and '-' holding at least 13 digits;
  *   phones: runs of decimal digits, ' ', '.', '-', '(', ')' and '+' holding at least 8 digits and
@@ -71,8 +72,8 @@ marker_at(int ukind, const void *data, Py_ssize_t n, Py_ssize_t i, Py_UCS4 ch)
     }
 }
 
-enum { B_CARD = 1, B_PHONE = 2, B_EMAIL = 4, B_DIGIT = 8, B_AT = 16, B_MARK = 32 };
-static unsigned char TABLE[128];
+enum { B_CARD = 1, B_PHONE = 2, B_EMAIL = 4, B_DIGIT = 8, B_AT = 16, B_MARK = 32, B_PSTART = 64 };
+static unsigned char TABLE[256]; /* bytes 128-255 (Latin-1): no decimal digit among them, so 0 */
 
 static void
 init_table(void)
@@ -92,6 +93,8 @@ init_table(void)
             bits |= B_AT;
         if (c == 's' || c == 'A' || c == 'x' || c == 'e' || c == 'E' || c == 'g')
             bits |= B_MARK;
+        if (c == '+' || c == '(')
+            bits |= B_PSTART;
         TABLE[c] = bits;
     }
 }
@@ -125,29 +128,42 @@ scan(PyObject *self, PyObject *arg)
         return NULL;
     /* per kind (card, phone, email): its class bit, what it counts, how many a run needs */
     static const unsigned char member[3] = {B_CARD, B_PHONE, B_EMAIL};
+    /* what may begin a run: what a match begins with (a digit; '+', '(' or a digit; any email character) */
+    static const unsigned char opens[3] = {B_DIGIT, B_DIGIT | B_PSTART, B_EMAIL};
     static const unsigned char counts[3] = {B_DIGIT, B_DIGIT, B_AT};
     static const Py_ssize_t need[3] = {13, 8, 1};
     const unsigned char classes = B_CARD | B_PHONE | (at >= 0 ? B_EMAIL : 0);
+    const unsigned char openers = B_DIGIT | B_PSTART | (at >= 0 ? B_EMAIL : 0);
     const int kinds = at >= 0 ? 3 : 2;
     Py_ssize_t start[3] = {-1, -1, -1}, counted[3] = {0, 0, 0};
     /* phone runs: the length of the current digit group, how many groups had 3+ digits, one had 8+ */
     Py_ssize_t group = 0, groups3 = 0, long8 = 0;
     PyObject *found[3] = {NULL, NULL, NULL};
     int key = 0, open = 0;
+    const Py_UCS1 *bytes = ukind == PyUnicode_1BYTE_KIND ? (const Py_UCS1 *)data : NULL;
     for (Py_ssize_t i = 0; i <= n; i++) {
         unsigned char bits = 0;
+        if (bytes != NULL && !open) {  /* prose between runs: skip what can neither open a run nor a key */
+            const unsigned char skip = (unsigned char)(openers | (key ? 0 : B_MARK));
+            while (i < n && !(TABLE[bytes[i]] & skip))
+                i++;
+        }
         if (i < n) {
             Py_UCS4 ch = ukind == PyUnicode_1BYTE_KIND ? ((const Py_UCS1 *)data)[i] : PyUnicode_READ(ukind, data, i);
             bits = bits_of(ch);
-            if ((bits & B_MARK) && !key)
-                key = marker_at(ukind, data, n, i, ch);
-            bits &= (unsigned char)(classes | B_DIGIT | B_AT);
+            if ((bits & B_MARK) && !key && i + 1 < n) {
+                Py_UCS4 c2 = PyUnicode_READ(ukind, data, i + 1);
+                if ((ch == 's' && c2 == 'k') || (ch == 'A' && (c2 == 'K' || c2 == 'I')) || (ch == 'x' && c2 == 'o') ||
+                    (ch == 'e' && (c2 == 'y' || c2 == 'a')) || (ch == 'E' && c2 == 'A') || (ch == 'g' && c2 == 'h'))
+                    key = marker_at(ukind, data, n, i, ch);
+            }
+            bits &= (unsigned char)(classes | B_DIGIT | B_AT | B_PSTART);
         }
-        if (!(bits & classes) && !open)
+        if (!(bits & openers) && !open)
             continue;
         open = 0;
         for (int k = 0; k < kinds; k++) {
-            if (bits & member[k]) {
+            if ((bits & member[k]) && (start[k] >= 0 || (bits & opens[k]))) {
                 if (start[k] < 0) {
                     start[k] = i;
                     counted[k] = 0;

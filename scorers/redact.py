@@ -216,10 +216,11 @@ _KEY_MARKERS: Final = (
 
 _RUN_CLASSES: Final = (
     (re.compile(r"[A-Za-z0-9._%+@-]+"), 1, re.compile("@")),
-    (re.compile(r"[\d -]+"), 13, re.compile(r"\d")),
-    (re.compile(r"[\d .()+-]+"), 8, re.compile(r"\d")),
+    (re.compile(r"\d[\d -]*"), 13, re.compile(r"\d")),
+    (re.compile(r"[\d+(][\d .()+-]*"), 8, re.compile(r"\d")),
 )
-"""Email, card, phone: each kind's character class, how many counted characters (the ``@``, digits) a run needs."""
+"""Email, card, phone: each kind's run (its characters, from one a match can begin with), how many counted
+characters (the ``@``, digits) a run needs."""
 
 Runs = list[tuple[int, int]] | None
 Scan = tuple[bool, Runs, Runs, Runs] | None
