@@ -526,6 +526,30 @@ def _judge_rows(table: Table, n_runs: int, repeat: int) -> None:
     table.add_row("  runs judged / dropped (flood), judge on", f"{j['on_judged']:,.0f} / {j['on_dropped']:,.0f}")
 
 
+def _heavy_rows(table: Table, n_runs: int, repeat: int) -> None:
+    """The headline: the heavy-content row (:mod:`review_queue.app.bench.heavy`), ``repeat`` rounds."""
+    from review_queue.app.bench.heavy import bench_heavy, heavy_bodies, heavy_runs
+
+    runs = heavy_runs(n_runs)
+    payload = list(heavy_bodies(runs))
+    rounds = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"heavy-content row ({n_runs:,} runs × {repeat})", total=repeat)
+        for _ in range(repeat):
+            rounds.append(bench_heavy(runs, payload))
+            progress.advance(task)
+    middle = sorted(rounds, key=lambda r: r.spans_per_cpu_s)[len(rounds) // 2]
+    table.add_row(
+        "HEAVY-CONTENT ROW: vigil run at its defaults, spans per server CPU-second (details for every run)",
+        f"{middle.spans_per_cpu_s:,.0f}",
+    )
+    table.add_row("  bodies answered in (s), peak RSS (MB)", f"{middle.send_wall_s:.2f}, {middle.peak_rss_mb:.0f}")
+    table.add_row(
+        "  runs stored complete / with details / sent",
+        f"{middle.complete:,} / {middle.with_details:,} / {middle.runs:,}",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Run every measurement and print a table (the figures for BENCHMARKS.md)."""
     tune_gc()  # as vigil run does
@@ -542,6 +566,7 @@ def main(args: argparse.Namespace) -> int:
         _spool_rows(table, n_runs, repeat, args.spool)
         Console().print(table)
         return 0
+    _heavy_rows(table, 500 if args.quick else min(n_runs, 5000), repeat)
     scoring: list[float] = []
     pipe = _median_of("pipeline", repeat, lambda: bench_pipeline(n_runs, scoring=scoring)[0])
     table.add_row("embedded pipeline, spans/s per core (saturated worker)", f"{pipe:,.0f}")
