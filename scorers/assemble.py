@@ -58,11 +58,13 @@ DEFAULT_MAX_SPANS_PER_RUN = 10_000
 """Spans kept per run; more are dropped and counted."""
 DEFAULT_CLOSED_CACHE = 5_000
 """Recently closed runs remembered to recognise late spans."""
-DEFAULT_EVICT_IDLE_S = 30.0
+DEFAULT_EVICT_IDLE_S = 10.0
 """Seconds without a span after which a run whose root has not ended may be force-closed when the
-runs in flight are over their caps: longer than an SDK's batch export delay (5 s) and than the
-worker's longest pause between two pulls (scoring a backlog of runs due together), so a run
-whose spans are still coming is not taken for one whose spans stopped."""
+runs in flight are over their caps: twice an SDK's batch export delay (5 s), and longer than the
+worker's usual pause between two pulls, so a run whose spans are still coming is not taken for
+one whose spans stopped; short enough that a flood of traces whose root never comes holds the
+intake back for about that long, within the senders' retries (an exporter retries a 503 for
+longer)."""
 
 
 class AssemblerObserver(Protocol):
@@ -190,6 +192,10 @@ class Assembler:
             Runs closed to respect the in-flight caps, in runs and bytes (usually empty): complete
             runs closed early, and runs force-closed as incomplete (module doc).
         """
+        return self._add(batch, enforce, self.pressure is None)
+
+    def _add(self, batch: TraceBatch, enforce: bool, force: bool) -> list[ClosedTrace]:
+        """:meth:`add`; ``force``: cut rootless runs still being fed rather than raise the pressure."""
         now = self._clock()
         trace_id = batch.trace_id
         pending = self._pending.get(trace_id)
@@ -211,7 +217,7 @@ class Assembler:
         order.move_to_end(trace_id)
         account = self.inflight_account
         if len(self._pending) > self._max_inflight or (account.budget and account.held > account.budget):
-            return self._relieve(now, trace_id, force=self.pressure is None) if enforce else []
+            return self._relieve(now, trace_id, force=force) if enforce else []
         pressure = self.pressure
         if pressure is not None and pressure.raised:
             pressure.raised = False
@@ -271,8 +277,10 @@ class Assembler:
         Closed runs go back into the late-span cache; in-flight runs resume with their idle
         and quiet clocks restarted now. Both stay within their caps, in runs and bytes (the state
         of a process with larger budgets may be loaded): the cache forgets its oldest runs, and
-        in-flight runs past the caps are force-closed — unless ``enforce`` is false (runs the
-        store refused at a stop, taken back to be saved rather than lost).
+        in-flight runs past the caps are closed — those whose root ended early (complete), then
+        the least recently fed others, cut even with a :attr:`pressure` (nothing feeds them yet,
+        the intake need not refuse for them) — unless ``enforce`` is false (runs the store refused
+        at a stop, taken back to be saved rather than lost).
 
         Returns:
             The runs force-closed to respect the in-flight caps (to be scored and written).
@@ -285,7 +293,7 @@ class Assembler:
             if entry is not None:
                 self.closed_account.sub(entry[1])
             self._recently_evicted.pop(batch.trace_id, None)
-            forced.extend(self.add(batch, enforce=enforce))
+            forced.extend(self._add(batch, enforce, True))
         return forced
 
     def next_deadline(self) -> float | None:

@@ -400,3 +400,14 @@ class TestPressure:
         (closed,) = asm.due()
         assert (4, True) == (len(closed.spans), closed.complete)
         assert pressure.raised is False
+
+    def test_import_state_cuts_the_excess_even_with_a_pressure(self) -> None:
+        """Runs loaded at start-up are not being fed: past the caps they are cut, the intake is not held back."""
+        big = make(Clock(1000.0))
+        for i in range(10):
+            big.add(sized(300, span("2", trace=trace(i))))
+        in_flight, closed = big.export_state()
+        pressure = Pressure()
+        small = make(Clock(1000.0), inflight_bytes=1000, pressure=pressure)
+        assert 7 == len(small.import_state(in_flight, closed))
+        assert (3, 900, False) == (small.inflight, small.inflight_account.held, pressure.raised)
