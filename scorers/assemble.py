@@ -18,9 +18,7 @@ sheds, in this order, what costs least:
 
 1. runs whose root has ended, due soonest first, are closed *now* rather than after their quiet
    period (``closed_early``): they are complete, and a span arriving later re-scores and updates
-   the stored run, never duplicates it. This starts already when the runs in flight pass
-   :data:`EARLY_CLOSE_SHARE` of the byte budget: waiting for stragglers is insurance, which should
-   neither take the room of runs still arriving nor hold the whole budget at high intake rates;
+   the stored run, never duplicates it;
 2. runs whose root has not ended and whose spans stopped coming — none for ``evict_idle_s`` —
    are force-closed as incomplete, least recently fed first (``evicted_idle``): the defence
    against a flood of traces whose root never comes;
@@ -60,9 +58,6 @@ DEFAULT_MAX_SPANS_PER_RUN = 10_000
 """Spans kept per run; more are dropped and counted."""
 DEFAULT_CLOSED_CACHE = 5_000
 """Recently closed runs remembered to recognise late spans."""
-EARLY_CLOSE_SHARE = 0.5
-"""Share of the in-flight byte budget past which runs whose root has ended are closed without
-waiting for their quiet period; runs still receiving spans may fill the whole budget."""
 DEFAULT_EVICT_IDLE_S = 10.0
 """Seconds without a span after which a run whose root has not ended may be force-closed when the
 runs in flight are over their caps: twice an SDK's batch export delay (5 s), and longer than the
@@ -221,7 +216,7 @@ class Assembler:
         order[trace_id] = None
         order.move_to_end(trace_id)
         account = self.inflight_account
-        if len(self._pending) > self._max_inflight or (account.budget and account.held > account.budget * _EARLY):
+        if len(self._pending) > self._max_inflight or (account.budget and account.held > account.budget):
             return self._relieve(now, trace_id, force=force) if enforce else []
         pressure = self.pressure
         if pressure is not None and pressure.raised:
@@ -245,7 +240,7 @@ class Assembler:
             if pending is None or pending.deadline != deadline:
                 continue  # stale heap entry: the run got newer spans
             out.append(self._close(trace_id, pending))
-        if self._over(_EARLY):
+        if self._over():
             out.extend(self._relieve(now, None, force=False))
         elif self.pressure is not None and self.pressure.raised:
             self.pressure.raised = False
@@ -353,10 +348,9 @@ class Assembler:
         pending.deadline = pending.last_seen + wait
         heapq.heappush(self._heap, (pending.deadline, trace_id))
 
-    def _over(self, share: float = 1.0) -> bool:
-        """Whether the runs in flight exceed either cap (runs; ``share`` of the byte budget)."""
-        account = self.inflight_account
-        return len(self._pending) > self._max_inflight or bool(account.budget and account.held > account.budget * share)
+    def _over(self) -> bool:
+        """Whether the runs in flight exceed either cap (runs, bytes)."""
+        return len(self._pending) > self._max_inflight or self.inflight_account.over()
 
     def _relieve(self, now: float, keep: str | None, *, force: bool) -> list[ClosedTrace]:
         """Shed runs in flight until they are within their caps (module doc, steps 1–3), never ``keep``
@@ -365,7 +359,7 @@ class Assembler:
         out: list[ClosedTrace] = []
         pending = self._pending
         rooted = self._rooted
-        while rooted and self._over(_EARLY):  # 1. complete runs, due soonest first: closed early
+        while rooted and self._over():  # 1. complete runs, due soonest first: closed early
             trace_id = next(iter(rooted))
             if trace_id == keep:  # the most recently fed: last in order
                 break
@@ -429,9 +423,6 @@ class Assembler:
     def _count(self, event: str, count: int = 1) -> None:
         if self._observer is not None:
             self._observer.assembler_event(event, count)
-
-
-_EARLY = EARLY_CLOSE_SHARE
 
 
 def _account(budget: int | ByteAccount) -> ByteAccount:

