@@ -17,8 +17,9 @@ is made of beyond its wire bytes (``tracemalloc`` over synthetic agent runs, wit
 Each structure keeps a :class:`ByteAccount` (bytes held, its budget); :class:`MemoryMetrics`
 publishes every account as ``vigil_memory_held_bytes{structure}`` (read at scrape time) and
 ``vigil_memory_budget_bytes{structure}``. What a structure does when its budget is spent is its
-own (the in-process stream refuses with 503 + Retry-After, the assembler force-closes runs, the
-late-span cache evicts its oldest run, a judge queue drops the run, the spool refuses), and each
+own (the in-process stream refuses with 503 + Retry-After, the assembler closes early the runs
+whose root has ended and, when that is not enough, raises a :class:`Pressure` the stream refuses on,
+the late-span cache evicts its oldest run, a judge queue drops the run, the spool refuses), and each
 counts it in its own metric.
 """
 
@@ -38,6 +39,7 @@ __all__ = [
     "ByteAccount",
     "MemoryBudgets",
     "MemoryMetrics",
+    "Pressure",
     "Structure",
     "batch_bytes",
     "span_bytes",
@@ -84,10 +86,12 @@ class MemoryBudgets:
             traffic at the highest rate the worker sustains; when spent, publishes are refused
             with 503 + Retry-After.
         inflight: spans of runs being assembled (6 %): runs waiting for their quiet period, and
-            runs whose root has not arrived; when spent, the assembler force-closes runs whose
-            root has not ended (least recently fed first), then the run due soonest. The state
-            file saved at a clean stop holds these and the late cache, so it stays within
-            ``inflight + late``.
+            runs whose root has not arrived; when spent, the assembler closes the runs whose root
+            has ended before their quiet period is over (complete), then force-closes runs whose
+            spans stopped coming, and, when it is still spent, raises its :class:`Pressure`: the
+            in-process stream refuses new bodies (503 + Retry-After) until it is back within
+            budget (:mod:`scorers.assemble`). The state file saved at a clean stop holds these and
+            the late cache, so it stays within ``inflight + late``.
         late: spans of recently scored runs kept to merge late spans into (4 %); when spent,
             the oldest run is forgotten.
         judge: scored runs queued for the LLM judges (2 %); when spent, a run selected for a
@@ -161,6 +165,24 @@ class ByteAccount:
     def sub(self, size: int) -> None:
         """Count ``size`` bytes released."""
         self.held -= size
+
+
+class Pressure:
+    """A flag a structure raises while it holds more than its caps and cannot shed without mangling
+    what it holds (the assembler: runs still receiving spans); the intake refuses new bodies while it
+    is raised, so that the senders' retries carry the data until there is room.
+
+    Raised and lowered by one thread (the structure's), read by others (the receivers' admission):
+    a plain attribute, a reader may act on a value one update old.
+
+    Attributes:
+        raised: whether the structure asks the intake to refuse now.
+    """
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
 
 
 class MemoryMetrics:

@@ -56,7 +56,8 @@ class CollectorMetrics:
         ``vigil_refused_total{stage,reason}``: spans refused with a retryable answer (503 /
             ``UNAVAILABLE`` + ``Retry-After``) after they were decoded: the sender still holds them and
             retries (``stream``/``full`` and ``stream``/``bytes`` (its record and byte capacities),
-            ``receiver``/``memory_limit``, ``kafka``/``full|unavailable``).
+            ``stream``/``inflight`` (the runs in flight over their caps), ``receiver``/``memory_limit``,
+            ``kafka``/``full|unavailable``).
         ``vigil_dropped_total{stage,reason}``: spans lost after they were accepted (answered 200):
             ``kafka``/``delivery_failed``.
         ``vigil_stream_depth_batches`` / ``vigil_stream_capacity_batches``: the in-process
@@ -144,7 +145,8 @@ class CollectorMetrics:
 
     def stream_full(self, spans: int, reason: str = "full") -> None:
         """Count spans the in-process stream refused (answered 503: retried): ``full`` in records,
-        ``bytes`` over its byte budget."""
+        ``bytes`` over its byte budget, ``inflight`` while the assembler's runs in flight are over
+        their caps (:class:`collector.budget.Pressure`)."""
         self.refused.labels("stream", reason).inc(spans)
 
     def bind_stream(self, depth: Callable[[], float], capacity: int) -> None:

@@ -3,6 +3,11 @@
 Receivers publish :class:`~collector.model.TraceBatch` records (one trace each); one
 worker thread drains them with :meth:`InProcessStream.get_many`. A publish takes all of
 its records or none, so an HTTP 503 means nothing of the request was kept.
+
+The stream also refuses while the structure its worker feeds asks it to (a raised
+:class:`~collector.budget.Pressure`: the assembler's runs in flight are over their caps and
+cannot be shed without mangling runs still receiving spans), so that a body is refused at the
+intake, and retried by its sender, rather than accepted and its runs stored incomplete.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from collector.budget import ByteAccount, batch_bytes
+from collector.budget import ByteAccount, Pressure, batch_bytes
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
@@ -93,20 +98,28 @@ class InProcessStream:
     consumer threads call :meth:`get_many`. The stream is bounded twice: in records and in
     bytes (the records' :func:`~collector.budget.batch_bytes` estimates, counted in
     :attr:`account`). A single publish larger than the whole capacity is accepted only into an
-    empty stream, so that it cannot be refused forever.
+    empty stream, so that it cannot be refused forever. While ``pressure`` is raised every publish
+    is refused, empty stream or not (the worker lowers it as runs close, see :mod:`scorers.assemble`).
 
     Args:
         max_batches: capacity in records (traces).
         retry_after_s: the ``retry_after`` of :class:`BackpressureError` when full.
         metrics: counts refused spans and exposes the depth at scrape time, when given.
         max_bytes: capacity in estimated bytes (the ``stream`` share of the memory limit); 0: unbounded.
+        pressure: raised by the worker's assembler while its runs in flight are over their caps.
 
     Raises:
         ValueError: ``max_batches`` is not positive, or ``max_bytes`` is negative.
     """
 
     def __init__(
-        self, max_batches: int, retry_after_s: float, metrics: CollectorMetrics | None = None, *, max_bytes: int = 0
+        self,
+        max_batches: int,
+        retry_after_s: float,
+        metrics: CollectorMetrics | None = None,
+        *,
+        max_bytes: int = 0,
+        pressure: Pressure | None = None,
     ) -> None:
         if max_batches <= 0:
             raise ValueError(f"max_batches must be positive, got {max_batches}")
@@ -118,6 +131,8 @@ class InProcessStream:
         self._closed = False
         self.account = ByteAccount(max_bytes)
         """Estimated bytes of the records waiting, against the byte capacity."""
+        self.pressure = pressure or Pressure()
+        """Raised downstream (the assembler) while the stream must refuse (reason ``inflight``)."""
         if metrics is not None:
             metrics.bind_stream(self.qsize, max_batches)
 
@@ -135,26 +150,29 @@ class InProcessStream:
         """Append all of ``batches`` or none of them. Never blocks on a full stream.
 
         Raises:
-            BackpressureError: the stream is full in records or bytes (or closed); nothing was
-                appended and the refused spans were counted (``vigil_refused_total{stage="stream"}``,
-                ``reason`` ``full`` or ``bytes``).
+            BackpressureError: the stream is full in records or bytes (or closed), or the runs in
+                flight downstream are over their caps; nothing was appended and the refused spans
+                were counted (``vigil_refused_total{stage="stream"}``, ``reason`` ``full``,
+                ``bytes`` or ``inflight``).
         """
         if not batches:
             return
         sized = [(b, b.size or batch_bytes(b)) for b in batches]
         size = sum(n for _, n in sized)
         account = self.account
+        pressed = self.pressure.raised
         with self._cond:
             items = self._items
             fits_count = len(batches) <= self._max - len(items)
             fits_bytes = not account.budget or account.held + size <= account.budget  # (ByteAccount.fits)
-            if not self._closed and ((fits_count and fits_bytes) or not items):
+            if not self._closed and not pressed and ((fits_count and fits_bytes) or not items):
                 items.extend(sized)
                 account.held += size
                 self._cond.notify()
                 return
         if self._metrics is not None:
-            self._metrics.stream_full(sum(len(b.spans) for b in batches), "full" if not fits_count else "bytes")
+            reason = "inflight" if pressed else "full" if not fits_count else "bytes"
+            self._metrics.stream_full(sum(len(b.spans) for b in batches), reason)
         raise BackpressureError(self._retry_after)
 
     def check_room(self, size_hint: int = 0) -> None:
@@ -162,9 +180,14 @@ class InProcessStream:
 
         Raises:
             BackpressureError: the stream is full (records or bytes: ``size_hint`` more would not
-                fit) or closed (nothing counted: spans unknown).
+                fit), closed, or its pressure is raised (nothing counted: spans unknown).
         """
-        if self._closed or len(self._items) >= self._max or (self._items and not self.account.fits(size_hint)):
+        if (
+            self._closed
+            or self.pressure.raised
+            or len(self._items) >= self._max
+            or (self._items and not self.account.fits(size_hint))
+        ):
             raise BackpressureError(self._retry_after)
 
     def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:

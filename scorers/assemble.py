@@ -12,11 +12,28 @@ rather than duplicated. Late spans for a run already evicted from the cache cann
 merged: they are counted as ``late_evicted`` and dropped.
 
 Everything is bounded, in runs and in bytes (the records' memory estimates,
-:func:`collector.budget.batch_bytes`): in-flight runs — when either cap is passed a run is
-force-closed as incomplete: a run whose root has not ended, least recently fed first (a flood of
-traces whose root never comes cannot push out the runs that are complete), else the run due
-soonest — spans per run (extra spans dropped) and the closed-run cache (oldest forgotten).
-The clock is injected so tests never sleep. Not thread-safe: one assembler per worker.
+:func:`collector.budget.batch_bytes`): spans per run (extra spans dropped), the closed-run cache
+(oldest forgotten) and the runs in flight. When the runs in flight pass either cap, the assembler
+sheds, in this order, what costs least:
+
+1. runs whose root has ended, due soonest first, are closed *now* rather than after their quiet
+   period (``closed_early``): they are complete, and a span arriving later re-scores and updates
+   the stored run, never duplicates it;
+2. runs whose root has not ended and whose spans stopped coming — none for ``evict_idle_s`` —
+   are force-closed as incomplete, least recently fed first (``evicted_idle``): the defence
+   against a flood of traces whose root never comes;
+3. with a :class:`~collector.budget.Pressure` (``vigil run``: shared with the in-process stream),
+   nothing more is closed: the pressure is raised (``pressure_raised``) and the intake refuses new
+   bodies with 503 / ``UNAVAILABLE`` + Retry-After until the runs in flight are back within their
+   caps (runs close as their roots arrive, or go idle); :meth:`due` lowers it. A run still
+   receiving spans is never cut, so every accepted run is scored whole. Without one (the Kafka
+   consumer, which cannot refuse anything), the least recently fed run whose root has not ended is
+   force-closed as incomplete (``evicted_inflight`` for the run cap, ``evicted_inflight_bytes``
+   for the byte budget), as before.
+
+The run just fed is never the one closed for it (it would reopen at its next span). The clock is
+injected so tests never sleep. Not thread-safe: one assembler per worker (the pressure flag is
+the one thing read from another thread).
 """
 
 from __future__ import annotations
@@ -28,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collector.budget import ByteAccount, batch_bytes
+from collector.budget import ByteAccount, Pressure, batch_bytes
 from collector.model import Span, TraceBatch, fast_constructor
 
 DEFAULT_QUIET_PERIOD_S = 2.0
@@ -41,6 +58,13 @@ DEFAULT_MAX_SPANS_PER_RUN = 10_000
 """Spans kept per run; more are dropped and counted."""
 DEFAULT_CLOSED_CACHE = 5_000
 """Recently closed runs remembered to recognise late spans."""
+DEFAULT_EVICT_IDLE_S = 10.0
+"""Seconds without a span after which a run whose root has not ended may be force-closed when the
+runs in flight are over their caps: twice an SDK's batch export delay (5 s), and longer than the
+worker's usual pause between two pulls, so a run whose spans are still coming is not taken for
+one whose spans stopped; short enough that a flood of traces whose root never comes holds the
+intake back for about that long, within the senders' retries (an exporter retries a 503 for
+longer)."""
 
 
 class AssemblerObserver(Protocol):
@@ -57,7 +81,8 @@ class ClosedTrace:
     Attributes:
         trace_id: the trace.
         spans: every distinct span received for it.
-        complete: False when closed by the idle timeout or by the in-flight cap.
+        complete: False when closed by the idle timeout or force-closed for the in-flight caps
+            before its root ended.
         rescore: True when the run was scored before and late spans reopened it.
         size: estimated bytes of its spans (:func:`collector.budget.batch_bytes`).
     """
@@ -89,17 +114,25 @@ class Assembler:
     Args:
         quiet_period_s: quiet time after the root ended before the run closes.
         max_idle_s: idle time after which a run closes as incomplete.
-        max_inflight: cap on runs being assembled; past it a run is force-closed (module doc).
+        max_inflight: cap on runs being assembled; past it runs are shed (module doc).
         max_spans_per_run: spans beyond this per run are dropped and counted.
         closed_cache_size: closed runs kept to merge late spans into.
         clock: monotonic seconds (injected in tests).
-        observer: receives counted events: ``spans_dropped_cap``, ``evicted_inflight`` (run cap),
-            ``evicted_inflight_bytes`` (byte budget), ``late_spans``, ``late_evicted``,
-            ``duplicate_spans``, ``closed_cache_evicted`` (a closed run forgotten, by count or bytes).
+        observer: receives counted events: ``spans_dropped_cap``, ``closed_early`` (a complete run
+            closed before its quiet period for the in-flight caps), ``evicted_idle`` (a rootless
+            run whose spans stopped coming, force-closed for the caps), ``pressure_raised`` (the
+            intake asked to refuse), ``evicted_inflight`` (run cap) and ``evicted_inflight_bytes``
+            (byte budget) (a rootless run force-closed, only without ``pressure``), ``late_spans``,
+            ``late_evicted``, ``duplicate_spans``, ``closed_cache_evicted`` (a closed run
+            forgotten, by count or bytes).
         inflight_bytes: byte budget of the runs being assembled; 0: unbounded. An int, or a
             :class:`~collector.budget.ByteAccount` shared by several assemblers (one per Kafka
             partition), which then hold that budget together.
         closed_cache_bytes: byte budget of the closed-run cache; 0: unbounded (same sharing).
+        evict_idle_s: a rootless run fed nothing for this long may be force-closed for the caps.
+        pressure: raised while the runs in flight stay over their caps; the intake refuses then
+            instead of the assembler cutting runs still receiving spans. None: no intake to refuse
+            (the Kafka consumer), such runs are force-closed (module doc).
     """
 
     def __init__(
@@ -114,6 +147,8 @@ class Assembler:
         observer: AssemblerObserver | None = None,
         inflight_bytes: int | ByteAccount = 0,
         closed_cache_bytes: int | ByteAccount = 0,
+        evict_idle_s: float = DEFAULT_EVICT_IDLE_S,
+        pressure: Pressure | None = None,
     ) -> None:
         self._quiet = quiet_period_s
         self._idle = max_idle_s
@@ -127,6 +162,10 @@ class Assembler:
         self._closed: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
+        self._rooted: OrderedDict[str, None] = OrderedDict()  # in flight, root ended: due soonest first
+        self._evict_idle = evict_idle_s
+        self.pressure = pressure
+        """Raised while the runs in flight stay over their caps (None: runs are force-closed instead)."""
         self.inflight_account = _account(inflight_bytes)
         """Estimated bytes of the runs being assembled (``vigil_memory_held_bytes{structure="inflight"}``)."""
         self.closed_account = _account(closed_cache_bytes)
@@ -150,40 +189,48 @@ class Assembler:
                 must not be lost, see :meth:`import_state`).
 
         Returns:
-            Runs force-closed to respect the in-flight caps, in runs and bytes (usually empty).
+            Runs closed to respect the in-flight caps, in runs and bytes (usually empty): complete
+            runs closed early, and runs force-closed as incomplete (module doc).
         """
+        return self._add(batch, enforce, self.pressure is None)
+
+    def _add(self, batch: TraceBatch, enforce: bool, force: bool) -> list[ClosedTrace]:
+        """:meth:`add`; ``force``: cut rootless runs still being fed rather than raise the pressure."""
         now = self._clock()
         trace_id = batch.trace_id
         pending = self._pending.get(trace_id)
-        forced: list[ClosedTrace] = []
         if pending is None:
             pending = self._open(trace_id, batch, now)
             if pending is None:
-                return forced
-            if enforce and len(self._pending) >= self._max_inflight:
-                forced.extend(self._evict_one("evicted_inflight"))
+                return []
             self._pending[trace_id] = pending
             self.inflight_account.held += pending.size
         self._merge(pending, batch.spans, batch.size or batch_bytes(batch))
         pending.last_seen = now
         self._schedule(trace_id, pending)
-        rootless = self._rootless
-        if not pending.root_ended:
-            rootless[trace_id] = None
-            rootless.move_to_end(trace_id)
-        elif trace_id in rootless:
-            del rootless[trace_id]
+        if pending.root_ended:
+            self._rootless.pop(trace_id, None)
+            order = self._rooted
+        else:
+            order = self._rootless
+        order[trace_id] = None
+        order.move_to_end(trace_id)
         account = self.inflight_account
-        if enforce and account.budget and account.held > account.budget:  # (ByteAccount.over, inlined)
-            while account.over() and len(self._pending) > 1:
-                evicted = self._evict_one("evicted_inflight_bytes", keep=trace_id)
-                if not evicted:
-                    break
-                forced.extend(evicted)
-        return forced
+        if len(self._pending) > self._max_inflight or (account.budget and account.held > account.budget):
+            return self._relieve(now, trace_id, force=force) if enforce else []
+        pressure = self.pressure
+        if pressure is not None and pressure.raised:
+            pressure.raised = False
+        return []
 
     def due(self) -> list[ClosedTrace]:
-        """Pop every run whose deadline has passed, in deadline order."""
+        """Pop every run whose deadline has passed, in deadline order; then, while the runs in flight
+        are over their caps, shed what costs least (complete runs closed early, idle rootless runs
+        force-closed: module doc, steps 1–2) and raise or lower the pressure.
+
+        Called on every tick of the worker, also when nothing arrives: that is how the pressure
+        comes down while the intake refuses.
+        """
         now = self._clock()
         out: list[ClosedTrace] = []
         heap = self._heap
@@ -193,6 +240,10 @@ class Assembler:
             if pending is None or pending.deadline != deadline:
                 continue  # stale heap entry: the run got newer spans
             out.append(self._close(trace_id, pending))
+        if self._over():
+            out.extend(self._relieve(now, None, force=False))
+        elif self.pressure is not None and self.pressure.raised:
+            self.pressure.raised = False
         return out
 
     def drain(self, *, finished_only: bool = False) -> list[ClosedTrace]:
@@ -226,8 +277,10 @@ class Assembler:
         Closed runs go back into the late-span cache; in-flight runs resume with their idle
         and quiet clocks restarted now. Both stay within their caps, in runs and bytes (the state
         of a process with larger budgets may be loaded): the cache forgets its oldest runs, and
-        in-flight runs past the caps are force-closed — unless ``enforce`` is false (runs the
-        store refused at a stop, taken back to be saved rather than lost).
+        in-flight runs past the caps are closed — those whose root ended early (complete), then
+        the least recently fed others, cut even with a :attr:`pressure` (nothing feeds them yet,
+        the intake need not refuse for them) — unless ``enforce`` is false (runs the store refused
+        at a stop, taken back to be saved rather than lost).
 
         Returns:
             The runs force-closed to respect the in-flight caps (to be scored and written).
@@ -240,7 +293,7 @@ class Assembler:
             if entry is not None:
                 self.closed_account.sub(entry[1])
             self._recently_evicted.pop(batch.trace_id, None)
-            forced.extend(self.add(batch, enforce=enforce))
+            forced.extend(self._add(batch, enforce, True))
         return forced
 
     def next_deadline(self) -> float | None:
@@ -295,33 +348,53 @@ class Assembler:
         pending.deadline = pending.last_seen + wait
         heapq.heappush(self._heap, (pending.deadline, trace_id))
 
-    def _evict_one(self, event: str, keep: str | None = None) -> list[ClosedTrace]:
-        """Force-close one run: the least recently fed run whose root has not ended, else the
-        one due soonest; never ``keep`` (the run just fed). Counts ``event``."""
-        for trace_id in self._rootless:
-            if trace_id != keep:
-                self._count(event)
-                return [self._close(trace_id, self._pending[trace_id], forced=True)]
-        stale: list[tuple[float, str]] = []
-        try:
-            while self._heap:
-                deadline, trace_id = heapq.heappop(self._heap)
-                pending = self._pending.get(trace_id)
-                if pending is None or pending.deadline != deadline:
-                    continue
+    def _over(self) -> bool:
+        """Whether the runs in flight exceed either cap (runs, bytes)."""
+        return len(self._pending) > self._max_inflight or self.inflight_account.over()
+
+    def _relieve(self, now: float, keep: str | None, *, force: bool) -> list[ClosedTrace]:
+        """Shed runs in flight until they are within their caps (module doc, steps 1–3), never ``keep``
+        (the run just fed); ``force``: cut the least recently fed rootless runs as a last resort.
+        Raises or lowers :attr:`pressure`. Returns the runs closed."""
+        out: list[ClosedTrace] = []
+        pending = self._pending
+        rooted = self._rooted
+        while rooted and self._over():  # 1. complete runs, due soonest first: closed early
+            trace_id = next(iter(rooted))
+            if trace_id == keep:  # the most recently fed: last in order
+                break
+            self._count("closed_early")
+            out.append(self._close(trace_id, pending[trace_id]))
+        rootless = self._rootless
+        idle_before = now - self._evict_idle
+        while rootless and self._over():  # 2. rootless runs whose spans stopped coming
+            trace_id = next(iter(rootless))
+            run = pending[trace_id]
+            if trace_id == keep or run.last_seen > idle_before:
+                break
+            self._count("evicted_idle")
+            out.append(self._close(trace_id, run, forced=True))
+        if force:  # 3. nobody to refuse: cut the least recently fed rootless runs
+            event = "evicted_inflight" if len(pending) > self._max_inflight else "evicted_inflight_bytes"
+            while rootless and self._over():
+                trace_id = next(iter(rootless))
                 if trace_id == keep:
-                    stale.append((deadline, trace_id))
-                    continue
+                    break
                 self._count(event)
-                return [self._close(trace_id, pending, forced=True)]
-            return []
-        finally:
-            for item in stale:
-                heapq.heappush(self._heap, item)
+                out.append(self._close(trace_id, pending[trace_id], forced=True))
+        pressure = self.pressure
+        if pressure is not None:
+            over = self._over()
+            if over and not pressure.raised:
+                self._count("pressure_raised")
+            pressure.raised = over
+        return out
 
     def _close(self, trace_id: str, pending: _Pending, *, forced: bool = False) -> ClosedTrace:
         del self._pending[trace_id]
-        if not pending.root_ended:
+        if pending.root_ended:
+            self._rooted.pop(trace_id, None)
+        else:
             self._rootless.pop(trace_id, None)
         self.inflight_account.held -= pending.size
         spans = tuple(pending.spans.values())

@@ -45,6 +45,15 @@ Commit protocol (what makes "nothing lost, nothing counted twice" hold):
    exponential backoff while ``poll`` keeps the group membership alive, and the partitions
    resume once the write succeeded.
 
+Memory pressure: the partitions' assemblers are built without a
+:class:`~collector.budget.Pressure` — a consumer has no intake to refuse, and pausing partitions
+for memory is not done. Past the in-flight caps they close runs whose root has ended early
+(complete), then cut rootless runs idle for ``VIGIL_EVICT_IDLE_S``, then, as before issue 25,
+the least recently fed rootless run even while it is still receiving spans
+(``evicted_inflight`` / ``evicted_inflight_bytes``: :mod:`scorers.assemble`). Nothing is lost
+for the commit protocol — a cut run is written (incomplete) before its offset passes — but such a
+run is stored incomplete and its later spans re-score it as late spans.
+
 Metrics (besides the run metrics): ``vigil_consumer_lag_records{partition}`` (high
 watermark minus the next offset to read), ``vigil_runs_in_flight_partition{partition}``
 (runs pending per partition), ``vigil_consumer_assigned_partitions``, ``vigil_consumer_records_total``,

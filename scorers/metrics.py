@@ -30,6 +30,9 @@ ASSEMBLER_EVENTS = (
     "spans_dropped_cap",
     "evicted_inflight",
     "evicted_inflight_bytes",
+    "closed_early",
+    "evicted_idle",
+    "pressure_raised",
     "closed_cache_evicted",
 )
 """The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
@@ -141,7 +144,7 @@ class RunMetrics:
         )
         self.assembler = Counter(
             "vigil_assembler_events",
-            "Assembler events: late/duplicate/dropped spans, evictions.",
+            "Assembler events: late/duplicate/dropped spans, runs closed early or evicted, intake pressure raised.",
             ["event"],
             registry=r,
         )

@@ -28,7 +28,7 @@ from functools import partial
 import structlog
 from prometheus_client import CollectorRegistry
 
-from collector.budget import MemoryMetrics
+from collector.budget import MemoryMetrics, Pressure
 from collector.errors import DecodeError
 from collector.grpc_receiver import create_grpc_server
 from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
@@ -199,13 +199,18 @@ def build(
     scoring = Scoring.from_settings(settings, environ)
     collector_metrics = CollectorMetrics(registry)
     budgets = settings.memory_budgets()
+    pressure = Pressure()  # raised by the assembler when its runs in flight stay over their caps: the stream refuses
     stream = InProcessStream(
-        settings.queue_max_batches, settings.retry_after_s, collector_metrics, max_bytes=budgets.stream
+        settings.queue_max_batches,
+        settings.retry_after_s,
+        collector_metrics,
+        max_bytes=budgets.stream,
+        pressure=pressure,
     )
     upgrade_database(settings.database_url)
     store = SqlStore(settings.database_url)
     run_metrics = scoring.run_metrics(registry)
-    assembler = scoring.assembler(run_metrics)
+    assembler = scoring.assembler(run_metrics, pressure)
     judges, agreement = scoring.judging(store, registry, run_metrics)
     if judges is not None:
         on_written = then(judges.submit, on_written)

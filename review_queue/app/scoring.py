@@ -14,7 +14,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter
 
-from collector.budget import ByteAccount
+from collector.budget import ByteAccount, Pressure
 from review_queue.app.settings import Settings
 from review_queue.details import DetailsWriter
 from review_queue.details_status import DetailsPolicy
@@ -116,9 +116,11 @@ class Scoring:
             self.online.register(registry)
         return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
 
-    def assembler(self, run_metrics: RunMetrics) -> Assembler:
+    def assembler(self, run_metrics: RunMetrics, pressure: Pressure | None = None) -> Assembler:
         """A fresh run assembler (one per process, or one per Kafka partition), bounded by the
-        ``inflight`` and ``late`` byte budgets of :meth:`Settings.memory_budgets`."""
+        ``inflight`` and ``late`` byte budgets of :meth:`Settings.memory_budgets`; ``pressure``: the
+        flag the intake refuses on when the runs in flight stay over their caps (``vigil run``; None:
+        such runs are force-closed, :mod:`scorers.assemble`)."""
         s = self.settings
         budgets = s.memory_budgets()
         return Assembler(
@@ -130,6 +132,8 @@ class Scoring:
             observer=run_metrics,
             inflight_bytes=ByteAccount(budgets.inflight),
             closed_cache_bytes=ByteAccount(budgets.late),
+            evict_idle_s=s.evict_idle_s,
+            pressure=pressure,
         )
 
     def judging(

@@ -26,6 +26,7 @@ from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
     DEFAULT_CLOSED_CACHE,
+    DEFAULT_EVICT_IDLE_S,
     DEFAULT_MAX_IDLE_S,
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_MAX_SPANS_PER_RUN,
@@ -103,6 +104,13 @@ class Settings(BaseModel):
         "drains, so that an agent stopped at the same time (a sidecar) can still export its last spans.",
     )
     max_inflight_runs: int = Field(DEFAULT_MAX_INFLIGHT, gt=0, description="Cap on runs being assembled at once.")
+    evict_idle_s: float = Field(
+        DEFAULT_EVICT_IDLE_S,
+        gt=0,
+        description="When the runs in flight are over their caps, a run whose root has not ended and that received "
+        "no span for this long is scored incomplete; runs still receiving spans are never cut (vigil run refuses "
+        "new bodies with 503/UNAVAILABLE instead).",
+    )
     max_spans_per_run: int = Field(
         DEFAULT_MAX_SPANS_PER_RUN, gt=0, description="Cap on spans kept per run; more are dropped and counted."
     )

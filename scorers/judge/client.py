@@ -22,13 +22,15 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scorers.errors import JudgeCallError
 from scorers.judge.rubrics import VERDICT_SCHEMA, JudgeInput
+
+if TYPE_CHECKING:  # imported by the first client: ``openai`` costs ~18 MiB, held only where judges run
+    import openai
 
 Wait = Callable[[float], bool]
 """Sleep up to the given seconds; True means "stop now" (shutdown)."""
@@ -103,6 +105,8 @@ class JudgeClient:
     def __init__(
         self, endpoint: Endpoint, api_key: str, *, on_attempt: Callable[[str, float], None] | None = None
     ) -> None:
+        import openai
+
         self._client = openai.OpenAI(
             base_url=endpoint.base_url, api_key=api_key, timeout=endpoint.timeout_s, max_retries=0
         )
@@ -143,6 +147,8 @@ class JudgeClient:
 
     def _complete(self, messages: list[dict[str, str]], tally: _Tally, wait: Wait) -> str:
         """One answer's text, retrying transient failures."""
+        import openai  # already loaded by __init__
+
         for retry in range(self.endpoint.max_retries + 1):
             last = retry == self.endpoint.max_retries
             t0 = time.perf_counter()
@@ -172,6 +178,8 @@ class JudgeClient:
 
     def _classify(self, exc: openai.APIError, retry: int) -> tuple[str, float | None]:
         """``(outcome, seconds to wait before retrying, or None to give up)``."""
+        import openai  # already loaded by __init__
+
         backoff = min(self.endpoint.max_backoff_s, 0.5 * 2**retry * (0.5 + self._rng.random()))
         if isinstance(exc, openai.APITimeoutError):
             return "timeout", backoff

@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from collector.budget import SPAN_OVERHEAD_BYTES
+from collector.budget import SPAN_OVERHEAD_BYTES, Pressure
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import Span, TraceBatch
@@ -186,3 +186,35 @@ class TestByteBudget:
         stream = InProcessStream(100, 1.0, max_bytes=10_000)
         stream.publish([_batch(0, spans=3)])
         assert 3 * SPAN_OVERHEAD_BYTES == stream.account.held
+
+
+class TestPressure:
+    """The stream refuses while the assembler's runs in flight are over their caps (issue 25, item 3)."""
+
+    def test_refuses_even_when_empty_while_the_pressure_is_raised_and_counts_it(self) -> None:
+        registry = CollectorRegistry()
+        pressure = Pressure()
+        stream = InProcessStream(100, 2.0, CollectorMetrics(registry), pressure=pressure)
+        pressure.raised = True
+        with pytest.raises(BackpressureError) as info:
+            stream.publish([_batch(0, spans=3)])
+        assert (2.0, 0) == (info.value.retry_after, stream.qsize())
+        assert 3 == registry.get_sample_value("vigil_refused_total", {"stage": "stream", "reason": "inflight"})
+        with pytest.raises(BackpressureError):
+            stream.check_room(0)
+
+    def test_accepts_again_once_the_pressure_is_lowered(self) -> None:
+        pressure = Pressure()
+        stream = InProcessStream(100, 1.0, pressure=pressure)
+        pressure.raised = True
+        with pytest.raises(BackpressureError):
+            stream.publish([_batch(0)])
+        pressure.raised = False
+        stream.check_room(0)
+        stream.publish([_batch(0)])
+        assert 1 == stream.qsize()
+
+    def test_a_stream_without_a_downstream_has_its_own_pressure_never_raised(self) -> None:
+        stream = InProcessStream(100, 1.0)
+        assert stream.pressure.raised is False
+        stream.publish([_batch(0)])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.budget import ByteAccount
+from collector.budget import ByteAccount, Pressure
 from collector.model import Span, TraceBatch
-from scorers.assemble import Assembler
+from scorers.assemble import Assembler, ClosedTrace
 from tests.support.fixtures import Clock
 
 TRACE = "a" * 32
@@ -169,28 +169,40 @@ class TestCaps:
         (closed,) = asm.drain()
         assert 3 == len(closed.spans)
 
-    def test_inflight_cap_force_closes_a_rootless_run_before_a_complete_one(self) -> None:
-        """At the in-flight cap a run still waiting for its root is closed (incomplete) first, even
-        though the complete run is due sooner: traces whose root never comes cannot push out complete runs."""
+    def test_inflight_cap_closes_a_complete_run_early_before_cutting_a_rootless_one(self) -> None:
+        """At the in-flight cap the run whose root ended is closed now, complete, rather than a run
+        still waiting for its root being cut."""
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_inflight=2)
         asm.add(batch(span("1", None)))
         asm.add(batch(span("2", trace=OTHER)))
         forced = asm.add(batch(span("3", trace="c" * 32)))
-        assert [(OTHER, False)] == [(c.trace_id, c.complete) for c in forced]
+        assert [(TRACE, True)] == [(c.trace_id, c.complete) for c in forced]
         assert 2 == asm.inflight
-        assert 1 == events.counts["evicted_inflight"]
+        assert {"closed_early": 1} == events.counts
 
-    def test_inflight_cap_force_closes_soonest_due_when_every_root_ended(self) -> None:
-        """With no rootless run in flight the run due soonest is closed (incomplete) to admit the new one."""
+    def test_inflight_cap_closes_soonest_due_first_when_every_root_ended(self) -> None:
+        """With every root ended the run due soonest is closed early, complete, to admit the new one."""
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, max_inflight=2)
         asm.add(batch(span("1", None)))
         clock.now += 1
         asm.add(batch(span("2", None, trace=OTHER)))
         forced = asm.add(batch(span("3", None, trace="c" * 32)))
-        assert [(TRACE, False)] == [(c.trace_id, c.complete) for c in forced]
-        assert 1 == events.counts["evicted_inflight"]
+        assert [(TRACE, True)] == [(c.trace_id, c.complete) for c in forced]
+        assert {"closed_early": 1} == events.counts
+
+    def test_without_pressure_the_run_cap_cuts_the_least_recently_fed_rootless_run(self) -> None:
+        """No intake to refuse (the Kafka consumer): past the run cap with only rootless runs, the least
+        recently fed one is force-closed as incomplete, as before."""
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, max_inflight=2)
+        asm.add(batch(span("2")))
+        asm.add(batch(span("2", trace=OTHER)))
+        asm.add(batch(span("3")))  # TRACE fed again: OTHER is the least recently fed
+        forced = asm.add(batch(span("3", trace="c" * 32)))
+        assert [(OTHER, False)] == [(c.trace_id, c.complete) for c in forced]
+        assert {"evicted_inflight": 1} == events.counts
 
 
 def sized(size: int, *spans: Span) -> TraceBatch:
@@ -214,9 +226,10 @@ class TestByteBudgets:
         assert (400, 0) == (closed.size, asm.inflight_account.held)
         assert 400 == asm.closed_account.held
 
-    def test_rootless_flood_is_force_closed_and_complete_runs_survive(self) -> None:
-        """Past the in-flight byte budget, runs whose root never came are closed (incomplete, oldest fed
-        first, counted); a complete run waiting for its quiet period is kept and closes complete."""
+    def test_without_pressure_a_rootless_flood_is_cut_and_the_complete_run_is_stored_complete(self) -> None:
+        """No intake to refuse (the Kafka consumer): past the in-flight byte budget the complete run is
+        closed early (complete), then runs whose root never came are cut (incomplete, oldest fed
+        first, counted)."""
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, inflight_bytes=1000)
         asm.add(sized(100, span("1", None, trace=TRACE), span("2", trace=TRACE)))
@@ -224,22 +237,33 @@ class TestByteBudgets:
         for i in range(50):
             forced += asm.add(sized(300, span("2", trace=trace(i))))
         assert asm.inflight_account.held <= 1000
-        assert asm.is_open(TRACE)
-        assert all(not c.complete for c in forced)
-        assert [trace(i) for i in range(len(forced))] == [c.trace_id for c in forced]  # oldest first
-        assert len(forced) == events.counts["evicted_inflight_bytes"]
-        assert 47 == len(forced)
-        clock.now += 2.1
-        assert (TRACE, True) in [(c.trace_id, c.complete) for c in asm.due()]
+        assert (TRACE, True) == (forced[0].trace_id, forced[0].complete)
+        rest = forced[1:]
+        assert all(not c.complete for c in rest)
+        assert [trace(i) for i in range(len(rest))] == [c.trace_id for c in rest]  # oldest first
+        assert {"closed_early": 1, "evicted_inflight_bytes": 47} == events.counts
+        assert 47 == len(rest)
 
-    def test_without_rootless_runs_the_run_due_soonest_is_closed(self) -> None:
+    def test_without_rootless_runs_the_run_due_soonest_is_closed_early_and_complete(self) -> None:
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, inflight_bytes=500)
         asm.add(sized(300, span("1", None, trace=trace(0))))
         clock.now += 1
         forced = asm.add(sized(300, span("1", None, trace=trace(1))))
-        assert [(trace(0), False)] == [(c.trace_id, c.complete) for c in forced]
-        assert 1 == events.counts["evicted_inflight_bytes"]
+        assert [(trace(0), True)] == [(c.trace_id, c.complete) for c in forced]
+        assert {"closed_early": 1} == events.counts
+
+    def test_a_run_closed_early_is_rescored_by_a_late_span_not_duplicated(self) -> None:
+        """A span arriving after its run was closed early reopens it with all its spans, as a re-score."""
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, inflight_bytes=500)
+        asm.add(sized(300, span("1", None, trace=trace(0))))
+        (early,) = asm.add(sized(300, span("1", None, trace=trace(1))))
+        assert (trace(0), True, False) == (early.trace_id, early.complete, early.rescore)
+        asm.add(sized(10, span("2", trace=trace(0))))
+        clock.now += 2.1
+        (rescored,) = [c for c in asm.due() if c.trace_id == trace(0)]
+        assert (2, True, True) == (len(rescored.spans), rescored.complete, rescored.rescore)
 
     def test_a_single_run_over_the_budget_is_kept(self) -> None:
         """The run being fed is never the one closed for it (it would reopen at its next span)."""
@@ -285,3 +309,105 @@ class TestByteBudgets:
         forced = one.add(sized(10, span("3", trace=trace(1))))
         assert [trace(0)] == [c.trace_id for c in forced]
         assert 710 == account.held
+
+
+class TestPressure:
+    """Over the in-flight caps with an intake to refuse (``vigil run``): runs still receiving spans are
+    never cut; complete runs close early, idle rootless runs go, then the intake is asked to refuse
+    (issue 25, item 3)."""
+
+    def flood(self, asm: Assembler, clock: Clock, runs: int) -> list[ClosedTrace]:
+        """TRACE complete (root ended), then ``runs`` rootless runs of 300 bytes, one a second."""
+        forced = asm.add(sized(100, span("1", None, trace=TRACE), span("2", trace=TRACE)))
+        for i in range(runs):
+            clock.now += 1
+            forced += asm.add(sized(300, span("2", trace=trace(i))))
+        return forced
+
+    def test_complete_runs_close_early_and_active_rootless_runs_are_kept(self) -> None:
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, inflight_bytes=1000, pressure=pressure)
+        forced = self.flood(asm, clock, 10)
+        assert [(TRACE, True)] == [(c.trace_id, c.complete) for c in forced]
+        assert 10 == asm.inflight
+        assert 3000 == asm.inflight_account.held
+        assert pressure.raised
+        assert {"closed_early": 1, "pressure_raised": 1} == events.counts  # raised once, not per record
+
+    def test_the_run_cap_raises_the_pressure_instead_of_cutting_a_run(self) -> None:
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, max_inflight=2, pressure=pressure)
+        for i in range(3):
+            assert [] == asm.add(batch(span("2", trace=trace(i))))
+        assert (3, True) == (asm.inflight, pressure.raised)
+        assert {"pressure_raised": 1} == events.counts
+
+    def test_the_pressure_is_lowered_once_runs_close(self) -> None:
+        """The roots arrive: those runs close early, the runs in flight fit again, the pressure comes down."""
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, inflight_bytes=1000, pressure=pressure)
+        self.flood(asm, clock, 5)
+        closed = []
+        for i in range(3):
+            closed += asm.add(sized(10, span("1", None, trace=trace(i))))
+        closed += asm.due()
+        assert [trace(0), trace(1)] == [c.trace_id for c in closed]
+        assert all(c.complete for c in closed)
+        assert asm.inflight_account.held <= 1000
+        assert pressure.raised is False
+
+    def test_active_rootless_runs_are_not_cut_by_the_tick(self) -> None:
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, inflight_bytes=1000, pressure=pressure, evict_idle_s=30.0)
+        self.flood(asm, clock, 5)
+        clock.now += 20  # the oldest was fed 24 s ago
+        assert [] == asm.due()
+        assert pressure.raised
+
+    def test_rootless_runs_whose_spans_stopped_are_cut_by_the_tick_oldest_first(self) -> None:
+        """The rootless-flood defence: runs idle for evict_idle_s go (incomplete, counted) until the
+        rest fit; then the pressure comes down."""
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, inflight_bytes=1000, pressure=pressure, evict_idle_s=30.0)
+        self.flood(asm, clock, 5)
+        clock.now += 27  # trace(0) idle 31 s, trace(1) 30 s, trace(2) 29 s
+        cut = asm.due()
+        assert [(trace(0), False), (trace(1), False)] == [(c.trace_id, c.complete) for c in cut]
+        assert (3, 900) == (asm.inflight, asm.inflight_account.held)
+        assert pressure.raised is False
+        assert 2 == events.counts["evicted_idle"]
+
+    def test_idle_rootless_runs_are_cut_on_add_before_the_pressure_is_raised(self) -> None:
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        asm = make(clock, events, inflight_bytes=1000, pressure=pressure, evict_idle_s=30.0)
+        asm.add(sized(600, span("2", trace=trace(0))))
+        clock.now += 31
+        forced = asm.add(sized(600, span("2", trace=trace(1))))
+        assert [(trace(0), False)] == [(c.trace_id, c.complete) for c in forced]
+        assert pressure.raised is False
+        assert {"evicted_idle": 1} == events.counts
+
+    def test_a_run_fed_under_pressure_is_never_cut_and_closes_whole(self) -> None:
+        """Every span of a run still receiving spans is kept through the pressure; it closes complete."""
+        clock, pressure = Clock(1000.0), Pressure()
+        asm = make(clock, inflight_bytes=500, pressure=pressure)
+        for sid in ("2", "3", "4"):
+            clock.now += 1
+            assert [] == asm.add(sized(300, span(sid)))
+        assert pressure.raised
+        assert [] == asm.add(sized(10, span("1", None)))
+        clock.now += 2.1
+        (closed,) = asm.due()
+        assert (4, True) == (len(closed.spans), closed.complete)
+        assert pressure.raised is False
+
+    def test_import_state_cuts_the_excess_even_with_a_pressure(self) -> None:
+        """Runs loaded at start-up are not being fed: past the caps they are cut, the intake is not held back."""
+        big = make(Clock(1000.0))
+        for i in range(10):
+            big.add(sized(300, span("2", trace=trace(i))))
+        in_flight, closed = big.export_state()
+        pressure = Pressure()
+        small = make(Clock(1000.0), inflight_bytes=1000, pressure=pressure)
+        assert 7 == len(small.import_state(in_flight, closed))
+        assert (3, 900, False) == (small.inflight, small.inflight_account.held, pressure.raised)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from collector.budget import Pressure
 from collector.errors import BackpressureError
+from collector.metrics import CollectorMetrics
 from collector.model import Span, StatusCode, TraceBatch
+from collector.stream import InProcessStream
 from scorers.assemble import Assembler, ClosedTrace
 from scorers.metrics import RunMetrics
 from scorers.model import Run, Score, ScoredRun, WriteOutcome
@@ -341,3 +345,55 @@ class TestFeedbackLookup:
         clock.now += 3
         assert 1 == worker.run_once()
         assert ["8" * 32] == list(sink.rows)
+
+
+class TestPressure:
+    """The worker's assembler and the in-process stream share one Pressure (``vigil run``, issue 25 item 3):
+    past the in-flight caps the intake refuses rather than a run still receiving spans being cut."""
+
+    def make(self, sink: FlakySink) -> tuple[StreamWorker, InProcessStream, Clock, CollectorRegistry]:
+        registry = CollectorRegistry()
+        metrics = RunMetrics(registry)
+        clock, pressure = Clock(0.0), Pressure()
+        names = ("tool_error_rate", "max_iterations_hit")
+        pipeline = Pipeline(build_chain(names), compile_rules(None, names), 0.0, on_error=metrics.error)
+        stream = InProcessStream(100, 1.0, CollectorMetrics(registry), pressure=pressure)
+        asm = Assembler(quiet_period_s=2.0, clock=clock, observer=metrics, max_inflight=2, pressure=pressure)
+        return StreamWorker(stream, asm, pipeline, sink, metrics), stream, clock, registry
+
+    def test_accepted_runs_are_scored_whole_while_the_cap_is_passed(self) -> None:
+        """Three runs open against a cap of two: the pressure comes and goes with the roots already
+        accepted; every run is written once, complete, with its spans."""
+        sink = FlakySink()
+        worker, stream, clock, registry = self.make(sink)
+        runs = {t: run_spans(t, capped=True) for t in ("a" * 32, "b" * 32, "c" * 32)}
+        stream.publish([TraceBatch(t, b.spans[:2]) for t, b in runs.items()])  # children first
+        stream.publish([TraceBatch(t, b.spans[2:]) for t, b in runs.items()])  # then the roots
+        worker.run_once()
+        clock.now += 2.5
+        worker.run_once()
+        assert sorted(runs) == sorted(sink.rows)
+        assert [(3, True, 1.0)] * 3 == [
+            (s.run.span_count, s.run.complete, dict(s.scores)["max_iterations_hit"]) for s in sink.rows.values()
+        ]
+        assert 1.0 == registry.get_sample_value("vigil_assembler_events_total", {"event": "pressure_raised"})
+        assert 0.0 == registry.get_sample_value("vigil_assembler_events_total", {"event": "evicted_inflight"})
+        assert stream.pressure.raised is False
+
+    def test_the_intake_refuses_until_runs_whose_spans_stopped_are_cut(self) -> None:
+        sink = FlakySink()
+        worker, stream, clock, registry = self.make(sink)
+        stream.publish([TraceBatch(t, run_spans(t).spans[:2]) for t in ("a" * 32, "b" * 32, "c" * 32)])
+        worker.run_once()
+        assert (3, True) == (worker.assembler.inflight, stream.pressure.raised)
+        with pytest.raises(BackpressureError):
+            stream.publish([run_spans("d" * 32)])
+        clock.now += 9.9
+        assert 0 == worker.run_once()  # still fed recently: nothing cut, still refusing
+        assert stream.pressure.raised
+        clock.now += 0.2
+        assert 1 == worker.run_once()  # idle for VIGIL_EVICT_IDLE_S: the least recently fed is cut
+        assert (False, False) == (sink.rows["a" * 32].run.complete, stream.pressure.raised)
+        stream.publish([run_spans("d" * 32)])
+        assert 1.0 == registry.get_sample_value("vigil_assembler_events_total", {"event": "evicted_idle"})
+        assert 3.0 == registry.get_sample_value("vigil_refused_total", {"stage": "stream", "reason": "inflight"})

@@ -13,7 +13,9 @@ The bench starts a real ``vigil run`` (defaults, SQLite, a fresh database), send
 ``connections`` keep-alive connections (a 503 is retried after its ``Retry-After``, as every OTel
 exporter does), waits until every run and its details are stored, and reports spans per CPU-second
 of the server process (all its threads), peak RSS (VmHWM), and what was stored against the
-driver's truth: runs stored complete, runs with details, iteration-cap hits and safety blocks.
+driver's truth: runs stored complete, runs with details, iteration-cap hits and safety blocks; and
+the assembler's events (``vigil_assembler_events_total``: runs closed early, evicted, the intake
+pressure raised) read from ``/metrics`` before the server stops.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from prometheus_client.parser import text_string_to_metric_families
 
 from review_queue.app.bench.synth import _kv, body
 from review_queue.app.process import cpu_seconds, spawn_vigil
@@ -136,7 +139,7 @@ class _Conversation:
         return json.dumps(out + kept[::-1], separators=(",", ":"))
 
 
-def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run's story, read top to bottom)
+def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run's script, read top to bottom)
     """One agent run (spans in the order they end: children before parents, the root last)."""
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
@@ -152,7 +155,7 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run
     errors = 0
     t = end_ns - 60_000_000_000
 
-    def chat(parent: bytes, reason: str, outputs: Sequence[Mapping[str, object]]) -> None:
+    def chat(parent: bytes, reason: str, outputs: list[dict[str, object]]) -> None:
         nonlocal t
         attrs = [
             _kv("gen_ai.operation.name", "chat"),
@@ -209,7 +212,7 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run
             arguments = _fill(rng, '{{"order_id": "{order}", "since": "{date}", "note": "customer asked twice"}}')
             calls.append((name, f"call_{rng.getrandbits(96):024x}", arguments))
         parts = [{"type": "tool_call", "id": c, "name": n, "arguments": json.loads(a)} for n, c, a in calls]
-        out = [{"role": "assistant", "parts": parts, "finish_reason": "tool_call"}]
+        out: list[dict[str, object]] = [{"role": "assistant", "parts": parts, "finish_reason": "tool_call"}]
         chat(parent, "tool_calls", out)
         conv.messages.append({"role": "assistant", "parts": parts})
         for name, call_id, arguments in calls:
@@ -249,8 +252,8 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run
         _kv("gen_ai.conversation.id", f"conv-{rng.getrandbits(64):016x}"),
     ]
     if final is not None:
-        answer_message = [{"role": "assistant", "parts": [_text_part(final)]}]
-        root_attrs.append(_kv("gen_ai.output.messages", json.dumps(answer_message)))
+        message = [{"role": "assistant", "parts": [_text_part(final)]}]
+        root_attrs.append(_kv("gen_ai.output.messages", json.dumps(message)))
     spans.append(
         Span(
             trace_id=trace_id, span_id=root_id, name=f"invoke_agent {agent}", kind=Span.SPAN_KIND_INTERNAL,
@@ -314,6 +317,8 @@ class HeavyResult:
     blocked_truth: int
     blocked_stored: int
     refused: int
+    events: Mapping[str, float] = field(default_factory=dict)
+    """``vigil_assembler_events_total`` by event; ``refused:<reason>``: ``vigil_refused_total{stage="stream"}``."""
 
     @property
     def spans_per_cpu_s(self) -> float:
@@ -342,6 +347,22 @@ def _counts(db: Path) -> tuple[int, int, int, int, int]:
         return int(runs[0]), int(runs[1]), int(details), int(runs[2]), int(runs[3])
     except sqlite3.Error:
         return 0, 0, 0, 0, 0
+
+
+def _events(metrics_url: str) -> dict[str, float]:
+    """The assembler's events and the stream's refusals (``refused:<reason>``) on ``/metrics`` (empty if unreadable)."""
+    try:
+        text = httpx.get(metrics_url, timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vigil_assembler_events_total":
+                out[sample.labels["event"]] = sample.value
+            elif sample.name == "vigil_refused_total" and sample.labels.get("stage") == "stream":
+                out[f"refused:{sample.labels['reason']}"] = sample.value
+    return out
 
 
 def _send(url: str, payload: Sequence[bytes], refused: list[int], lock: threading.Lock) -> None:
@@ -401,6 +422,7 @@ def bench_heavy(
                     break  # everything stored, or nothing moved for a minute (reported as stored)
                 time.sleep(0.25)
             peak = _peak_rss_mb(pid)
+            events = _events(proc.metrics_url)
         finally:
             proc.stop(60)
     stored, complete, with_details, capped, blocked = last
@@ -408,7 +430,7 @@ def bench_heavy(
         spans=spans, runs=len(runs), cpu_s=cpu_at_last - cpu0, send_wall_s=send_wall, peak_rss_mb=peak,
         stored=stored, complete=complete, with_details=with_details,
         capped_truth=sum(r.capped for r in runs), capped_stored=capped,
-        blocked_truth=sum(r.blocked for r in runs), blocked_stored=blocked, refused=refused[0],
+        blocked_truth=sum(r.blocked for r in runs), blocked_stored=blocked, refused=refused[0], events=events,
     )  # fmt: skip
 
 
