@@ -70,10 +70,11 @@ def canonical_json(value: object) -> str | None:
 _CACHED_LEN = 1024
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1024)
 def _canonical_text(value: str) -> str | None:
     # Agents call the same tool with the same arguments often (that is what loops are);
-    # short argument strings are memoised so repeated calls cost a dict lookup.
+    # short argument strings are memoised so repeated calls cost a dict lookup. A loop repeats
+    # within a run, so a thousand entries hold it (8,192 held up to ~8 MB of one-off arguments).
     return _canonical(value)
 
 
