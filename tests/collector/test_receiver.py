@@ -422,9 +422,10 @@ class TestIntakeBudget:
         assert (1, 0) == (h.stream.qsize(), intake.reserved)
 
     def test_gzip_bomb_refused_within_the_budget(self, harness_factory: Callable[..., Harness]) -> None:
-        """A gzip bomb inflates step by step, each step reserved first: with another body in flight
-        it is refused with 503 once the budget is spent, having held about the budget, not its
-        100 MiB (the 413 at the size limit applies when it is alone: see test_gzip_bomb)."""
+        """A gzip bomb reserves ten times its compressed size (at most the size limit) before it is
+        read: with another body in flight that does not fit, so it waits for room and is refused
+        with 503, having held at most the budget, not its 100 MiB (the 413 at the size limit applies
+        when it is alone: see test_gzip_bomb)."""
         budget = LIMIT  # about 300 KiB of output at the cost factor: refused before the 1 MiB size limit
         intake = IntakeBudget(budget)
         h = harness_factory(intake=intake)

@@ -21,7 +21,9 @@ request inflated its body step by step as it arrived, so all 48 shared the budge
 mid-body; a refused one kept its inflated bytes (referenced from the refusal's traceback) while it
 read the rest of its body, waiting for the tail: bodies of random text (which gzip hardly shrinks)
 reached a VmHWM of 691-781 MiB over 4 runs, and the one left was then refused by the memory
-ceiling: 48 x 503.
+ceiling: 48 x 503. Now a request is admitted (:mod:`collector.admission`) before its body is read,
+in arrival order, and refused at once when the ones waiting ahead of it fill the budget; one refused
+on the way drops what it inflated at once.
 """
 
 from __future__ import annotations
