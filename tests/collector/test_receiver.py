@@ -441,6 +441,27 @@ class TestIntakeBudget:
         h.assert_still_works()
         assert 0 == intake.reserved
 
+    def test_gzip_body_inflating_past_its_estimate_refused_on_the_way(
+        self, harness_factory: Callable[..., Harness]
+    ) -> None:
+        """A 10 MiB bomb (about 10 KiB gzipped) fits its admission estimate (ten times the compressed
+        size), then inflates past it: with another body in flight the next step does not fit, so it is
+        refused with 503 having held about the budget, and gives everything back."""
+        budget = LIMIT
+        intake = IntakeBudget(budget)
+        h = harness_factory(intake=intake)
+        other = intake.reservation()
+        assert other.grow(1)
+        bomb = _bomb(10)
+        assert intake_cost(10 * len(bomb)) < budget  # admitted at once
+        response, peak = h.post_gzip_traced(bomb)
+        assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+        assert peak < len(bomb) * 4 + budget
+        assert (1.0, 1) == (h.rejected("intake_budget"), intake.reserved)
+        other.release()
+        h.assert_still_works()
+        assert 0 == intake.reserved
+
     def test_reservation_released_after_every_answer(self, harness_factory: Callable[..., Harness]) -> None:
         """200, 400, 413, 415, gzip, chunked: the budget is whole again after each."""
         intake = IntakeBudget(64 * LIMIT)
