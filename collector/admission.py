@@ -100,7 +100,9 @@ class Admission:
         max_waiting: how many requests may wait at once.
     """
 
-    def __init__(self, intake: IntakeBudget, *, wait_s: float = ADMISSION_WAIT_S, max_waiting: int = MAX_WAITING):
+    def __init__(
+        self, intake: IntakeBudget, *, wait_s: float = ADMISSION_WAIT_S, max_waiting: int = MAX_WAITING
+    ) -> None:
         self._intake = intake
         self._wait_s = wait_s
         self._max_waiting = max_waiting
