@@ -12,9 +12,10 @@ The RSS reading is late by nature: a burst of large bodies read, inflated and de
 is all in memory before any reading shows it. The bytes of request bodies in flight are
 therefore reserved in advance against an :class:`IntakeBudget`, a share
 (:data:`INTAKE_SHARE`) of the same ceiling: a receiver reserves a body's bytes before it holds
-them (the ``Content-Length``, or chunk by chunk as the body arrives and as gzip/deflate
-inflates it), times :data:`INTAKE_COST_FACTOR` for what decoding it will hold, and releases
-them once the decoded spans are handed on. A request that does not fit is refused with 503 /
+them (on admission, before the body is read: :mod:`collector.admission` for OTLP/HTTP, the
+worst case of a message for OTLP/gRPC; then chunk by chunk past that, as the body arrives and as
+gzip/deflate inflates it), times :data:`INTAKE_COST_FACTOR` for what decoding it will hold, and
+releases them once the decoded spans are handed on. A request that does not fit is refused with 503 /
 ``UNAVAILABLE`` + Retry-After (``vigil_otlp_rejected_requests_total{reason="intake_budget"}``);
 ``vigil_intake_reserved_bytes`` shows the bytes reserved.
 """
@@ -215,7 +216,8 @@ def intake_cost(body_bytes: int) -> int:
 
 class IntakeBudget:
     """A semaphore of bytes shared by the receivers of one process: bodies in flight reserve
-    their bytes here before they are held, and refuse (never wait) when it is spent.
+    their bytes here before they are held, and are refused when it is spent (the budget never
+    waits; the receivers' admission queues do: :mod:`collector.admission`, ``collector.grpc_receiver``).
 
     A reservation larger than the whole budget is granted only while no other one holds
     anything, so that a body at the size limit cannot be refused for ever by a small budget

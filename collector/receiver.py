@@ -15,10 +15,16 @@ trace. Answers, per the OTLP/HTTP specification:
   or decoded, so that shedding costs microseconds, not a decode; such requests are counted
   in ``vigil_otlp_rejected_requests_total{reason="backpressure"}`` (their spans are unknown);
 * 503 with ``Retry-After`` when the body's bytes do not fit in the intake budget
-  (:class:`~collector.limits.IntakeBudget`): they are reserved before they are held — the
-  ``Content-Length`` of a plain body before it is read, a gzip/deflate body piece by piece as
-  it inflates — so a burst of large bodies is refused instead of read, inflated and decoded
-  at once (``reason="intake_budget"``).
+  (:class:`~collector.limits.IntakeBudget`): a request is admitted before a byte of its body is
+  read (:mod:`collector.admission`), reserving the ``Content-Length`` of a plain body, ten times
+  that of a gzip/deflate one (:data:`~collector.admission.COMPRESSION_ESTIMATE`), or the size limit
+  without one; requests that do not fit wait in arrival order (up to
+  :data:`~collector.admission.ADMISSION_WAIT_S`) or are refused at once when the ones waiting ahead
+  fill the budget. Unadmitted bodies stay in the socket buffers (uvicorn stops reading past 64 KiB
+  the application has not asked for). A body inflating past its estimate reserves the rest step by
+  step, and is refused if the budget is spent by then; what it inflated is dropped at once and the
+  rest of its body is left to the server, which discards it after the answer
+  (``reason="intake_budget"``).
 
 A compressed body is inflated into one ``bytearray``, never into pieces joined into a copy; the
 chunks of a plain body are joined once and dropped. Decoders and the spool take it as it is.
@@ -46,6 +52,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.admission import ADMISSION_WAIT_S, Admission, admission_bytes
 from collector.errors import BackpressureError, BodyTooLargeError, DecodeError
 from collector.limits import IntakeBudget, Reservation, intake_cost
 from collector.metrics import CollectorMetrics, Encoding, RejectReason
@@ -97,6 +104,7 @@ def create_otlp_app(
     ready: Callable[[], bool] | None = None,
     token_check: Callable[[str], bool] | None = None,
     intake: IntakeBudget | None = None,
+    admission_wait_s: float = ADMISSION_WAIT_S,
 ) -> Starlette:
     """Build the OTLP/HTTP receiver app.
 
@@ -113,12 +121,21 @@ def create_otlp_app(
             the composition root; it must be fast — cache lookups — as it runs on the event loop).
         intake: the byte budget of bodies in flight, shared with the other receivers of the
             process; ``None`` never refuses for it.
+        admission_wait_s: how long a request may wait for room in ``intake`` before 503
+            (:mod:`collector.admission`).
 
     Returns:
         A Starlette app. Handlers never block the event loop on large decodes.
     """
     receiver = _Receiver(
-        publisher, metrics, max_body_bytes, retry_after_s, ingest_token, token_check=token_check, intake=intake
+        publisher,
+        metrics,
+        max_body_bytes,
+        retry_after_s,
+        ingest_token,
+        token_check=token_check,
+        intake=intake,
+        admission_wait_s=admission_wait_s,
     )
     probe = ready or (publisher.ready if isinstance(publisher, _SupportsReady) else (lambda: True))
 
@@ -159,9 +176,11 @@ class _Receiver:
         *,
         token_check: Callable[[str], bool] | None = None,
         intake: IntakeBudget | None = None,
+        admission_wait_s: float = ADMISSION_WAIT_S,
     ) -> None:
         self._publisher = publisher
         self._intake = intake or IntakeBudget(0)
+        self._admission = Admission(self._intake, wait_s=admission_wait_s)
         self._metrics = metrics
         self._limit = limit
         self._retry_after_s = retry_after_s
@@ -191,9 +210,18 @@ class _Receiver:
                 f"unsupported Content-Type {media_type!r}: use application/x-protobuf or application/json",
             )
         self._check_room(request, encoding)
+        declared = _declared_length(request)
+        if declared > self._limit:
+            raise _too_large(self._limit)
+        inflater = _Inflater.for_encoding(request.headers.get("content-encoding", ""), self._limit)
+        covered = admission_bytes(declared, inflater is not None, self._limit)
         reservation = self._intake.reservation()
         try:  # the body and its decoded spans are reserved until they are handed on
-            body = await self._read_body(request, reservation)
+            await self._admit(request, encoding, reservation, covered)
+            body = await self._read_body(request, reservation, covered, inflater)
+            if reservation.held > (cost := intake_cost(len(body))):  # keep what it holds, not the estimate
+                reservation.shrink(reservation.held - cost)
+                self._admission.wake()
             decode = _DECODERS[encoding]
             try:
                 if len(body) >= THREADPOOL_DECODE_BYTES:
@@ -206,6 +234,20 @@ class _Receiver:
             return result, len(body)
         finally:
             reservation.release()
+            self._admission.wake()
+
+    async def _admit(self, request: Request, encoding: Encoding, reservation: Reservation, covered: int) -> None:
+        """Reserve the cost of ``covered`` body bytes before the body is read, waiting in arrival order.
+
+        Raises:
+            _Rejection: 503 (``intake_budget``) refused at once or after the wait; 503
+                (``backpressure``) when the publisher filled up while it waited.
+        """
+        admitted = await self._admission.admit(reservation, intake_cost(covered))
+        if admitted is None:
+            raise self._budget_spent()
+        if admitted:  # it waited: the requests before it may have filled the publisher
+            self._check_room(request, encoding)
 
     def _authorize(self, request: Request) -> None:
         if self._token is None and self._check is None:
@@ -216,27 +258,25 @@ class _Receiver:
             rejection.headers["WWW-Authenticate"] = "Bearer"
             raise rejection
 
-    async def _read_body(self, request: Request, reservation: Reservation) -> bytes | bytearray:
+    async def _read_body(
+        self, request: Request, reservation: Reservation, covered: int, inflater: _Inflater | None
+    ) -> bytes | bytearray:
         """The whole (decompressed) body, its cost reserved in ``reservation`` before it is held.
 
-        A plain body with a ``Content-Length`` is reserved at once, one without chunk by chunk (its
-        chunks joined once, then dropped: the reservation covers that moment), a compressed one
-        step by step as it inflates into one buffer.
+        ``covered`` body bytes were reserved on admission; a plain body longer than that (no or a
+        wrong ``Content-Length``) reserves the rest chunk by chunk (its chunks joined once, then
+        dropped: the reservation covers that moment), a compressed one step by step as it inflates
+        into one buffer past ``covered``. When it is refused on the way, what it read is dropped at
+        once and the rest is left unread (the server discards it after the answer).
         """
-        declared = request.headers.get("content-length", "")
-        size = int(declared) if declared.isdigit() else -1
-        if size > self._limit:
-            raise _too_large(self._limit)
-        inflater = _Inflater.for_encoding(request.headers.get("content-encoding", ""), self._limit)
-        reserved = max(size, 0) if inflater is None else 0
-        if reserved:
-            self._reserve(reservation, intake_cost(reserved))
+        if inflater is not None:
+            inflater.prepay(covered + 1)  # the step that detects an overflow holds one byte past the limit
+        reserved = covered
         body = bytearray()  # the inflated body
         chunks: list[bytes] = []  # the plain one
         raw = 0
-        stream = request.stream()
         try:
-            async for chunk in stream:
+            async for chunk in request.stream():
                 raw += len(chunk)
                 if raw > self._limit:
                     raise _too_large(self._limit)
@@ -253,13 +293,9 @@ class _Receiver:
             raise _too_large(exc.limit) from exc
         except DecodeError as exc:
             raise _Rejection(400, "decode", str(exc)) from exc
-        except _Rejection as rejection:
-            if rejection.reason == "intake_budget":  # read the rest without holding it: a clean 503
-                del body, chunks
-                async for chunk in stream:
-                    raw += len(chunk)
-                    if raw > self._limit:
-                        break
+        except _Rejection:
+            body.clear()  # the traceback keeps the inflater's frames, which refer to the buffer
+            chunks.clear()
             raise
         if inflater is not None:
             return body
@@ -275,12 +311,16 @@ class _Receiver:
         """
         if not reservation.grow(size):
             reservation.release()  # give the rest back now: others can go on while this answers
-            budget = self._intake.budget_bytes
-            rejection = _Rejection(
-                503, "intake_budget", f"intake budget of {budget} bytes (request bodies in flight) spent; retry later"
-            )
-            rejection.headers["Retry-After"] = str(self._retry_after_s)
-            raise rejection
+            self._admission.wake()
+            raise self._budget_spent()
+
+    def _budget_spent(self) -> _Rejection:
+        budget = self._intake.budget_bytes
+        rejection = _Rejection(
+            503, "intake_budget", f"intake budget of {budget} bytes (request bodies in flight) spent; retry later"
+        )
+        rejection.headers["Retry-After"] = str(self._retry_after_s)
+        return rejection
 
     def _check_room(self, request: Request, encoding: Encoding) -> None:
         """503 before the body is read when the publisher would refuse it anyway (a body declared
@@ -332,6 +372,12 @@ class _Receiver:
             )
 
 
+def _declared_length(request: Request) -> int:
+    """The request's ``Content-Length``, -1 when it has none (or not a number)."""
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else -1
+
+
 def _too_large(limit: int) -> _Rejection:
     return _Rejection(413, "too_large", f"request body exceeds {limit} bytes")
 
@@ -366,6 +412,10 @@ class _Inflater:
         self._limit = limit
         self._obj: zlib._Decompress | None = None
         self._reserved = 0  # bytes of output reserved beyond what ``out`` holds
+
+    def prepay(self, size: int) -> None:
+        """Count ``size`` bytes of output as reserved already (on admission, before the first step)."""
+        self._reserved += size
 
     @classmethod
     def for_encoding(cls, header: str, limit: int) -> _Inflater | None:

@@ -422,9 +422,10 @@ class TestIntakeBudget:
         assert (1, 0) == (h.stream.qsize(), intake.reserved)
 
     def test_gzip_bomb_refused_within_the_budget(self, harness_factory: Callable[..., Harness]) -> None:
-        """A gzip bomb inflates step by step, each step reserved first: with another body in flight
-        it is refused with 503 once the budget is spent, having held about the budget, not its
-        100 MiB (the 413 at the size limit applies when it is alone: see test_gzip_bomb)."""
+        """A gzip bomb reserves ten times its compressed size (at most the size limit) before it is
+        read: with another body in flight that does not fit, so it waits for room and is refused
+        with 503, having held at most the budget, not its 100 MiB (the 413 at the size limit applies
+        when it is alone: see test_gzip_bomb)."""
         budget = LIMIT  # about 300 KiB of output at the cost factor: refused before the 1 MiB size limit
         intake = IntakeBudget(budget)
         h = harness_factory(intake=intake)
@@ -436,6 +437,27 @@ class TestIntakeBudget:
         assert peak < len(bomb) * 4 + budget  # the compressed body (sent by the test client) and the budget
         assert 1.0 == h.rejected("intake_budget")
         assert 1 == intake.reserved
+        other.release()
+        h.assert_still_works()
+        assert 0 == intake.reserved
+
+    def test_gzip_body_inflating_past_its_estimate_refused_on_the_way(
+        self, harness_factory: Callable[..., Harness]
+    ) -> None:
+        """A 10 MiB bomb (about 10 KiB gzipped) fits its admission estimate (ten times the compressed
+        size), then inflates past it: with another body in flight the next step does not fit, so it is
+        refused with 503 having held about the budget, and gives everything back."""
+        budget = LIMIT
+        intake = IntakeBudget(budget)
+        h = harness_factory(intake=intake)
+        other = intake.reservation()
+        assert other.grow(1)
+        bomb = _bomb(10)
+        assert intake_cost(10 * len(bomb)) < budget  # admitted at once
+        response, peak = h.post_gzip_traced(bomb)
+        assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+        assert peak < len(bomb) * 4 + budget
+        assert (1.0, 1) == (h.rejected("intake_budget"), intake.reserved)
         other.release()
         h.assert_still_works()
         assert 0 == intake.reserved

@@ -14,12 +14,23 @@ does not probe the bandwidth-delay product (so a call not yet admitted can have 
 its message sent ahead), freed large blocks go back to the system
 (:func:`review_queue.app.run.tune_malloc`), and runs due together are scored a chunk at a time
 (:func:`scorers.worker.chunks`). Measured before those three: 423-537 MiB at this limit.
+
+Issue 25: the same 48 gzip bodies (20 MiB - 64 KiB inflated) sent slowly over raw sockets: every
+request head first, then every body but its last 64 compressed bytes, then all the tails. Each
+request inflated its body step by step as it arrived, so all 48 shared the budget and were refused
+mid-body; a refused one kept its inflated bytes (referenced from the refusal's traceback) while it
+read the rest of its body, waiting for the tail: bodies of random text (which gzip hardly shrinks)
+reached a VmHWM of 691-781 MiB over 4 runs, and the one left was then refused by the memory
+ceiling: 48 x 503. Now a request is admitted (:mod:`collector.admission`) before its body is read,
+in arrival order, and refused at once when the ones waiting ahead of it fill the budget; one refused
+on the way drops what it inflated at once.
 """
 
 from __future__ import annotations
 
 import gzip
 import random
+import socket
 import sqlite3
 import threading
 import time
@@ -209,4 +220,161 @@ def test_concurrent_gzip_grpc_messages_keep_peak_rss_under_the_limit(tmp_path: P
     assert final_peak < LIMIT_MB, f"peak RSS {final_peak:.0f} MiB over the {LIMIT_MB} MiB limit ({codes})"
     assert grpc.StatusCode.OK == answered
     assert stored, "the run exported after the burst was not stored"
+    assert 0 == reserved_after
+
+
+SLOW_BODY = MAX_BODY - 64 * 1024
+"""The inflated size of each slowly sent body: just under the size limit."""
+
+TAIL = 64
+"""Compressed bytes of each body held back until every other body has been sent (the slow-send pattern)."""
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _padded(encoded: bytes, size: int, filler: Callable[[int], bytes]) -> bytes:
+    """``encoded`` (an ``ExportTraceServiceRequest``) made exactly ``size`` bytes long by one more
+    ``ResourceSpans`` that holds only a ``schema_url`` of the missing length (``filler(n)`` bytes)."""
+    for fill in range(size - len(encoded), -1, -1):
+        inner = b"\x1a" + _varint(fill) + filler(fill)
+        extra = b"\x0a" + _varint(len(inner)) + inner
+        if len(encoded) + len(extra) == size:
+            return encoded + extra
+    raise AssertionError(f"cannot pad {len(encoded)} bytes to {size}")
+
+
+def _spans_body() -> bytes:
+    """Synthetic agent runs padded to :data:`SLOW_BODY` bytes: gzip makes them about 8 times smaller."""
+    return _padded(_body_near_limit(), SLOW_BODY, lambda n: b"x" * n)
+
+
+def _text_body() -> bytes:
+    """One synthetic agent run padded to :data:`SLOW_BODY` bytes with random letters and digits (long
+    prompts and completions): gzip makes it only about 1.3 times smaller."""
+    rng = random.Random(25)
+    alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 "
+    return _padded(body(list(make_run(rng).spans)), SLOW_BODY, lambda n: bytes(rng.choices(alphabet, k=n)))
+
+
+def _head(host: str, length: int) -> bytes:
+    """The request line and headers of one gzip protobuf export of ``length`` compressed bytes."""
+    return (
+        f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Encoding: gzip\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def _on_each(sockets: list[socket.socket], send: Callable[[socket.socket], None]) -> list[str]:
+    """Run ``send`` on every socket, each on its own thread, and wait for all; returns the errors."""
+    errors: list[str] = []
+
+    def run(sock: socket.socket) -> None:
+        try:
+            send(sock)
+        except OSError as error:  # a refused body may be cut short; its answer is still read below
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=run, args=(sock,)) for sock in sockets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def _one_by_one(sockets: list[socket.socket], send: Callable[[socket.socket], None]) -> list[str]:
+    """Run ``send`` on every socket in turn; returns the errors."""
+    errors: list[str] = []
+    for sock in sockets:
+        try:
+            send(sock)
+        except OSError as error:  # a refused body may be cut short; its answer is still read below
+            errors.append(repr(error))
+    return errors
+
+
+def _answer(sock: socket.socket) -> tuple[int, str | None]:
+    """The status and ``Retry-After`` of the response read from ``sock`` (0 when none came)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 "):
+        return 0, None
+    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    retry = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    return int(lines[0].split()[1]), retry
+
+
+@pytest.mark.parametrize("make_body", [_spans_body, _text_body], ids=["spans", "random-text"])
+def test_slowly_sent_gzip_bodies_keep_peak_rss_under_the_limit_and_admit_what_fits(
+    tmp_path: Path, make_body: Callable[[], bytes]
+) -> None:
+    """Issue 25: 48 gzip bodies just under the size limit sent slowly over raw sockets (all 48 request
+    heads, then every body but its last 64 bytes, then all the tails): VmHWM ≤ 512 MiB, the bodies that
+    fit are admitted (200), the others are 503 + Retry-After and counted, and a normal run sent
+    afterwards is stored."""
+    payload = gzip.compress(make_body(), 6)
+    inflated = len(gzip.decompress(payload))
+    statuses: dict[int, int] = {}
+    bad_retry_after: list[str | None] = []
+    with start_vigil(tmp_path, ENV) as vigil:
+        host, port = "127.0.0.1", vigil.otlp_http_port
+        sockets = [socket.create_connection((host, port), timeout=300) for _ in range(BODIES)]
+        try:
+            head_errors = _on_each(sockets, lambda s: s.sendall(_head(f"{host}:{port}", len(payload))))
+            time.sleep(0.5)  # every head is in before any body
+            body_errors = _one_by_one(sockets, lambda s: s.sendall(payload[:-TAIL]))
+            time.sleep(0.5)
+            tail_errors = _on_each(sockets, lambda s: s.sendall(payload[-TAIL:]))
+            for sock in sockets:
+                status, retry_after = _answer(sock)
+                statuses[status] = statuses.get(status, 0) + 1
+                if status == 503 and retry_after != "1":
+                    bad_retry_after.append(retry_after)
+        finally:
+            for sock in sockets:
+                sock.close()
+        peak = _peak_rss_mb(vigil.process.pid)
+        by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
+        by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
+
+        url = f"{vigil.otlp_endpoint}/v1/traces"
+        normal = make_run(random.Random(9))
+        plain = body(list(normal.spans))
+        deadline = time.monotonic() + 120
+        answered = 0
+        while time.monotonic() < deadline and answered != 200:
+            answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
+            if answered != 200:
+                time.sleep(1)  # the Retry-After
+        stored = _stored_by(vigil, normal.trace_id, deadline)
+        reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
+        final_peak = _peak_rss_mb(vigil.process.pid)
+    print(
+        f"slow gzip burst: inflated={inflated} compressed={len(payload)} statuses={statuses}"
+        f" intake_budget={by_budget:.0f} backpressure={by_backpressure:.0f} peak_rss_mib={peak:.0f}"
+        f" after_normal_run={final_peak:.0f} send_errors={len(head_errors + body_errors + tail_errors)}"
+    )
+    assert set(statuses) <= {200, 503}, statuses
+    assert BODIES == sum(statuses.values())
+    assert statuses.get(200, 0) >= 1, statuses
+    assert statuses.get(503, 0) > 0, statuses
+    assert [] == bad_retry_after
+    assert statuses.get(503, 0) == by_budget + by_backpressure  # every refusal counted, by reason
+    assert final_peak <= LIMIT_MB, f"peak RSS {final_peak:.0f} MiB over the {LIMIT_MB} MiB limit ({statuses})"
+    assert 200 == answered
+    assert stored, "the run sent after the burst was not stored"
     assert 0 == reserved_after
