@@ -452,6 +452,8 @@ def main(n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = 
     payload = list(heavy_bodies(runs))
     size = sum(len(b) for b in payload)
     console = Console()
+    if not console.is_terminal:  # a log file or a pipe: wide enough for the table (rich assumes 80 columns)
+        console = Console(width=220)
     console.print(
         f"heavy workload: {n_runs:,} runs, {sum(len(r.spans) for r in runs):,} spans, {len(payload)} bodies, "
         f"{size / 2**20:.1f} MiB, {connections} connection(s)"
