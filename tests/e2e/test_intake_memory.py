@@ -97,6 +97,22 @@ def _all_at_once(send: Callable[[], None]) -> None:
         t.join()
 
 
+def _normal_run_after(vigil: VigilProcess, url: str, seed: int) -> tuple[int, bool, float, float]:
+    """After a burst: send one ordinary run until it is answered 200 (retrying after each 503, as an
+    exporter does) and wait for it to be stored; returns (last status, stored, intake bytes still
+    reserved, VmHWM in MiB)."""
+    normal = make_run(random.Random(seed))
+    plain = body(list(normal.spans))
+    deadline = time.monotonic() + 120
+    answered = 0
+    while time.monotonic() < deadline and answered != 200:
+        answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
+        if answered != 200:
+            time.sleep(1)  # the Retry-After
+    stored = _stored_by(vigil, normal.trace_id, deadline)
+    return answered, stored, _metric(vigil, "vigil_intake_reserved_bytes"), _peak_rss_mb(vigil.process.pid)
+
+
 def _stored_by(vigil: VigilProcess, trace_id: str, deadline: float) -> bool:
     """Whether ``trace_id``'s run is in the store by ``deadline`` (monotonic seconds)."""
     while time.monotonic() < deadline and not _stored(vigil, trace_id):
@@ -134,17 +150,7 @@ def test_concurrent_gzip_bodies_keep_peak_rss_under_the_limit(tmp_path: Path) ->
         by_budget = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="intake_budget"}')
         by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
 
-        normal = make_run(random.Random(7))
-        plain = body(list(normal.spans))
-        deadline = time.monotonic() + 120
-        answered = 0
-        while time.monotonic() < deadline and answered != 200:
-            answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
-            if answered != 200:
-                time.sleep(1)  # the Retry-After
-        stored = _stored_by(vigil, normal.trace_id, deadline)
-        reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
-        final_peak = _peak_rss_mb(vigil.process.pid)
+        answered, stored, reserved_after, final_peak = _normal_run_after(vigil, url, 7)
     print(f"intake burst: statuses={statuses} peak_rss_mib={peak:.0f} after_normal_run={final_peak:.0f}")
     assert set(statuses) <= {200, 503}, statuses
     assert BODIES == sum(statuses.values())
@@ -352,17 +358,7 @@ def test_slowly_sent_gzip_bodies_keep_peak_rss_under_the_limit_and_admit_what_fi
         by_backpressure = _metric(vigil, 'vigil_otlp_rejected_requests_total{reason="backpressure"}')
 
         url = f"{vigil.otlp_endpoint}/v1/traces"
-        normal = make_run(random.Random(9))
-        plain = body(list(normal.spans))
-        deadline = time.monotonic() + 120
-        answered = 0
-        while time.monotonic() < deadline and answered != 200:
-            answered = httpx.post(url, content=plain, headers=PROTO, timeout=30).status_code
-            if answered != 200:
-                time.sleep(1)  # the Retry-After
-        stored = _stored_by(vigil, normal.trace_id, deadline)
-        reserved_after = _metric(vigil, "vigil_intake_reserved_bytes")
-        final_peak = _peak_rss_mb(vigil.process.pid)
+        answered, stored, reserved_after, final_peak = _normal_run_after(vigil, url, 9)
     print(
         f"slow gzip burst: inflated={inflated} compressed={len(payload)} statuses={statuses}"
         f" intake_budget={by_budget:.0f} backpressure={by_backpressure:.0f} peak_rss_mib={peak:.0f}"
