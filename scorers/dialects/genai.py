@@ -143,7 +143,7 @@ class GenAI(Adapter):
 
 def message_of(item: object) -> Message | None:
     """One message object (``{"role", "parts"}`` GenAI shape or ``{"role", "content"}`` chat shape)."""
-    if not isinstance(item, Mapping):
+    if not isinstance(item, (dict, Mapping)):  # (dict first: the Mapping ABC's test is slow)
         return None
     role = as_str(item.get("role"))
     if role is None:
@@ -154,9 +154,12 @@ def message_of(item: object) -> Message | None:
 
 
 def _parts_text(parts: list[object]) -> str:
+    """The text of a message's parts (https://opentelemetry.io/docs/specs/semconv/gen-ai/, the input and
+    output messages' JSON schemas): text parts as they are, tool call requests as ``tool_call name(args)``,
+    tool call responses by their ``response`` (``result``, as some instrumentations write it)."""
     texts: list[str] = []
     for part in parts:
-        if not isinstance(part, Mapping):
+        if not isinstance(part, (dict, Mapping)):
             continue
         kind = part.get("type")
         if kind == "text":
@@ -164,7 +167,8 @@ def _parts_text(parts: list[object]) -> str:
         elif kind == "tool_call":
             texts.append(f"tool_call {as_str(part.get('name')) or ''}({as_text(part.get('arguments')) or ''})")
         elif kind == "tool_call_response":
-            texts.append(as_text(part.get("result")) or "")
+            found = part.get("response")
+            texts.append(as_text(part.get("result") if found is None else found) or "")
     return "\n".join(texts)
 
 

@@ -468,3 +468,14 @@ def test_json_through_orjson_reads_and_writes_what_the_standard_library_does() -
         assert json.dumps(json.loads(text)) == json.dumps(loads(text))
     for value in ({"b": 1, "a": [True, None]}, {"x": 6.103515625e-05}, {"x": float("nan")}, {"é": "ü\x7f"}, {1: 2}):
         assert json.dumps(value, sort_keys=True, separators=(",", ":"), default=str) == dumps(value)
+
+
+def test_tool_call_response_parts_are_read_by_response() -> None:
+    """A GenAI tool-call response part carries its text in ``response`` (the semantic conventions' message
+    schema; captured Traceloop traces write it so); ``result`` is read where an instrumentation uses it."""
+    from scorers.dialects.genai import message_of
+
+    response = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "21 C in Paris"}]}
+    result = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "result": {"temp": 21}}]}
+    assert "21 C in Paris" == message_of(response).content  # type: ignore[union-attr]
+    assert '{"temp":21}' == message_of(result).content  # type: ignore[union-attr]
