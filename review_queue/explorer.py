@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from review_queue.queries import InvalidCursorError, reason_filter_for
 from review_queue.tables import run_details, runs
 
-__all__ = ["SIGNALS", "SORTS", "RunQuery", "explore"]
+__all__ = ["SIGNALS", "SORTS", "RunQuery", "explore", "score_value"]
 
 SIGNALS: Final = ("hit_max_iterations", "safety_blocked", "errored")
 SORTS: Final = {
@@ -73,7 +73,13 @@ class RunQuery:
     limit: int = 50
 
 
-def _score_value(dialect: str, name: str) -> sa.ColumnElement[Any]:
+def score_value(dialect: str, name: str) -> sa.ColumnElement[Any]:
+    """A run's score ``name`` read from ``runs.scores`` in SQL (NULL when the run has none).
+
+    Args:
+        dialect: the connection's SQL dialect name (``postgresql`` reads JSONB, others ``json_extract``).
+        name: the score's name; the caller checks it (it is spliced into a JSON path).
+    """
     if dialect == "postgresql":
         return sa.cast(sa.type_coerce(runs.c.scores, postgresql.JSONB)[name].astext, sa.Float)
     return sa.func.json_extract(runs.c.scores, f'$."{name}"')
@@ -127,11 +133,11 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
     if q.score and (q.score_min is not None or q.score_max is not None):
         if not _SCORE_NAME.fullmatch(q.score):
             raise ValueError(f"bad score name {q.score!r}")
-        score_value = _score_value(dialect, q.score)
+        score = score_value(dialect, q.score)
         if q.score_min is not None:
-            query = query.where(score_value >= q.score_min)
+            query = query.where(score >= q.score_min)
         if q.score_max is not None:
-            query = query.where(score_value <= q.score_max)
+            query = query.where(score <= q.score_max)
     if q.since is not None:
         query = query.where(runs.c.created_at >= q.since)
     if q.until is not None:

@@ -2,8 +2,8 @@
 where the store can tell, its value over the last 7 days.
 
 The store knows every run (task completion from ``runs.task_completed`` minus runs a reviewer
-failed, safety blocks, steps) and every verdict (pass rate); step efficiency and user-defined
-targets are Prometheus-only (the Grafana SLO rows), shown as "–".
+failed, safety blocks, steps, step efficiency from the runs' ``step_efficiency`` scores) and every
+verdict (pass rate); user-defined targets are Prometheus-only (the Grafana SLO rows), shown as "–".
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
+from review_queue.explorer import score_value
 from review_queue.tables import review_verdicts, runs
 from scorers.slo import Direction, SloConfig, Target
 
@@ -76,6 +77,7 @@ def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[floa
     """(numerator, denominator) per agent and target, over runs and verdicts since ``since``."""
     failed = sa.select(review_verdicts.c.trace_id).where(review_verdicts.c.verdict == "fail").distinct().subquery()
     completed = sa.and_(runs.c.task_completed.is_(True), runs.c.trace_id.not_in(sa.select(failed.c.trace_id)))
+    efficiency = score_value(conn.dialect.name, "step_efficiency")
     query = (
         sa.select(
             runs.c.agent,
@@ -84,17 +86,21 @@ def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[floa
             sa.func.sum(sa.case((runs.c.task_completed.is_not(None), 1), else_=0)),
             sa.func.sum(sa.case((runs.c.safety_blocked.is_(True), 1), else_=0)),
             sa.func.sum(runs.c.llm_calls),
+            sa.func.sum(efficiency),
+            sa.func.count(efficiency),
         )
         .where(runs.c.created_at >= since)
         .group_by(runs.c.agent)
     )
     out: dict[str, dict[str, tuple[float, float]]] = {}
-    for agent, count, done, known, blocked, steps in conn.execute(query):
+    for agent, count, done, known, blocked, steps, efficient, scored in conn.execute(query):
         entry = out.setdefault(agent, {})
         if known:
             entry["task_completion"] = (float(done or 0), float(known))
         entry["safety_block_rate"] = (float(blocked or 0), float(count))
         entry["steps_per_task"] = (float(steps or 0), float(count))
+        if scored:  # summed step efficiency / runs scored for it, as the SLI (scorers.slo.SLIS)
+            entry["step_efficiency"] = (float(efficient or 0), float(scored))
     verdicts = sa.select(review_verdicts.c.agent, review_verdicts.c.verdict, sa.func.count()).where(
         review_verdicts.c.created_at >= since
     )

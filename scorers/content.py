@@ -136,9 +136,15 @@ def _json_string(value: str) -> object:
 
 
 def last_assistant(found: Sequence[Message]) -> str | None:
-    """Content of the last assistant message with text, if any."""
+    """Content of the last assistant message, empty or blank included; None when there is none.
+
+    An empty last answer stays empty: an earlier assistant message (a previous turn's answer in
+    the history, the text beside a tool call) never stands in for it, as Google ADK's evaluation
+    takes the final response event's text and nothing else
+    (https://github.com/google/adk-python/blob/main/src/google/adk/evaluation/evaluation_generator.py).
+    """
     for message in reversed(found):
-        if message.role in ("assistant", "ai", "model") and message.content:
+        if message.role in ("assistant", "ai", "model"):
             return message.content
     return None
 

@@ -410,7 +410,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         errored=raised,
         error_type=error_type,
         optimal_steps=_optimal_steps(head),
-        final_output=content.final_output(head.attributes) or content.last_assistant(messages),
+        final_output=_final_output(head, messages),
         steps=tuple(tally.steps),
         tools=tuple(tally.tools),
         messages=messages,
@@ -495,6 +495,16 @@ def _conversation(tree: _Tree) -> tuple[Message, ...]:
             if looked == 2:
                 break
     return ()
+
+
+def _final_output(head: Span, messages: Sequence[Message]) -> str | None:
+    """The answer captured on the root span, even empty; else the last assistant message's content.
+
+    A captured empty (or blank) answer is the answer: text from elsewhere in the run never stands in
+    for it (see :func:`scorers.content.last_assistant`).
+    """
+    captured = content.final_output(head.attributes)
+    return captured if captured is not None else content.last_assistant(messages)
 
 
 def _optimal_steps(head: Span) -> int | None:

@@ -443,12 +443,13 @@ def _takes_history(agent: Agent) -> bool:
 
 
 def merge_turn(runs: Sequence[Run], message: str = "") -> ActualTurn:
-    """One turn from the runs (traces) it produced, in start order: tool calls joined, the last answer."""
+    """One turn from the runs (traces) it produced, in start order: tool calls joined, the answer of the
+    last trace that captured one (an empty answer included: an earlier trace's never stands in for it)."""
     ordered = sorted(runs, key=lambda r: r.start_ns)
     if not ordered:
         return ActualTurn(message)
     turns = [turn_of(r) for r in ordered]
-    response = next((t.response for t in reversed(turns) if t.response), "")
+    response = next((r.final_output for r in reversed(ordered) if r.final_output is not None), "")
     calls = tuple(c for t in turns for c in t.tool_calls)
     return ActualTurn(turns[0].user_text or message, calls, response, ordered[0].trace_id)
 

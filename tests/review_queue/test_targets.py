@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -37,7 +38,7 @@ class TestTargetRows:
     """Bounds from the configuration, values from the store."""
 
     def test_values_and_bounds(self, store: SqlStore, clock: Clock) -> None:
-        """Completion subtracts failed runs; per-agent bounds override the fleet's; efficiency is Prometheus-only."""
+        """Completion subtracts failed runs; per-agent bounds override the fleet's; no run scored for efficiency."""
         _seed(store, clock)
         config = parse_slo({"agents": {"billing": {"task_completion": {"objective": 0.99}}}})
         with store.engine.connect() as conn:
@@ -54,21 +55,51 @@ class TestTargetRows:
         assert "0.05 % - 0.5 %" == rows["*", "safety_block_rate"].bound
         assert ("50.0 %", False) == (rows["support", "review_pass_rate"].value, rows["support", "review_pass_rate"].met)
         assert ("2.60", None) == (rows["support", "steps_per_task"].value, rows["support", "steps_per_task"].met)
-        assert ("–", None) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)
+        assert ("–", None) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)  # none scored
         assert "42.9 %" == rows["*", "task_completion"].value  # 3 of 7 runs
+
+    def test_step_efficiency_is_the_mean_of_the_scored_runs(self, store: SqlStore, clock: Clock) -> None:
+        """support: (1 + 0.5 + 0.75) / 3 = 75 %; billing 25 %; the fleet (2.25 + 0.25) / 4 = 62.5 %."""
+        _seed_efficiency(store)
+        with store.engine.connect() as conn:
+            rows = {(r.agent, r.target): r for r in target_rows(conn, parse_slo(None), clock.now + 1)}
+        assert ("75.0 %", True) == (rows["support", "step_efficiency"].value, rows["support", "step_efficiency"].met)
+        assert ("25.0 %", False) == (rows["billing", "step_efficiency"].value, rows["billing", "step_efficiency"].met)
+        assert ("62.5 %", True) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)
 
     def test_stats_page_shows_the_targets(self, store: SqlStore, clock: Clock) -> None:
         """The reviewers' stats page has the targets table."""
         _seed(store, clock)
-        services = build_services(store, slo=parse_slo(None))
-        client = TestClient(create_api_app(store, admin_token=None, services=services))
-        login = client.get("/login").text
-        csrf = re.search(r'name="csrf" value="([^"]+)"', login)
-        assert csrf is not None
-        services.tokens.create("root", "admin")  # the first token must be an admin one (open-mode lockout)
-        token = services.tokens.create("viewer", "viewer")[0]
-        client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
-        page = client.get("/stats")
+        page = _stats_page(store, clock)
         assert 200 == page.status_code
         assert 'id="slo-targets"' in page.text
         assert "&gt;= 85 %" in page.text
+
+    def test_stats_page_shows_step_efficiency(self, store: SqlStore, clock: Clock) -> None:
+        """Runs scored for step efficiency: the fleet's 7-day value is shown, not "–"."""
+        _seed_efficiency(store)
+        page = _stats_page(store, clock)
+        assert 200 == page.status_code
+        row = "<td>all agents</td><td>step_efficiency</td><td>&gt;= 60 %</td><td>62.5 %</td><td>yes</td>"
+        assert row in page.text
+
+
+def _seed_efficiency(store: SqlStore) -> None:
+    """support: step efficiency 1, 0.5, 0.75 and one run not scored for it; billing: 0.25."""
+    for n, value in enumerate((1.0, 0.5, 0.75)):
+        store.write([scored_run(f"{n:032x}", agent="support", scores={"step_efficiency": value})])
+    store.write([scored_run(f"{3:032x}", agent="support", scores={"tool_error_rate": 0.0})])
+    store.write([scored_run(f"{4:032x}", agent="billing", scores={"step_efficiency": 0.25})])
+
+
+def _stats_page(store: SqlStore, clock: Clock) -> Any:
+    """The stats page as a logged-in viewer sees it at the store's clock."""
+    services = build_services(store, slo=parse_slo(None), clock=clock)
+    client = TestClient(create_api_app(store, admin_token=None, services=services))
+    login = client.get("/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', login)
+    assert csrf is not None
+    services.tokens.create("root", "admin")  # the first token must be an admin one (open-mode lockout)
+    token = services.tokens.create("viewer", "viewer")[0]
+    client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False)
+    return client.get("/stats")

@@ -225,6 +225,19 @@ class TestManage:
         assert old["eval_cases"] == new["eval_cases"] == []
 
 
+class TestMergeTurn:
+    def test_the_last_trace_that_captured_an_answer_gives_it_even_empty(self) -> None:
+        from review_queue.app.evalrun import merge_turn
+        from scorers.model import Run
+
+        answered = Run("a" * 32, start_ns=1, final_output="Paris 18C.")
+        empty = Run("b" * 32, start_ns=2, final_output="")
+        silent = Run("c" * 32, start_ns=3)  # captured no answer (a tool-only trace)
+        assert "" == merge_turn([silent, empty, answered]).response  # ADK: the last final response, empty
+        assert "Paris 18C." == merge_turn([silent, answered]).response
+        assert "" == merge_turn([silent]).response
+
+
 class TestTurnTags:
     def test_a_multi_turn_case_is_one_trace_per_turn_sharing_case_and_conversation(self) -> None:
         from opentelemetry import trace as otel_trace
