@@ -277,15 +277,23 @@ def bench_judge(n_runs: int, repeat: int) -> dict[str, float]:
     return out
 
 
-def bench_stages(n_runs: int) -> dict[str, float]:
-    """CPU microseconds per run for each pipeline stage in isolation (where the time goes)."""
+def bench_stages(n_runs: int, payload: Sequence[bytes] | None = None, *, details: bool = False) -> dict[str, float]:
+    """CPU microseconds per run for each pipeline stage in isolation (where the time goes).
+
+    Args:
+        n_runs: synthetic runs (:func:`review_queue.app.bench.synth.bodies`) when no ``payload`` is given.
+        payload: OTLP/protobuf bodies to measure instead (``scripts/heavy_stages.py``: the heavy workload).
+        details: also the run-details writer's two stages (building the rows, writing them).
+    """
     from collector.model import Span
+    from review_queue.details import Texts, details_row
     from scorers.assemble import ClosedTrace
     from scorers.normalise import normalise
     from scorers.pipeline import score_run
+    from scorers.redact import Redactor
     from scorers.rules import decide
 
-    payload = [b for b, _, _ in bodies(n_runs)]
+    payload = [b for b, _, _ in bodies(n_runs)] if payload is None else payload
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         emb = build(_settings(Path(tmp) / "stages.db"), CollectorRegistry())
@@ -316,6 +324,16 @@ def bench_stages(n_runs: int) -> dict[str, float]:
         for i in range(0, len(scored), 256):
             emb.store.write(scored[i : i + 256])
         out["store (SQLite)"] = time.process_time() - t
+        if details:
+            redactor = Redactor()
+            texts = Texts(redactor)
+            t = time.process_time()
+            rows = [details_row(item, redactor, None, 0.0, texts) for item in scored]
+            out["details (build)"] = time.process_time() - t
+            t = time.process_time()
+            for i in range(0, len(rows), 500):
+                emb.store.write_details(rows[i : i + 500])
+            out["details (write)"] = time.process_time() - t
         emb.store.close()
     return {stage: seconds / len(traces) * 1e6 for stage, seconds in out.items()}
 
