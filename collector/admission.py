@@ -27,24 +27,26 @@ __all__ = [
     "ADMISSION_WAIT_S",
     "COMPRESSION_ESTIMATE",
     "MAX_WAITING",
+    "RECHECK_S",
     "Admission",
     "admission_bytes",
     "refuse_at_once",
 ]
 
 ADMISSION_WAIT_S = 1.0
-"""How long a request may wait for room in the intake budget before it is refused (503)."""
+"""How long a request (an OTLP/HTTP request, an OTLP/gRPC call: ``collector.grpc_receiver`` waits the
+same) may wait for room in the intake budget before it is refused (503 / ``UNAVAILABLE``)."""
 
 MAX_WAITING = 64
-"""Requests that may wait for room at once; one more is refused at once (503)."""
+"""Requests that may wait for room at once, per receiver; one more is refused at once."""
 
 COMPRESSION_ESTIMATE = 10
 """Inflated bytes reserved per compressed byte of a gzip/deflate body before it is read (OTLP
 protobuf of agent spans inflates 1.3-8 times; a body inflating further reserves the rest step by
 step as it inflates, and is refused if the budget is spent by then)."""
 
-_RECHECK_S = 0.05
-"""A waiting request re-tries at least this often (the gRPC receiver releases bytes from its own loop)."""
+RECHECK_S = 0.05
+"""A waiting request re-tries at least this often (the other receiver releases bytes from its own loop)."""
 
 
 def admission_bytes(declared: int, compressed: bool, limit: int) -> int:
@@ -141,7 +143,7 @@ class Admission:
                 if remaining <= 0:
                     return None
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.woken.wait(), min(remaining, _RECHECK_S))
+                    await asyncio.wait_for(waiter.woken.wait(), min(remaining, RECHECK_S))
                 waiter.woken.clear()
         finally:
             self._queue.remove(waiter)

@@ -76,6 +76,7 @@ from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from collector.admission import ADMISSION_WAIT_S, MAX_WAITING, RECHECK_S
 from collector.errors import BackpressureError, DecodeError, ListenError
 from collector.limits import IntakeBudget, Reservation, intake_cost
 from collector.metrics import CollectorMetrics, RejectReason
@@ -124,14 +125,6 @@ _LOG_INTERVAL_S = 10.0
 GRPC_LIMIT_FACTOR = 2
 """The gRPC library's receive limit, in multiples of ``max_message_bytes`` (see the module docstring)."""
 
-ADMISSION_WAIT_S = 1.0
-"""How long a call may wait for room in the intake budget before it is refused (``UNAVAILABLE``)."""
-
-MAX_WAITING = 64
-"""Calls that may wait for room at once; one more is refused at once (``UNAVAILABLE``)."""
-
-_RECHECK_S = 0.05
-"""A waiting call re-tries at least this often (the OTLP/HTTP receiver releases from other threads)."""
 
 
 def receive_limit(max_message_bytes: int) -> int:
@@ -344,7 +337,7 @@ class _GrpcReceiver:
             while (remaining := deadline - loop.time()) > 0:
                 async with self._room:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._room.wait(), min(remaining, _RECHECK_S))
+                        await asyncio.wait_for(self._room.wait(), min(remaining, RECHECK_S))
                 if reservation.grow(size):
                     return True
             return None
