@@ -104,7 +104,8 @@ class Redactor:
             sources[name] = regex
         self.names = tuple(sources)
         self._passes = tuple(
-            (re.compile(regex), _replacement(name), _KINDS[name] if name in BUILTIN_PATTERNS else None)
+            # a custom pattern under a built-in's name is a custom pattern: over the whole text
+            (re.compile(regex), _replacement(name), _KINDS[name] if regex == BUILTIN_PATTERNS.get(name) else None)
             for name, regex in sources.items()
         )
         self._only_builtins = all(kind is not None for _, _, kind in self._passes)

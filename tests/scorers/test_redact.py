@@ -174,3 +174,10 @@ def test_custom_patterns_run_over_the_whole_text_after_the_builtins() -> None:
     assert "mail [REDACTED:email], call [REDACTED:phone], [REDACTED:ticket]" == redactor.text(
         "mail a.b@example.com, call +4915112345678, TICKET-12345678"
     )
+
+
+def test_a_custom_pattern_under_a_built_in_name_runs_over_the_whole_text() -> None:
+    """Only the built-in expressions are confined to the scan's candidate runs: a custom ``phone`` that
+    matches text no phone run holds still redacts it."""
+    redactor = Redactor(["phone"], {"phone": r"ext\. \d{2}"})
+    assert "call [REDACTED:phone] today" == redactor.text("call ext. 42 today")
