@@ -312,7 +312,7 @@ def _run_view(
     status = details_status(
         present=details is not None,
         content_captured=bool((details or {}).get("content_captured")),
-        flagged=flagged_when_stored((run or {}).get("flag")) if run is not None else True,
+        flagged=flagged_when_stored(run.get("flag")) if run is not None else True,
         trace_id=trace_id,
         created_at=created.timestamp() if isinstance(created, datetime) else 0.0,
         now=services.clock(),
