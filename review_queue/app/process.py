@@ -260,6 +260,14 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
+def status_mib(pid: int, key: str) -> float:
+    """A memory line of ``/proc/<pid>/status`` (``VmHWM``: peak RSS, ``VmRSS``: resident now) in MiB; 0 if absent."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def stat_cpu_seconds(stat: str) -> float:
     """User + system CPU seconds from the text of a ``/proc/<pid>/stat``."""
     fields = stat.rsplit(")", 1)[1].split()

@@ -39,7 +39,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from prometheus_client.parser import text_string_to_metric_families
 
 from review_queue.app.bench.synth import _kv, body
-from review_queue.app.process import cpu_seconds, spawn_vigil
+from review_queue.app.process import cpu_seconds, spawn_vigil, status_mib
 
 __all__ = ["HeavyResult", "HeavyRun", "bench_heavy", "heavy_bodies", "heavy_runs", "main"]
 
@@ -326,13 +326,6 @@ class HeavyResult:
         return self.spans / self.cpu_s if self.cpu_s else 0.0
 
 
-def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _counts(db: Path) -> tuple[int, int, int, int, int]:
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
@@ -421,7 +414,7 @@ def bench_heavy(
                 elif (counts[0] >= len(runs) and now - changed >= settle_s) or now - changed >= 60:
                     break  # everything stored, or nothing moved for a minute (reported as stored)
                 time.sleep(0.25)
-            peak = _peak_rss_mb(pid)
+            peak = status_mib(pid, "VmHWM")
             events = _events(proc.metrics_url)
         finally:
             proc.stop(60)

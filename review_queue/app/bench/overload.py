@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from review_queue.app.bench.synth import body, make_run
-from review_queue.app.process import cpu_seconds
+from review_queue.app.process import cpu_seconds, status_mib
 
 __all__ = [
     "MARKER",
@@ -243,13 +243,6 @@ def _run_wrk(url: str, bodies: list[Path], seconds: float, connections: int, thr
     return parse_wrk(done.stdout + done.stderr)
 
 
-def _status_kib(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _metrics(url: str) -> dict[str, float]:
     """Totals of the counters the check needs, from a Prometheus scrape."""
     wanted = {
@@ -277,7 +270,7 @@ def _metrics(url: str) -> dict[str, float]:
 def _sampling(pid: int, into: list[float], stop: threading.Event) -> threading.Thread:
     def sample() -> None:
         while not stop.wait(1.0):
-            into.append(_status_kib(pid, "VmRSS"))
+            into.append(status_mib(pid, "VmRSS"))
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -354,7 +347,7 @@ def overload_run(
                 ids = [row[0] for row in conn.execute(sa.text("SELECT trace_id FROM runs"))]
             engine.dispose()
             result.metrics = _metrics(vigil.metrics_url)
-            result.peak_rss_mib = _status_kib(pid, "VmHWM")
+            result.peak_rss_mib = status_mib(pid, "VmHWM")
     result.stored = len(ids)
     result.complete_groups, result.incomplete_groups = group_check(ids, runs)
     return result
@@ -395,7 +388,7 @@ def overload_collector(
             while collector.metric("vigil_kafka_buffer_bytes") > 0 and time.monotonic() < deadline:
                 time.sleep(0.2)
             result.metrics = _metrics(f"http://127.0.0.1:{collector.metrics_port}/metrics")
-            result.peak_rss_mib = _status_kib(pid, "VmHWM")
+            result.peak_rss_mib = status_mib(pid, "VmHWM")
         finally:
             collector.stop()
         keys = topic_keys(broker.bootstrap, topic)
