@@ -190,6 +190,9 @@ class Run:
         span_count: number of distinct spans in the trace.
         attributes: selected root-span attributes useful to rules (string/number/bool only).
         evidence: why each headline signal is set (:class:`Evidence`, see :mod:`scorers.detect`).
+        session_id: the conversation this run is one turn of, read from the trace
+            (``gen_ai.conversation.id``, ``session.id``, …); ``None`` makes the run a session of one.
+        user_id: the end user the run served, read from the trace (``user.id``, ``enduser.id``, …).
     """
 
     trace_id: str
@@ -217,6 +220,8 @@ class Run:
     span_count: int = 0
     attributes: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     evidence: tuple[Evidence, ...] = ()
+    session_id: str | None = None
+    user_id: str | None = None
 
     @property
     def duration_s(self) -> float:

@@ -417,6 +417,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         span_count=len(tree.spans),
         attributes=_rule_attributes(head),
         evidence=found,
+        session_id=None,  # read from the trace by the session-id work (issue 26)
+        user_id=None,
     )
 
 
