@@ -151,7 +151,8 @@ def _evaluate(node: ast.AST) -> float:
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_evaluate(node.left), _evaluate(node.right))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt" and len(node.args) == 1:
+    is_sqrt = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt"
+    if is_sqrt and isinstance(node, ast.Call) and len(node.args) == 1:
         return math.sqrt(_evaluate(node.args[0]))  # ValueError: math domain error below 0
     raise ValueError(f"unsupported expression: {ast.dump(node)[:80]}")
 
