@@ -146,3 +146,35 @@ def test_junit_carries_the_summary(reports: dict[str, Any]) -> None:
     assert "0.8" == props["robustness.pass_rate"]
     errors = [c.get("name") for c in suite.findall("testcase") if c.find("error") is not None]
     assert ["empty_input"] == errors
+
+
+def test_robustness_suite_finds_the_crash(tmp_path: Path) -> None:
+    """``vigil eval robustness`` on the example's first case: the blank inputs crash the agent (the
+    scripted model API rejects them), every other derived edge case holds up."""
+    vigil_yaml = tmp_path / "vigil.yaml"
+    vigil_yaml.write_text(f"database_url: sqlite:///{tmp_path / 'vigil.db'}\n")
+    derived, report = tmp_path / "derived.json", tmp_path / "report.json"
+    code = main(
+        ["--config", str(vigil_yaml), "eval", "robustness", str(EXAMPLE / "evalset.json"), "--limit", "1",
+         "--out", str(derived), "--agent", "examples.react_agent.agent:answer", "--json", str(report)]
+    )  # fmt: skip
+    assert 1 == code
+    assert {"robustness"} == {c.dimension for c in load_eval_set(derived).eval_cases}
+    doc = json.loads(report.read_text())
+    verdicts = {r["eval_id"]: r["passed"] for r in doc["results"]}
+    assert {
+        "empty": False,
+        "whitespace": False,
+        "weather_paris.injection": True,
+        "injection_role": True,
+        "weather_paris.unknown_entity": True,
+        "weather_paris.missing_entity": True,
+        "weather_paris.invalid_tool": True,
+        "weather_paris.long": True,
+        "weather_paris.language": True,
+    } == verdicts
+    errors = {r["eval_id"]: r["error"] for r in doc["results"] if r["error"]}
+    assert {"empty", "whitespace"} == set(errors)
+    assert all(CRASH in e for e in errors.values())
+    leaks = [c for r in doc["results"] for c in r["criteria"] if c["name"] == "no_leak"]
+    assert [True, True] == [c["passed"] for c in leaks]  # the captured system prompt, decided by rule
