@@ -163,7 +163,7 @@ def _criteria(results: Sequence[CaseResult]) -> list[str]:
 def print_report(results: Sequence[CaseResult], out: TextIO, baseline: Baseline | None = None) -> None:
     """The summary by dimension, the table (one row per case; mean score per criterion and the
     case's measures over the repeats) and every failure explained."""
-    console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    console = Console(file=out, highlight=False, width=None if out.isatty() else 200)
     dims = Table(title="vigil eval: by dimension", title_justify="left")
     for col in ("dimension", "metric", "value"):
         dims.add_column(col, justify="right" if col == "value" else "left")
@@ -181,7 +181,8 @@ def print_report(results: Sequence[CaseResult], out: TextIO, baseline: Baseline 
     names = _criteria(results)
     table = Table(title="vigil eval", title_justify="left")
     table.add_column("eval set")
-    table.add_column("case", overflow="fold")
+    longest = max((len(r.eval_id) for r in results), default=4)
+    table.add_column("case", overflow="fold", min_width=min(longest, 30))
     table.add_column("dimension")
     for n in names:
         table.add_column(n, justify="right")

@@ -75,6 +75,7 @@ class CaseResult:
 
 
 _new_case_result = fast_constructor(CaseResult)
+_UNMEASURED = CaseMeasures()
 
 
 def evaluate_case(
@@ -98,7 +99,8 @@ def evaluate_case(
         judge: asks the judged criteria (None: they are left unscored and fail the case).
         error: an error that stopped the run (the case fails; criteria are still scored on what exists).
         repeat: recorded in the result.
-        explain: explain failed tool trajectories (off online, where only the scores are kept).
+        explain: explain failed tool trajectories and measure the case (:mod:`scorers.eval.dimensions`);
+            off online, where only the scores are kept.
     """
     expected = case.turns
     results: list[CriterionResult] = []
@@ -130,7 +132,7 @@ def evaluate_case(
         tuple(actual) if expected else (),
         case.dimension,
         case.tags,
-        measure(case, actual),
+        measure(case, actual) if explain else _UNMEASURED,
     )
 
 
