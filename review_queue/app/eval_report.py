@@ -137,18 +137,19 @@ def summary_rows(summaries: Sequence[DimensionSummary]) -> list[SummaryRow]:
 
 
 def load_baseline(path: str | Path) -> dict[str, Any]:
-    """A JSON report of an earlier ``vigil eval`` run (``--json``), to compare efficiency with.
+    """A JSON report of an earlier ``vigil eval`` run (``--json``), to compare efficiency with (a report
+    written before dimensions existed has no ``dimensions`` block: nothing to compare).
 
     Raises:
-        ValueError: not a JSON report with a ``dimensions`` object (one line, naming the file).
+        ValueError: not a JSON report (one line, naming the file).
         FileNotFoundError: no such file.
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: expected a JSON report of vigil eval (--json): {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("dimensions"), dict):
-        raise ValueError(f"{path}: expected a JSON report of vigil eval (--json) with a 'dimensions' object")
+    if not isinstance(data, dict) or not any(isinstance(data.get(k), dict | list) for k in ("dimensions", "results")):
+        raise ValueError(f"{path}: expected a JSON report of vigil eval (--json): an object with 'results'")
     return data
 
 

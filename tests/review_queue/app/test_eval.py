@@ -326,4 +326,4 @@ class TestDimensionsCli:
         bad = tmp_path / "b.json"
         bad.write_text("{}")
         assert 2 == main(["eval", "run", "--agent", "x:y", str(EVALSET), "--baseline", str(bad)])
-        assert "with a 'dimensions' object" in capsys.readouterr().err
+        assert "an object with 'results'" in capsys.readouterr().err

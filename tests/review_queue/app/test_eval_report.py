@@ -36,7 +36,7 @@ def test_markdown_cut_to_limit() -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("not json", "expected a JSON report"), ('{"passed": true}', "with a 'dimensions' object")],
+    [("not json", "expected a JSON report"), ('{"passed": true}', "an object with 'results'")],
 )
 def test_bad_baseline_is_one_line(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "b.json"
