@@ -233,15 +233,22 @@ def _cmd_eval_show(args: argparse.Namespace) -> int:
         return 0
     console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"{eval_set.eval_set_id}: {len(eval_set.eval_cases)} case(s)", title_justify="left")
-    for col in ("case", "turn", "user", "expected tools", "expected response"):
+    for col in ("case", "dimension", "turn", "user", "expected tools", "expected response"):
         table.add_column(col, overflow="fold")
     for case in eval_set.eval_cases:
+        dimension = case.dimension + "".join(f"\n#{t}" for t in case.tags)
         if not case.turns:
-            table.add_row(case.eval_id, "-", "(scenario: no scripted turns; skipped by vigil eval)", "", "")
+            table.add_row(case.eval_id, dimension, "-", "(scenario: no scripted turns; skipped by vigil eval)", "", "")
         for n, inv in enumerate(case.turns, 1):
             tools = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in inv.tool_uses)
+            first = n == 1
             table.add_row(
-                case.eval_id if n == 1 else "", str(n), _cut(inv.user_text), _cut(tools), _cut(inv.expected_response)
+                case.eval_id if first else "",
+                dimension if first else "",
+                str(n),
+                _cut(inv.user_text),
+                _cut(tools),
+                _cut(inv.expected_response),
             )
     console.print(table, markup=False)
     return 0
