@@ -41,6 +41,7 @@ from scorers.dialects import (
     as_str,
     classify,
     first_str,
+    lift_events,
     raised_in,
     service_name,
     tool_name,
@@ -99,7 +100,9 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
 
 def _dedupe(spans: Sequence[Span]) -> dict[str, Span]:
     unique: dict[str, Span] = {}
-    for span in spans:
+    for given in spans:
+        # the event-based GenAI form, read into the attribute form (most spans have no events)
+        span = lift_events(given) if given.events else given
         seen = unique.get(span.span_id)
         if seen is None or span.end_ns or not seen.end_ns:
             unique[span.span_id] = span

@@ -46,7 +46,7 @@ from scorers.dialects.base import (
 )
 from scorers.dialects.crewai import CrewAI
 from scorers.dialects.dspy import DSPy
-from scorers.dialects.genai import GENAI, GenAI
+from scorers.dialects.genai import GENAI, GenAI, lift_events
 from scorers.dialects.genai import agent_attribute as _genai_agent
 from scorers.dialects.genai import workflow_name as _genai_workflow
 from scorers.dialects.langchain import LangChain
@@ -92,6 +92,7 @@ __all__ = [
     "entity_name",
     "first",
     "first_str",
+    "lift_events",
     "messages_of",
     "raised_in",
     "service_name",
