@@ -271,7 +271,9 @@ def _read(events: tuple[SpanEvent, ...], tool_span: bool) -> dict[str, object]:
                 inputs.append(_message(attrs, as_str(attrs.get("role")) or role))
         elif name == CHOICE:
             if tool_span:  # … and the choice its result
-                out.setdefault(RESULT, as_text(attrs.get("message")))
+                out.setdefault(
+                    RESULT, _result_text({"content": as_json(attrs.get("message"))}) or as_text(attrs.get("message"))
+                )
                 continue
             choice = _choice(attrs)
             if len(outputs) < MAX_MESSAGES:
