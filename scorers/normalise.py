@@ -348,7 +348,8 @@ class _Tally:
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
         model = signals.model(span.attributes)
-        kind = _OTHER if span.span_id in tree.owners else _LLM
+        # a nested record of a call counted on its owner, or a request a hook skipped: no LLM call
+        kind = _OTHER if span.span_id in tree.owners or (err.error and signals.skipped_request(err)) else _LLM
         fill = self.fills.get(span.span_id)
         if fill is not None:
             tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
