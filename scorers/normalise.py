@@ -389,6 +389,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     messages = _conversation(tree)
     if tally.last_llm is not None:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
+    if culprit is not None:
+        tally.detector.output_check(culprit, messages, evidence)
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:
