@@ -41,6 +41,7 @@ __all__ = [
     "model",
     "normalise_reason",
     "skipped_request",
+    "skipped_type",
     "soft_error",
     "tokens",
 ]
@@ -110,7 +111,12 @@ def skipped_request(err: ErrorInfo) -> bool:
     """Whether a model span ended with its framework's *skip* exception: a hook or input guard answered
     instead of the model and no request was made (PydanticAI's ``SkipModelRequest`` raised by a
     capability inside the instrumented ``wrap_model_request``). Such a span is no LLM call."""
-    return any(_SKIP_TYPE.search(t.rpartition(".")[2]) for t in err.types)
+    return any(skipped_type(t) for t in err.types)
+
+
+def skipped_type(error_type: str | None) -> bool:
+    """Whether ``error_type`` names a framework's skip-the-model-request exception (see :func:`skipped_request`)."""
+    return error_type is not None and _SKIP_TYPE.search(error_type.rpartition(".")[2]) is not None
 
 
 def leading_phrase(text: str) -> str | None:
