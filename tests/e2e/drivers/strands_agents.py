@@ -99,9 +99,9 @@ def scenarios(h: Harness) -> None:
             agent(f"{run.marker} {text}")
 
 
-def main() -> None:
+def main(driver: str = "strands_agents") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    h = Harness("strands_agents", "strands-travel-desk")
+    h = Harness(driver, "strands-travel-desk")
     trace.set_tracer_provider(h.provider)
     register(h)
     scenarios(h)
