@@ -14,7 +14,7 @@ import os
 
 os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"  # before Strands reads it
 
-from strands_agents import main  # noqa: E402
+from strands_agents import main
 
 if __name__ == "__main__":
     main("strands_agents_latest")
