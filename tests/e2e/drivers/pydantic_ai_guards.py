@@ -85,7 +85,7 @@ def main() -> None:
             instructions="You help travellers.",
             tools=[get_weather, lookup_order],
             capabilities=[instrumentation, NoCardNumbers()],
-            retries={'tools': 1, 'output': 1},
+            retries={"tools": 1, "output": 1},
         )
 
     guarded = agent()
