@@ -41,6 +41,7 @@ from scorers.dialects import (
     as_str,
     classify,
     first_str,
+    lift_events,
     raised_in,
     service_name,
     tool_name,
@@ -99,7 +100,9 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
 
 def _dedupe(spans: Sequence[Span]) -> dict[str, Span]:
     unique: dict[str, Span] = {}
-    for span in spans:
+    for given in spans:
+        # the event-based GenAI form, read into the attribute form (most spans have no events)
+        span = lift_events(given) if given.events else given
         seen = unique.get(span.span_id)
         if seen is None or span.end_ns or not seen.end_ns:
             unique[span.span_id] = span
@@ -345,7 +348,8 @@ class _Tally:
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
         model = signals.model(span.attributes)
-        kind = _OTHER if span.span_id in tree.owners else _LLM
+        # a nested record of a call counted on its owner, or a request a hook skipped: no LLM call
+        kind = _OTHER if span.span_id in tree.owners or (err.error and signals.skipped_request(err)) else _LLM
         fill = self.fills.get(span.span_id)
         if fill is not None:
             tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
@@ -385,6 +389,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     messages = _conversation(tree)
     if tally.last_llm is not None:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
+    if culprit is not None:
+        tally.detector.output_check(culprit, messages, evidence)
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:

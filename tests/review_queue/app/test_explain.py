@@ -120,3 +120,14 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err.strip()
     assert "not an OTLP trace export" in err
     assert 1 == len(err.splitlines())
+
+
+def test_what_the_trace_cannot_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ADK's callback guardrail leaves neither a model span nor a guardrail span: explain says so, with the reason."""
+    truth = json.loads((FIXTURES / "google_adk.truth.json").read_text())
+    guard = next(r["trace_id"] for r in truth["runs"] if r["scenario"] == "ad_guardrail")
+    docs = {d["trace_id"]: d for d in _explain_json(tmp_path, capsys, FIXTURES / "google_adk.json")}
+    [text] = docs[guard]["cannot_show"]
+    assert text.startswith("this trace cannot show whether a guardrail answered instead of the model, because")
+    assert 0 == main(["--config", str(_config(tmp_path)), "explain", str(FIXTURES / "google_adk.json")])
+    assert "this trace cannot show whether a guardrail answered" in capsys.readouterr().out
