@@ -21,6 +21,7 @@ values are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -46,6 +47,7 @@ from scorers.dialects import (
     tool_name,
 )
 from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
+from scorers.session_ids import DEFAULT_SESSION_KEYS, Finder, SessionKeys
 from scorers.steps import to_step, to_tool_call
 
 RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
@@ -62,7 +64,13 @@ _TOOL: Final = StepKind.TOOL
 _OTHER: Final = StepKind.OTHER
 
 
-def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detector = DEFAULT_DETECTOR) -> Run:
+def normalise(
+    spans: Sequence[Span],
+    *,
+    complete: bool = True,
+    detector: Detector = DEFAULT_DETECTOR,
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS,
+) -> Run:
     """Turn all spans of one trace into one :class:`Run`.
 
     Spans may come in any order and repeat: they are de-duplicated by ``span_id``, keeping
@@ -78,6 +86,8 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
         complete: False when the caller closed the run early (idle timeout). The run is
             also incomplete when no span is a root.
         detector: the limit/block detection rules (:mod:`scorers.detect`; the built-ins by default).
+        sessions: the attribute keys of the session and user ids (:mod:`scorers.session_ids`; the
+            built-ins by default).
 
     Returns:
         The normalised run. An empty ``spans`` gives an incomplete, empty run.
@@ -91,7 +101,7 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
     if not unique:
         return Run(trace_id=spans[0].trace_id if spans else "", complete=False)
     tree = _Tree.build(unique)
-    tally = _Tally.for_tree(tree, detector)
+    tally = _Tally.for_tree(tree, detector, sessions)
     for span in tree.ordered:
         tally.visit(span, tree)
     return _assemble(tree, tally, complete=complete)
@@ -264,12 +274,21 @@ class _Tally:
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
+    ids: Finder = field(default_factory=lambda: Finder(DEFAULT_SESSION_KEYS, None, None))
+    watched: frozenset[str] = frozenset()
+    """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
     @classmethod
-    def for_tree(cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR) -> _Tally:
+    def for_tree(
+        cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR, sessions: SessionKeys = DEFAULT_SESSION_KEYS
+    ) -> _Tally:
         """A tally primed with what duplicate spans know that their first record may lack, keyed
-        by that first record: usage and model of nested LLM spans, error and call id of tool twins."""
-        tally = cls(detector=detector)
+        by that first record: usage and model of nested LLM spans, error and call id of tool twins;
+        and with the session and user ids of the root span (it comes first, :mod:`scorers.session_ids`)."""
+        session, user = sessions.read(tree.root.attributes) if tree.root is not None else (None, None)
+        ids = Finder(sessions, session, user)
+        tally = cls(detector=detector, ids=ids)
+        tally.watched = _watched(detector.watched, sessions.every) if ids.pending else detector.watched
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
@@ -292,12 +311,17 @@ class _Tally:
         err = signals.error_info(span)
         reasons = () if kind is _TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
+        attrs = span.attributes
+        # One set test for the detector's keys and, while an id is missing, the session/user keys.
+        marked = not self.watched.isdisjoint(attrs)
+        if marked and self.ids.pending:
+            ids = self.ids
+            ids.see(attrs)
+            if not ids.pending:
+                self.watched = detector.watched
+            marked = not detector.watched.isdisjoint(attrs)
         # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
-        if (
-            err.error
-            or not detector.watched.isdisjoint(span.attributes)
-            or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
-        ):
+        if err.error or marked or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons)):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
@@ -356,6 +380,12 @@ class _Tally:
         return to_step(span, kind, err, model, tokens_in, tokens_out, reasons)
 
 
+@functools.lru_cache(maxsize=16)
+def _watched(detector: frozenset[str], ids: frozenset[str]) -> frozenset[str]:
+    """The detector's watched keys and the id keys, as one set (built once per configuration)."""
+    return detector | ids
+
+
 def _raised(tree: _Tree) -> Span | None:
     """The span whose error reached the agent's caller, or None.
 
@@ -391,6 +421,9 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         limit = limit or e.signal == LIMIT
         blocked = blocked or e.signal == BLOCK
     start_ns, end_ns = _bounds(tree)
+    ids = tally.ids
+    if ids.pending and tree.root is not None:
+        ids.from_metadata(tree.root.attributes)
     return _new_run(
         trace_id=head.trace_id,
         agent=agent_name(tree.root, tree.top_down),
@@ -417,8 +450,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         span_count=len(tree.spans),
         attributes=_rule_attributes(head),
         evidence=found,
-        session_id=None,  # read from the trace by the session-id work (issue 26)
-        user_id=None,
+        session_id=ids.session,
+        user_id=ids.user,
     )
 
 
