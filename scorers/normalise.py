@@ -47,7 +47,7 @@ from scorers.dialects import (
     tool_name,
 )
 from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
-from scorers.session_ids import DEFAULT_SESSION_KEYS, Finder, SessionKeys
+from scorers.session_ids import DEFAULT_SESSION_KEYS, METADATA_KEY, Finder, SessionKeys
 from scorers.steps import to_step, to_tool_call
 
 RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
@@ -274,7 +274,7 @@ class _Tally:
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
-    ids: Finder = field(default_factory=lambda: Finder(DEFAULT_SESSION_KEYS, None, None))
+    ids: Finder = field(default_factory=lambda: Finder(DEFAULT_SESSION_KEYS, None))
     watched: frozenset[str] = frozenset()
     """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
@@ -285,8 +285,7 @@ class _Tally:
         """A tally primed with what duplicate spans know that their first record may lack, keyed
         by that first record: usage and model of nested LLM spans, error and call id of tool twins;
         and with the session and user ids of the root span (it comes first, :mod:`scorers.session_ids`)."""
-        session, user = sessions.read(tree.root.attributes) if tree.root is not None else (None, None)
-        ids = Finder(sessions, session, user)
+        ids = Finder(sessions, tree.root.attributes if tree.root is not None else None)
         tally = cls(detector=detector, ids=ids)
         tally.watched = _watched(detector.watched, sessions.every) if ids.pending else detector.watched
         for sid, owner in tree.owners.items():
@@ -422,7 +421,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         blocked = blocked or e.signal == BLOCK
     start_ns, end_ns = _bounds(tree)
     ids = tally.ids
-    if ids.pending and tree.root is not None:
+    if ids.pending and tree.root is not None and METADATA_KEY in tree.root.attributes:
         ids.from_metadata(tree.root.attributes)
     return _new_run(
         trace_id=head.trace_id,

@@ -40,7 +40,7 @@ from collector.model import Attributes
 from scorers.dialects import SESSION_KEYS, USER_KEYS
 from scorers.errors import SessionConfigError
 
-__all__ = ["DEFAULT_SESSION_KEYS", "MAX_ID_CHARS", "Finder", "SessionKeys", "id_value"]
+__all__ = ["DEFAULT_SESSION_KEYS", "MAX_ID_CHARS", "METADATA_KEY", "Finder", "SessionKeys", "id_value"]
 
 MAX_ID_CHARS: Final = 256
 """Characters kept of a session or user id."""
@@ -92,6 +92,8 @@ class SessionKeys:
     session: tuple[str, ...] = SESSION_KEYS
     user: tuple[str, ...] = USER_KEYS
     every: frozenset[str] = field(default=frozenset((*SESSION_KEYS, *USER_KEYS)))
+    session_set: frozenset[str] = field(default=frozenset(SESSION_KEYS))
+    user_set: frozenset[str] = field(default=frozenset(USER_KEYS))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> SessionKeys:
@@ -112,13 +114,21 @@ class SessionKeys:
         user = (*USER_KEYS, *_user_keys(data.get("user_keys"), "sessions.user_keys"))
         session = tuple(dict.fromkeys(session))
         user = tuple(dict.fromkeys(user))
-        return cls(session, user, frozenset((*session, *user)))
+        return cls(session, user, frozenset((*session, *user)), frozenset(session), frozenset(user))
 
     def read(self, attributes: Attributes) -> tuple[str | None, str | None]:
         """The session and user ids one span's attributes carry (each None when absent)."""
         if self.every.isdisjoint(attributes):
             return None, None
-        return _first(attributes, self.session), _first(attributes, self.user)
+        return self.session_of(attributes), self.user_of(attributes)
+
+    def session_of(self, attributes: Attributes) -> str | None:
+        """The session id ``attributes`` carry, or None (a set test in C first: the key tuple is long)."""
+        return None if self.session_set.isdisjoint(attributes) else _first(attributes, self.session)
+
+    def user_of(self, attributes: Attributes) -> str | None:
+        """The user id ``attributes`` carry, or None."""
+        return None if self.user_set.isdisjoint(attributes) else _first(attributes, self.user)
 
 
 def _user_keys(value: object, where: str) -> tuple[str, ...]:
@@ -138,31 +148,33 @@ DEFAULT_SESSION_KEYS: Final = SessionKeys()
 class Finder:
     """The ids of one run, found during the normaliser's pass over its spans in start order.
 
-    Start with the root's ids (:meth:`SessionKeys.read`); :meth:`see` then fills what is still
-    missing from the first span carrying it. ``pending`` is False once both are known (the
-    normaliser stops calling it).
+    Start with the root's attributes (read first: they take precedence); :meth:`see` then fills
+    what is still missing from the first span carrying it. ``pending`` is False once both are
+    known (the normaliser stops calling it).
     """
 
-    __slots__ = ("keys", "pending", "session", "user")
+    __slots__ = ("keys", "pending", "root", "session", "user")
 
-    def __init__(self, keys: SessionKeys, session: str | None, user: str | None) -> None:
+    def __init__(self, keys: SessionKeys, root: Attributes | None) -> None:
         self.keys = keys
-        self.session = session
-        self.user = user
-        self.pending = session is None or user is None
+        self.root = root
+        self.session, self.user = (None, None) if root is None else keys.read(root)
+        self.pending = self.session is None or self.user is None
 
     def see(self, attributes: Attributes) -> None:
         """Take the ids ``attributes`` carry that are still missing (call only if a key is present)."""
+        if attributes is self.root:
+            return
         keys = self.keys
         if self.session is None:
-            self.session = _first(attributes, keys.session)
+            self.session = keys.session_of(attributes)
         if self.user is None:
-            self.user = _first(attributes, keys.user)
+            self.user = keys.user_of(attributes)
         self.pending = self.session is None or self.user is None
 
     def from_metadata(self, attributes: Attributes) -> None:
         """Fill what is still missing from the root's OpenInference ``metadata`` JSON, if it names it."""
-        text = attributes.get(METADATA_KEY)
+        text = attributes.get(METADATA_KEY) if METADATA_KEY in attributes else None
         if not isinstance(text, str) or len(text) > _MAX_METADATA_CHARS:
             return
         if not any(needle in text for needle in _METADATA_NEEDLES):
