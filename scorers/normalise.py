@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
-from scorers import content, signals
+from scorers import content, session_ids, signals
 from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
     ANSWER_SCOPES,
@@ -47,7 +47,7 @@ from scorers.dialects import (
     tool_name,
 )
 from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
-from scorers.session_ids import DEFAULT_SESSION_KEYS, METADATA_KEY, Finder, SessionKeys
+from scorers.session_ids import DEFAULT_SESSION_KEYS, METADATA_KEY, SessionKeys
 from scorers.steps import to_step, to_tool_call
 
 RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
@@ -274,7 +274,11 @@ class _Tally:
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
-    ids: Finder = field(default_factory=lambda: Finder(DEFAULT_SESSION_KEYS, None))
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS
+    session_id: str | None = None
+    user_id: str | None = None
+    ids_pending: bool = False
+    root: Span | None = None
     watched: frozenset[str] = frozenset()
     """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
@@ -285,9 +289,14 @@ class _Tally:
         """A tally primed with what duplicate spans know that their first record may lack, keyed
         by that first record: usage and model of nested LLM spans, error and call id of tool twins;
         and with the session and user ids of the root span (it comes first, :mod:`scorers.session_ids`)."""
-        ids = Finder(sessions, tree.root.attributes if tree.root is not None else None)
-        tally = cls(detector=detector, ids=ids)
-        tally.watched = _watched(detector.watched, sessions.every) if ids.pending else detector.watched
+        tally = cls(detector=detector, sessions=sessions, root=tree.root)
+        if tree.root is not None:
+            tally.session_id, tally.user_id = sessions.read(tree.root.attributes)
+        if tally.session_id is None or tally.user_id is None:
+            tally.ids_pending = True
+            tally.watched = _watched(detector.watched, sessions.every)
+        else:
+            tally.watched = detector.watched
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
@@ -310,17 +319,13 @@ class _Tally:
         err = signals.error_info(span)
         reasons = () if kind is _TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
-        attrs = span.attributes
-        # One set test for the detector's keys and, while an id is missing, the session/user keys.
-        marked = not self.watched.isdisjoint(attrs)
-        if marked and self.ids.pending:
-            ids = self.ids
-            ids.see(attrs)
-            if not ids.pending:
-                self.watched = detector.watched
-            marked = not detector.watched.isdisjoint(attrs)
-        # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
-        if err.error or marked or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons)):
+        # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason.
+        # While an id is missing, self.watched also holds the id keys (one set test for both).
+        if (
+            err.error
+            or not self.watched.isdisjoint(span.attributes)
+            or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
+        ) and (not self.ids_pending or self._ids(span, err.error, reasons)):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
@@ -347,6 +352,21 @@ class _Tally:
         elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def _ids(self, span: Span, error: bool, reasons: tuple[str, ...]) -> bool:
+        """Take the ids this span carries that are still missing (the root was read first); then
+        whether the detector has to look at it (an id key alone is no reason)."""
+        attrs = span.attributes
+        if span is not self.root:
+            self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, self.session_id, self.user_id)
+            if self.session_id is not None and self.user_id is not None:
+                self.ids_pending = False
+                self.watched = self.detector.watched
+        return (
+            error
+            or not self.detector.watched.isdisjoint(attrs)
+            or bool(reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
+        )
 
     def _requested_arguments(self, call: ToolCall) -> ToolCall:
         """The arguments the last LLM call asked this tool for, when the tool span kept only a bare value
@@ -420,9 +440,9 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         limit = limit or e.signal == LIMIT
         blocked = blocked or e.signal == BLOCK
     start_ns, end_ns = _bounds(tree)
-    ids = tally.ids
-    if ids.pending and tree.root is not None and METADATA_KEY in tree.root.attributes:
-        ids.from_metadata(tree.root.attributes)
+    session_id, user_id = tally.session_id, tally.user_id
+    if tally.ids_pending and tree.root is not None and METADATA_KEY in tree.root.attributes:
+        session_id, user_id = session_ids.from_metadata(tree.root.attributes, session_id, user_id)
     return _new_run(
         trace_id=head.trace_id,
         agent=agent_name(tree.root, tree.top_down),
@@ -449,8 +469,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         span_count=len(tree.spans),
         attributes=_rule_attributes(head),
         evidence=found,
-        session_id=ids.session,
-        user_id=ids.user,
+        session_id=session_id,
+        user_id=user_id,
     )
 
 

@@ -24,8 +24,9 @@ Precedence: the root span first, then the first span in start order that carries
 span, the first key in the order above. A value is a string or an integer, stripped and cut to
 :data:`MAX_ID_CHARS`; an empty one counts as absent. A run without a session id is a session of one.
 
-Cost: the normaliser looks the keys up once per run: on the root, then in its one pass over the spans,
-where the keys share the detector's set test (:class:`Finder`), and it stops looking once both ids are found.
+Cost: the normaliser reads the root once, then, while an id is missing, adds the keys to the set its
+pass over the spans already tests each span against (the detector's): a span without any of them costs
+nothing more, and the keys leave that set once both ids are found.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collector.model import Attributes
 from scorers.dialects import SESSION_KEYS, USER_KEYS
 from scorers.errors import SessionConfigError
 
-__all__ = ["DEFAULT_SESSION_KEYS", "MAX_ID_CHARS", "METADATA_KEY", "Finder", "SessionKeys", "id_value"]
+__all__ = ["DEFAULT_SESSION_KEYS", "MAX_ID_CHARS", "METADATA_KEY", "SessionKeys", "fill", "from_metadata", "id_value"]
 
 MAX_ID_CHARS: Final = 256
 """Characters kept of a session or user id."""
@@ -145,48 +146,33 @@ DEFAULT_SESSION_KEYS: Final = SessionKeys()
 """The built-in keys only."""
 
 
-class Finder:
-    """The ids of one run, found during the normaliser's pass over its spans in start order.
+def fill(
+    keys: SessionKeys, attributes: Attributes, session: str | None, user: str | None
+) -> tuple[str | None, str | None]:
+    """``session`` and ``user``, each filled from ``attributes`` when still None."""
+    if session is None:
+        session = keys.session_of(attributes)
+    if user is None:
+        user = keys.user_of(attributes)
+    return session, user
 
-    Start with the root's attributes (read first: they take precedence); :meth:`see` then fills
-    what is still missing from the first span carrying it. ``pending`` is False once both are
-    known (the normaliser stops calling it).
-    """
 
-    __slots__ = ("keys", "pending", "root", "session", "user")
-
-    def __init__(self, keys: SessionKeys, root: Attributes | None) -> None:
-        self.keys = keys
-        self.root = root
-        self.session, self.user = (None, None) if root is None else keys.read(root)
-        self.pending = self.session is None or self.user is None
-
-    def see(self, attributes: Attributes) -> None:
-        """Take the ids ``attributes`` carry that are still missing (call only if a key is present)."""
-        if attributes is self.root:
-            return
-        keys = self.keys
-        if self.session is None:
-            self.session = keys.session_of(attributes)
-        if self.user is None:
-            self.user = keys.user_of(attributes)
-        self.pending = self.session is None or self.user is None
-
-    def from_metadata(self, attributes: Attributes) -> None:
-        """Fill what is still missing from the root's OpenInference ``metadata`` JSON, if it names it."""
-        text = attributes.get(METADATA_KEY) if METADATA_KEY in attributes else None
-        if not isinstance(text, str) or len(text) > _MAX_METADATA_CHARS:
-            return
-        if not any(needle in text for needle in _METADATA_NEEDLES):
-            return
-        try:
-            data = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(data, dict):
-            return
-        if self.session is None:
-            self.session = _first(data, _METADATA_SESSION)
-        if self.user is None:
-            self.user = _first(data, _METADATA_USER)
-        self.pending = self.session is None or self.user is None
+def from_metadata(attributes: Attributes, session: str | None, user: str | None) -> tuple[str | None, str | None]:
+    """``session`` and ``user``, each filled when still None from the ``metadata`` JSON of a root span
+    (OpenInference's copy of a LangChain run's metadata, PydanticAI's run metadata), if it names them."""
+    text = attributes.get(METADATA_KEY)
+    if not isinstance(text, str) or len(text) > _MAX_METADATA_CHARS:
+        return session, user
+    if not any(needle in text for needle in _METADATA_NEEDLES):
+        return session, user
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return session, user
+    if not isinstance(data, dict):
+        return session, user
+    if session is None:
+        session = _first(data, _METADATA_SESSION)
+    if user is None:
+        user = _first(data, _METADATA_USER)
+    return session, user
