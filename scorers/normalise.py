@@ -278,7 +278,6 @@ class _Tally:
     session_id: str | None = None
     user_id: str | None = None
     ids_pending: bool = False
-    root: Span | None = None
     watched: frozenset[str] = frozenset()
     """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
@@ -289,14 +288,10 @@ class _Tally:
         """A tally primed with what duplicate spans know that their first record may lack, keyed
         by that first record: usage and model of nested LLM spans, error and call id of tool twins;
         and with the session and user ids of the root span (it comes first, :mod:`scorers.session_ids`)."""
-        tally = cls(detector=detector, sessions=sessions, root=tree.root)
+        tally = cls(detector=detector, sessions=sessions)
         if tree.root is not None:
             tally.session_id, tally.user_id = sessions.read(tree.root.attributes)
-        if tally.session_id is None or tally.user_id is None:
-            tally.ids_pending = True
-            tally.watched = _watched(detector.watched, sessions.every)
-        else:
-            tally.watched = detector.watched
+        tally.watch_missing()
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
@@ -353,15 +348,26 @@ class _Tally:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
+    def watch_missing(self) -> None:
+        """Add the keys of the ids still missing to the span pass's set test (none once both are known),
+        so spans carrying only an id already found (and the root, read first) stay on the fast path."""
+        watched = self.detector.watched
+        sessions = self.sessions
+        if self.session_id is None:
+            watched = _watched(watched, sessions.every if self.user_id is None else sessions.session_set)
+        elif self.user_id is None:
+            watched = _watched(watched, sessions.user_set)
+        self.watched = watched
+        self.ids_pending = watched is not self.detector.watched
+
     def _ids(self, span: Span, error: bool, reasons: tuple[str, ...]) -> bool:
         """Take the ids this span carries that are still missing (the root was read first); then
         whether the detector has to look at it (an id key alone is no reason)."""
         attrs = span.attributes
-        if span is not self.root:
-            self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, self.session_id, self.user_id)
-            if self.session_id is not None and self.user_id is not None:
-                self.ids_pending = False
-                self.watched = self.detector.watched
+        found = self.session_id, self.user_id
+        self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, *found)
+        if found != (self.session_id, self.user_id):
+            self.watch_missing()
         return (
             error
             or not self.detector.watched.isdisjoint(attrs)

@@ -118,10 +118,27 @@ class SessionKeys:
         return cls(session, user, frozenset((*session, *user)), frozenset(session), frozenset(user))
 
     def read(self, attributes: Attributes) -> tuple[str | None, str | None]:
-        """The session and user ids one span's attributes carry (each None when absent)."""
-        if self.every.isdisjoint(attributes):
-            return None, None
-        return self.session_of(attributes), self.user_of(attributes)
+        """The session and user ids one span's attributes carry (each None when absent).
+
+        Read once per run, on its root: the look-ups are inlined (a set test in C first, then the
+        keys in order), one Python call fewer per id.
+        """
+        session = user = None
+        if not self.session_set.isdisjoint(attributes):
+            for key in self.session:
+                value = attributes.get(key)
+                if type(value) is str:  # the common case, inlined
+                    if session := value.strip()[:MAX_ID_CHARS]:
+                        break
+                    session = None
+                elif value is not None and (session := id_value(value)) is not None:
+                    break
+        if not self.user_set.isdisjoint(attributes):
+            for key in self.user:
+                value = attributes.get(key)
+                if value is not None and (user := id_value(value)) is not None:
+                    break
+        return session, user
 
     def session_of(self, attributes: Attributes) -> str | None:
         """The session id ``attributes`` carry, or None (a set test in C first: the key tuple is long)."""
