@@ -278,6 +278,8 @@ class _Tally:
     session_id: str | None = None
     user_id: str | None = None
     ids_pending: bool = False
+    missing: frozenset[str] = frozenset()
+    """The keys of the ids still missing (what :meth:`watch_missing` added to ``watched``)."""
     watched: frozenset[str] = frozenset()
     """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
@@ -351,22 +353,22 @@ class _Tally:
     def watch_missing(self) -> None:
         """Add the keys of the ids still missing to the span pass's set test (none once both are known),
         so spans carrying only an id already found (and the root, read first) stay on the fast path."""
-        watched = self.detector.watched
         sessions = self.sessions
         if self.session_id is None:
-            watched = _watched(watched, sessions.every if self.user_id is None else sessions.session_set)
+            missing = sessions.every if self.user_id is None else sessions.session_set
         elif self.user_id is None:
-            watched = _watched(watched, sessions.user_set)
-        self.watched = watched
-        self.ids_pending = watched is not self.detector.watched
+            missing = sessions.user_set
+        else:
+            self.watched, self.missing, self.ids_pending = self.detector.watched, frozenset(), False
+            return
+        self.watched, self.missing, self.ids_pending = _watched(self.detector.watched, missing), missing, True
 
     def _ids(self, span: Span, error: bool, reasons: tuple[str, ...]) -> bool:
         """Take the ids this span carries that are still missing (the root was read first); then
         whether the detector has to look at it (an id key alone is no reason)."""
         attrs = span.attributes
-        found = self.session_id, self.user_id
-        self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, *found)
-        if found != (self.session_id, self.user_id):
+        if not self.missing.isdisjoint(attrs):  # else it came for the detector alone (the root, often)
+            self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, self.session_id, self.user_id)
             self.watch_missing()
         return (
             error
