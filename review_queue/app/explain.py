@@ -38,9 +38,9 @@ __all__ = ["ExplainError", "Explanation", "explain_files", "load_traces", "print
 
 SIGNALS = (LIMIT, BLOCK, ERRORED)
 FIELDS = (
-    "trace_id", "agent", "service", "dialect", "status", "complete", "duration_s", "span_count", "llm_calls",
-    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations", "safety_blocked",
-    "errored", "error_type", "optimal_steps", "final_output",
+    "trace_id", "agent", "service", "dialect", "session_id", "user_id", "status", "complete", "duration_s",
+    "span_count", "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
+    "safety_blocked", "errored", "error_type", "optimal_steps", "final_output",
 )  # fmt: skip
 
 
