@@ -115,7 +115,6 @@ def _compressor() -> zstandard.ZstdCompressor:
         found = _ZSTD.compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
     return found
 
-
 _KIND = {kind: kind.value for kind in StepKind}
 
 
