@@ -40,9 +40,9 @@ __all__ = ["ExplainError", "Explanation", "explain_files", "load_traces", "print
 
 SIGNALS = (LIMIT, BLOCK, ERRORED)
 FIELDS = (
-    "trace_id", "agent", "service", "dialect", "status", "complete", "duration_s", "span_count", "llm_calls",
-    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations", "safety_blocked",
-    "errored", "error_type", "optimal_steps", "final_output",
+    "trace_id", "agent", "service", "dialect", "session_id", "user_id", "status", "complete", "duration_s",
+    "span_count", "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
+    "safety_blocked", "errored", "error_type", "optimal_steps", "final_output",
 )  # fmt: skip
 
 
@@ -112,7 +112,7 @@ def explain_files(paths: Iterable[Path], pipeline: Pipeline) -> list[Explanation
     traces = load_traces(paths)
     out = []
     for spans in sorted(traces.values(), key=lambda ss: min(s.start_ns for s in ss)):
-        run = normalise(spans, complete=True, detector=pipeline.detector)
+        run = normalise(spans, complete=True, detector=pipeline.detector, sessions=pipeline.sessions)
         scored = pipeline.decide_run(run)
         out.append(Explanation(scored, why_not(run), blind_spots(shape_of_run(run))))
     return out
