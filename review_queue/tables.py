@@ -76,6 +76,7 @@ runs = sa.Table(
     sa.Column("task_completed", sa.Boolean(), nullable=True),
     sa.Column("session_id", sa.String(256), nullable=True),
     sa.Column("user_id", sa.String(256), nullable=True),
+    sa.Column("cost_usd", sa.Double(), nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
@@ -90,7 +91,8 @@ tail of the trace) never replaces it (see :meth:`review_queue.store.SqlStore.wri
 it existed); a failing verdict on such a run revokes its completion (``vigil_task_completions_revoked_total``).
 ``session_id``/``user_id`` (migration ``0010``): the conversation the run is one turn of and the end user,
 read from the trace (NULL when the trace names none: the run is a session of one). ``ix_runs_session``
-lists a session's turns in order (``session_id``, ``start_ns``)."""
+lists a session's turns in order (``session_id``, ``start_ns``). ``cost_usd``: the run's estimated LLM cost
+(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without prices)."""
 
 run_details = sa.Table(
     "run_details",

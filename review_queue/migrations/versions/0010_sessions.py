@@ -4,6 +4,8 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-28
 
+``runs.cost_usd``: the run's estimated LLM cost (price table), summed into the session's ``cost_usd``.
+
 A session (a conversation) is the runs sharing a ``session_id`` read from the trace; each run is
 one turn. ``sessions`` holds one row per session id, recomputed from its runs in the transaction
 that writes them (:mod:`review_queue.sessions`), so it is exact under replays and re-scores.
@@ -29,6 +31,7 @@ def upgrade() -> None:
     """Add the id columns and their indexes to ``runs``; create ``sessions``."""
     op.add_column("runs", sa.Column("session_id", sa.String(256), nullable=True))
     op.add_column("runs", sa.Column("user_id", sa.String(256), nullable=True))
+    op.add_column("runs", sa.Column("cost_usd", sa.Double(), nullable=True))
     op.create_index("ix_runs_session", "runs", ["session_id", "start_ns"])
     op.create_index("ix_runs_user", "runs", ["user_id"])
     op.create_table(
@@ -68,3 +71,4 @@ def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.drop_column("user_id")
         batch.drop_column("session_id")
+        batch.drop_column("cost_usd")
