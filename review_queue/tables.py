@@ -93,9 +93,10 @@ it existed); a failing verdict on such a run revokes its completion (``vigil_tas
 ``session_id``/``user_id`` (migration ``0010``): the conversation the run is one turn of and the end user,
 read from the trace (NULL when the trace names none: the run is a session of one). ``ix_runs_session``
 lists a session's turns in order (``session_id``, ``start_ns``). ``cost_usd``: the run's estimated LLM cost
-(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without prices). ``session_turn``: what the session signals need of a turn, kept
-with it (:func:`review_queue.sessions.turn_features`: hashed words of its user message, a request for a
-human, the spans that show them; no text); NULL for runs without a session id."""
+(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without
+prices). ``session_turn``: what the session signals need of a turn, kept with it
+(:func:`review_queue.sessions.turn_features`: hashed words of its user message, a request for a human,
+the spans that show them; no text); NULL for runs without a session id."""
 
 run_details = sa.Table(
     "run_details",
