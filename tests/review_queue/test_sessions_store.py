@@ -27,7 +27,7 @@ def _tid(n: int) -> str:
     return f"{n:032x}"
 
 
-def turn(  # noqa: PLR0913 - a test builder: every field a turn may vary
+def turn(
     n: int,
     session: str | None,
     *,
