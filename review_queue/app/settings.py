@@ -23,6 +23,8 @@ from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS, DEFAULT_DETAILS_SAMPLE_RATE
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.session_close import SessionRule, compile_session_rules
+from review_queue.sessions import DEFAULT_IDLE_S, SessionConfig
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
     DEFAULT_CLOSED_CACHE,
@@ -196,6 +198,16 @@ class Settings(BaseModel):
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
         "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
     )
+    session_idle_s: float = Field(
+        DEFAULT_IDLE_S,
+        gt=0,
+        description="Seconds without a new turn after which a session (conversation) closes; default 30 minutes.",
+    )
+    sessions: Mapping[str, Any] | None = Field(
+        None,
+        description="Session signals and review {reask_threshold, human_phrases: [...], rules: {name: {expr, "
+        "priority}}, sample_rate}; YAML only (see review_queue.sessions and review_queue.session_close).",
+    )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
@@ -339,6 +351,28 @@ class Settings(BaseModel):
     def _slo(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         parse_slo(v)  # raises a one-line SloConfigError (a ValueError) naming the target and key
         return v
+
+    @field_validator("sessions")
+    @classmethod
+    def _sessions(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        SessionConfig.from_mapping(v)  # a one-line ValueError naming the key
+        compile_session_rules((v or {}).get("rules"))  # RuleError (a ValueError) naming the rule
+        rate = (v or {}).get("sample_rate", 0.0)
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"sample_rate must be a number in [0, 1], got {rate!r}")
+        return v
+
+    def session_config(self) -> SessionConfig:
+        """The session settings: idle time, re-ask threshold, request-for-a-human vocabulary."""
+        return SessionConfig.from_mapping(self.sessions, self.session_idle_s)
+
+    def session_rules(self) -> tuple[SessionRule, ...]:
+        """The compiled session rules (``sessions.rules`` over the defaults)."""
+        return compile_session_rules((self.sessions or {}).get("rules"))
+
+    def session_sample_rate(self) -> float:
+        """The share of closed sessions sampled into review: ``sessions.sample_rate``, else ``sample_rate``."""
+        return float((self.sessions or {}).get("sample_rate", self.sample_rate))
 
     def slo_config(self) -> SloConfig:
         """The validated quality targets."""
