@@ -5,13 +5,13 @@ session whose last turn ended more than ``idle_s`` ago (:mod:`review_queue.sessi
 recomputed from its runs (``abandoned`` is decided now), the session rules are evaluated, and the
 metrics count it — in one transaction per sweep, so a closer killed half-way closes nothing twice.
 
-**Session rules** are CEL expressions over the closed session (``sessions.rules`` in ``vigil.yaml``,
+**Session rules** are CEL expressions over the closed session (``session_signals.rules`` in ``vigil.yaml``,
 merged over :data:`DEFAULT_SESSION_RULES` like the run rules: same name replaces, ``enabled: false``
 removes). Variables: ``agent``, ``user_id`` (``""`` when unknown), ``turns``, ``duration_s``,
 ``input_tokens``, ``output_tokens``, ``cost_usd``, ``turns_flagged``, ``limit_hits``, ``blocks``,
 ``errors``, ``thumbs_down`` (counts of turns), ``reasks``, ``human_requests`` (counts of signals),
 ``abandoned`` (bool), ``signals`` (the list of signal names) and ``random_sample``: the session id's
-:func:`scorers.rules.sample_point` below ``sessions.sample_rate`` (default the run sample rate), so
+:func:`scorers.rules.sample_point` below ``session_signals.sample_rate`` (default the run sample rate), so
 5 % of sessions are sampled whatever their turns, deterministically; the rate is recorded on the item.
 
 **A flagged session is one review item**: the item of its *last turn's* run (``review_items`` stay
@@ -116,7 +116,8 @@ def compile_session_rules(config: Mapping[str, Any] | None) -> tuple[SessionRule
             program = cel.compile(expr)
             result = program.execute(dict(_SAMPLE_VARIABLES))
         except (ValueError, RuntimeError, TypeError) as exc:
-            raise RuleError(name, f"invalid session rule: {exc}") from exc
+            first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise RuleError(name, f"invalid session rule: {first}") from exc
         if not isinstance(result, bool):
             raise RuleError(name, f"must evaluate to a boolean, got {type(result).__name__}")
         out.append(SessionRule(name, expr, priority, program))

@@ -26,7 +26,7 @@ which a user who comes back is still in the same conversation). A turn arriving 
   the content words and changes their order and the function words, which a set ignores; the
   sets are stored hashed (:func:`turn_features`), never as text.
 * ``human_request`` — the user message contains a phrase of the vocabulary
-  (:data:`DEFAULT_HUMAN_PHRASES` plus ``sessions.human_phrases`` in ``vigil.yaml``).
+  (:data:`DEFAULT_HUMAN_PHRASES` plus ``session_signals.human_phrases`` in ``vigil.yaml``).
 * ``thumbs_down`` — the turn has thumbs-down feedback (:mod:`review_queue.feedback`).
 * ``abandoned`` — at close: the last turn failed (errored), was blocked, hit a limit or was cut
   off (incomplete), and then the user went away.
@@ -160,7 +160,7 @@ ABANDONED, REASK, HUMAN, THUMBS_DOWN = "abandoned", "reask", "human_request", "t
 
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
-    """The ``sessions:`` block of ``vigil.yaml`` and the idle time.
+    """The ``session_signals:`` block of ``vigil.yaml`` and the idle time.
 
     Attributes:
         idle_s: seconds without a new turn after which a session closes.
@@ -174,7 +174,7 @@ class SessionConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, idle_s: float = DEFAULT_IDLE_S) -> SessionConfig:
-        """Build from the ``sessions:`` mapping (``reask_threshold``, ``human_phrases``; ``rules`` and
+        """Build from the ``session_signals:`` mapping (``reask_threshold``, ``human_phrases``; ``rules`` and
         ``sample_rate`` are read by :mod:`review_queue.session_review`).
 
         Raises:

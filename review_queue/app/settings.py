@@ -188,6 +188,16 @@ class Settings(BaseModel):
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
     )
+    session_idle_s: float = Field(
+        DEFAULT_IDLE_S,
+        gt=0,
+        description="Seconds without a new turn after which a session (conversation) closes; default 30 minutes.",
+    )
+    session_signals: Mapping[str, Any] | None = Field(
+        None,
+        description="Session signals and review {reask_threshold, human_phrases: [...], rules: {name: {expr, "
+        "priority}}, sample_rate}; YAML only (see review_queue.sessions and review_queue.session_close).",
+    )
     slo: Mapping[str, Any] | None = Field(
         None,
         description="Quality targets {window, targets: {name: {...}}, agents: {agent: {name: {...}}}}; YAML only; "
@@ -197,16 +207,6 @@ class Settings(BaseModel):
         None,
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
         "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
-    )
-    session_idle_s: float = Field(
-        DEFAULT_IDLE_S,
-        gt=0,
-        description="Seconds without a new turn after which a session (conversation) closes; default 30 minutes.",
-    )
-    sessions: Mapping[str, Any] | None = Field(
-        None,
-        description="Session signals and review {reask_threshold, human_phrases: [...], rules: {name: {expr, "
-        "priority}}, sample_rate}; YAML only (see review_queue.sessions and review_queue.session_close).",
     )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
@@ -352,28 +352,6 @@ class Settings(BaseModel):
         parse_slo(v)  # raises a one-line SloConfigError (a ValueError) naming the target and key
         return v
 
-    @field_validator("sessions")
-    @classmethod
-    def _sessions(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        SessionConfig.from_mapping(v)  # a one-line ValueError naming the key
-        compile_session_rules((v or {}).get("rules"))  # RuleError (a ValueError) naming the rule
-        rate = (v or {}).get("sample_rate", 0.0)
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-            raise ValueError(f"sample_rate must be a number in [0, 1], got {rate!r}")
-        return v
-
-    def session_config(self) -> SessionConfig:
-        """The session settings: idle time, re-ask threshold, request-for-a-human vocabulary."""
-        return SessionConfig.from_mapping(self.sessions, self.session_idle_s)
-
-    def session_rules(self) -> tuple[SessionRule, ...]:
-        """The compiled session rules (``sessions.rules`` over the defaults)."""
-        return compile_session_rules((self.sessions or {}).get("rules"))
-
-    def session_sample_rate(self) -> float:
-        """The share of closed sessions sampled into review: ``sessions.sample_rate``, else ``sample_rate``."""
-        return float((self.sessions or {}).get("sample_rate", self.sample_rate))
-
     def slo_config(self) -> SloConfig:
         """The validated quality targets."""
         return parse_slo(self.slo)
@@ -385,6 +363,28 @@ class Settings(BaseModel):
         if bad:
             raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
         return v
+
+    @field_validator("session_signals")
+    @classmethod
+    def _session_signals(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        SessionConfig.from_mapping(v)  # a one-line ValueError naming the key
+        compile_session_rules((v or {}).get("rules"))  # RuleError (a ValueError) naming the rule
+        rate = (v or {}).get("sample_rate", 0.0)
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"sample_rate must be a number in [0, 1], got {rate!r}")
+        return v
+
+    def session_config(self) -> SessionConfig:
+        """The session settings: idle time, re-ask threshold, request-for-a-human vocabulary."""
+        return SessionConfig.from_mapping(self.session_signals, self.session_idle_s)
+
+    def session_rules(self) -> tuple[SessionRule, ...]:
+        """The compiled session rules (``session_signals.rules`` over the defaults)."""
+        return compile_session_rules((self.session_signals or {}).get("rules"))
+
+    def session_sample_rate(self) -> float:
+        """The share of closed sessions sampled into review: ``session_signals.sample_rate``, else ``sample_rate``."""
+        return float((self.session_signals or {}).get("sample_rate", self.sample_rate))
 
     @field_validator("review_categories", mode="before")
     @classmethod
