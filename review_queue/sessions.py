@@ -348,34 +348,23 @@ class SessionRefresher:
             return [], []
         if self._dialect == "postgresql":
             conn.execute(_PG_LOCK, {"ids": ids, "cls": _LOCK_CLASS})
-        stored = {
-            found.session_id: found
-            for start in range(0, len(ids), 900)
-            for found in conn.execute(
-                sa.select(
-                    sessions.c.session_id,
-                    sessions.c.status,
-                    sessions.c.closed_at,
-                    sessions.c.last_ns,
-                    sessions.c.signals,
-                ).where(sessions.c.session_id.in_(ids[start : start + 900]))
-            )
-        }
         by_session: dict[str, list[Any]] = {}
         for start in range(0, len(ids), 900):
             for turn in conn.execute(self._turns, {"ids": ids[start : start + 900]}):
                 by_session.setdefault(turn.session_id, []).append(turn)
         rows: list[dict[str, Any]] = []
         closed: list[ClosedSession] = []
+        long = [sid for sid, turn_rows in by_session.items() if turn_rows[0].s_status and turn_rows[0].n > WINDOW]
+        older = _stored_signals(conn, long) if long else {}
         for session_id, turn_rows in by_session.items():
-            row, now_closed = self._row(session_id, turn_rows, stored.get(session_id), now, close_before_ns)
+            row, now_closed = self._row(session_id, turn_rows, older.get(session_id, []), now, close_before_ns)
             rows.append(row)
             if now_closed:
                 closed.append(ClosedSession(row, turn_rows[-1].trace_id))
         return rows, closed
 
     def _row(
-        self, session_id: str, turn_rows: list[Any], stored: Any, now: float, close_before_ns: int | None
+        self, session_id: str, turn_rows: list[Any], stored_signals: list[Any], now: float, close_before_ns: int | None
     ) -> tuple[dict[str, Any], bool]:
         turn_rows.sort(key=lambda r: r.rn, reverse=True)  # oldest first
         latest = turn_rows[-1]
@@ -385,17 +374,16 @@ class SessionRefresher:
             for r in turn_rows
         ]
         last_ns = int(latest.last_ns)
-        was_closed = stored is not None and stored.status == "closed"
-        if was_closed and last_ns <= int(stored.last_ns):
-            status, closed_at, now_closed = "closed", stored.closed_at, False
+        if latest.s_status == "closed" and last_ns <= int(latest.s_last):  # a replay: stays closed
+            status, closed_at, now_closed = "closed", latest.s_closed, False
         elif close_before_ns is not None and last_ns < close_before_ns:
             status, closed_at, now_closed = "closed", now, True
         else:
             status, closed_at, now_closed = "open", None, False
         signals = session_signals(turns, self._config.reask_threshold, closed=status == "closed")
-        if stored is not None and total > len(turns):  # keep what older turns (outside the window) showed
+        if stored_signals:  # keep what older turns (outside the window) showed
             window = {t.trace_id for t in turns}
-            older = [s for s in stored.signals or [] if s["trace_id"] not in window and s["signal"] != ABANDONED]
+            older = [s for s in stored_signals if s["trace_id"] not in window and s["signal"] != ABANDONED]
             signals = older + signals
         first_ns = int(latest.first_ns)
         row = {
@@ -422,6 +410,12 @@ class SessionRefresher:
         return row, now_closed
 
 
+def _stored_signals(conn: sa.Connection, session_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The stored signals of sessions longer than :data:`WINDOW` (their older turns are not re-read)."""
+    query = sa.select(sessions.c.session_id, sessions.c.signals).where(sessions.c.session_id.in_(session_ids))
+    return {str(sid): list(signals or []) for sid, signals in conn.execute(query)}
+
+
 _PG_LOCK = sa.text(
     "SELECT pg_advisory_xact_lock(:cls, k) FROM "
     "(SELECT DISTINCT hashtext(id) AS k FROM unnest(CAST(:ids AS text[])) AS id ORDER BY k) AS keys"
@@ -434,7 +428,8 @@ def _count(column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
 
 
 def _turns_query(dialect: str) -> sa.Select[Any]:
-    """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals."""
+    """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals and its
+    stored ``status``/``last_ns``/``closed_at`` (``s_status``, ``s_last``, ``s_closed``; NULL when new)."""
     if dialect == "postgresql":
         where = runs.c.session_id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
     else:
@@ -483,4 +478,10 @@ def _turns_query(dialect: str) -> sa.Select[Any]:
         sa.func.sum(inner.c.err).over(partition_by=sid).label("errors"),
         sa.func.sum(inner.c.down).over(partition_by=sid).label("thumbs_down"),
     ).subquery("windowed")  # fmt: skip
-    return sa.select(windowed).where(windowed.c.rn <= WINDOW)
+    stored = sa.select(
+        windowed,
+        sessions.c.status.label("s_status"),
+        sessions.c.last_ns.label("s_last"),
+        sessions.c.closed_at.label("s_closed"),
+    ).select_from(windowed.outerjoin(sessions, sessions.c.session_id == windowed.c.session_id))
+    return stored.where(windowed.c.rn <= WINDOW)

@@ -246,3 +246,21 @@ def test_random_sampling_is_per_session_and_deterministic(store: SqlStore, clock
     assert 0 < expected < 40
     assert expected == len(items)
     assert all((["session_random_sample"], 0.5) == (list(r), rate) for r, rate in items)
+
+
+def test_signals_of_turns_older_than_the_window_are_kept(
+    database_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from review_queue import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "WINDOW", 2)  # before the store builds its query
+    store = SqlStore(database_url, clock=clock)
+    try:
+        store.write([turn(1, "s", user="reset my password", start=0)])
+        store.write([turn(3, "s", user="reset my password please", start=10)])
+        for n in (5, 7, 9):
+            store.write([turn(n, "s", start=10 * n)])
+        row = _session(store, "s")
+        assert (5, [("reask", _tid(3), 2)]) == (row["turns"], _signals(row))
+    finally:
+        store.close()
