@@ -95,7 +95,8 @@ MAX_TERMS = 64
 """Distinct words of a user message kept (hashed) for the re-ask comparison."""
 
 WINDOW = 200
-"""Latest turns of a session read per refresh; signals of older turns are kept as stored."""
+"""Latest turns of a session read back per refresh (the database still sums all its turns, from the
+``ix_runs_session`` index). Signals of older turns are kept as stored, and so are re-asks whose earlier question left the window."""
 
 _STOP = frozenset(
     [
@@ -156,6 +157,8 @@ _USER_ROLES = frozenset(("user", "human"))
 _LOCK_CLASS = 0x56495353  # "VISS": the advisory-lock class of session refreshes (two-key form)
 
 ABANDONED, REASK, HUMAN, THUMBS_DOWN = "abandoned", "reask", "human_request", "thumbs_down"
+_ORDER = {REASK: 0, HUMAN: 1, THUMBS_DOWN: 2, ABANDONED: 3}
+"""The order of a turn's signals (as :func:`session_signals` lists them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,10 +384,16 @@ class SessionRefresher:
         else:
             status, closed_at, now_closed = "open", None, False
         signals = session_signals(turns, self._config.reask_threshold, closed=status == "closed")
-        if stored_signals:  # keep what older turns (outside the window) showed
+        if stored_signals:  # keep what older turns (outside the window) showed, and re-asks of older questions
             window = {t.trace_id for t in turns}
-            older = [s for s in stored_signals if s["trace_id"] not in window and s["signal"] != ABANDONED]
-            signals = older + signals
+            fresh = {(s["signal"], s["trace_id"]) for s in signals}
+            kept = [
+                s
+                for s in stored_signals
+                if (s["trace_id"] not in window and s["signal"] != ABANDONED)
+                or (s["signal"] == REASK and (REASK, s["trace_id"]) not in fresh)
+            ]
+            signals = sorted(kept + signals, key=lambda s: (s["turn"], _ORDER.get(s["signal"], 9)))
         first_ns = int(latest.first_ns)
         row = {
             "session_id": session_id,
