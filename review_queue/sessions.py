@@ -274,12 +274,14 @@ def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
     """What the session signals need of one turn, stored in ``runs.session_turn``; ``None`` without a session id.
 
     Keys: ``terms`` (sorted 32-bit hashes of the user message's word set, at most :data:`MAX_TERMS`),
-    ``human`` (the matched request-for-a-human phrase or ``None``), ``repair`` (the matched repair marker
-    or ``None``), ``span`` (``[span_id, name]`` of the LLM call the user message was read from; the last
-    LLM call when read from the run's conversation; else the root), ``root`` (``[span_id, name]`` of the
-    root span), ``answered`` (the turn has a non-empty final answer). The user message is the turn's new one: the last user message in the input of the turn's
-    *first* LLM call that captured messages (frameworks send the history before it; later calls of the
-    turn add tool results, which some frameworks send with the user role), else of the run's conversation.
+    ``human`` (the matched request-for-a-human phrase or ``None``), ``repair`` (the matched repair
+    marker or ``None``), ``span`` (``[span_id, name]`` of the LLM call the user message was read from;
+    the last LLM call when read from the run's conversation; else the root), ``root`` (``[span_id,
+    name]`` of the root span), ``answered`` (the turn has a non-empty final answer).
+
+    The user message is the turn's new one: the last user message in the input of the turn's *first*
+    LLM call that captured messages (frameworks send the history before it; later calls of the turn
+    add tool results, which some frameworks send with the user role), else of the run's conversation.
     """
     if run.session_id is None:
         return None
