@@ -264,3 +264,15 @@ def test_signals_of_turns_older_than_the_window_are_kept(
         assert (5, [("reask", _tid(3), 2)]) == (row["turns"], _signals(row))
     finally:
         store.close()
+
+
+def test_purged_turns_leave_their_sessions_exact(store: SqlStore) -> None:
+    from review_queue.retention import purge_traces
+
+    store.write([turn(1, "s", start=0), turn(3, "s", start=10, user="talk to a human"), turn(5, "t", start=0)])
+    assert 0 == purge_traces(store.engine, [_tid(3)])["sessions"]  # recomputed, not deleted
+    row = _session(store, "s")
+    assert (1, 1000, []) == (row["turns"], row["input_tokens"], row["signals"])  # its signal went with it
+    assert 2 == purge_traces(store.engine, [_tid(1), _tid(5)])["sessions"]
+    with store.engine.connect() as conn:
+        assert 0 == conn.execute(sa.select(sa.func.count()).select_from(sessions)).scalar_one()
