@@ -124,6 +124,9 @@ DEFAULT_REASK_MARKERS: tuple[str, ...] = (
 MAX_LLM_LOOKED = 4
 """LLM calls of a turn looked at for captured messages (content capture is a process-wide switch)."""
 
+MAX_USER_CHARS = 500
+"""Characters of the user message read (a question is short; a pasted document's opening says enough)."""
+
 MAX_TERMS = 64
 """Distinct words of a user message kept (hashed) for the re-ask comparison."""
 
@@ -187,6 +190,7 @@ _STOP = frozenset(
     ]
 )
 _WORD = re.compile(r"[^\W_]{2,}")
+_ANY_WORD = re.compile(r"[^\W_]+")
 _USER_ROLES = frozenset(("user", "human"))
 _LOCK_CLASS = 0x56495353  # "VISS": the advisory-lock class of session refreshes (two-key form)
 
@@ -245,12 +249,12 @@ def _phrases(data: Mapping[str, Any], key: str, defaults: tuple[str, ...]) -> tu
 
 def _normalise(text: str) -> str:
     """Lower-case words joined by single spaces (punctuation dropped)."""
-    return " ".join(re.findall(r"[^\W_]+", text.lower()))
+    return " ".join(_ANY_WORD.findall(text.lower()))
 
 
 def word_set(text: str) -> frozenset[str]:
     """The normalised word set of a message: lower-case words of ≥ 2 characters, stop words removed."""
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+    return frozenset(_WORD.findall(text.lower())) - _STOP
 
 
 def jaccard(a: Sequence[int] | frozenset[Any], b: Sequence[int] | frozenset[Any]) -> float:
@@ -266,7 +270,11 @@ def _hash(word: str) -> int:
 
 def human_phrase(text: str, phrases: Sequence[str]) -> str | None:
     """The first vocabulary phrase the message contains at word boundaries, or ``None``."""
-    padded = f" {_normalise(text)} "
+    return _phrase_in(f" {_normalise(text)} ", phrases)
+
+
+def _phrase_in(padded: str, phrases: Sequence[str]) -> str | None:
+    """The first of ``phrases`` in ``padded`` (normalised text with a space at each end), or ``None``."""
     return next((p for p in phrases if f" {p} " in padded), None)
 
 
@@ -279,20 +287,23 @@ def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
     the last LLM call when read from the run's conversation; else the root), ``root`` (``[span_id,
     name]`` of the root span), ``answered`` (the turn has a non-empty final answer).
 
-    The user message is the turn's new one: the last user message in the input of the turn's *first*
-    LLM call that captured messages (frameworks send the history before it; later calls of the turn
-    add tool results, which some frameworks send with the user role), else of the run's conversation.
+    The user message (its first :data:`MAX_USER_CHARS` characters) is the turn's new one: the last user
+    message in the input of the turn's *first* LLM call that captured messages (frameworks send the
+    history before it; later calls of the turn add tool results, which some frameworks send with the
+    user role), else of the run's conversation.
     """
     if run.session_id is None:
         return None
     root = next((s for s in run.steps if s.parent_id is None), run.steps[0] if run.steps else None)
     llm, user = _user_message(run)
     llm = llm or root
-    words = sorted(word_set(user))[:MAX_TERMS]
+    normalised = _normalise(user[:MAX_USER_CHARS])
+    words = sorted({w for w in normalised.split() if len(w) > 1} - _STOP)[:MAX_TERMS]  # word_set's words
+    padded = f" {normalised} "
     return {
         "terms": sorted({_hash(w) for w in words}),
-        "human": human_phrase(user, config.human_phrases) if user else None,
-        "repair": human_phrase(user, config.reask_markers) if user else None,
+        "human": _phrase_in(padded, config.human_phrases) if user else None,
+        "repair": _phrase_in(padded, config.reask_markers) if user else None,
         "span": [llm.span_id, llm.name] if llm is not None else ["", ""],
         "root": [root.span_id, root.name] if root is not None else ["", ""],
         "answered": bool((run.final_output or "").strip()),
@@ -305,8 +316,11 @@ def _last_user(found: Sequence[Message]) -> str | None:
 
 def _user_message(run: Run) -> tuple[Step | None, str]:
     """The LLM step the turn's user message was read from (or ``None``) and the message (``""`` when none)."""
+    last_llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), None)
     looked = 0
     for step in run.steps:
+        if step is last_llm:
+            break  # its messages are run.messages, already parsed (scorers.normalise)
         if step.kind is StepKind.LLM:
             found = content.messages_of(step.attributes)
             text = _last_user(found) if found else None
@@ -315,8 +329,6 @@ def _user_message(run: Run) -> tuple[Step | None, str]:
             looked += 1
             if found or looked == MAX_LLM_LOOKED:
                 break
-    # run.messages are the last LLM call's (scorers.normalise)
-    last_llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), None)
     return last_llm, _last_user(run.messages) or ""
 
 
@@ -356,7 +368,7 @@ def _reask(
     if repair:
         mine = set(terms)
         for earlier, earlier_terms in reversed(answered):
-            if mine.intersection(earlier_terms):
+            if not mine.isdisjoint(earlier_terms):
                 return f"rephrases turn {earlier.position} (repair marker {repair!r})"
     return None
 
