@@ -276,3 +276,15 @@ def test_purged_turns_leave_their_sessions_exact(store: SqlStore) -> None:
     assert 2 == purge_traces(store.engine, [_tid(1), _tid(5)])["sessions"]
     with store.engine.connect() as conn:
         assert 0 == conn.execute(sa.select(sa.func.count()).select_from(sessions)).scalar_one()
+
+
+def test_the_upkeep_tick_closes_idle_sessions(store: SqlStore, clock: Clock) -> None:
+    from review_queue.maintenance import Maintenance
+    from review_queue.services import build_services
+
+    services = build_services(store, clock=clock)
+    closer = SessionCloser(store, (), idle_s=60, clock=clock)
+    store.write([turn(1, "s", start=0)])
+    clock.now += 600
+    Maintenance(services.workbench, services.feedback, sessions=closer).tick()
+    assert "closed" == _session(store, "s")["status"]
