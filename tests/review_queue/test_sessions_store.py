@@ -208,6 +208,10 @@ def test_idle_sessions_close_with_abandonment_and_reopen_on_a_new_turn(store: Sq
     assert 1 == sample("vigil_sessions_completed_total", {"agent": "support"})
     assert 2 == sample("vigil_session_turns_count", {"agent": "support"})
     assert 3 == sample("vigil_session_turns_sum", {"agent": "support"})
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    exposition = generate_latest(registry).decode()  # the abandoned session's exemplar: its last turn
+    assert f'vigil_sessions_abandoned_total{{agent="support"}} 1.0 # {{trace_id="{_tid(3)}"}}' in exposition
 
 
 def test_a_flagged_session_becomes_one_item_on_its_last_turn(store: SqlStore, clock: Clock) -> None:
