@@ -292,3 +292,36 @@ def test_the_upkeep_tick_closes_idle_sessions(store: SqlStore, clock: Clock) -> 
     clock.now += 600
     Maintenance(services.workbench, services.feedback, sessions=closer).tick()
     assert "closed" == _session(store, "s")["status"]
+
+
+def test_closing_while_last_turns_are_rescored_never_deadlocks(database_url: str, clock: Clock) -> None:
+    """A scorer re-writing the last turns (a Kafka re-delivery) while the upkeep closes and flags their
+    sessions: both finish, whatever the interleaving (PostgreSQL would abort one on a lock cycle)."""
+    writer_store, closer_store = SqlStore(database_url, clock=clock), SqlStore(database_url, clock=clock)
+    closer = SessionCloser(closer_store, compile_session_rules({"all": {"expr": "turns >= 1"}}), idle_s=60, clock=clock)
+    errors: list[BaseException] = []
+    try:
+        for round_ in range(4):
+            batch = [turn(100_000 * (round_ + 1) + 2 * k + 1, f"r{round_}-{k}", start=0) for k in range(40)]
+            writer_store.write(batch)
+            clock.now += 600
+            stop = threading.Event()
+
+            def rewrite(batch: list[ScoredRun] = batch, stop: threading.Event = stop) -> None:
+                try:
+                    while not stop.is_set():
+                        writer_store.write(batch)
+                except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                    errors.append(exc)
+
+            thread = threading.Thread(target=rewrite)
+            thread.start()
+            try:
+                assert 40 == len(closer.close_idle())
+            finally:
+                stop.set()
+                thread.join()
+            assert [] == errors
+    finally:
+        writer_store.close()
+        closer_store.close()
