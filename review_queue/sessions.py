@@ -498,7 +498,7 @@ class SessionRefresher:
         row = {
             "session_id": session_id,
             "agent": latest.agent,
-            "user_id": latest.user_id,
+            "user_id": latest.user_id if latest.user_id is not None else latest.any_user,
             "first_ns": first_ns,
             "last_ns": last_ns,
             "turns": total,
@@ -584,6 +584,7 @@ def _turns_query(dialect: str) -> sa.Select[Any]:
         inner.c.turn_json, inner.c.down,
         sa.func.row_number().over(partition_by=inner.c.session_id, order_by=order).label("rn"),
         sa.func.count().over(partition_by=sid).label("n"),
+        sa.func.max(inner.c.user_id).over(partition_by=sid).label("any_user"),
         sa.func.min(inner.c.start_ns).over(partition_by=sid).label("first_ns"),
         sa.func.max(inner.c.end_ns).over(partition_by=sid).label("last_ns"),
         sa.func.sum(inner.c.input_tokens).over(partition_by=sid).label("input_tokens"),

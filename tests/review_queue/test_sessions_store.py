@@ -52,7 +52,7 @@ def turn(
         reasons=reasons,
         agent="support",
         session_id=session,
-        user_id="u-1" if session else None,
+        user_id=fields.pop("user_id", "u-1" if session else None),
         start_ns=start_ns,
         end_ns=start_ns + 2 * S,
         input_tokens=1000,
@@ -325,3 +325,8 @@ def test_closing_while_last_turns_are_rescored_never_deadlocks(database_url: str
     finally:
         writer_store.close()
         closer_store.close()
+
+
+def test_a_session_keeps_its_user_when_the_latest_turn_names_none(store: SqlStore) -> None:
+    store.write([turn(1, "s", start=0), turn(3, "s", start=10, user_id=None)])
+    assert ("u-1", 2) == (_session(store, "s")["user_id"], _session(store, "s")["turns"])
