@@ -23,6 +23,7 @@ from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
 from review_queue.services import ReviewServices, build_services
+from review_queue.session_close import SessionCloser, SessionMetrics
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore
 from scorers.assemble import Assembler
@@ -216,6 +217,21 @@ def details_writer(
         sample_rate=settings.details_sample_rate,
         max_bytes=settings.memory_budgets().details,
         on_dropped=dropped.inc,
+    )
+
+
+def open_store(settings: Settings) -> SqlStore:
+    """The run store of a process: prices each run (``model_prices``) and applies the session settings."""
+    return SqlStore(settings.database_url, prices=PriceTable(settings.model_prices), sessions=settings.session_config())
+
+
+def session_closer(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> SessionCloser:
+    """The idle-session closer of a process running the review upkeep, with its metrics on ``registry``."""
+    return SessionCloser(
+        store,
+        settings.session_rules(),
+        sample_rate=settings.session_sample_rate(),
+        metrics=SessionMetrics(registry, max_agents=settings.max_agent_labels),
     )
 
 
