@@ -3,11 +3,13 @@
 * ``vigil eval run --agent module:callable EVALSET [--config CFG]``: an in-process Vigil
   (:class:`review_queue.app.evalrun.EvalHarness`), the agent called for every case with bounded
   concurrency (``--concurrency``), ``--repeat N`` times; the report on stdout (``--json``,
-  ``--junit FILE``); exit 1 when a case fails its thresholds.
+  ``--junit FILE``); exit 1 when a case fails its thresholds, or with ``--baseline REPORT`` only
+  when a metric dropped significantly from that report (:mod:`review_queue.app.eval_compare`).
 * ``vigil eval score EVALSET --traces DIR``: the same scoring over captured OTLP files.
 * ``vigil eval show EVALSET``: the cases of an eval set.
 * ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
 * ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped).
+* ``vigil eval compare BASE NEW``: paired tests of two JSON reports, per metric (``--fail-on-drop``).
 
 Exit status: 0 every case passed, 1 a case failed (or nothing was scored), 2 bad input (the
 message names the file, the JSON path and what was expected).
@@ -24,7 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from review_queue.app.eval_report import junit_xml, print_report, write_json
+from review_queue.app.eval_compare import add_compare_command, add_gate_arguments, gate
+from review_queue.app.eval_report import junit_xml, print_report, report_json, write_json
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import EvalConfig, EvalFileError, EvalSet, load_eval_config, load_eval_set
 from scorers.pipeline import Pipeline
@@ -82,6 +85,8 @@ def add_eval_commands(
     add.add_argument("--eval-id", default=None, help="the case id (default: the trace id)")
     add.set_defaults(func=_cmd_eval_add)
 
+    add_compare_command(ev_sub)
+
 
 def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -93,6 +98,7 @@ def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", dest="json_out", default=None, help="write the JSON report to this file ('-': stdout)")
     p.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report to this file")
+    add_gate_arguments(p)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
@@ -124,6 +130,9 @@ def _report(args: argparse.Namespace, results: Sequence[CaseResult]) -> int:
     if not results:
         print("vigil eval: no case was scored", file=sys.stderr)
         return EXIT_FAILED
+    verdict = gate(args, report_json(results), sys.stderr if args.json_out == "-" else sys.stdout)
+    if verdict is not None:
+        return verdict
     return 0 if all(r.passed for r in results) else EXIT_FAILED
 
 

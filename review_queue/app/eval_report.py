@@ -1,7 +1,8 @@
 """Reports of ``vigil eval``: a rich console table with the failures explained, JSON, and JUnit XML for CI.
 
 With ``--repeat N`` every case runs N times; the table and the JSON give each case's pass rate,
-JUnit XML has one test case per run (``<eval_id>#<repeat>``).
+JUnit XML has one test case per run (``<eval_id>#<repeat>``); each pass rate comes with its
+interval (:mod:`review_queue.app.eval_stats`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from review_queue.app.eval_stats import junit_properties, print_intervals, statistics_json
 from scorers.eval.evaluate import CaseResult
 
 __all__ = ["CaseSummary", "junit_xml", "print_report", "report_json", "summarise"]
@@ -87,6 +89,8 @@ def print_report(results: Sequence[CaseResult], out: TextIO) -> None:
     total = len(results)
     passed = sum(r.passed for r in results)
     console.print(f"{passed}/{total} case run(s) passed.", markup=False)
+    if _repeated(results):
+        print_intervals(results, out)
 
 
 def _repeated(results: Sequence[CaseResult]) -> bool:
@@ -108,7 +112,7 @@ def report_json(results: Sequence[CaseResult]) -> dict[str, Any]:
             }
             for s in summarise(results)
         ],
-    }
+    } | ({"statistics": statistics_json(results)} if _repeated(results) else {})
 
 
 def write_json(results: Sequence[CaseResult], out: TextIO) -> None:
@@ -158,5 +162,7 @@ def junit_xml(results: Sequence[CaseResult]) -> str:
     root.set("tests", str(len(results)))
     root.set("failures", str(sum(c[1] for c in counts.values())))
     root.set("errors", str(sum(c[2] for c in counts.values())))
+    if repeated:
+        junit_properties(root, results)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

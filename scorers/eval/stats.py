@@ -25,7 +25,8 @@ thousand runs — need no numpy). Each returns a frozen dataclass.
   split by convention); and because it gives the difference's interval in the metric's own
   units. Its p-value is the interval's inversion: the smallest ``alpha`` whose ``1 - alpha``
   percentile interval excludes 0 (``2 × min(share of resampled differences <= 0, share >= 0)``),
-  so "significant at alpha" and "the interval excludes 0" are the same verdict.
+  so "significant at alpha" and "the interval excludes 0" are the same verdict (floored at
+  ``1 / resamples``, the resolution of the draw).
 * :func:`two_proportions`: the pooled two-proportion z-test (two independent samples of
   counts, e.g. an SLO's ratio over two periods), with each side's Wilson interval.
 * :func:`holm`: Holm's step-down adjustment, for a verdict over several metrics at once
@@ -283,7 +284,8 @@ def paired_bootstrap(
     else:
         below = sum(1 for v in values if v <= 0) / len(values)
         above = sum(1 for v in values if v >= 0) / len(values)
-        p = min(1.0, 2 * min(below, above))
+        # No resample on the far side of 0: the p-value is known only to be under 1 / resamples.
+        p = min(1.0, max(2 * min(below, above), 1 / len(values)))
     n = len(base)
     return PairedDifference(n, len(nums), sum(base) / n, sum(new) / n, interval, p, resamples, seed)
 
