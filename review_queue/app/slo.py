@@ -27,8 +27,10 @@ operator, no extension):
 
 **Summaries** (:func:`summary_from_metrics`, :func:`summary_from_prometheus`): JSON
 ``{"format": "vigil-slo-summary/1", "source", "window", "targets": {name: {"unit", "direction",
-"objective", "tolerance", "fleet": value, "agents": {agent: value}}}}``; :func:`compare` fails a
-target whose value moved the wrong way by more than its tolerance (relative).
+"objective", "tolerance", "fleet": value, "agents": {agent: value}, "counts": {"fleet": [num, den],
+"agents": {agent: [num, den]}}}}}`` (counts: the events behind each value); :func:`compare` fails a
+target whose value moved the wrong way by more than its tolerance (relative) and, where the
+counts allow a test, significantly.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import yaml
 
+from scorers.eval import stats
 from scorers.slo import Direction, SloConfig, Target
 
 WINDOWS: Final = ("5m", "30m", "1h", "6h", "1d")
@@ -623,7 +626,8 @@ def summary_from_metrics(config: SloConfig, text: str, source: str) -> dict[str,
         agents = {a: max(0.0, num.get(a, 0.0)) / d for a, d in sorted(den.items()) if d > 0}
         total = sum(den.values())
         fleet = max(0.0, sum(num.values())) / total if total > 0 else None
-        targets[name] = _entry(t, fleet, agents, total)
+        counts = {a: (max(0.0, num.get(a, 0.0)), d) for a, d in sorted(den.items()) if d > 0}
+        targets[name] = _entry(t, fleet, agents, total, counts)
     return {"format": SUMMARY_FORMAT, "source": source, "window": "since start", "targets": targets}
 
 
@@ -639,13 +643,50 @@ def summary_from_prometheus(config: SloConfig, query: Any, source: str, window: 
             for s in query(f"sum by (agent) ({num}) / (sum by (agent) ({den}) > 0)")
         }
         fleet_rows = query(f"sum({num}) / (sum({den}) > 0)")
-        events = query(f"sum({den}) * 300")
         fleet = float(fleet_rows[0]["value"][1]) if fleet_rows else None
-        targets[name] = _entry(t, fleet, dict(sorted(agents.items())), float(events[0]["value"][1]) if events else 0.0)
+        # The events behind the ratios: the raw counters' increase over the window (independent of
+        # the rule evaluation interval the recorded 5m rates were sampled at).
+        seconds = duration_seconds(window)
+        raw_num = {
+            s["metric"].get("agent", ""): float(s["value"][1]) * seconds
+            for s in query(f"sum by (agent) ({t.sli.numerator.replace('{W}', window)})")
+        }
+        counts: dict[str, tuple[float, float]] = {}
+        for row in query(f"sum by (agent) ({t.sli.denominator.replace('{W}', window)})"):
+            agent, d = row["metric"].get("agent", ""), float(row["value"][1]) * seconds
+            if d > 0:
+                counts[agent] = (max(0.0, raw_num.get(agent, 0.0)), d)
+        events = sum(d for _, d in counts.values())
+        targets[name] = _entry(t, fleet, dict(sorted(agents.items())), events, dict(sorted(counts.items())))
     return {"format": SUMMARY_FORMAT, "source": source, "window": window, "targets": targets}
 
 
-def _entry(t: Target, fleet: float | None, agents: Mapping[str, float], events: float) -> dict[str, Any]:
+def duration_seconds(text: str) -> float:
+    """Seconds of a Prometheus duration (``7d``, ``1h30m``).
+
+    Raises:
+        ValueError: not a duration.
+    """
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return float(sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+_UNIT_SECONDS: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def _entry(
+    t: Target,
+    fleet: float | None,
+    agents: Mapping[str, float],
+    events: float,
+    counts: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, Any]:
+    """A target's summary; ``counts``: per agent, the (numerator, denominator) events behind the value."""
+    fleet_counts = (
+        [round(sum(n for n, _ in counts.values()), 3), round(sum(d for _, d in counts.values()), 3)] if counts else None
+    )
     return {
         "unit": t.sli.unit,
         "direction": t.direction.value,
@@ -655,12 +696,25 @@ def _entry(t: Target, fleet: float | None, agents: Mapping[str, float], events: 
         "events": round(events, 3),
         "fleet": None if fleet is None else round(fleet, 6),
         "agents": {a: round(v, 6) for a, v in agents.items()},
+        "counts": {
+            "fleet": fleet_counts,
+            "agents": {a: [round(n, 3), round(d, 3)] for a, (n, d) in (counts or {}).items()},
+        },
     }
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One compared value: ``target`` of ``agent`` ("" for the fleet)."""
+    """One compared value: ``target`` of ``agent`` ("" for the fleet).
+
+    Attributes:
+        limit: the tolerance's limit (or the band's floor) the current value is held to.
+        ok: within the limit, or beyond it but not significantly different (noise).
+        beyond: the current value is beyond ``limit`` (the tolerance alone would fail it).
+        test: the two-proportion test from the counts behind both values (None: no counts, or
+            not a share of events, e.g. steps per task).
+        p_adjusted: the test's p-value adjusted (Holm) over every tested value of the comparison.
+    """
 
     target: str
     agent: str
@@ -668,24 +722,63 @@ class Finding:
     current: float
     limit: float
     ok: bool
+    beyond: bool = False
+    test: stats.TwoProportions | None = None
+    p_adjusted: float | None = None
 
     def line(self) -> str:
         """One line for the terminal."""
         who = self.agent or "fleet"
-        verdict = "ok" if self.ok else "FAIL"
-        values = f"baseline {self.baseline:.4g} current {self.current:.4g} limit {self.limit:.4g}"
-        return f"{verdict:4} {self.target:20} {who:16} {values}"
+        verdict = "FAIL" if not self.ok else "noise" if self.beyond else "ok"
+        if self.test is None:
+            values = f"baseline {self.baseline:.4g} current {self.current:.4g} limit {self.limit:.4g}"
+            return f"{verdict:5} {self.target:20} {who:16} {values} (no test: no counts)"
+        b, c = self.test.base, self.test.new
+        values = (
+            f"baseline {self.baseline:.4g} [{b.low:.4g}, {b.high:.4g}] current {self.current:.4g}"
+            f" [{c.low:.4g}, {c.high:.4g}] limit {self.limit:.4g} p {self.test.p_value:.3g}"
+            f" (Holm {self.p_adjusted if self.p_adjusted is not None else self.test.p_value:.3g})"
+        )
+        return f"{verdict:5} {self.target:20} {who:16} {values}"
+
+
+def _counts(entry: Mapping[str, Any], agent: str) -> tuple[int, int] | None:
+    """The (numerator, denominator) events of ``agent`` ("" the fleet) as integers, when the summary has them."""
+    counts = entry.get("counts") or {}
+    pair = counts.get("fleet") if agent == "" else (counts.get("agents") or {}).get(agent)
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return None
+    den = round(float(pair[1]))
+    if den <= 0:
+        return None
+    return min(den, max(0, round(float(pair[0])))), den
 
 
 def compare(
-    current: Mapping[str, Any], baseline: Mapping[str, Any], tolerances: Mapping[str, float] | None = None
+    current: Mapping[str, Any],
+    baseline: Mapping[str, Any],
+    tolerances: Mapping[str, float] | None = None,
+    alpha: float = 0.05,
 ) -> list[Finding]:
     """Compare two summaries target by target, fleet and per agent.
 
-    A value fails when it moved the wrong way by more than the target's tolerance relative to the
-    baseline (``at_least``: below ``baseline × (1 - tolerance)``; ``at_most``, a band's ceiling
-    and a trend: above ``baseline × (1 + tolerance)``), or when a band's value fell under its
-    floor while the baseline was not. Targets or agents missing on either side are skipped.
+    A value is beyond its limit when it moved the wrong way by more than the target's tolerance
+    relative to the baseline (``at_least``: below ``baseline × (1 - tolerance)``; ``at_most``, a
+    band's ceiling and a trend: above ``baseline × (1 + tolerance)``), or when a band's value
+    fell under its floor while the baseline was not. Targets or agents missing on either side
+    are skipped.
+
+    Where both summaries carry the counts behind a share (``counts``: numerator and denominator
+    events; a ``ratio`` SLI), the two values are also tested against each other: the pooled
+    two-proportion z-test (:func:`scorers.eval.stats.two_proportions`), Holm-adjusted over every
+    tested value. A value beyond its limit then fails only when the change is significant at
+    ``alpha``; otherwise it is reported as noise. The two periods are independent samples of
+    events (not pairs), and an SLO's volumes (hundreds to millions of events) are where the
+    normal approximation holds; comparing two Wilson intervals for overlap instead would be a
+    much stricter, unnamed test (non-overlap of two 95 % intervals is about p < 0.005), so the
+    intervals are printed for reading and the z-test decides. For a mean of scores in [0, 1]
+    (step efficiency) the binomial variance is the largest any such score can have: the test
+    is conservative there. A mean of counts (steps per task) has no test: tolerance only.
 
     Raises:
         ValueError: a document is not a summary.
@@ -712,7 +805,16 @@ def compare(
                 ok = after <= limit
                 if base["direction"] == Direction.BAND.value and after < base["floor"] <= before:
                     ok, limit = False, base["floor"]
-            out.append(Finding(name, agent, before, after, limit, ok))
+            test = None
+            was, now_counts = _counts(base, agent), _counts(now, agent)
+            if base.get("unit") == "ratio" and was is not None and now_counts is not None:
+                test = stats.two_proportions(was[0], was[1], now_counts[0], now_counts[1])
+            out.append(Finding(name, agent, before, after, limit, ok, not ok, test))
+    tested = [(i, f.test.p_value) for i, f in enumerate(out) if f.test is not None]
+    adjusted = stats.holm([p for _, p in tested])
+    for (i, _), p_adj in zip(tested, adjusted, strict=True):
+        f = out[i]
+        out[i] = replace(f, p_adjusted=p_adj, ok=f.ok or p_adj >= alpha)
     return out
 
 
