@@ -61,6 +61,27 @@ NUM = "environment_agent:vigil_slo_numerator"
 DEN = "environment_agent:vigil_slo_denominator"
 SLI = "environment_agent:vigil_slo_sli"
 ERR = "environment_agent:vigil_slo_error"
+HISTORY = "environment_agent:vigil_slo_history:seconds"
+WINDOW_INTERVAL_S: Final = 60
+"""Evaluation interval of the window group (its samples are counted as minutes of history)."""
+TREND_REACH_DAYS: Final = 8
+"""The trend alert reads the last day a week ago (``[1d] offset 7d``)."""
+
+
+def retention_days(config: SloConfig) -> int:
+    """Days of history the rules of ``config`` read: the longest of the budget window and the
+    trend's reach, plus a day so a full window is never at the edge of what is deleted."""
+    return max(config.window_days, TREND_REACH_DAYS) + 1
+
+
+def retention_note(config: SloConfig) -> str:
+    """One line naming the retention the rules need."""
+    days = retention_days(config)
+    return (
+        f"These rules read up to {max(config.window_days, TREND_REACH_DAYS)}d of history: run Prometheus with"
+        f" --storage.tsdb.retention.time={days}d or more (its default, 15d, silently shortens the"
+        f" {config.window_days}d window)."
+    )
 
 
 def _g(x: float) -> str:
@@ -165,6 +186,15 @@ def rules(config: SloConfig) -> dict[str, Any]:
                 )
             )
         if target.budget is not None:
+            # How much of the budget window Prometheus actually holds: the window group records
+            # every minute, so its samples of the window's SLI count the minutes of history.
+            long.append(
+                _record(
+                    HISTORY,
+                    f"count_over_time({SLI}:ratio_rate{days}{_sel(name)}[{days}]) * {WINDOW_INTERVAL_S}",
+                    name,
+                )
+            )
             for w in (*WINDOWS, days):
                 expr = (
                     f"1 - {SLI}:ratio_rate{w}{_sel(name)}"
@@ -180,7 +210,7 @@ def rules(config: SloConfig) -> dict[str, Any]:
         "groups": [
             # Trend alerts read only this group's series: evaluated after them, in order.
             {"name": "vigil-slo-sli", "rules": recording + trends},
-            {"name": "vigil-slo-window", "interval": "1m", "rules": long},
+            {"name": "vigil-slo-window", "interval": f"{WINDOW_INTERVAL_S // 60}m", "rules": long},
             {"name": "vigil-slo-budget", "rules": scoped},
             {"name": "vigil-slo-alerts", "rules": alerts},
         ]
@@ -255,16 +285,21 @@ def _alerts(name: str, scope: Scope, t: Target, days: str) -> list[dict[str, Any
                     f" {short}; the budget is {_pct(b)} of events over {days} ({_objective_text(t)}).",
                 )
             )
+        judged = "{{ $value | humanizeDuration }}"
         out.append(
             _alert(
                 "VigilSLOBudgetExhausted",
                 (name, scope),
-                f"environment_agent:vigil_slo_error_budget_remaining:ratio{sel} < 0\n"
+                # The value is the history the window was judged over (up to the window).
+                f"{HISTORY}{sel}\n"
+                f"{on} environment_agent:vigil_slo_error_budget_remaining:ratio{sel} < 0\n"
                 f"{on} {DEN}:rate1d{sel} * 86400 >= {t.min_events}",
                 "1h",
                 "warning",
-                f"{agent}: {name} missed its target over {days}",
-                f"{name} ({desc}) of agent {agent} in {env} used up its {days} error budget: {_objective_text(t)}.",
+                f"{agent}: {name} missed its target over the last {judged} ({days} window)",
+                f"{name} ({desc}) of agent {agent} in {env} used up its {days} error budget: {_objective_text(t)};"
+                f" judged over the {judged} of history Prometheus holds (less than {days} on a young"
+                " history or a short retention).",
             )
         )
     if t.direction is Direction.BAND and t.floor > 0:
@@ -353,6 +388,11 @@ def _blocks(node: Any) -> Any:
     return node
 
 
+def rules_text(config: SloConfig) -> str:
+    """The rule file of ``config`` as committed: the header names the retention it needs."""
+    return render(rules(config), HEADER + f"# {retention_note(config)}\n")
+
+
 def render(doc: Mapping[str, Any], header: str = HEADER) -> str:
     """A rule or test document as the committed YAML text."""
     return header + yaml.dump(_blocks(doc), Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
@@ -434,8 +474,27 @@ def _state_value(t: Target, state: str) -> float:
     return 1 - error if t.direction is Direction.AT_LEAST else error
 
 
-def _expected(rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterable[str]) -> list[dict[str, Any]]:
-    """The firing instances of ``alert`` for ``slo`` on ``agents`` (annotations rendered)."""
+def humanize_duration(seconds: float) -> str:
+    """Prometheus' ``humanizeDuration`` template function (for the expected annotations)."""
+    if abs(seconds) < 1:
+        return f"{seconds:.4g}s"
+    sign = "-" if seconds < 0 else ""
+    whole = int(abs(seconds))
+    days, hours, minutes, secs = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
+    if days:
+        return f"{sign}{days}d {hours}h {minutes}m {secs}s"
+    if hours:
+        return f"{sign}{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s"
+    return f"{sign}{abs(seconds):.4g}s"
+
+
+def _expected(
+    rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterable[str], value: float | None = None
+) -> list[dict[str, Any]]:
+    """The firing instances of ``alert`` for ``slo`` on ``agents`` (annotations rendered; ``value``:
+    the alert's value where an annotation shows it as a duration)."""
     wanted = set(agents)
     out = []
     for group in rule_doc["groups"]:
@@ -454,6 +513,11 @@ def _expected(rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterabl
                     k: v.replace("{{ $labels.agent }}", agent).replace("{{ $labels.environment }}", "test")
                     for k, v in rule["annotations"].items()
                 }
+                if value is not None:
+                    notes = {
+                        k: v.replace("{{ $value | humanizeDuration }}", humanize_duration(value))
+                        for k, v in notes.items()
+                    }
                 out.append(
                     {"exp_labels": {**rule["labels"], "environment": "test", "agent": agent}, "exp_annotations": notes}
                 )
@@ -479,7 +543,16 @@ def promtool_tests(config: SloConfig, rule_file: str = "../slo_rules.yml") -> di
                     groups.append([("floor", scope.agent)])
             for group in groups:
                 budget_tests.append(_budget_case(doc, name, t, group))
-    out = {"slo_test.yml": {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": budget_tests}}
+    out = {
+        "slo_test.yml": {
+            "rule_files": [rule_file],
+            "evaluation_interval": "1m",
+            # A fixed order (promtool would otherwise pick one per run): the history an exhausted
+            # budget shows is then the window group's sample of the same minute.
+            "group_eval_order": [g["name"] for g in doc["groups"]],
+            "tests": budget_tests,
+        }
+    }
     if trend_tests:
         out["slo_trend_test.yml"] = {"rule_files": [rule_file], "evaluation_interval": "10m", "tests": trend_tests}
     return out
@@ -505,8 +578,16 @@ def _budget_case(doc: Mapping[str, Any], name: str, t: Target, group: list[tuple
         "VigilSLOSlowBurn": [by_state[s] for s in ("burning", "outage") if s in by_state],
         "VigilSLOBudgetExhausted": [by_state[s] for s in ("burning", "outage") if s in by_state],
     }
+    # The window's SLI is recorded every minute from the first rate (at 1m) to 7h: 420 minutes of history.
+    history = {"VigilSLOBudgetExhausted": 7 * 3600.0}
     for alert, agents in firing.items():
-        tests.append({"alertname": alert, "eval_time": "7h", "exp_alerts": _expected(doc, alert, name, agents)})
+        tests.append(
+            {
+                "alertname": alert,
+                "eval_time": "7h",
+                "exp_alerts": _expected(doc, alert, name, agents, history.get(alert)),
+            }
+        )
     if floor:
         tests.append(
             {"alertname": "VigilSLOBelowFloor", "eval_time": "1h", "exp_alerts": []}  # too few runs yet

@@ -60,7 +60,8 @@ def _config(args: argparse.Namespace) -> Any:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
-    text = slo.render(slo.rules(config))
+    text = slo.rules_text(config)
+    print(f"vigil slo generate: {slo.retention_note(config)}", file=sys.stderr)
     if args.out is None:
         sys.stdout.write(text)
         return 0

@@ -154,6 +154,33 @@ class TestCli:
         assert "FAIL  task_completion" in capsys.readouterr().out
         assert 2 == main(["slo", "compare", str(many), str(base), "--alpha", "2"])
 
+    def test_generate_says_the_retention_its_rules_need(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """On stderr (stdout stays the rule file) and in the file's header: the window plus a day."""
+        assert 0 == main(["slo", "generate", "--defaults"])
+        captured = capsys.readouterr()
+        assert "--storage.tsdb.retention.time=29d" in captured.err
+        assert "--storage.tsdb.retention.time=29d" in captured.out.split("groups:")[0]
+        assert yaml.safe_load(captured.out)["groups"]
+        assert 9 == slo.retention_days(parse_slo({"window": "7d"}))  # the trend reads a day a week ago
+
+    def test_budget_exhausted_says_over_how_much_history(self) -> None:
+        """The alert's value is the history the window was judged over; its annotations show it."""
+        doc = slo.rules(parse_slo(None))
+        rules = [r for g in doc["groups"] for r in g["rules"]]
+        history = next(r for r in rules if r.get("record") == slo.HISTORY and r["labels"]["slo"] == "task_completion")
+        window = next(g for g in doc["groups"] if history in g["rules"])
+        assert "1m" == window["interval"]  # each sample counts a minute
+        assert history["expr"].startswith("count_over_time(")
+        assert history["expr"].endswith("[28d]) * 60")
+        alert = next(
+            r for r in rules if r.get("alert") == "VigilSLOBudgetExhausted" and r["labels"]["slo"] == "task_completion"
+        )
+        assert alert["expr"].startswith(slo.HISTORY)
+        assert "over the last {{ $value | humanizeDuration }} (28d window)" in alert["annotations"]["summary"]
+        assert ("7h 0m 0s", "1d 0h 0m 0s", "28d 0h 0m 0s") == tuple(
+            slo.humanize_duration(s) for s in (25200, 86400, 28 * 86400)
+        )
+
     def test_summary_from_a_metrics_file(self, tmp_path: Path) -> None:
         """--metrics-file writes the JSON document."""
         (tmp_path / "m.txt").write_text(metrics_text())
