@@ -5,9 +5,9 @@ repeat); runs present on one side only are counted and left out. Per metric:
 
 * ``pass`` (the case passed): McNemar's exact test on the discordant pairs
   (:func:`scorers.eval.stats.mcnemar`), the difference's interval from the paired bootstrap;
-* every continuous metric present on both sides of a pair — each criterion's score, and the
-  numbers of a result's ``metrics`` object (steps, tokens, latency…) — the paired bootstrap of
-  the mean difference (:func:`scorers.eval.stats.paired_bootstrap`).
+* every continuous metric present on both sides of a pair — each criterion's score, every number
+  of a result (but its ``repeat``) and of its ``metrics`` object (steps, tokens, latency…) — the
+  paired bootstrap of the mean difference (:func:`scorers.eval.stats.paired_bootstrap`).
 
 Both tests hold the eval set's cases fixed: the question is whether the agent changed *on these
 cases*, the noise being its own non-determinism from run to run (given a case, its repeats are
@@ -54,9 +54,22 @@ EXIT_DROP: Final = 1
 EXIT_INPUT: Final = 2
 PASS: Final = "pass"
 LOWER_IS_BETTER: Final = frozenset(
-    {"steps", "tokens", "input_tokens", "output_tokens", "latency_ms", "latency_s", "duration_ms", "cost_usd", "errors"}
+    {
+        "steps",
+        "tokens",
+        "input_tokens",
+        "output_tokens",
+        "latency_ms",
+        "latency_s",
+        "duration_ms",
+        "duration_s",
+        "cost_usd",
+        "errors",
+    }
 )
 """Metric names that are better lower (efficiency); every other metric is better higher."""
+
+_NOT_METRICS: Final = frozenset({"repeat", "passed", "eval_id", "eval_set_id"})
 
 Key = tuple[str, str, int]
 
@@ -92,7 +105,9 @@ def runs_from_report(doc: Any, source: str) -> dict[Key, Pair]:
             if score is not None:
                 values[str(c["name"])] = score
         metrics = r.get("metrics")
-        for name, value in metrics.items() if isinstance(metrics, dict) else ():
+        numbers = [(k, v) for k, v in r.items() if k not in _NOT_METRICS]
+        numbers += list(metrics.items()) if isinstance(metrics, dict) else []
+        for name, value in numbers:
             number = _number(value)
             if number is not None:
                 values[str(name)] = number

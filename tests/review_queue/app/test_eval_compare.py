@@ -107,6 +107,20 @@ class TestCompare:
         assert ["tokens"] == [m.name for m in compare_runs(base, new).drops]
         assert [] == compare_runs(base, new, tolerance=0.5).drops
 
+    def test_top_level_numbers_are_metrics_and_steps_are_better_lower(self) -> None:
+        """A number beside ``passed`` (as an efficiency report may put ``steps``) is compared too."""
+
+        def doc(steps: list[int]) -> dict[str, Any]:
+            results = [{"eval_id": f"c{i}", "repeat": 0, "passed": True, "steps": s} for i, s in enumerate(steps)]
+            return {"results": results}
+
+        base = runs_from_report(doc([2] * 30), "base")
+        fewer = runs_from_report(doc([1] * 30), "new")
+        more = runs_from_report(doc([3] * 30), "new")
+        assert [] == compare_runs(base, fewer).drops
+        assert ["steps"] == [m.name for m in compare_runs(base, more).drops]
+        assert {"pass", "steps"} == {m.name for m in compare_runs(base, more).metrics}
+
     def test_unpaired_runs_are_counted(self) -> None:
         base = runs_from_report(_report(_agent(1)), "base")
         new = {k: v for k, v in runs_from_report(_report(_agent(1)), "new").items() if k[1] != "case00"}
