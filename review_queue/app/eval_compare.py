@@ -16,8 +16,10 @@ independent draws, so pairs are the resampled unit). The summary intervals of ``
 rate estimates the agent's on cases like them — and resample cases.
 
 Scores are better higher; the metrics in :data:`LOWER_IS_BETTER` better lower. The p-values
-of one comparison are adjusted together (Holm): "significant" means the adjusted p-value is
-under ``alpha``, so looking at eight metrics at once does not turn noise into a verdict. A
+of one comparison are adjusted together (Holm, over the metrics some pair differs on):
+"significant" means the adjusted p-value is under ``alpha``, so looking at eight metrics at once
+does not turn noise into a verdict. The price is power: three cases run three times cannot show
+much after that, so gate on enough cases and repeats. A
 **drop** is a significant change the wrong way by more than ``tolerance`` (relative to the
 base's value; 0 by default): ``--fail-on-drop`` and the ``--baseline`` gate exit 1 on one and
 name the metric and the cases that got worse.
@@ -215,7 +217,12 @@ def compare_runs(
         boot = stats.paired_bootstrap(xs, ys, confidence=confidence, resamples=resamples, seed=seed)
         p = stats.mcnemar([x > 0 for x in xs], [y > 0 for y in ys]).p_value if name == PASS else boot.p_value
         tested.append((name, ks, xs, ys, boot, p))
-    adjusted = stats.holm([t[5] for t in tested])
+    # A metric no pair differs on cannot be significant (its p-value is 1 whatever happens): it
+    # is left out of the family Holm adjusts over (Tarone's refinement for discrete tests).
+    family = [i for i, t in enumerate(tested) if any(x != y for x, y in zip(t[2], t[3], strict=True))]
+    adjusted = [1.0] * len(tested)
+    for i, p_adj in zip(family, stats.holm([tested[i][5] for i in family]), strict=True):
+        adjusted[i] = p_adj
     out: list[MetricComparison] = []
     for (name, ks, xs, ys, boot, p), p_adj in zip(tested, adjusted, strict=True):
         lower = name in LOWER_IS_BETTER

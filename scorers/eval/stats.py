@@ -23,10 +23,12 @@ thousand runs — need no numpy). Each returns a frozen dataclass.
   the differences' distribution, not the mean); because eval scores are bounded and heavily tied
   (0/1 trajectory scores, identical reruns giving zero differences, which Wilcoxon must drop or
   split by convention); and because it gives the difference's interval in the metric's own
-  units. Its p-value is the interval's inversion: the smallest ``alpha`` whose ``1 - alpha``
-  percentile interval excludes 0 (``2 × min(share of resampled differences <= 0, share >= 0)``),
-  so "significant at alpha" and "the interval excludes 0" are the same verdict (floored at
-  ``1 / resamples``, the resolution of the draw).
+  units. Its p-value is **not** read off the bootstrap: inverting a percentile interval is
+  anti-conservative on few pairs (three pairs that all got worse leave no resample on the other
+  side of 0, "p < 0.0001"), so the p-value comes from the paired sign-flip randomisation test of
+  the same mean difference (:func:`sign_flip_p`: exact up to 14 differing pairs, seeded Monte
+  Carlo beyond), which is valid at any size and on 0/1 scores is McNemar's exact test. The
+  interval and the p-value can disagree at the margin; the verdict follows the p-value.
 * :func:`two_proportions`: the pooled two-proportion z-test (two independent samples of
   counts, e.g. an SLO's ratio over two periods), with each side's Wilson interval.
 * :func:`holm`: Holm's step-down adjustment, for a verdict over several metrics at once
@@ -57,6 +59,7 @@ __all__ = [
     "mcnemar",
     "paired_bootstrap",
     "percentile",
+    "sign_flip_p",
     "two_proportions",
     "wilson",
 ]
@@ -228,7 +231,7 @@ class PairedDifference:
         pairs: pairs compared (over ``units`` resampled units).
         base_mean / new_mean: the two means over the pairs.
         difference: ``new_mean - base_mean`` with its percentile interval.
-        p_value: the interval's inversion (see the module docstring); 1.0 when every difference is 0.
+        p_value: of the sign-flip test on the same differences (see the module docstring).
         resamples / seed: as drawn.
     """
 
@@ -255,8 +258,8 @@ def paired_bootstrap(
 
     Args:
         base / new: the paired values.
-        units: the resampling unit of each pair (e.g. its case id, so a case's repeats are drawn
-            together); None: every pair is its own unit.
+        units: the resampling (and sign-flipping) unit of each pair (e.g. its case id, so a
+            case's repeats are drawn together); None: every pair is its own unit.
         confidence / resamples / seed: of the interval.
 
     Raises:
@@ -279,15 +282,43 @@ def paired_bootstrap(
     values = _resampled(nums, dens, resamples, seed)
     alpha = 1 - confidence
     interval = Interval(estimate, percentile(values, alpha / 2), percentile(values, 1 - alpha / 2), confidence)
-    if all(d == 0 for d in diffs):
-        p = 1.0
-    else:
-        below = sum(1 for v in values if v <= 0) / len(values)
-        above = sum(1 for v in values if v >= 0) / len(values)
-        # No resample on the far side of 0: the p-value is known only to be under 1 / resamples.
-        p = min(1.0, max(2 * min(below, above), 1 / len(values)))
+    p = sign_flip_p(nums, resamples=resamples, seed=seed)
     n = len(base)
     return PairedDifference(n, len(nums), sum(base) / n, sum(new) / n, interval, p, resamples, seed)
+
+
+EXACT_FLIPS: Final = 14
+"""Up to this many non-zero differences the sign-flip test enumerates every assignment (2^14)."""
+
+
+def sign_flip_p(differences: Sequence[float], *, resamples: int = RESAMPLES, seed: int = SEED) -> float:
+    """Two-sided p-value of the paired sign-flip (randomisation) test of a zero mean difference.
+
+    Under "no change" the two sides of a pair are exchangeable, so each difference is as likely
+    with either sign; the p-value is the share of sign assignments whose ``|sum|`` reaches the
+    observed one — exact over every assignment up to :data:`EXACT_FLIPS` non-zero differences,
+    else over ``resamples`` seeded random ones (``(k + 1) / (resamples + 1)``). On 0/1 outcomes it
+    is McNemar's exact test.
+    """
+    nonzero = [abs(d) for d in differences if d != 0]
+    if not nonzero:
+        return 1.0
+    observed = abs(sum(d for d in differences if d != 0))
+    slack = 1e-9 * max(nonzero)
+    m = len(nonzero)
+    if m <= EXACT_FLIPS:
+        hits = 0
+        for mask in range(1 << m):
+            total = sum(d if mask >> i & 1 else -d for i, d in enumerate(nonzero))
+            hits += abs(total) >= observed - slack
+        return hits / (1 << m)
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(resamples):
+        mask = rng.getrandbits(m)
+        total = sum(d if mask >> i & 1 else -d for i, d in enumerate(nonzero))
+        hits += abs(total) >= observed - slack
+    return min(1.0, (hits + 1) / (resamples + 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,14 +177,14 @@ class TestGate:
         from tests.review_queue.app.test_eval import _run
 
         base = tmp_path / "base.json"
-        assert 0 == _run(tmp_path, "answer", "--repeat", "4", "--json", str(base))
+        assert 0 == _run(tmp_path, "answer", "--repeat", "6", "--json", str(base))
         assert "statistics" in json.loads(base.read_text())
         assert "pass rates (95% intervals" in capsys.readouterr().out
-        assert 1 == _run(tmp_path, "answer_regressed", "--repeat", "4", "--baseline", str(base))
+        assert 1 == _run(tmp_path, "answer_regressed", "--repeat", "6", "--baseline", str(base))
         out = capsys.readouterr().out
         drop = next(line for line in out.splitlines() if line.startswith("DROP pass:"))
         assert "support_agent/weather_paris" in drop
         assert "support_agent/order_then_refund" in drop
         assert "greeting" not in drop
-        assert 0 == _run(tmp_path, "answer", "--repeat", "4", "--baseline", str(base))
+        assert 0 == _run(tmp_path, "answer", "--repeat", "6", "--baseline", str(base))
         assert "0 significant drop(s)" in capsys.readouterr().out

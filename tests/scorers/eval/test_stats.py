@@ -109,8 +109,14 @@ class TestPairedBootstrap:
             width = ref.confidence_interval.high - ref.confidence_interval.low
             assert pytest.approx(ref.confidence_interval.low, abs=0.05 * width) == mine.difference.low
             assert pytest.approx(ref.confidence_interval.high, abs=0.05 * width) == mine.difference.high
-            # The p-value is the interval's inversion: significant exactly when the interval excludes 0.
-            assert (mine.p_value < 0.05) == (mine.difference.low > 0 or mine.difference.high < 0)
+            ref_p = sps.permutation_test(
+                (base, new),
+                lambda a, b, axis=-1: np.mean(b - a, axis=axis),
+                permutation_type="samples",
+                n_resamples=20_000,
+                random_state=1,
+            ).pvalue
+            assert pytest.approx(float(ref_p), abs=0.02) == mine.p_value
 
     def test_p_value_agrees_with_a_t_test_on_normal_data(self) -> None:
         """On normal differences the bootstrap and the paired t-test reach the same verdict away from the edge."""
@@ -123,6 +129,35 @@ class TestPairedBootstrap:
             if ref < 0.01 or ref > 0.2:
                 assert (mine.p_value < 0.05) == (ref < 0.05), (shift, mine.p_value, ref)
             assert pytest.approx(ref, abs=0.05) == mine.p_value
+
+    def test_sign_flip_is_exact_on_few_pairs(self) -> None:
+        """Up to 14 differing pairs every sign assignment is counted: scipy's exact permutation test."""
+        rng = np.random.default_rng(2)
+        for n in (3, 6, 10, 14):
+            base = rng.integers(0, 5, size=n).astype(float)
+            new = base + rng.normal(0.5, 1.0, size=n).round(1)
+            ref = sps.permutation_test(
+                (base, new),
+                lambda a, b, axis=-1: np.mean(b - a, axis=axis),
+                permutation_type="samples",
+                n_resamples=1 << 20,
+            )
+            assert pytest.approx(float(ref.pvalue), abs=1e-9) == stats.paired_bootstrap(list(base), list(new)).p_value
+
+    def test_few_pairs_that_all_got_worse_are_not_significant(self) -> None:
+        """Three pairs all worse: 2 of the 8 sign assignments are as extreme (the bootstrap would say ~0)."""
+        assert 0.25 == stats.paired_bootstrap([1.0, 1.0, 1.0], [0.5, 0.4, 0.0]).p_value
+
+    def test_on_zero_one_scores_it_is_mcnemar(self) -> None:
+        rng = random.Random(8)
+        for n in (5, 20, 60):
+            base = [rng.random() < 0.7 for _ in range(n)]
+            new = [rng.random() < 0.5 for _ in range(n)]
+            flips = stats.paired_bootstrap([float(x) for x in base], [float(y) for y in new])
+            exact = stats.mcnemar(base, new).p_value
+            discordant = sum(x != y for x, y in zip(base, new, strict=True))
+            tolerance = 1e-9 if discordant <= stats.EXACT_FLIPS else 0.02
+            assert pytest.approx(exact, abs=tolerance) == flips.p_value
 
     def test_identical_is_not_significant(self) -> None:
         result = stats.paired_bootstrap([0.5, 1.0, 0.0], [0.5, 1.0, 0.0])
