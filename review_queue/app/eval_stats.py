@@ -4,7 +4,9 @@
 * the summary (all cases, and each dimension when the results carry one): the pass rate over
   every run with a percentile bootstrap interval that resamples *cases* with all their repeats
   (:func:`scorers.eval.stats.bootstrap_ratio`; repeats of one case are not independent draws),
-  seeded, :data:`scorers.eval.stats.RESAMPLES` resamples.
+  seeded, :data:`scorers.eval.stats.RESAMPLES` resamples — widened to the Wilson interval of all
+  the runs where that is wider (when every case passed all its runs, or none, the resampled cases
+  cannot vary and the bootstrap alone would say ``[1.00, 1.00]``).
 
 :func:`print_intervals` writes the console table, :func:`statistics_json` the ``statistics``
 object of the JSON report, :func:`junit_properties` adds them as ``<properties>`` of each JUnit
@@ -64,8 +66,13 @@ def summaries(
     for name, rs in groups.items():
         cases = case_intervals(rs, confidence)
         if cases:
-            out[name] = stats.bootstrap_ratio(
-                [c.passed for c in cases], [c.runs for c in cases], confidence=confidence, seed=seed
+            passed, runs = [c.passed for c in cases], [c.runs for c in cases]
+            boot = stats.bootstrap_ratio(passed, runs, confidence=confidence, seed=seed)
+            # Where every case sits at 0/N or N/N the resampled cases cannot vary: never claim
+            # more than the runs would give as independent draws (Wilson over all of them).
+            runs_only = stats.wilson(sum(passed), sum(runs), confidence)
+            out[name] = stats.Interval(
+                boot.estimate, min(boot.low, runs_only.low), max(boot.high, runs_only.high), confidence
             )
     return out
 
@@ -80,7 +87,8 @@ def statistics_json(results: Sequence[CaseResult], confidence: float = stats.CON
         "confidence": confidence,
         "method": {
             "case": "Wilson score interval",
-            "summary": f"percentile bootstrap over cases, {stats.RESAMPLES} resamples, seed {stats.SEED}",
+            "summary": f"percentile bootstrap over cases, {stats.RESAMPLES} resamples, seed {stats.SEED},"
+            " at least the Wilson interval of the runs",
         },
         "cases": [
             {"eval_set_id": c.eval_set_id, "eval_id": c.eval_id, "runs": c.runs, "passed": c.passed}

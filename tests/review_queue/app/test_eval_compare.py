@@ -149,6 +149,12 @@ class TestIntervals:
         assert sum(r.passed for r in results) / len(results) == summary.estimate
         assert summary.low < summary.estimate < summary.high
 
+    def test_summary_is_never_narrower_than_the_runs(self) -> None:
+        """Every case passing every run: the bootstrap over cases is degenerate, Wilson over runs is not."""
+        results = [r for r in _results(_agent(1)) if r.eval_id == "case00"][:1] * 9
+        summary = summaries(results)["all"]
+        assert (1.0, wilson(9, 9).low, 1.0) == (summary.estimate, summary.low, summary.high)
+
     def test_json_and_junit_carry_the_intervals(self) -> None:
         results = _results(_agent(1))[:10]  # two cases, five repeats each
         doc = report_json(results)
