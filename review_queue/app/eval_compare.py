@@ -6,7 +6,8 @@ repeat); runs present on one side only are counted and left out. Per metric:
 * ``pass`` (the case passed): McNemar's exact test on the discordant pairs
   (:func:`scorers.eval.stats.mcnemar`), the difference's interval from the paired bootstrap;
 * every continuous metric present on both sides of a pair — each criterion's score, every number
-  of a result (but its ``repeat``) and of its ``metrics`` object (steps, tokens, latency…) — the
+  of a result (but its ``repeat``) and of its ``measures`` (tool-call accuracy, task completion,
+  steps, tokens, latency: :mod:`scorers.eval.dimensions`) or ``metrics`` object — the
   paired bootstrap of the mean difference (:func:`scorers.eval.stats.paired_bootstrap`).
 
 Both tests hold the eval set's cases fixed: the question is whether the agent changed *on these
@@ -106,9 +107,10 @@ def runs_from_report(doc: Any, source: str) -> dict[Key, Pair]:
             score = _number(c.get("score")) if isinstance(c, dict) else None
             if score is not None:
                 values[str(c["name"])] = score
-        metrics = r.get("metrics")
         numbers = [(k, v) for k, v in r.items() if k not in _NOT_METRICS]
-        numbers += list(metrics.items()) if isinstance(metrics, dict) else []
+        for nested in ("measures", "metrics"):
+            more = r.get(nested)
+            numbers += list(more.items()) if isinstance(more, dict) else []
         for name, value in numbers:
             number = _number(value)
             if number is not None:
@@ -358,13 +360,7 @@ def add_compare_command(ev_sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def add_gate_arguments(p: argparse.ArgumentParser) -> None:
-    """``--baseline`` (and ``--alpha``, ``--tolerance``) of ``vigil eval run|score``."""
-    p.add_argument(
-        "--baseline",
-        type=Path,
-        default=None,
-        help="JSON report to gate against: exit 1 only on a significant drop (not on any failed case)",
-    )
+    """``--alpha`` and ``--tolerance`` of the ``--baseline`` gate of ``vigil eval run|score``."""
     _add_test_arguments(p)
 
 
@@ -387,19 +383,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def gate(args: argparse.Namespace, report: Mapping[str, Any], out: TextIO) -> int | None:
-    """The ``--baseline`` verdict of a run: None without ``--baseline``; else 0, 1 (a significant drop,
-    named on ``out``) or 2 (the baseline is unreadable or shares no case)."""
-    if getattr(args, "baseline", None) is None:
+    """The ``--baseline`` verdict of a run: None without a baseline (``args.baseline_report``, the
+    loaded JSON report); else 0, 1 (a significant drop, named on ``out``) or 2 (the baseline is not
+    a report of runs, or shares no case and repeat with this one)."""
+    doc = getattr(args, "baseline_report", None)
+    if doc is None:
         return None
+    name = str(getattr(args, "baseline", "baseline"))
     try:
-        base = load_runs(args.baseline)
+        base = runs_from_report(doc, name)
     except ValueError as exc:
         print(f"vigil eval: --baseline {exc}", file=sys.stderr)
         return EXIT_INPUT
     new = runs_from_report(report, "this run")
     if not any(k in new for k in base):
-        print(f"vigil eval: --baseline {args.baseline} shares no (case, repeat) with this run", file=sys.stderr)
+        print(f"vigil eval: --baseline {name} shares no (case, repeat) with this run", file=sys.stderr)
         return EXIT_INPUT
     cmp = compare_runs(base, new, alpha=args.alpha, tolerance=args.tolerance)
-    print_comparison(cmp, out, base=str(args.baseline), new="this run")
+    print_comparison(cmp, out, base=name, new="this run")
     return EXIT_DROP if cmp.drops else 0

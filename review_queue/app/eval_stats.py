@@ -10,7 +10,7 @@
 
 :func:`print_intervals` writes the console table, :func:`statistics_json` the ``statistics``
 object of the JSON report, :func:`junit_properties` adds them as ``<properties>`` of each JUnit
-``<testsuite>``.
+``<testsuite>``, :func:`markdown_intervals` the Markdown report's section.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from typing import Any, TextIO
 from scorers.eval import stats
 from scorers.eval.evaluate import CaseResult
 
-__all__ = ["CaseInterval", "case_intervals", "junit_properties", "print_intervals", "statistics_json", "summaries"]
+__all__ = [
+    "CaseInterval",
+    "case_intervals",
+    "junit_properties",
+    "markdown_intervals",
+    "print_intervals",
+    "statistics_json",
+    "summaries",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +108,11 @@ def statistics_json(results: Sequence[CaseResult], confidence: float = stats.CON
 
 
 def print_intervals(results: Sequence[CaseResult], out: TextIO, confidence: float = stats.CONFIDENCE) -> None:
-    """The pass rate of every case with its interval, then the summary's."""
+    """The pass rate of every case with its interval, then the summaries' (nothing without repeats)."""
     from rich.console import Console
     from rich.table import Table
 
-    if not results:
+    if not any(r.repeat for r in results):
         return
     pct = f"{confidence:.0%}"
     console = Console(file=out, highlight=False, width=None if out.isatty() else 140)
@@ -123,18 +131,45 @@ def print_intervals(results: Sequence[CaseResult], out: TextIO, confidence: floa
     console.print(table, markup=False)
 
 
+def markdown_intervals(results: Sequence[CaseResult], confidence: float = stats.CONFIDENCE) -> str:
+    """The pass rates with their intervals as a Markdown section ("" without repeats); case ids
+    pass through ``escape`` (the Markdown report's, for text that may come from an agent)."""
+    from review_queue.app.eval_report import markdown_text
+
+    if not any(r.repeat for r in results):
+        return ""
+    pct = f"{confidence:.0%}"
+    lines = [
+        "",
+        f"### Pass rates ({pct} intervals: Wilson per case, bootstrap over cases)",
+        "",
+        "| case | runs | passed | pass rate | interval |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for c in case_intervals(results, confidence):
+        case = markdown_text(f"{c.eval_set_id}/{c.eval_id}")
+        lines.append(f"| {case} | {c.runs} | {c.passed} | {c.interval.estimate:.2f} | {_bounds(c.interval)} |")
+    for name, i in summaries(results, confidence).items():
+        runs = [r for r in results if name == "all" or _dimension(r) == name]
+        passed = sum(r.passed for r in runs)
+        lines.append(f"| **summary: {name}** | {len(runs)} | {passed} | {i.estimate:.2f} | {_bounds(i)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _bounds(i: stats.Interval) -> str:
     return f"[{i.low:.2f}, {i.high:.2f}]"
 
 
 def junit_properties(root: ET.Element, results: Sequence[CaseResult], confidence: float = stats.CONFIDENCE) -> None:
     """Add ``pass_rate:<case>`` properties (``0.80 [0.38, 0.96]``) to each ``<testsuite>`` of ``root``
-    and the summary's to the first, placed first in the suite as JUnit expects."""
+    and the summaries' to the first, in the suite's ``<properties>`` (made first in it when missing)."""
     suites = {s.get("name"): s for s in root.iter("testsuite")}
     props: dict[str, ET.Element] = {}
     for name, suite in suites.items():
-        element = ET.Element("properties")
-        suite.insert(0, element)
+        element = suite.find("properties")
+        if element is None:
+            element = ET.Element("properties")
+            suite.insert(0, element)
         props[str(name)] = element
     for c in case_intervals(results, confidence):
         if c.eval_set_id in props:

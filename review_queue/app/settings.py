@@ -35,6 +35,7 @@ from scorers.assemble import (
 from scorers.metrics import DEFAULT_MAX_AGENTS, DEFAULT_MAX_TOOLS
 from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
 from scorers.rules import DEFAULT_REPEAT_THRESHOLD, DEFAULT_SAMPLE_RATE
+from scorers.session_ids import SessionKeys
 from scorers.slo import SloConfig, parse_slo
 
 ENV_PREFIX = "VIGIL_"
@@ -196,6 +197,11 @@ class Settings(BaseModel):
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
         "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
     )
+    sessions: Mapping[str, Any] | None = Field(
+        None,
+        description="Your own attribute keys of session and user ids {session_keys: [...], user_keys: [...]}, tried "
+        "after the built-in ones; YAML only (see scorers.session_ids and README, Sessions).",
+    )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
@@ -338,6 +344,12 @@ class Settings(BaseModel):
     @classmethod
     def _slo(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         parse_slo(v)  # raises a one-line SloConfigError (a ValueError) naming the target and key
+        return v
+
+    @field_validator("sessions")
+    @classmethod
+    def _sessions(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        SessionKeys.from_mapping(v)  # raises a one-line SessionConfigError (a ValueError) naming the field
         return v
 
     def slo_config(self) -> SloConfig:

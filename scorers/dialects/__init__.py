@@ -15,7 +15,7 @@ Frameworks whose instrumentors bend a dialect have an adapter for their quirks, 
 by the span's instrumentation scope: :mod:`~scorers.dialects.openai_agents`,
 :mod:`~scorers.dialects.langchain`, :mod:`~scorers.dialects.crewai`,
 :mod:`~scorers.dialects.llamaindex`, :mod:`~scorers.dialects.smolagents`,
-:mod:`~scorers.dialects.dspy`, :mod:`~scorers.dialects.autogen`.
+:mod:`~scorers.dialects.dspy`, :mod:`~scorers.dialects.autogen`, :mod:`~scorers.dialects.google_adk`.
 
 :data:`ADAPTERS` lists them in order (like structlog's processors); supporting a new
 framework is adding one module to it (and its captured fixtures). The order decides which
@@ -46,9 +46,10 @@ from scorers.dialects.base import (
 )
 from scorers.dialects.crewai import CrewAI
 from scorers.dialects.dspy import DSPy
-from scorers.dialects.genai import GENAI, GenAI
+from scorers.dialects.genai import GENAI, GenAI, lift_events
 from scorers.dialects.genai import agent_attribute as _genai_agent
 from scorers.dialects.genai import workflow_name as _genai_workflow
+from scorers.dialects.google_adk import GoogleADK
 from scorers.dialects.langchain import LangChain
 from scorers.dialects.langsmith import LANGSMITH, LangSmith
 from scorers.dialects.llamaindex import LlamaIndex
@@ -76,10 +77,12 @@ __all__ = [
     "OPENINFERENCE",
     "OUTPUT_TOKEN_KEYS",
     "RESULT_KEYS",
+    "SESSION_KEYS",
     "TOOL_CALL_ID_KEYS",
     "TOOL_NAME_KEYS",
     "TRACELOOP",
     "UNKNOWN",
+    "USER_KEYS",
     "VERCEL",
     "Adapter",
     "agent_name",
@@ -92,6 +95,7 @@ __all__ = [
     "entity_name",
     "first",
     "first_str",
+    "lift_events",
     "messages_of",
     "raised_in",
     "service_name",
@@ -113,6 +117,7 @@ ADAPTERS: Final[tuple[Adapter, ...]] = (
     Smolagents(),
     DSPy(),
     AutoGen(),
+    GoogleADK(),
 )
 """Every adapter, in order."""
 
@@ -141,6 +146,14 @@ RESULT_KEYS: Final = _keys("result_keys")
 FINAL_OUTPUT_KEYS: Final = _keys("final_output_keys")
 MESSAGE_KEYS: Final = frozenset(_keys("message_keys"))
 SOFT_ERROR_PREFIXES: Final = _keys("soft_error_prefixes")
+LANGFUSE_SESSION_KEYS: Final = ("langfuse.session.id",)
+LANGFUSE_USER_KEYS: Final = ("langfuse.user.id",)
+"""Langfuse's own trace attributes (its SDK's spans are otherwise GenAI spans; it also reads ``session.id``
+and ``user.id``, which the dialects already hold)."""
+SESSION_KEYS: Final = _keys("session_keys") + LANGFUSE_SESSION_KEYS
+"""Attributes naming the conversation a run is a turn of, in order of trust (:mod:`scorers.session_ids`)."""
+USER_KEYS: Final = _keys("user_keys") + LANGFUSE_USER_KEYS
+"""Attributes naming the end user a run answered, in order of trust."""
 GENERIC_AGENT_NAMES: Final = frozenset({""}).union(*(a.generic_agent_names for a in ADAPTERS))
 """Lower-case agent span names that never name an agent, whichever framework wrote them."""
 

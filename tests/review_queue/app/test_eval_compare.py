@@ -14,7 +14,7 @@ import pytest
 from review_queue.app.cli import main
 from review_queue.app.eval_compare import compare_runs, runs_from_report
 from review_queue.app.eval_report import junit_xml, report_json
-from review_queue.app.eval_stats import case_intervals, statistics_json, summaries
+from review_queue.app.eval_stats import case_intervals, markdown_intervals, statistics_json, summaries
 from scorers.eval.criteria import CriterionResult
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.stats import wilson
@@ -52,10 +52,10 @@ def _results(runs: list[Run]) -> list[CaseResult]:
 
 
 def _report(runs: list[Run]) -> dict[str, Any]:
-    """The JSON report, tokens in each result's ``metrics`` object (where efficiency numbers go)."""
+    """The JSON report, tokens in each result's ``measures`` (as the efficiency dimension reports them)."""
     doc = report_json(_results(runs))
     for entry, (_, tokens) in zip(doc["results"], runs, strict=True):
-        entry["metrics"] = {"tokens": round(tokens, 1)}
+        entry["measures"]["tokens"] = round(tokens)
     return doc
 
 
@@ -85,7 +85,7 @@ class TestCompare:
         rerun = _write(tmp_path / "rerun.json", _report(_agent(2)))
         assert 0 == main(["eval", "compare", str(base), str(rerun), "--fail-on-drop", "--json"])
         doc = json.loads(capsys.readouterr().out)
-        assert {"pass", "tool_trajectory", "tokens"} == {m["name"] for m in doc["metrics"]}
+        assert {"pass", "tool_trajectory", "tokens", "steps", "latency_ms"} == {m["name"] for m in doc["metrics"]}
         assert not any(m["significant"] for m in doc["metrics"])
         assert doc["drop"] is False
         passes = next(m for m in doc["metrics"] if m["name"] == "pass")
@@ -165,13 +165,22 @@ class TestIntervals:
         assert (round(interval.low, 6), round(interval.high, 6)) == (case["low"], case["high"])
         root = ET.fromstring(junit_xml(results))
         (suite,) = root.findall("testsuite")
-        props = {p.get("name"): p.get("value") for p in suite.find("properties") or ()}
+        (properties,) = suite.findall("properties")  # beside the dimension summary's, not a second block
+        props = {p.get("name"): p.get("value") for p in properties}
         assert interval.text() == props["pass_rate:case00"]
         assert "pass_rate_summary:all" in props
+
+    def test_markdown_section(self) -> None:
+        results = _results(_agent(1))[:10]
+        text = markdown_intervals(results)
+        first = case_intervals(results)[0]
+        assert f"| shop/case00 | 5 | {first.passed} | {first.interval.estimate:.2f} |" in text
+        assert "| **summary: all** | 10 |" in text
 
     def test_a_single_run_has_no_intervals(self) -> None:
         results = [r for r in _results(_agent(1)) if r.repeat == 0]
         assert "statistics" not in report_json(results)
+        assert "" == markdown_intervals(results)
 
 
 class TestGate:
