@@ -22,6 +22,13 @@ operator, no extension):
   × 14.4 > 100 %): the threshold is then capped at three quarters (fast) and half (slow) of the
   way from the target to total failure, so both alerts stay reachable and fast stays above slow.
 
+**History** (:func:`retention_days`): the rules read up to the budget window (``sum_over_time``
+over ``[28d]``; the trend a day a week ago), so Prometheus must keep it — the window plus a day,
+named in the rule file's header and by ``vigil slo generate``. ``…:vigil_slo_history:seconds``
+counts the minutes of the window Prometheus actually holds (the window group's samples, one a
+minute); ``VigilSLOBudgetExhausted`` takes it as its value and says over how much history it
+judged (a young history or a short retention holds less than the window).
+
 **Tests** (:func:`promtool_tests`): synthetic series per target — a healthy agent, a burning one
 (between the slow and fast thresholds) and an outage — with the alerts expected of each.
 
