@@ -27,8 +27,9 @@ thousand runs — need no numpy). Each returns a frozen dataclass.
   anti-conservative on few pairs (three pairs that all got worse leave no resample on the other
   side of 0, "p < 0.0001"), so the p-value comes from the paired sign-flip randomisation test of
   the same mean difference (:func:`sign_flip_p`: exact up to 14 differing pairs, seeded Monte
-  Carlo beyond), which is valid at any size and on 0/1 scores is McNemar's exact test. The
-  interval and the p-value can disagree at the margin; the verdict follows the p-value.
+  Carlo up to 400, its normal approximation beyond), which is valid at any size and on 0/1
+  scores is McNemar's test. The interval and the p-value can disagree at the margin; the
+  verdict follows the p-value.
 * :func:`two_proportions`: the pooled two-proportion z-test (two independent samples of
   counts, e.g. an SLO's ratio over two periods), with each side's Wilson interval.
 * :func:`holm`: Holm's step-down adjustment, for a verdict over several metrics at once
@@ -124,8 +125,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 def _resampled(numerators: Sequence[float], denominators: Sequence[float], resamples: int, seed: int) -> list[float]:
     n = len(numerators)
     rng = random.Random(seed)
-    idx = range(n)
     out: list[float] = []
+    if all(d == 1 for d in denominators):  # a plain mean: draw the values themselves
+        values = list(numerators)
+        out = [sum(rng.choices(values, k=n)) / n for _ in range(resamples)]
+        out.sort()
+        return out
+    idx = range(n)
     for _ in range(resamples):
         pick = rng.choices(idx, k=n)
         den = sum(denominators[i] for i in pick)
@@ -289,6 +295,9 @@ def paired_bootstrap(
 
 EXACT_FLIPS: Final = 14
 """Up to this many non-zero differences the sign-flip test enumerates every assignment (2^14)."""
+NORMAL_FLIPS: Final = 400
+"""Beyond this many the sign-flip distribution is taken as normal (its Monte Carlo would cost
+``resamples × m`` steps in pure Python)."""
 
 
 def sign_flip_p(differences: Sequence[float], *, resamples: int = RESAMPLES, seed: int = SEED) -> float:
@@ -297,8 +306,8 @@ def sign_flip_p(differences: Sequence[float], *, resamples: int = RESAMPLES, see
     Under "no change" the two sides of a pair are exchangeable, so each difference is as likely
     with either sign; the p-value is the share of sign assignments whose ``|sum|`` reaches the
     observed one — exact over every assignment up to :data:`EXACT_FLIPS` non-zero differences,
-    else over ``resamples`` seeded random ones (``(k + 1) / (resamples + 1)``). On 0/1 outcomes it
-    is McNemar's exact test.
+    over ``resamples`` seeded random ones up to :data:`NORMAL_FLIPS` (``(k + 1) / (resamples + 1)``),
+    and from the normal approximation of the sum beyond. On 0/1 outcomes it is McNemar's test.
     """
     nonzero = [abs(d) for d in differences if d != 0]
     if not nonzero:
@@ -306,6 +315,10 @@ def sign_flip_p(differences: Sequence[float], *, resamples: int = RESAMPLES, see
     observed = abs(sum(d for d in differences if d != 0))
     slack = 1e-9 * max(nonzero)
     m = len(nonzero)
+    if m > NORMAL_FLIPS:
+        # The sum of m independent ±d_i: mean 0, variance sum(d_i^2), normal by the CLT.
+        z = observed / math.sqrt(sum(d * d for d in nonzero))
+        return min(1.0, 2 * NormalDist().cdf(-z))
     if m <= EXACT_FLIPS:
         hits = 0
         for mask in range(1 << m):

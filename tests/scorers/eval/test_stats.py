@@ -144,6 +144,21 @@ class TestPairedBootstrap:
             )
             assert pytest.approx(float(ref.pvalue), abs=1e-9) == stats.paired_bootstrap(list(base), list(new)).p_value
 
+    def test_many_pairs_use_the_normal_approximation(self) -> None:
+        """Beyond 400 differing pairs: within Monte Carlo error of scipy's randomisation test."""
+        rng = np.random.default_rng(12)
+        for shift in (0.0, 0.08):
+            base = rng.normal(0, 1, size=600)
+            new = base + shift + rng.normal(0, 1, size=600)
+            ref = sps.permutation_test(
+                (base, new),
+                lambda a, b, axis=-1: np.mean(b - a, axis=axis),
+                permutation_type="samples",
+                n_resamples=20_000,
+                random_state=3,
+            ).pvalue
+            assert pytest.approx(float(ref), abs=0.02) == stats.sign_flip_p(list(new - base))
+
     def test_few_pairs_that_all_got_worse_are_not_significant(self) -> None:
         """Three pairs all worse: 2 of the 8 sign assignments are as extreme (the bootstrap would say ~0)."""
         assert 0.25 == stats.paired_bootstrap([1.0, 1.0, 1.0], [0.5, 0.4, 0.0]).p_value
