@@ -4,7 +4,9 @@
   (:class:`review_queue.app.evalrun.EvalHarness`), the agent called for every case with bounded
   concurrency (``--concurrency``), ``--repeat N`` times; the report on stdout (``--json``,
   ``--junit FILE``, ``--markdown FILE`` for a pull-request comment; ``--baseline REPORT.json``
-  compares efficiency with an earlier JSON report); exit 1 when a case fails its thresholds.
+  compares efficiency with an earlier JSON report); exit 1 when a case fails its thresholds, or
+  with ``--baseline`` only when a metric dropped significantly from that report
+  (:mod:`review_queue.app.eval_compare`).
 * ``vigil eval score EVALSET --traces DIR``: the same scoring over captured OTLP files.
 * ``vigil eval show EVALSET``: the cases of an eval set.
 * ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
@@ -12,6 +14,7 @@
   with ``--dimension`` and ``--tag``.
 * ``vigil eval robustness EVALSET``: edge cases derived from the set's cases
   (:mod:`scorers.eval.robustness`), written to ``--out`` and/or run with ``--agent`` like ``run``.
+* ``vigil eval compare BASE NEW``: paired tests of two JSON reports, per metric (``--fail-on-drop``).
 
 Exit status: 0 every case passed, 1 a case failed (or nothing was scored), 2 bad input (the
 message names the file, the JSON path and what was expected).
@@ -28,7 +31,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from review_queue.app.eval_report import junit_xml, load_baseline, markdown_report, print_report, write_json
+from review_queue.app.eval_compare import add_compare_command, add_gate_arguments, gate
+from review_queue.app.eval_report import (
+    junit_xml,
+    load_baseline,
+    markdown_report,
+    print_report,
+    report_json,
+    write_json,
+)
+from review_queue.app.eval_stats import markdown_intervals, print_intervals
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import (
     DIMENSIONS,
@@ -108,6 +120,8 @@ def add_eval_commands(
     rob.add_argument("--span-timeout", type=float, default=10.0, help="seconds to wait for a turn's spans")
     rob.set_defaults(func=_cmd_eval_robustness)
 
+    add_compare_command(ev_sub)
+
 
 def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -121,8 +135,13 @@ def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report to this file")
     p.add_argument("--markdown", type=Path, default=None, help="write a Markdown report (a pull-request comment)")
     p.add_argument(
-        "--baseline", type=Path, default=None, help="a JSON report of an earlier run: efficiency is compared with it"
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a JSON report of an earlier run: efficiency is compared with it, and the exit is 1 only"
+        " on a significant drop from it (not on any failed case)",
     )
+    add_gate_arguments(p)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
@@ -147,16 +166,20 @@ def _report(args: argparse.Namespace, results: Sequence[CaseResult]) -> int:
         write_json(results, sys.stdout, baseline)
     else:
         print_report(results, sys.stdout, baseline)
+        print_intervals(results, sys.stdout)
         if args.json_out:
             with open(args.json_out, "w", encoding="utf-8") as out:
                 write_json(results, out, baseline)
     if args.junit:
         args.junit.write_text(junit_xml(results, baseline), encoding="utf-8")
     if args.markdown:
-        args.markdown.write_text(markdown_report(results, baseline), encoding="utf-8")
+        args.markdown.write_text(markdown_report(results, baseline) + markdown_intervals(results), encoding="utf-8")
     if not results:
         print("vigil eval: no case was scored", file=sys.stderr)
         return EXIT_FAILED
+    verdict = gate(args, report_json(results, baseline), sys.stderr if args.json_out == "-" else sys.stdout)
+    if verdict is not None:
+        return verdict
     return 0 if all(r.passed for r in results) else EXIT_FAILED
 
 

@@ -6,7 +6,8 @@ tool-call accuracy and task completion, efficiency's steps, tokens and latency p
 baseline JSON report when one is given: its value and the change), robustness's pass rate; then
 one row per case with its dimension, tags and measures, then the failures explained (the agent's
 error, the criteria below threshold). With ``--repeat N`` every case runs N times; the table and the
-JSON give each case's pass rate, JUnit XML has one test case per run (``<eval_id>#<repeat>``).
+JSON give each case's pass rate, JUnit XML has one test case per run (``<eval_id>#<repeat>``);
+each pass rate comes with its interval (:mod:`review_queue.app.eval_stats`).
 
 Agent output (answers, errors) reaches the Markdown report escaped (:func:`markdown_text`): no HTML,
 no table break, no code span opens from it.
@@ -25,6 +26,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from review_queue.app.eval_stats import junit_properties, statistics_json
 from scorers.eval.dimensions import DimensionSummary, summarise_dimensions
 from scorers.eval.evaluate import CaseResult
 
@@ -271,7 +273,7 @@ def report_json(results: Sequence[CaseResult], baseline: Baseline | None = None)
             }
             for s in summarise(results)
         ],
-    }
+    } | ({"statistics": statistics_json(results)} if _repeated(results) else {})
 
 
 def write_json(results: Sequence[CaseResult], out: TextIO, baseline: Baseline | None = None) -> None:
@@ -405,6 +407,8 @@ def junit_xml(results: Sequence[CaseResult], baseline: Baseline | None = None) -
     root.set("tests", str(len(results)))
     root.set("failures", str(sum(c[1] for c in counts.values())))
     root.set("errors", str(sum(c[2] for c in counts.values())))
+    if repeated:
+        junit_properties(root, results)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

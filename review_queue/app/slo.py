@@ -22,13 +22,22 @@ operator, no extension):
   × 14.4 > 100 %): the threshold is then capped at three quarters (fast) and half (slow) of the
   way from the target to total failure, so both alerts stay reachable and fast stays above slow.
 
+**History** (:func:`retention_days`): the rules read up to the budget window (``sum_over_time``
+over ``[28d]``; the trend a day a week ago), so Prometheus must keep it — the window plus a day,
+named in the rule file's header and by ``vigil slo generate``. ``…:vigil_slo_history:seconds``
+counts the minutes of the window Prometheus actually holds (the window group's samples, one a
+minute); ``VigilSLOBudgetExhausted`` takes it as its value and says over how much history it
+judged (a young history or a short retention holds less than the window).
+
 **Tests** (:func:`promtool_tests`): synthetic series per target — a healthy agent, a burning one
 (between the slow and fast thresholds) and an outage — with the alerts expected of each.
 
 **Summaries** (:func:`summary_from_metrics`, :func:`summary_from_prometheus`): JSON
 ``{"format": "vigil-slo-summary/1", "source", "window", "targets": {name: {"unit", "direction",
-"objective", "tolerance", "fleet": value, "agents": {agent: value}}}}``; :func:`compare` fails a
-target whose value moved the wrong way by more than its tolerance (relative).
+"objective", "tolerance", "fleet": value, "agents": {agent: value}, "counts": {"fleet": [num, den],
+"agents": {agent: [num, den]}}}}}`` (counts: the events behind each value); :func:`compare` fails a
+target whose value moved the wrong way by more than its tolerance (relative) and, where the
+counts allow a test, significantly.
 """
 
 from __future__ import annotations
@@ -37,11 +46,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import yaml
 
+from scorers.eval import stats
 from scorers.slo import Direction, SloConfig, Target
 
 WINDOWS: Final = ("5m", "30m", "1h", "6h", "1d")
@@ -58,6 +68,27 @@ NUM = "environment_agent:vigil_slo_numerator"
 DEN = "environment_agent:vigil_slo_denominator"
 SLI = "environment_agent:vigil_slo_sli"
 ERR = "environment_agent:vigil_slo_error"
+HISTORY = "environment_agent:vigil_slo_history:seconds"
+WINDOW_INTERVAL_S: Final = 60
+"""Evaluation interval of the window group (its samples are counted as minutes of history)."""
+TREND_REACH_DAYS: Final = 8
+"""The trend alert reads the last day a week ago (``[1d] offset 7d``)."""
+
+
+def retention_days(config: SloConfig) -> int:
+    """Days of history the rules of ``config`` read: the longest of the budget window and the
+    trend's reach, plus a day so a full window is never at the edge of what is deleted."""
+    return max(config.window_days, TREND_REACH_DAYS) + 1
+
+
+def retention_note(config: SloConfig) -> str:
+    """One line naming the retention the rules need."""
+    days = retention_days(config)
+    return (
+        f"These rules read up to {max(config.window_days, TREND_REACH_DAYS)}d of history: run Prometheus with"
+        f" --storage.tsdb.retention.time={days}d or more (its default, 15d, silently shortens the"
+        f" {config.window_days}d window)."
+    )
 
 
 def _g(x: float) -> str:
@@ -162,6 +193,15 @@ def rules(config: SloConfig) -> dict[str, Any]:
                 )
             )
         if target.budget is not None:
+            # How much of the budget window Prometheus actually holds: the window group records
+            # every minute, so its samples of the window's SLI count the minutes of history.
+            long.append(
+                _record(
+                    HISTORY,
+                    f"count_over_time({SLI}:ratio_rate{days}{_sel(name)}[{days}]) * {WINDOW_INTERVAL_S}",
+                    name,
+                )
+            )
             for w in (*WINDOWS, days):
                 expr = (
                     f"1 - {SLI}:ratio_rate{w}{_sel(name)}"
@@ -177,7 +217,7 @@ def rules(config: SloConfig) -> dict[str, Any]:
         "groups": [
             # Trend alerts read only this group's series: evaluated after them, in order.
             {"name": "vigil-slo-sli", "rules": recording + trends},
-            {"name": "vigil-slo-window", "interval": "1m", "rules": long},
+            {"name": "vigil-slo-window", "interval": f"{WINDOW_INTERVAL_S // 60}m", "rules": long},
             {"name": "vigil-slo-budget", "rules": scoped},
             {"name": "vigil-slo-alerts", "rules": alerts},
         ]
@@ -252,16 +292,21 @@ def _alerts(name: str, scope: Scope, t: Target, days: str) -> list[dict[str, Any
                     f" {short}; the budget is {_pct(b)} of events over {days} ({_objective_text(t)}).",
                 )
             )
+        judged = "{{ $value | humanizeDuration }}"
         out.append(
             _alert(
                 "VigilSLOBudgetExhausted",
                 (name, scope),
-                f"environment_agent:vigil_slo_error_budget_remaining:ratio{sel} < 0\n"
+                # The value is the history the window was judged over (up to the window).
+                f"{HISTORY}{sel}\n"
+                f"{on} environment_agent:vigil_slo_error_budget_remaining:ratio{sel} < 0\n"
                 f"{on} {DEN}:rate1d{sel} * 86400 >= {t.min_events}",
                 "1h",
                 "warning",
-                f"{agent}: {name} missed its target over {days}",
-                f"{name} ({desc}) of agent {agent} in {env} used up its {days} error budget: {_objective_text(t)}.",
+                f"{agent}: {name} missed its target over the last {judged} ({days} window)",
+                f"{name} ({desc}) of agent {agent} in {env} used up its {days} error budget: {_objective_text(t)};"
+                f" judged over the {judged} of history Prometheus holds (less than {days} on a young"
+                " history or a short retention).",
             )
         )
     if t.direction is Direction.BAND and t.floor > 0:
@@ -350,6 +395,11 @@ def _blocks(node: Any) -> Any:
     return node
 
 
+def rules_text(config: SloConfig) -> str:
+    """The rule file of ``config`` as committed: the header names the retention it needs."""
+    return render(rules(config), HEADER + f"# {retention_note(config)}\n")
+
+
 def render(doc: Mapping[str, Any], header: str = HEADER) -> str:
     """A rule or test document as the committed YAML text."""
     return header + yaml.dump(_blocks(doc), Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
@@ -431,8 +481,27 @@ def _state_value(t: Target, state: str) -> float:
     return 1 - error if t.direction is Direction.AT_LEAST else error
 
 
-def _expected(rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterable[str]) -> list[dict[str, Any]]:
-    """The firing instances of ``alert`` for ``slo`` on ``agents`` (annotations rendered)."""
+def humanize_duration(seconds: float) -> str:
+    """Prometheus' ``humanizeDuration`` template function (for the expected annotations)."""
+    if abs(seconds) < 1:
+        return f"{seconds:.4g}s"
+    sign = "-" if seconds < 0 else ""
+    whole = int(abs(seconds))
+    days, hours, minutes, secs = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
+    if days:
+        return f"{sign}{days}d {hours}h {minutes}m {secs}s"
+    if hours:
+        return f"{sign}{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s"
+    return f"{sign}{abs(seconds):.4g}s"
+
+
+def _expected(
+    rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterable[str], value: float | None = None
+) -> list[dict[str, Any]]:
+    """The firing instances of ``alert`` for ``slo`` on ``agents`` (annotations rendered; ``value``:
+    the alert's value where an annotation shows it as a duration)."""
     wanted = set(agents)
     out = []
     for group in rule_doc["groups"]:
@@ -451,6 +520,11 @@ def _expected(rule_doc: Mapping[str, Any], alert: str, slo: str, agents: Iterabl
                     k: v.replace("{{ $labels.agent }}", agent).replace("{{ $labels.environment }}", "test")
                     for k, v in rule["annotations"].items()
                 }
+                if value is not None:
+                    notes = {
+                        k: v.replace("{{ $value | humanizeDuration }}", humanize_duration(value))
+                        for k, v in notes.items()
+                    }
                 out.append(
                     {"exp_labels": {**rule["labels"], "environment": "test", "agent": agent}, "exp_annotations": notes}
                 )
@@ -476,7 +550,16 @@ def promtool_tests(config: SloConfig, rule_file: str = "../slo_rules.yml") -> di
                     groups.append([("floor", scope.agent)])
             for group in groups:
                 budget_tests.append(_budget_case(doc, name, t, group))
-    out = {"slo_test.yml": {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": budget_tests}}
+    out = {
+        "slo_test.yml": {
+            "rule_files": [rule_file],
+            "evaluation_interval": "1m",
+            # A fixed order (promtool would otherwise pick one per run): the history an exhausted
+            # budget shows is then the window group's sample of the same minute.
+            "group_eval_order": [g["name"] for g in doc["groups"]],
+            "tests": budget_tests,
+        }
+    }
     if trend_tests:
         out["slo_trend_test.yml"] = {"rule_files": [rule_file], "evaluation_interval": "10m", "tests": trend_tests}
     return out
@@ -502,8 +585,16 @@ def _budget_case(doc: Mapping[str, Any], name: str, t: Target, group: list[tuple
         "VigilSLOSlowBurn": [by_state[s] for s in ("burning", "outage") if s in by_state],
         "VigilSLOBudgetExhausted": [by_state[s] for s in ("burning", "outage") if s in by_state],
     }
+    # The window's SLI is recorded every minute from the first rate (at 1m) to 7h: 420 minutes of history.
+    history = {"VigilSLOBudgetExhausted": 7 * 3600.0}
     for alert, agents in firing.items():
-        tests.append({"alertname": alert, "eval_time": "7h", "exp_alerts": _expected(doc, alert, name, agents)})
+        tests.append(
+            {
+                "alertname": alert,
+                "eval_time": "7h",
+                "exp_alerts": _expected(doc, alert, name, agents, history.get(alert)),
+            }
+        )
     if floor:
         tests.append(
             {"alertname": "VigilSLOBelowFloor", "eval_time": "1h", "exp_alerts": []}  # too few runs yet
@@ -623,7 +714,8 @@ def summary_from_metrics(config: SloConfig, text: str, source: str) -> dict[str,
         agents = {a: max(0.0, num.get(a, 0.0)) / d for a, d in sorted(den.items()) if d > 0}
         total = sum(den.values())
         fleet = max(0.0, sum(num.values())) / total if total > 0 else None
-        targets[name] = _entry(t, fleet, agents, total)
+        counts = {a: (max(0.0, num.get(a, 0.0)), d) for a, d in sorted(den.items()) if d > 0}
+        targets[name] = _entry(t, fleet, agents, total, counts)
     return {"format": SUMMARY_FORMAT, "source": source, "window": "since start", "targets": targets}
 
 
@@ -639,13 +731,50 @@ def summary_from_prometheus(config: SloConfig, query: Any, source: str, window: 
             for s in query(f"sum by (agent) ({num}) / (sum by (agent) ({den}) > 0)")
         }
         fleet_rows = query(f"sum({num}) / (sum({den}) > 0)")
-        events = query(f"sum({den}) * 300")
         fleet = float(fleet_rows[0]["value"][1]) if fleet_rows else None
-        targets[name] = _entry(t, fleet, dict(sorted(agents.items())), float(events[0]["value"][1]) if events else 0.0)
+        # The events behind the ratios: the raw counters' increase over the window (independent of
+        # the rule evaluation interval the recorded 5m rates were sampled at).
+        seconds = duration_seconds(window)
+        raw_num = {
+            s["metric"].get("agent", ""): float(s["value"][1]) * seconds
+            for s in query(f"sum by (agent) ({t.sli.numerator.replace('{W}', window)})")
+        }
+        counts: dict[str, tuple[float, float]] = {}
+        for row in query(f"sum by (agent) ({t.sli.denominator.replace('{W}', window)})"):
+            agent, d = row["metric"].get("agent", ""), float(row["value"][1]) * seconds
+            if d > 0:
+                counts[agent] = (max(0.0, raw_num.get(agent, 0.0)), d)
+        events = sum(d for _, d in counts.values())
+        targets[name] = _entry(t, fleet, dict(sorted(agents.items())), events, dict(sorted(counts.items())))
     return {"format": SUMMARY_FORMAT, "source": source, "window": window, "targets": targets}
 
 
-def _entry(t: Target, fleet: float | None, agents: Mapping[str, float], events: float) -> dict[str, Any]:
+def duration_seconds(text: str) -> float:
+    """Seconds of a Prometheus duration (``7d``, ``1h30m``).
+
+    Raises:
+        ValueError: not a duration.
+    """
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return float(sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+_UNIT_SECONDS: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def _entry(
+    t: Target,
+    fleet: float | None,
+    agents: Mapping[str, float],
+    events: float,
+    counts: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, Any]:
+    """A target's summary; ``counts``: per agent, the (numerator, denominator) events behind the value."""
+    fleet_counts = (
+        [round(sum(n for n, _ in counts.values()), 3), round(sum(d for _, d in counts.values()), 3)] if counts else None
+    )
     return {
         "unit": t.sli.unit,
         "direction": t.direction.value,
@@ -655,12 +784,25 @@ def _entry(t: Target, fleet: float | None, agents: Mapping[str, float], events: 
         "events": round(events, 3),
         "fleet": None if fleet is None else round(fleet, 6),
         "agents": {a: round(v, 6) for a, v in agents.items()},
+        "counts": {
+            "fleet": fleet_counts,
+            "agents": {a: [round(n, 3), round(d, 3)] for a, (n, d) in (counts or {}).items()},
+        },
     }
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One compared value: ``target`` of ``agent`` ("" for the fleet)."""
+    """One compared value: ``target`` of ``agent`` ("" for the fleet).
+
+    Attributes:
+        limit: the tolerance's limit (or the band's floor) the current value is held to.
+        ok: within the limit, or beyond it but not significantly different (noise).
+        beyond: the current value is beyond ``limit`` (the tolerance alone would fail it).
+        test: the two-proportion test from the counts behind both values (None: no counts, or
+            not a share of events, e.g. steps per task).
+        p_adjusted: the test's p-value adjusted (Holm) over every tested value of the comparison.
+    """
 
     target: str
     agent: str
@@ -668,24 +810,63 @@ class Finding:
     current: float
     limit: float
     ok: bool
+    beyond: bool = False
+    test: stats.TwoProportions | None = None
+    p_adjusted: float | None = None
 
     def line(self) -> str:
         """One line for the terminal."""
         who = self.agent or "fleet"
-        verdict = "ok" if self.ok else "FAIL"
-        values = f"baseline {self.baseline:.4g} current {self.current:.4g} limit {self.limit:.4g}"
-        return f"{verdict:4} {self.target:20} {who:16} {values}"
+        verdict = "FAIL" if not self.ok else "noise" if self.beyond else "ok"
+        if self.test is None:
+            values = f"baseline {self.baseline:.4g} current {self.current:.4g} limit {self.limit:.4g}"
+            return f"{verdict:5} {self.target:20} {who:16} {values} (no test: no counts)"
+        b, c = self.test.base, self.test.new
+        values = (
+            f"baseline {self.baseline:.4g} [{b.low:.4g}, {b.high:.4g}] current {self.current:.4g}"
+            f" [{c.low:.4g}, {c.high:.4g}] limit {self.limit:.4g} p {self.test.p_value:.3g}"
+            f" (Holm {self.p_adjusted if self.p_adjusted is not None else self.test.p_value:.3g})"
+        )
+        return f"{verdict:5} {self.target:20} {who:16} {values}"
+
+
+def _counts(entry: Mapping[str, Any], agent: str) -> tuple[int, int] | None:
+    """The (numerator, denominator) events of ``agent`` ("" the fleet) as integers, when the summary has them."""
+    counts = entry.get("counts") or {}
+    pair = counts.get("fleet") if agent == "" else (counts.get("agents") or {}).get(agent)
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return None
+    den = round(float(pair[1]))
+    if den <= 0:
+        return None
+    return min(den, max(0, round(float(pair[0])))), den
 
 
 def compare(
-    current: Mapping[str, Any], baseline: Mapping[str, Any], tolerances: Mapping[str, float] | None = None
+    current: Mapping[str, Any],
+    baseline: Mapping[str, Any],
+    tolerances: Mapping[str, float] | None = None,
+    alpha: float = 0.05,
 ) -> list[Finding]:
     """Compare two summaries target by target, fleet and per agent.
 
-    A value fails when it moved the wrong way by more than the target's tolerance relative to the
-    baseline (``at_least``: below ``baseline × (1 - tolerance)``; ``at_most``, a band's ceiling
-    and a trend: above ``baseline × (1 + tolerance)``), or when a band's value fell under its
-    floor while the baseline was not. Targets or agents missing on either side are skipped.
+    A value is beyond its limit when it moved the wrong way by more than the target's tolerance
+    relative to the baseline (``at_least``: below ``baseline × (1 - tolerance)``; ``at_most``, a
+    band's ceiling and a trend: above ``baseline × (1 + tolerance)``), or when a band's value
+    fell under its floor while the baseline was not. Targets or agents missing on either side
+    are skipped.
+
+    Where both summaries carry the counts behind a share (``counts``: numerator and denominator
+    events; a ``ratio`` SLI), the two values are also tested against each other: the pooled
+    two-proportion z-test (:func:`scorers.eval.stats.two_proportions`), Holm-adjusted over every
+    tested value. A value beyond its limit then fails only when the change is significant at
+    ``alpha``; otherwise it is reported as noise. The two periods are independent samples of
+    events (not pairs), and an SLO's volumes (hundreds to millions of events) are where the
+    normal approximation holds; comparing two Wilson intervals for overlap instead would be a
+    much stricter, unnamed test (non-overlap of two 95 % intervals is about p < 0.005), so the
+    intervals are printed for reading and the z-test decides. For a mean of scores in [0, 1]
+    (step efficiency) the binomial variance is the largest any such score can have: the test
+    is conservative there. A mean of counts (steps per task) has no test: tolerance only.
 
     Raises:
         ValueError: a document is not a summary.
@@ -712,7 +893,16 @@ def compare(
                 ok = after <= limit
                 if base["direction"] == Direction.BAND.value and after < base["floor"] <= before:
                     ok, limit = False, base["floor"]
-            out.append(Finding(name, agent, before, after, limit, ok))
+            test = None
+            was, now_counts = _counts(base, agent), _counts(now, agent)
+            if base.get("unit") == "ratio" and was is not None and now_counts is not None:
+                test = stats.two_proportions(was[0], was[1], now_counts[0], now_counts[1])
+            out.append(Finding(name, agent, before, after, limit, ok, not ok, test))
+    tested = [(i, f.test.p_value) for i, f in enumerate(out) if f.test is not None]
+    adjusted = stats.holm([p for _, p in tested])
+    for (i, _), p_adj in zip(tested, adjusted, strict=True):
+        f = out[i]
+        out[i] = replace(f, p_adjusted=p_adj, ok=f.ok or p_adj >= alpha)
     return out
 
 

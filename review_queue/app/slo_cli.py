@@ -33,11 +33,19 @@ def add_slo_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     summ.add_argument("--window", default="7d", help="window of a --prometheus summary (default 7d)")
     summ.add_argument("-o", "--out", type=Path, help="file to write (default: stdout)")
     summ.set_defaults(func=_cmd_summary)
-    comp = slo_sub.add_parser("compare", help="fail when a target dropped more than its tolerance from a baseline")
+    comp = slo_sub.add_parser(
+        "compare", help="fail when a target dropped significantly, by more than its tolerance, from a baseline"
+    )
     comp.add_argument("current", type=Path, help="summary of the candidate")
     comp.add_argument("baseline", type=Path, help="summary of the baseline")
     comp.add_argument(
         "--tolerance", action="append", default=[], metavar="TARGET=X", help="override a tolerance (0.05 = 5 %%)"
+    )
+    comp.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance of a change where the summaries carry counts (default 0.05; Holm over values)",
     )
     comp.set_defaults(func=_cmd_compare)
 
@@ -52,7 +60,8 @@ def _config(args: argparse.Namespace) -> Any:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
-    text = slo.render(slo.rules(config))
+    text = slo.rules_text(config)
+    print(f"vigil slo generate: {slo.retention_note(config)}", file=sys.stderr)
     if args.out is None:
         sys.stdout.write(text)
         return 0
@@ -108,9 +117,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         except ValueError:
             print(f"vigil: --tolerance {item!r}: expected TARGET=NUMBER", file=sys.stderr)
             return 2
+    if not 0.0 < args.alpha < 1.0:
+        print(f"vigil: --alpha {args.alpha}: expected a number in (0, 1)", file=sys.stderr)
+        return 2
     try:
         findings = slo.compare(
-            slo.load_summary(args.current.read_text()), slo.load_summary(args.baseline.read_text()), tolerances
+            slo.load_summary(args.current.read_text()),
+            slo.load_summary(args.baseline.read_text()),
+            tolerances,
+            args.alpha,
         )
     except (OSError, ValueError) as exc:
         print(f"vigil: {exc}", file=sys.stderr)
@@ -118,5 +133,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for finding in findings:
         print(finding.line())
     failed = [f for f in findings if not f.ok]
-    print(f"{len(findings) - len(failed)} of {len(findings)} within tolerance")
+    noise = [f for f in findings if f.ok and f.beyond]
+    print(
+        f"{len(findings) - len(failed) - len(noise)} of {len(findings)} within tolerance"
+        + (f", {len(noise)} beyond it but not significant at alpha {args.alpha:g} (noise)" if noise else "")
+        + (f", {len(failed)} failed" if failed else "")
+    )
     return 1 if failed else 0

@@ -164,6 +164,15 @@ class TestMounts:
         assert "alertmanager:9093" == target
         assert "9093:9093" in services()["alertmanager"]["ports"]
 
+    def test_prometheus_keeps_the_slo_window(self) -> None:
+        """Prometheus keeps the history the SLO rules read (the 28-day budget window + a day), not its default 15d."""
+        from review_queue.app import slo
+        from scorers.slo import parse_slo
+
+        flags = dict(f.split("=", 1) for f in services()["prometheus"]["command"] if "=" in f)
+        assert f"{slo.retention_days(parse_slo(None))}d" == flags["--storage.tsdb.retention.time"]
+        assert "29d" == flags["--storage.tsdb.retention.time"]
+
     def test_grafana_provisioning_paths(self) -> None:
         """Grafana gets the provisioning folders and the dashboards where the provider looks."""
         mounts = dict(v.split(":")[:2] for v in services()["grafana"]["volumes"] if v.startswith("."))

@@ -281,6 +281,36 @@ class TestPrometheusRule:
         assert module.prometheus_rule() == named("PrometheusRule", "vigil")
 
 
+class TestPrometheus:
+    """The shipped Prometheus keeps the SLO window and loads exactly Vigil's monitors and rules."""
+
+    def test_retention_covers_the_slo_window(self) -> None:
+        """Retention from the longest window the SLO rules read (28d + a day), with storage that survives restarts."""
+        from review_queue.app import slo
+        from scorers.slo import parse_slo
+
+        spec = named("Prometheus", "vigil")["spec"]
+        assert f"{slo.retention_days(parse_slo(None))}d" == spec["retention"]
+        assert spec["storage"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"]
+
+    def test_selects_the_monitors_and_rules(self) -> None:
+        """Its selectors match the ServiceMonitor, the PodMonitor and the PrometheusRule; its account may discover."""
+        spec = named("Prometheus", "vigil")["spec"]
+        for kind, selector in (
+            ("ServiceMonitor", "serviceMonitorSelector"),
+            ("PodMonitor", "podMonitorSelector"),
+            ("PrometheusRule", "ruleSelector"),
+        ):
+            wanted = spec[selector]["matchLabels"]
+            for d in by_kind(kind):
+                assert wanted.items() <= d["metadata"]["labels"].items(), (kind, d["metadata"]["name"])
+        binding = named("RoleBinding", spec["serviceAccountName"])
+        assert [spec["serviceAccountName"]] == [s["name"] for s in binding["subjects"]]
+        named("ServiceAccount", spec["serviceAccountName"])
+        role = named("Role", binding["roleRef"]["name"])
+        assert any("endpoints" in r["resources"] and "list" in r["verbs"] for r in role["rules"])
+
+
 class TestExposure:
     """Secure defaults: what each container exposes is set explicitly, and no API is open off loopback."""
 

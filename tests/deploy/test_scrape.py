@@ -364,6 +364,12 @@ class TestRealScrape:
             assert {"support", "research", "billing", "triage"} <= set(completion["agents"])
             assert doc["targets"]["steps_per_task"]["fleet"] >= 1.0
         assert all(f.ok for f in slo.compare(from_metrics, from_metrics))
+        # the counts behind the ratios (the raw counters' increase over the window) allow a test
+        for doc in (from_prom, from_metrics):
+            num, den = doc["targets"]["task_completion"]["counts"]["fleet"]
+            assert 0 < num <= den
+            assert pytest.approx(doc["targets"]["task_completion"]["fleet"], abs=0.05) == num / den
+        assert all(f.test is not None for f in slo.compare(from_prom, from_prom) if f.target == "task_completion")
 
     def test_environment_and_agent_variables_resolve(self, prometheus: Prometheus) -> None:
         """The dashboard's variables list the target label and the demo fleet's agents."""

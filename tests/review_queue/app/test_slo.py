@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from review_queue.app import slo
 from review_queue.app.cli import main
 from review_queue.metrics import ReviewMetrics
+from scorers.eval.stats import wilson
 from scorers.metrics import RunMetrics
 from scorers.model import Run, RunStatus, ScoredRun
 from scorers.slo import parse_slo
@@ -49,6 +50,8 @@ class TestSummary:
         assert 0.5 == t["review_pass_rate"]["fleet"]
         assert 0.25 == t["safety_block_rate"]["fleet"]
         assert 3.0 == t["steps_per_task"]["fleet"]
+        assert {"fleet": [2.0, 4.0], "agents": {"support": [2.0, 4.0]}} == t["task_completion"]["counts"]
+        assert [1.5, 3.0] == t["step_efficiency"]["counts"]["fleet"]
         assert ("at_least", 0.85, 0.05) == (
             t["task_completion"]["direction"], t["task_completion"]["objective"], t["task_completion"]["tolerance"]
         )  # fmt: skip
@@ -62,8 +65,38 @@ def summary(**values: float) -> dict[str, object]:
     return {"format": slo.SUMMARY_FORMAT, "source": "x", "window": "7d", "targets": targets}
 
 
+def counted(**counts: tuple[int, int]) -> dict[str, object]:
+    """A summary whose values come with their (numerator, denominator) counts."""
+    targets = {}
+    for name, t in parse_slo(None).targets.items():
+        if name in counts:
+            num, den = counts[name]
+            targets[name] = slo._entry(t, num / den, {"support": num / den}, den, {"support": (num, den)})
+    return {"format": slo.SUMMARY_FORMAT, "source": "x", "window": "7d", "targets": targets}
+
+
 class TestCompare:
     """`vigil slo compare`: relative tolerance per target and direction."""
+
+    def test_two_proportion_test_from_counts(self) -> None:
+        """The fleet and the agent are each tested (z-test on the counts), Holm-adjusted together."""
+        from statsmodels.stats.proportion import proportions_ztest
+
+        findings = slo.compare(counted(task_completion=(750, 1000)), counted(task_completion=(800, 1000)))
+        assert 2 == len(findings)
+        for f in findings:
+            assert f.test is not None
+            _, p = proportions_ztest([750, 800], [1000, 1000])
+            assert pytest.approx(float(p)) == f.test.p_value
+            assert pytest.approx(min(1.0, 2 * float(p))) == f.p_adjusted
+            assert not f.ok
+
+    def test_untested_without_counts_or_for_a_mean_of_counts(self) -> None:
+        """Older summaries (no counts) and steps per task (no variance) keep the tolerance alone."""
+        assert all(f.test is None for f in slo.compare(summary(task_completion=0.7), summary(task_completion=0.8)))
+        assert not any(f.ok for f in slo.compare(summary(task_completion=0.7), summary(task_completion=0.8)))
+        steps = slo.compare(counted(steps_per_task=(500, 100)), counted(steps_per_task=(400, 100)))
+        assert all(f.test is None and not f.ok for f in steps)
 
     def test_completion_drop_beyond_five_percent_fails(self) -> None:
         """0.80 -> 0.77 is within 5 %, 0.80 -> 0.75 is not (fleet and agent)."""
@@ -98,8 +131,55 @@ class TestCli:
         bad.write_text(json.dumps(summary(task_completion=0.7)))
         assert 0 == main(["slo", "compare", str(good), str(base)])
         assert 1 == main(["slo", "compare", str(bad), str(base)])
-        assert "FAIL task_completion" in capsys.readouterr().out
+        assert "FAIL  task_completion" in capsys.readouterr().out
         assert 2 == main(["slo", "compare", str(tmp_path / "missing.json"), str(base)])
+
+    def test_compare_fails_on_a_significant_drop_not_on_noise(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """With the counts behind the ratios, 80 % -> 70 % over 40 runs each is noise (exit 0), the
+        same drop over 4,000 runs each fails, and each side's Wilson interval is printed."""
+        base, few, many = (tmp_path / n for n in ("base.json", "few.json", "many.json"))
+        base.write_text(json.dumps(counted(task_completion=(32, 40))))
+        few.write_text(json.dumps(counted(task_completion=(28, 40))))
+        assert 0 == main(["slo", "compare", str(few), str(base)])
+        out = capsys.readouterr().out
+        assert "noise task_completion" in out
+        assert "beyond it but not significant at alpha 0.05 (noise)" in out
+        interval = wilson(32, 40)
+        assert f"baseline 0.8 [{interval.low:.4g}, {interval.high:.4g}]" in out
+        base.write_text(json.dumps(counted(task_completion=(3200, 4000))))
+        many.write_text(json.dumps(counted(task_completion=(2800, 4000))))
+        assert 1 == main(["slo", "compare", str(many), str(base)])
+        assert "FAIL  task_completion" in capsys.readouterr().out
+        assert 2 == main(["slo", "compare", str(many), str(base), "--alpha", "2"])
+
+    def test_generate_says_the_retention_its_rules_need(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """On stderr (stdout stays the rule file) and in the file's header: the window plus a day."""
+        assert 0 == main(["slo", "generate", "--defaults"])
+        captured = capsys.readouterr()
+        assert "--storage.tsdb.retention.time=29d" in captured.err
+        assert "--storage.tsdb.retention.time=29d" in captured.out.split("groups:")[0]
+        assert yaml.safe_load(captured.out)["groups"]
+        assert 9 == slo.retention_days(parse_slo({"window": "7d"}))  # the trend reads a day a week ago
+
+    def test_budget_exhausted_says_over_how_much_history(self) -> None:
+        """The alert's value is the history the window was judged over; its annotations show it."""
+        doc = slo.rules(parse_slo(None))
+        rules = [r for g in doc["groups"] for r in g["rules"]]
+        history = next(r for r in rules if r.get("record") == slo.HISTORY and r["labels"]["slo"] == "task_completion")
+        window = next(g for g in doc["groups"] if history in g["rules"])
+        assert "1m" == window["interval"]  # each sample counts a minute
+        assert history["expr"].startswith("count_over_time(")
+        assert history["expr"].endswith("[28d]) * 60")
+        alert = next(
+            r for r in rules if r.get("alert") == "VigilSLOBudgetExhausted" and r["labels"]["slo"] == "task_completion"
+        )
+        assert alert["expr"].startswith(slo.HISTORY)
+        assert "over the last {{ $value | humanizeDuration }} (28d window)" in alert["annotations"]["summary"]
+        assert ("7h 0m 0s", "1d 0h 0m 0s", "28d 0h 0m 0s") == tuple(
+            slo.humanize_duration(s) for s in (25200, 86400, 28 * 86400)
+        )
 
     def test_summary_from_a_metrics_file(self, tmp_path: Path) -> None:
         """--metrics-file writes the JSON document."""
