@@ -221,6 +221,9 @@ def create_api_app(
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
+    from review_queue.api_sessions import sessions_router  # it reads this module's run shapes
+
+    app.include_router(sessions_router(services))
     if judge_agreement is not None:
         app.include_router(_judge_router(judge_agreement, services))
     if ui:
@@ -269,9 +272,11 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
         reason: Annotated[str | None, Query(max_length=256)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
+        session: Annotated[str | None, Query(min_length=1, max_length=256, description="The turns of this session.")] = None,
+        user: Annotated[str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")] = None,
     ) -> dict[str, Any]:
-        """List runs newest first, optionally by agent, flagged state or flag reason."""
-        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor)
+        """List runs newest first, optionally by agent, flagged state, flag reason, session or user."""
+        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor, session=session, user=user)
         return {"items": items, "next_cursor": next_cursor}
 
     @router.get("/runs/{trace_id}", response_model=RunDetailOut, responses={404: {"model": ErrorOut}})

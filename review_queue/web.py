@@ -355,6 +355,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
         agent: str = "",
         service: str = "",
         status: str = "",
+        session: str = "",
+        user: str = "",
         flagged: str = "",
         reason: str = "",
         hit_max_iterations: str = "",
@@ -387,7 +389,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             if value in ("yes", "no")
         )
         filters = {
-            "agent": agent[:256], "service": service[:256], "status": status[:16], "flagged": flagged,
+            "agent": agent[:256], "service": service[:256], "status": status[:16], "session": session[:256],
+            "user": user[:256], "flagged": flagged,
             "reason": reason[:256], "hit_max_iterations": hit_max_iterations, "safety_blocked": safety_blocked,
             "errored": errored, "score": score[:64], "score_min": score_min[:32], "score_max": score_max[:32],
             "since_h": since_h[:16], "until_h": until_h[:16], "trace": trace[:32], "q": q[:256],
@@ -399,6 +402,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             agent=filters["agent"] or None,
             service=filters["service"] or None,
             status=filters["status"] or None,
+            session=filters["session"] or None,
+            user=filters["user"] or None,
             signals=signals,
             flagged={"yes": True, "no": False}.get(flagged),
             reason=filters["reason"] or None,
