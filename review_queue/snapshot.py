@@ -85,6 +85,8 @@ def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
         rejects both, and one bad agent name must not fail a whole batch).
     """
     row = _summary(scored.run)
+    row["session_id"] = scored.run.session_id
+    row["user_id"] = scored.run.user_id
     for name, width in _WIDTHS.items():
         if row[name] is not None:
             row[name] = row[name][:width].replace("\x00", "\ufffd")
@@ -128,7 +130,7 @@ def item_row(scored: ScoredRun, flag: Flag, now: float) -> dict[str, Any]:
     }
 
 
-_WIDTHS = {"agent": 256, "service": 256, "dialect": 32, "error_type": 256}
+_WIDTHS = {"agent": 256, "service": 256, "dialect": 32, "error_type": 256, "session_id": 256, "user_id": 256}
 """Widths of the bounded text columns of ``runs`` (see :mod:`review_queue.tables`)."""
 
 

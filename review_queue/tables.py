@@ -23,6 +23,7 @@ __all__ = [
     "review_verdicts",
     "run_details",
     "runs",
+    "sessions",
     "ui_sessions",
 ]
 
@@ -73,16 +74,25 @@ runs = sa.Table(
     sa.Column("span_count", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("evidence", JSON_TYPE, nullable=True),
     sa.Column("task_completed", sa.Boolean(), nullable=True),
+    sa.Column("session_id", sa.String(256), nullable=True),
+    sa.Column("user_id", sa.String(256), nullable=True),
+    sa.Column("cost_usd", sa.Double(), nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
+    sa.Index("ix_runs_session", "session_id", "start_ns"),
+    sa.Index("ix_runs_user", "user_id"),
 )
 """One row per run (trace id); ``version`` starts at 1 and grows by one per re-score.
 ``span_count``: the spans the stored scoring saw; a re-score from fewer spans (a re-delivered
 tail of the trace) never replaces it (see :meth:`review_queue.store.SqlStore.write`).
 ``evidence``: why each headline signal and flag reason is set (:class:`scorers.model.Evidence` dicts).
 ``task_completed``: :func:`scorers.slo.task_completed` when scored (NULL for runs stored before
-it existed); a failing verdict on such a run revokes its completion (``vigil_task_completions_revoked_total``)."""
+it existed); a failing verdict on such a run revokes its completion (``vigil_task_completions_revoked_total``).
+``session_id``/``user_id`` (migration ``0010``): the conversation the run is one turn of and the end user,
+read from the trace (NULL when the trace names none: the run is a session of one). ``ix_runs_session``
+lists a session's turns in order (``session_id``, ``start_ns``). ``cost_usd``: the run's estimated LLM cost
+(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without prices)."""
 
 run_details = sa.Table(
     "run_details",
@@ -248,3 +258,43 @@ ui_sessions = sa.Table(
 """Reviewer UI sessions (migration ``0007``): SHA-256 of the random session id the signed cookie
 carries, never the id; ``ended_at`` set on logout and when the session's token is revoked.
 A cookie whose row is missing, ended or expired opens nothing, even if its signature is good."""
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("session_id", sa.String(256), primary_key=True),
+    sa.Column("agent", sa.String(256), nullable=False),
+    sa.Column("user_id", sa.String(256), nullable=True),
+    sa.Column("first_ns", sa.BigInteger(), nullable=False),
+    sa.Column("last_ns", sa.BigInteger(), nullable=False),
+    sa.Column("turns", sa.Integer(), nullable=False),
+    sa.Column("duration_s", sa.Double(), nullable=False),
+    sa.Column("input_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("output_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("cost_usd", sa.Double(), nullable=False),
+    sa.Column("turns_flagged", sa.Integer(), nullable=False),
+    sa.Column("limit_hits", sa.Integer(), nullable=False),
+    sa.Column("blocks", sa.Integer(), nullable=False),
+    sa.Column("errors", sa.Integer(), nullable=False),
+    sa.Column("thumbs_down", sa.Integer(), nullable=False),
+    sa.Column("signals", JSON_TYPE, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("closed_at", sa.Double(), nullable=True),
+    sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.Index("ix_sessions_last", "last_ns"),
+    sa.Index("ix_sessions_agent", "agent"),
+    sa.Index("ix_sessions_user", "user_id"),
+    sa.Index("ix_sessions_status", "status"),
+)
+"""One row per conversation (migration ``0010``; not the reviewer logins, which are :data:`ui_sessions`).
+
+Recomputed from its runs (``runs.session_id``) in the transaction that writes them
+(:mod:`review_queue.sessions`), so every aggregate is exact under replays and re-scores: ``turns``
+(runs), ``first_ns``/``last_ns`` (earliest start, latest end), ``duration_s`` (``last_ns - first_ns``
+in seconds), token sums, ``cost_usd`` (sum of the runs' ``cost_usd`` score), ``turns_flagged``,
+``limit_hits`` (turns that hit max iterations), ``blocks`` (safety-blocked turns), ``errors`` (errored
+turns), ``thumbs_down`` (turns with negative feedback). ``agent``/``user_id``: of the latest turn.
+``signals``: list of ``{signal, trace_id, turn, span_id, span_name, source, value}`` (``turn`` is the
+1-based position of the turn by start time) — the session signals with the turn and span that show them.
+``status``: ``open`` while turns may arrive, ``closed`` after the idle time (``closed_at`` set).
+Runs without a session id are sessions of one and have no row here."""
