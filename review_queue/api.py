@@ -276,6 +276,9 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
         user: Annotated[str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")] = None,
     ) -> dict[str, Any]:
         """List runs newest first, optionally by agent, flagged state, flag reason, session or user."""
+        for name, text in (("session", session), ("user", user)):
+            if text is not None and "\x00" in text:
+                raise HTTPException(400, f"{name} contains a NUL character")
         items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor, session=session, user=user)
         return {"items": items, "next_cursor": next_cursor}
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
-from review_queue import sessions
+from review_queue import session_queries as sessions
 from review_queue.access import READERS
 from review_queue.api import EvidenceOut, RunOut
 from review_queue.api_review import ErrorOut
@@ -104,7 +104,7 @@ def sessions_router(services: ReviewServices) -> APIRouter:
         user: Annotated[str | None, Query(max_length=256, description="The end user's id.")] = None,
         status: Literal["open", "closed"] | None = None,
         flagged: Annotated[bool | None, Query(description="With (true) or without (false) a flagged turn.")] = None,
-        signal: Annotated[str | None, Query(pattern=sessions.SIGNAL_NAME.pattern)] = None,
+        signal: Annotated[str | None, Query(pattern=f"^{sessions.SIGNAL_NAME.pattern}$")] = None,
         since: Annotated[float | None, Query(ge=0, le=1e11, description="Last activity ≥, Unix seconds.")] = None,
         until: Annotated[float | None, Query(ge=0, le=1e11, description="Last activity <, Unix seconds.")] = None,
         sort: Literal["last", "turns", "duration"] = "last",
@@ -113,6 +113,9 @@ def sessions_router(services: ReviewServices) -> APIRouter:
         cursor: Annotated[str | None, Query(max_length=1024)] = None,
     ) -> dict[str, Any]:
         """List sessions, by default most recently active first."""
+        for name, text in (("agent", agent), ("user", user), ("cursor", cursor)):
+            if text is not None and "\x00" in text:
+                raise HTTPException(400, f"{name} contains a NUL character")
         query = sessions.SessionQuery(
             agent=agent,
             user=user,
@@ -135,6 +138,8 @@ def sessions_router(services: ReviewServices) -> APIRouter:
     @router.get("/sessions/{session_id:path}", response_model=SessionDetailOut, responses={404: {"model": ErrorOut}})
     def get_session(session_id: SessionId) -> dict[str, Any]:
         """One session with every turn in start order (at most ``MAX_TURNS``)."""
+        if "\x00" in session_id:  # no session id holds one (PostgreSQL text cannot)
+            raise HTTPException(404, "session not found")
         with guard("get_session", store.retry_after_s), store.engine.connect() as conn:
             found = sessions.get_session(conn, session_id)
         if found is None:

@@ -17,6 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import jinja2
 from fastapi import Depends, FastAPI, Form, Request
@@ -24,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import explorer, listing, queries, targets, views
+from review_queue import explorer, listing, queries, session_queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -57,6 +58,7 @@ _ENV.filters["pretty"] = views.pretty
 _ENV.filters["attr_text"] = views.attr_text
 _ENV.filters["span_json"] = views.span_json
 _ENV.filters["attribute_rows"] = views.attribute_rows
+_ENV.filters["path_part"] = lambda text: quote(str(text), safe="")  # a session id as one path segment
 
 
 def mount_ui(app: FastAPI, services: ReviewServices) -> None:
@@ -67,6 +69,9 @@ def mount_ui(app: FastAPI, services: ReviewServices) -> None:
     _item_pages(app, services)
     _runs_explorer(app, services)
     _admin_forms(app, services)
+    from review_queue.web_sessions import mount_session_pages  # it renders with this module's environment
+
+    mount_session_pages(app, services)
 
 
 def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
@@ -219,7 +224,8 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "run": run,
             "snap": snapshot,
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
-            **_run_view(services, item["trace_id"], snapshot, run),
+            **run_view(services, item["trace_id"], snapshot, run),
+            "position": _turn_position(services, item["trace_id"]),
             "verdicts": bench.verdicts(item_id, who),
             "events": bench.events(item_id, who),
             "feedback": services.feedback.for_run(item["trace_id"]),
@@ -244,7 +250,8 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             run=run,
             why=views.evidence_by_signal(run.get("evidence")),
             can_review=who.role in REVIEWERS,
-            **_run_view(services, run["trace_id"], {}, run),
+            position=_turn_position(services, run["trace_id"]),
+            **run_view(services, run["trace_id"], {}, run),
         )
 
     @app.get("/runs/{trace_id}/spans/{span_id}.json", include_in_schema=False)
@@ -294,7 +301,13 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         return RedirectResponse(_next_item(services, who), status_code=303)
 
 
-def _run_view(
+def _turn_position(services: ReviewServices, trace_id: str) -> dict[str, Any] | None:
+    """The run's session and neighbour turns (:func:`review_queue.session_queries.turn_position`)."""
+    with guard("turn_position", services.store.retry_after_s), services.store.engine.connect() as conn:
+        return session_queries.turn_position(conn, trace_id)
+
+
+def run_view(
     services: ReviewServices, trace_id: str, snapshot: dict[str, Any], run: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Conversation, span tree and details of a run page: from the run's details document when

@@ -15,7 +15,8 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
-from review_queue import sessions, views
+from review_queue import session_queries as sessions
+from review_queue import views
 from review_queue.access import READERS
 from review_queue.model import Principal
 from review_queue.queries import InvalidCursorError
