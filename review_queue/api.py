@@ -266,14 +266,18 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
     )
 
     @router.get("/runs", response_model=RunPage, responses={400: {"model": ErrorOut}})
-    def list_runs(
+    def list_runs(  # noqa: PLR0917 - one argument per filter
         agent: Annotated[str | None, Query(max_length=256)] = None,
         flagged: bool | None = None,
         reason: Annotated[str | None, Query(max_length=256)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
-        session: Annotated[str | None, Query(min_length=1, max_length=256, description="The turns of this session.")] = None,
-        user: Annotated[str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")] = None,
+        session: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="The turns of this session.")
+        ] = None,
+        user: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")
+        ] = None,
     ) -> dict[str, Any]:
         """List runs newest first, optionally by agent, flagged state, flag reason, session or user."""
         for name, text in (("session", session), ("user", user)):

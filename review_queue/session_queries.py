@@ -128,7 +128,9 @@ def list_sessions(
         else:
             query = query.where(sa.or_(column > key, sa.and_(column == key, sessions.c.session_id > session_id)))
     limit = max(1, min(q.limit, MAX_PAGE))
-    order = (column.desc(), sessions.c.session_id.desc()) if q.descending else (column.asc(), sessions.c.session_id.asc())
+    order = (
+        (column.desc(), sessions.c.session_id.desc()) if q.descending else (column.asc(), sessions.c.session_id.asc())
+    )
     rows = conn.execute(query.order_by(*order).limit(limit + 1)).mappings().all()
     page = [_session_dict(row) for row in rows[:limit]]
     if len(rows) <= limit:

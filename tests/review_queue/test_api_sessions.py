@@ -8,37 +8,20 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from review_queue import session_queries
 from review_queue.api import create_api_app
 from review_queue.store import SqlStore
-from review_queue.tables import sessions
 from scorers.model import Evidence
 from tests.support.review_queue import assert_unauthorized, scored_run
+from tests.support.sessions import S, put_session
 
 TOKEN = "s3cret-token"
-S = 1_000_000_000
-"""One second in nanoseconds."""
 
 
 def _tid(n: int) -> str:
     return f"{n:032x}"
-
-
-def put_session(store: SqlStore, session_id: str, **fields: Any) -> None:
-    """Write (replace) the ``sessions`` row of ``session_id``: the scorer's aggregate, as a test fixes it."""
-    row: dict[str, Any] = {
-        "session_id": session_id, "agent": "support", "user_id": None, "first_ns": 0, "last_ns": 0, "turns": 1,
-        "duration_s": 0.0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "turns_flagged": 0,
-        "limit_hits": 0, "blocks": 0, "errors": 0, "thumbs_down": 0, "signals": [], "status": "open",
-        "closed_at": None, "updated_at": 1.0,
-    }  # fmt: skip
-    row.update(fields)
-    with store.engine.begin() as conn:
-        conn.execute(sa.delete(sessions).where(sessions.c.session_id == session_id))
-        conn.execute(sa.insert(sessions), [row])
 
 
 def write_turns(store: SqlStore, session_id: str, starts: Sequence[int], first: int, **fields: Any) -> list[str]:
@@ -47,11 +30,7 @@ def write_turns(store: SqlStore, session_id: str, starts: Sequence[int], first: 
     for n, start in enumerate(starts):
         trace_id = _tid(first + n)
         store.write(
-            [
-                scored_run(
-                    trace_id, session_id=session_id, start_ns=start * S, end_ns=start * S + S // 2, **fields
-                )
-            ]
+            [scored_run(trace_id, session_id=session_id, start_ns=start * S, end_ns=start * S + S // 2, **fields)]
         )
         ids.append(trace_id)
     return ids
@@ -204,7 +183,8 @@ class TestGetSession:
         assert [(1, _tid(1)), (2, _tid(2)), (3, _tid(3))] == [(t["turn"], t["trace_id"]) for t in body["turns"]]
         first, second, third = body["turns"]
         assert {"latency": 0.5} == first["scores"]
-        assert first["flag"] is None and first["review_item_id"] is None
+        assert first["flag"] is None
+        assert first["review_item_id"] is None
         assert "u1" == first["user_id"]
         assert ["errored"] == second["flag"]["reasons"]
         assert isinstance(second["review_item_id"], int)
