@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from review_queue.store import SqlStore
 from review_queue.tables import sessions
-from scorers.model import Message, ScoredRun, Step, StepKind
+from scorers.model import Message, RunStatus, ScoredRun, Step, StepKind
 from tests.support.review_queue import scored_run
 
 __all__ = ["T0", "S", "chat_turns", "put_session"]
@@ -78,6 +78,7 @@ def chat_turns(
                 messages=(Message("user", user),),
                 final_output=answer,
                 errored=n in flagged,
+                status=RunStatus.ERROR if n in flagged else RunStatus.OK,
             )
         )
         history.append(("assistant", answer))

@@ -1,0 +1,153 @@
+"""The session page in a real browser: Debian's chromium driven by Playwright.
+
+A uvicorn server on a free port serves the real API + UI over a SQLite store holding one flagged
+conversation of four turns (their run details written by the real details writer). A reviewer
+opens the session from the sessions explorer and walks it turn by turn with the keyboard:
+``j``/``n`` forward, ``k``/``p`` back; each move focuses the turn, opens it, puts it in view and
+in the URL fragment; keys typed in a form field move nothing. An injected ``<script>`` in a
+turn's message stays text. The screenshot lands in ``test-artifacts/session.png``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from review_queue.api import create_api_app
+from review_queue.details import DetailsWriter
+from review_queue.services import build_services
+from review_queue.store import SqlStore, upgrade_database
+from scorers.redact import Redactor
+from tests.support.fixtures import served
+from tests.support.sessions import S, T0, chat_turns, put_session
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ADMIN_TOKEN = "e2e-session-admin"
+SESSION = "conv-7f3a/support"
+XSS = "<script>window.__xss=1</script>"
+EXCHANGES = [
+    ("Where is my order 4411?", "Your order 4411 shipped yesterday."),
+    ("When will it arrive?", "It should arrive on Thursday."),
+    ("It is Friday and still nothing. Where is my order 4411?", "Let me check the carrier again."),
+    (f"Can I talk to a human please? {XSS}", "I have asked a colleague to contact you."),
+]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    """The API + UI on a free port over a SQLite store holding the conversation."""
+    db = f"sqlite:///{tmp_path / 'vigil.db'}"
+    upgrade_database(db)
+    store = SqlStore(db)
+    turns = chat_turns(SESSION, EXCHANGES, flagged=(3,), gap_s=40)
+    store.write(turns)
+    DetailsWriter(store.write_details, Redactor()).write_now(turns)
+    ids = [t.run.trace_id for t in turns]
+    signals = [
+        {"signal": "reask", "trace_id": ids[2], "turn": 3, "span_id": f"{3:015x}2", "span_name": "chat gpt-4o-mini",
+         "source": "user message", "value": "Where is my order 4411?"},
+        {"signal": "human_request", "trace_id": ids[3], "turn": 4, "span_id": f"{4:015x}2",
+         "span_name": "chat gpt-4o-mini", "source": "user message", "value": "talk to a human"},
+    ]  # fmt: skip
+    put_session(store, SESSION, user_id="user-1", turns=4, turns_flagged=1, errors=1, first_ns=T0,
+                last_ns=T0 + 122 * S, duration_s=122.0, signals=signals, status="closed", closed_at=1.0)  # fmt: skip
+    services = build_services(store, admin_token=ADMIN_TOKEN)
+    with served(create_api_app(store, admin_token=ADMIN_TOKEN, services=services)) as base:
+        yield base
+    store.close()
+
+
+def _state(page: Any) -> dict[str, Any]:
+    """Which turn is current, focused, open and in view; the URL fragment."""
+    return page.evaluate(
+        """() => {
+        const current = document.querySelector("details.session-turn.current");
+        const focused = document.activeElement && document.activeElement.closest("details.session-turn");
+        const box = current ? current.getBoundingClientRect() : null;
+        return {
+            current: current ? current.id : null,
+            focused: focused ? focused.id : null,
+            open: current ? current.open : null,
+            inView: box ? box.top >= -1 && box.top < window.innerHeight : null,
+            hash: window.location.hash,
+        };
+    }"""
+    )
+
+
+def _at(turn: int) -> dict[str, Any]:
+    return {"current": f"turn-{turn}", "focused": f"turn-{turn}", "open": True, "inView": True, "hash": f"#turn-{turn}"}
+
+
+class TestSessionPage:
+    """A reviewer walks a flagged session turn by turn with the keyboard."""
+
+    def test_walk_turns_by_keyboard(self, url: str, browser: Any) -> None:
+        """From the explorer to the session; j/n forward, k/p back, clamped at the ends; o closes and
+        opens; keys in a form field do nothing; the injected script never runs."""
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{url}/login")
+        page.fill("#token", ADMIN_TOKEN)
+        with page.expect_navigation():
+            page.press("#token", "Enter")
+        with page.expect_navigation():
+            page.click("#nav-sessions")
+        assert 1 == page.locator("tr.session-row").count()
+        with page.expect_navigation():
+            page.keyboard.press("Enter")  # the selected (first) row
+        assert "/sessions/conv-7f3a%2Fsupport" in page.url
+        assert 4 == page.locator("details.session-turn").count()
+        assert "j</kbd> / <kbd>n</kbd> next turn" in page.inner_html("#turn-keys")
+
+        page.keyboard.press("j")
+        assert _at(1) == _state(page)
+        page.keyboard.press("j")
+        assert _at(2) == _state(page)
+        assert page.is_visible("#turn-2 >> text=It should arrive on Thursday.")
+        page.keyboard.press("n")
+        assert _at(3) == _state(page)
+        assert page.is_visible("#turn-3 .reason >> text=errored")
+        assert page.is_visible("#turn-3 .turn-signals >> text=reask")
+        page.keyboard.press("n")
+        assert _at(4) == _state(page)
+        page.keyboard.press("j")  # clamped at the last turn
+        assert _at(4) == _state(page)
+        assert XSS in page.inner_text("#turn-4")  # shown as text
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "session.png"))
+        page.screenshot(path=str(ARTIFACTS / "session-full.png"), full_page=True)
+        page.keyboard.press("k")
+        assert _at(3) == _state(page)
+        page.keyboard.press("p")
+        assert _at(2) == _state(page)
+
+        page.keyboard.press("o")
+        assert page.evaluate("() => document.getElementById('turn-2').open") is False
+        page.keyboard.press("o")
+        assert page.evaluate("() => document.getElementById('turn-2').open") is True
+
+        page.evaluate(
+            """() => { const box = document.createElement("input"); box.id = "probe";
+                       document.querySelector("main").prepend(box); }"""
+        )
+        page.focus("#probe")
+        page.keyboard.type("jjnn")
+        assert "jjnn" == page.input_value("#probe")
+        assert "#turn-2" == _state(page)["hash"]  # typing moved no turn
+
+        page.goto(f"{url}/sessions/conv-7f3a%2Fsupport#turn-3")  # a link to a turn opens on it
+        assert "turn-3" == _state(page)["current"]
+        page.keyboard.press("r")  # the turn's run page (flagged: its item page), linking back
+        page.wait_for_url("**/items/*")
+        assert page.is_visible("#session-nav")
+        assert "3" == page.inner_text("#turn-number")
+        assert page.evaluate("() => window.__xss") is None
+        assert [] == dialogs
+        page.screenshot(path=str(ARTIFACTS / "session-turn-item.png"), full_page=True)
