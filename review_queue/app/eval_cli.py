@@ -7,7 +7,8 @@
 * ``vigil eval score EVALSET --traces DIR``: the same scoring over captured OTLP files.
 * ``vigil eval show EVALSET``: the cases of an eval set.
 * ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
-* ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped).
+* ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped);
+  ``--from-session ID``: a stored session's turns as one multi-turn case (:mod:`review_queue.app.eval_session`).
 
 Exit status: 0 every case passed, 1 a case failed (or nothing was scored), 2 bad input (the
 message names the file, the JSON path and what was expected).
@@ -78,7 +79,9 @@ def add_eval_commands(
 
     add = ev_sub.add_parser("add", help="append a stored run to an eval set as a case (redacted as stored)")
     add.add_argument("evalset", type=Path, help="eval set file (created when missing)")
-    add.add_argument("--from-run", required=True, dest="trace_id", help="trace id of a stored run")
+    source = add.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-run", dest="trace_id", help="trace id of a stored run")
+    source.add_argument("--from-session", dest="session_id", help="a stored session: its turns as one multi-turn case")
     add.add_argument("--eval-id", default=None, help="the case id (default: the trace id)")
     add.set_defaults(func=_cmd_eval_add)
 
@@ -215,6 +218,10 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
     from scorers.eval.manage import merge_cases
     from scorers.eval.model import parse_eval_set
 
+    if args.session_id is not None:
+        from review_queue.app.eval_session import add_from_session
+
+        return add_from_session(args)
     trace_id = args.trace_id.lower()
     store = _review_store(args)
     try:

@@ -22,7 +22,7 @@ from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
 from scorers.redact import Redactor
 from tests.support.fixtures import served
-from tests.support.sessions import S, T0, chat_turns, put_session
+from tests.support.sessions import T0, S, chat_turns, put_session
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from review_queue.session_queries import fresh_entries
 from review_queue.store import SqlStore, upgrade_database
 from scorers.redact import Redactor
 from tests.support.review_queue import login, scored_run
-from tests.support.sessions import S, T0, chat_turns, put_session
+from tests.support.sessions import T0, S, chat_turns, put_session
 
 ADMIN_TOKEN = "web-sessions-admin"
 XSS = "<script>window.__xss=1</script><img src=x onerror=alert(1)>"
@@ -212,7 +212,9 @@ class TestFreshEntries:
         """A previous final answer (kind ``final``) matches the assistant message the history repeats."""
         m = self._m
         previous = [m("user", "q1"), {"kind": "final", "content": "a1"}]
-        assert ([m("user", "q2")], 2) == fresh_entries(previous, [m("user", "q1"), m("assistant", "a1"), m("user", "q2")])
+        assert ([m("user", "q2")], 2) == fresh_entries(
+            previous, [m("user", "q1"), m("assistant", "a1"), m("user", "q2")]
+        )
 
     def test_first_turn_and_rewritten_history(self) -> None:
         """Nothing before: everything is new; a history that differs from the start is kept whole."""
