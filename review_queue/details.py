@@ -115,6 +115,7 @@ def _compressor() -> zstandard.ZstdCompressor:
         found = _ZSTD.compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
     return found
 
+
 _KIND = {kind: kind.value for kind in StepKind}
 
 

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 from review_queue.errors import InvalidInputError, OverCapacityError
 from review_queue.model import FeedbackIn
 from review_queue.snapshot import partial_snapshot
-from review_queue.store import guard, write_transaction
+from review_queue.store import SqlStore, guard, write_transaction
 from review_queue.tables import feedback, review_events, review_items, runs
 from scorers.model import OUTCOME_FIELDS, Flag, Priority, Run, RunStatus
 from scorers.rules import Rule, decide
@@ -119,6 +119,8 @@ class FeedbackStore:
         pending_s: seconds unjoined feedback waits for its run.
         on_refused: ``(reason)`` called per refused feedback, for metrics.
         on_dropped: ``(reason, count)`` called when held feedback is dropped, for metrics.
+        sessions: the run store, whose session rows are recomputed when feedback joins a turn of a
+            session (``thumbs_down``); ``None``: not recomputed.
     """
 
     def __init__(
@@ -135,8 +137,10 @@ class FeedbackStore:
         pending_s: float = DEFAULT_PENDING_S,
         on_refused: Callable[[str], None] | None = None,
         on_dropped: Callable[[str, int], None] | None = None,
+        sessions: SqlStore | None = None,
     ) -> None:
         self._engine = engine
+        self._sessions = sessions
         self._pending_max = pending_max
         self._pending_s = pending_s
         self._on_refused = on_refused
@@ -279,6 +283,8 @@ class FeedbackStore:
             self._write_flag(conn, run_row, merged, now)
         pending = sa.and_(feedback.c.trace_id == trace_id, feedback.c.joined_at.is_(None))
         conn.execute(sa.update(feedback).where(pending).values(joined_at=now))
+        if self._sessions is not None and run_row.get("session_id"):
+            self._sessions.refresh_sessions(conn, [str(run_row["session_id"])], now)
         flag = merged or _stored_flag(run_row)
         return None if flag is None else {"reasons": list(flag.reasons), "priority": flag.priority.value}
 

@@ -1,5 +1,5 @@
 """Background upkeep of the review queue: lapsed leases back to pending, late feedback joined to runs
-(or dropped when its run never came).
+(or dropped when its run never came), idle sessions closed (:class:`review_queue.session_close.SessionCloser`).
 
 Claims expire lazily anyway (every claim first returns lapsed leases), and feedback is joined
 when it arrives; this loop covers the quiet cases — nobody claiming, or a run that was written
@@ -13,6 +13,7 @@ import structlog
 from collector.lifecycle import Periodic
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
+from review_queue.session_close import SessionCloser
 from review_queue.workbench import Workbench
 
 __all__ = ["Maintenance"]
@@ -27,11 +28,20 @@ class Maintenance:
         workbench: whose leases to expire.
         feedback: whose pending feedback to join.
         interval_s: seconds between ticks.
+        sessions: closes idle sessions each tick (``None``: no session upkeep in this process).
     """
 
-    def __init__(self, workbench: Workbench, feedback: FeedbackStore, *, interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        workbench: Workbench,
+        feedback: FeedbackStore,
+        *,
+        interval_s: float = 5.0,
+        sessions: SessionCloser | None = None,
+    ) -> None:
         self._workbench = workbench
         self._feedback = feedback
+        self._sessions = sessions
         # Upkeep must never die: a failed tick is logged and the next one retries.
         self._periodic = Periodic("vigil-review-maintenance", self.tick, interval_s, event="review_maintenance_failed")
 
@@ -41,6 +51,8 @@ class Maintenance:
         try:
             joined = self._feedback.join_pending()
             self._feedback.expire_pending()
+            if self._sessions is not None:
+                self._sessions.close_idle()
             return self._workbench.expire_leases(), joined
         except StoreUnavailableError as exc:
             log.warning("review_maintenance_skipped", error=str(exc))

@@ -101,6 +101,7 @@ def build_services(
         pending_s=feedback_pending_s,
         on_refused=metrics.feedback_refused_once if metrics is not None else None,
         on_dropped=metrics.feedback_dropped_rows if metrics is not None else None,
+        sessions=store,
     )
     tokens = TokenStore(store.engine, clock=clock, retry_after_s=retry, admin_configured=admin_token is not None)
     access = Access(

@@ -30,9 +30,11 @@ from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
+from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, turn_features
 from review_queue.snapshot import item_row, partial_snapshot, run_row
-from review_queue.tables import review_events, review_items, run_details, runs
+from review_queue.tables import review_events, review_items, run_details, runs, sessions
 from scorers.model import ScoredRun
+from scorers.pricing import PriceTable
 
 __all__ = [
     "InvalidCursorError",
@@ -116,13 +118,25 @@ class SqlStore:
         url: SQLAlchemy URL (see :func:`create_store_engine`).
         clock: returns Unix epoch seconds; stamps ``created_at``/``updated_at``.
         retry_after_s: the ``retry_after`` of :class:`StoreUnavailableError`.
+        prices: prices each run's ``cost_usd`` (summed into its session); ``None`` stores NULL.
+        sessions: the session settings (re-ask threshold, request-for-a-human vocabulary).
     """
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.time, retry_after_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_after_s: float = 2.0,
+        prices: PriceTable | None = None,
+        sessions: SessionConfig | None = None,
+    ) -> None:
         self._engine = create_store_engine(url)
         self._clock = clock
         self._retry_after = retry_after_s
+        self._prices = prices
         dialect = self._engine.dialect.name
+        self._sessions = SessionRefresher(dialect, sessions)
         self._upsert_runs, self._upsert_items = _upserts(dialect)
         self._raw: dict[tuple[str, tuple[str, ...]], _RawUpsert | None] = {}
         # Read inside the write transaction: (run version, item version or NULL), and stored span counts.
@@ -162,7 +176,9 @@ class SqlStore:
         3. Read back both versions (one query per 900 runs): version 1 means this transaction
            inserted the row, so ``new_run``/``new_flag`` are exact even with concurrent writers
            (the rows stay locked until commit).
-        4. Commit. The same trace id twice in one call is applied in order, as two writes.
+        4. Recompute the ``sessions`` rows of the runs' session ids from their runs and upsert them
+           (:class:`review_queue.sessions.SessionRefresher`; nothing for a batch without session ids).
+        5. Commit. The same trace id twice in one call is applied in order, as two writes.
 
         Raises:
             StoreUnavailableError: the database cannot be reached or is locked; nothing was written.
@@ -177,7 +193,25 @@ class SqlStore:
                 for batch in _rounds(runs):
                     for position, outcome in self._write_round(conn, batch, now):
                         outcomes[position] = outcome
+                session_ids = {s.run.session_id for s in runs if s.run.session_id is not None}
+                if session_ids:
+                    self.refresh_sessions(conn, sorted(session_ids), now)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    @property
+    def sessions(self) -> SessionRefresher:
+        """The session refresher (shared with feedback and the idle close)."""
+        return self._sessions
+
+    def refresh_sessions(
+        self, conn: sa.Connection, session_ids: Sequence[str], now: float, *, close_before_ns: int | None = None
+    ) -> list[ClosedSession]:
+        """Recompute and upsert the ``sessions`` rows of ``session_ids`` in ``conn``'s transaction;
+        returns the sessions closed now (``close_before_ns``, see :meth:`SessionRefresher.refresh`)."""
+        rows, closed = self._sessions.refresh(conn, session_ids, now, close_before_ns=close_before_ns)
+        if rows:  # copies: the raw upsert encodes JSON values in place, the closed rows are read on
+            self._execute_many(conn, self._sessions.upsert, sessions, sorted(map(dict, rows), key=_by_session_id))
+        return closed
 
     def get_run(self, trace_id: str) -> dict[str, Any] | None:
         """Return a run in the API shape plus ``review_item`` (with its snapshot) and ``judges``
@@ -345,7 +379,7 @@ class SqlStore:
     def _write_round(
         self, conn: sa.Connection, batch: list[tuple[int, ScoredRun]], now: float
     ) -> list[tuple[int, WriteOutcome]]:
-        run_rows = sorted((run_row(scored, now) for _, scored in batch), key=_by_trace_id)
+        run_rows = sorted((self._run_row(scored, now) for _, scored in batch), key=_by_trace_id)
         trace_ids = [row["trace_id"] for row in run_rows]
         self._execute_many(conn, self._upsert_runs, runs, run_rows)
         flagged = [scored for _, scored in batch if scored.flag is not None]
@@ -365,6 +399,12 @@ class SqlStore:
             new_flag = scored.run.trace_id in written_items and item_version == 1
             outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
         return outcomes
+
+    def _run_row(self, scored: ScoredRun, now: float) -> dict[str, Any]:
+        row = run_row(scored, now)
+        row["cost_usd"] = None if self._prices is None else self._prices.run_cost(scored.run).usd
+        row["session_turn"] = turn_features(scored.run, self._sessions.config)
+        return row
 
     def _execute_many(
         self, conn: sa.Connection, statement: sa.Executable, table: sa.Table, rows: list[dict[str, Any]]
@@ -438,6 +478,10 @@ def _is_unavailable(exc: sa_exc.DBAPIError) -> bool:
 
 def _by_trace_id(row: dict[str, Any]) -> str:
     return str(row["trace_id"])
+
+
+def _by_session_id(row: dict[str, Any]) -> str:
+    return str(row["session_id"])
 
 
 def _by_ids_query(dialect: str, *columns: sa.ColumnElement[Any], with_items: bool = False) -> sa.Select[Any]:

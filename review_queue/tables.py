@@ -77,6 +77,7 @@ runs = sa.Table(
     sa.Column("session_id", sa.String(256), nullable=True),
     sa.Column("user_id", sa.String(256), nullable=True),
     sa.Column("cost_usd", sa.Double(), nullable=True),
+    sa.Column("session_turn", JSON_TYPE, nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
@@ -92,7 +93,10 @@ it existed); a failing verdict on such a run revokes its completion (``vigil_tas
 ``session_id``/``user_id`` (migration ``0010``): the conversation the run is one turn of and the end user,
 read from the trace (NULL when the trace names none: the run is a session of one). ``ix_runs_session``
 lists a session's turns in order (``session_id``, ``start_ns``). ``cost_usd``: the run's estimated LLM cost
-(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without prices)."""
+(:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without
+prices). ``session_turn``: what the session signals need of a turn, kept with it
+(:func:`review_queue.sessions.turn_features`: hashed words of its user message, a request for a human,
+the spans that show them; no text); NULL for runs without a session id."""
 
 run_details = sa.Table(
     "run_details",

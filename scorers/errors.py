@@ -38,6 +38,10 @@ class DetectionConfigError(ScorersError, ValueError):
     """The ``detection`` configuration is invalid; the message names the field (one line)."""
 
 
+class SessionConfigError(ScorersError, ValueError):
+    """The ``sessions`` configuration is invalid; the message names the field (one line)."""
+
+
 class JudgeConfigError(ScorersError, ValueError):
     """An LLM judge is misconfigured (unknown rubric, bad selector, missing API key variable).
 

@@ -21,6 +21,7 @@ values are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -28,7 +29,7 @@ from types import MappingProxyType
 from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
-from scorers import content, signals
+from scorers import content, session_ids, signals
 from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
 from scorers.dialects import (
     ANSWER_SCOPES,
@@ -46,6 +47,7 @@ from scorers.dialects import (
     tool_name,
 )
 from scorers.model import Evidence, Message, Run, RunStatus, Step, StepKind, ToolCall
+from scorers.session_ids import DEFAULT_SESSION_KEYS, METADATA_KEY, SessionKeys
 from scorers.steps import to_step, to_tool_call
 
 RULE_RESOURCE_KEYS: Final = ("service.name", "deployment.environment", "deployment.environment.name")
@@ -62,7 +64,13 @@ _TOOL: Final = StepKind.TOOL
 _OTHER: Final = StepKind.OTHER
 
 
-def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detector = DEFAULT_DETECTOR) -> Run:
+def normalise(
+    spans: Sequence[Span],
+    *,
+    complete: bool = True,
+    detector: Detector = DEFAULT_DETECTOR,
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS,
+) -> Run:
     """Turn all spans of one trace into one :class:`Run`.
 
     Spans may come in any order and repeat: they are de-duplicated by ``span_id``, keeping
@@ -78,6 +86,8 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
         complete: False when the caller closed the run early (idle timeout). The run is
             also incomplete when no span is a root.
         detector: the limit/block detection rules (:mod:`scorers.detect`; the built-ins by default).
+        sessions: the attribute keys of the session and user ids (:mod:`scorers.session_ids`; the
+            built-ins by default).
 
     Returns:
         The normalised run. An empty ``spans`` gives an incomplete, empty run.
@@ -91,7 +101,7 @@ def normalise(spans: Sequence[Span], *, complete: bool = True, detector: Detecto
     if not unique:
         return Run(trace_id=spans[0].trace_id if spans else "", complete=False)
     tree = _Tree.build(unique)
-    tally = _Tally.for_tree(tree, detector)
+    tally = _Tally.for_tree(tree, detector, sessions)
     for span in tree.ordered:
         tally.visit(span, tree)
     return _assemble(tree, tally, complete=complete)
@@ -264,12 +274,24 @@ class _Tally:
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS
+    session_id: str | None = None
+    user_id: str | None = None
+    ids_pending: bool = False
+    watched: frozenset[str] = frozenset()
+    """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
     @classmethod
-    def for_tree(cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR) -> _Tally:
+    def for_tree(
+        cls, tree: _Tree, detector: Detector = DEFAULT_DETECTOR, sessions: SessionKeys = DEFAULT_SESSION_KEYS
+    ) -> _Tally:
         """A tally primed with what duplicate spans know that their first record may lack, keyed
-        by that first record: usage and model of nested LLM spans, error and call id of tool twins."""
-        tally = cls(detector=detector)
+        by that first record: usage and model of nested LLM spans, error and call id of tool twins;
+        and with the session and user ids of the root span (it comes first, :mod:`scorers.session_ids`)."""
+        tally = cls(detector=detector, sessions=sessions)
+        if tree.root is not None:
+            tally.session_id, tally.user_id = sessions.read(tree.root.attributes)
+        tally.watch_missing()
         for sid, owner in tree.owners.items():
             attrs = tree.spans[sid].attributes
             tokens_in, tokens_out = signals.tokens(attrs)
@@ -292,12 +314,13 @@ class _Tally:
         err = signals.error_info(span)
         reasons = () if kind is _TOOL else signals.finish_reasons(span.attributes)
         detector = self.detector
-        # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason
+        # detector.quiet, inlined: the common span has no error, no watched key and no blocking reason.
+        # While an id is missing, self.watched also holds the id keys (one set test for both).
         if (
             err.error
-            or not detector.watched.isdisjoint(span.attributes)
+            or not self.watched.isdisjoint(span.attributes)
             or (reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
-        ):
+        ) and (not self.ids_pending or self._ids(span, err.error, reasons)):
             detector.span(SpanFacts(span, kind, err.error, err.types, err.messages, reasons), self.evidence)
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
@@ -324,6 +347,32 @@ class _Tally:
         elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def watch_missing(self) -> None:
+        """Add the keys of the ids still missing to the span pass's set test (none once both are known),
+        so spans carrying only an id already found (and the root, read first) stay on the fast path."""
+        watched = self.detector.watched
+        sessions = self.sessions
+        if self.session_id is None:
+            watched = _watched(watched, sessions.every if self.user_id is None else sessions.session_set)
+        elif self.user_id is None:
+            watched = _watched(watched, sessions.user_set)
+        self.watched = watched
+        self.ids_pending = watched is not self.detector.watched
+
+    def _ids(self, span: Span, error: bool, reasons: tuple[str, ...]) -> bool:
+        """Take the ids this span carries that are still missing (the root was read first); then
+        whether the detector has to look at it (an id key alone is no reason)."""
+        attrs = span.attributes
+        found = self.session_id, self.user_id
+        self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, *found)
+        if found != (self.session_id, self.user_id):
+            self.watch_missing()
+        return (
+            error
+            or not self.detector.watched.isdisjoint(attrs)
+            or bool(reasons and not BLOCK_REASON_FORMS.isdisjoint(reasons))
+        )
 
     def _requested_arguments(self, call: ToolCall) -> ToolCall:
         """The arguments the last LLM call asked this tool for, when the tool span kept only a bare value
@@ -354,6 +403,12 @@ class _Tally:
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
         return to_step(span, kind, err, model, tokens_in, tokens_out, reasons)
+
+
+@functools.lru_cache(maxsize=16)
+def _watched(detector: frozenset[str], ids: frozenset[str]) -> frozenset[str]:
+    """The detector's watched keys and the id keys, as one set (built once per configuration)."""
+    return detector | ids
 
 
 def _raised(tree: _Tree) -> Span | None:
@@ -391,6 +446,9 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         limit = limit or e.signal == LIMIT
         blocked = blocked or e.signal == BLOCK
     start_ns, end_ns = _bounds(tree)
+    session_id, user_id = tally.session_id, tally.user_id
+    if tally.ids_pending and tree.root is not None and METADATA_KEY in tree.root.attributes:
+        session_id, user_id = session_ids.from_metadata(tree.root.attributes, session_id, user_id)
     return _new_run(
         trace_id=head.trace_id,
         agent=agent_name(tree.root, tree.top_down),
@@ -417,8 +475,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         span_count=len(tree.spans),
         attributes=_rule_attributes(head),
         evidence=found,
-        session_id=None,  # read from the trace by the session-id work (issue 26)
-        user_id=None,
+        session_id=session_id,
+        user_id=user_id,
     )
 
 

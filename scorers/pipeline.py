@@ -18,6 +18,7 @@ from scorers.detect import DEFAULT_DETECTOR, Detector
 from scorers.model import Run, ScoredRun, Scorer
 from scorers.normalise import normalise
 from scorers.rules import Rule, decide, reason_evidence
+from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +70,7 @@ class Pipeline:
         judge_scores: the LLM judge scores already known for a trace id (a re-score after
             late spans keeps the reasons its judges gave); never blocks.
         detector: the limit/block detection rules (:mod:`scorers.detect`).
+        sessions: the attribute keys of the session and user ids (:mod:`scorers.session_ids`).
     """
 
     chain: tuple[tuple[str, Scorer], ...]
@@ -77,6 +79,7 @@ class Pipeline:
     on_error: OnError | None = None
     judge_scores: Callable[[str], Mapping[str, float]] | None = None
     detector: Detector = DEFAULT_DETECTOR
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS
 
     def process(self, closed: ClosedTrace, feedback: Mapping[str, object] | None = None) -> ScoredRun:
         """Produce the :class:`ScoredRun` of one closed trace. Never raises for bad data."""
@@ -96,7 +99,7 @@ class Pipeline:
 
     def _normalise(self, closed: ClosedTrace) -> Run:
         try:
-            return normalise(closed.spans, complete=closed.complete, detector=self.detector)
+            return normalise(closed.spans, complete=closed.complete, detector=self.detector, sessions=self.sessions)
         except Exception as exc:  # noqa: BLE001 - a normaliser bug must not lose the trace
             log.error("normalise_failed", trace_id=closed.trace_id, error=repr(exc))
             if self.on_error is not None:

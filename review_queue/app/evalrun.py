@@ -423,7 +423,9 @@ class EvalHarness:
         runs = []
         for spans in found.values():
             if spans:
-                run = normalise(spans, complete=_has_root(spans), detector=self.pipeline.detector)
+                run = normalise(
+                    spans, complete=_has_root(spans), detector=self.pipeline.detector, sessions=self.pipeline.sessions
+                )
                 runs.append(self.pipeline.decide_run(run).run)
         return merge_turn(runs, message)
 
@@ -471,7 +473,7 @@ def score_traces(
     """
     runs = []
     for spans in load_traces(paths).values():
-        run = normalise(spans, complete=_has_root(spans), detector=pipeline.detector)
+        run = normalise(spans, complete=_has_root(spans), detector=pipeline.detector, sessions=pipeline.sessions)
         runs.append(pipeline.decide_run(run).run)
     grouped = group_by_case(runs)
     index = case_index(sets)

@@ -108,7 +108,7 @@ def explain_files(paths: Iterable[Path], pipeline: Pipeline) -> list[Explanation
     traces = load_traces(paths)
     out = []
     for spans in sorted(traces.values(), key=lambda ss: min(s.start_ns for s in ss)):
-        run = normalise(spans, complete=True, detector=pipeline.detector)
+        run = normalise(spans, complete=True, detector=pipeline.detector, sessions=pipeline.sessions)
         scored = pipeline.decide_run(run)
         out.append(Explanation(scored, why_not(run)))
     return out

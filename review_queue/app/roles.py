@@ -57,8 +57,10 @@ from review_queue.app.run import (
 from review_queue.app.scoring import (
     Scoring,
     details_writer,
+    open_store,
     redactor_from_settings,
     review_services,
+    session_closer,
     store_sink,
     then,
 )
@@ -264,7 +266,7 @@ def build_scorer_role(
     """
     scoring = Scoring.from_settings(s, environ)
     run_metrics = scoring.run_metrics(registry)
-    store = SqlStore(s.database_url)
+    store = open_store(s)
     judges, _ = scoring.judging(store, registry, run_metrics)
     if judges is not None:  # written runs go to the judges, as in vigil run
         kwargs["on_written"] = then(judges.submit, kwargs.get("on_written"))
@@ -389,7 +391,7 @@ async def serve_review(s: Settings) -> bool:
     registry = CollectorRegistry()
     stop = StopSignal()
     await asyncio.to_thread(upgrade_with_retry, s.database_url, stop.stopping)
-    store = SqlStore(s.database_url)
+    store = open_store(s)
     chain = build_chain(s.scorers, optimal_steps=s.optimal_steps)
     rules = compile_rules(s.rules, [name for name, _ in chain], repeat_threshold=s.repeat_threshold)
     services = review_services(s, store, registry, rules, redact=redactor_from_settings(s).text)
@@ -414,7 +416,8 @@ async def serve_review(s: Settings) -> bool:
     c.add("retention", retention, UPKEEP_STOP_S)
     # Lease expiry and late feedback joins (feedback that arrived before its run was scored by a
     # vigil scorer) run beside the API.
-    c.add("maintenance", Maintenance(services.workbench, services.feedback), UPKEEP_STOP_S)
+    closer = session_closer(s, store, registry)
+    c.add("maintenance", Maintenance(services.workbench, services.feedback, sessions=closer), UPKEEP_STOP_S)
     c.add("http", Together(api, probes), max(api.stop_budget_s, probes.stop_budget_s))
     started = {"api": s.http_port, "metrics": s.metrics_port, "database": _redact(s.database_url)}
     await serve_until_signal("review", c, [api, probes], started, stop=stop)

@@ -50,7 +50,15 @@ from review_queue.app.components import (
 )
 from review_queue.app.connections import HttpMetrics
 from review_queue.app.exposure import refuse_open_api, warn_open_ingest
-from review_queue.app.scoring import Scoring, details_writer, review_services, store_sink, then
+from review_queue.app.scoring import (
+    Scoring,
+    details_writer,
+    open_store,
+    review_services,
+    session_closer,
+    store_sink,
+    then,
+)
 from review_queue.app.settings import Settings
 from review_queue.details import DetailsWriter
 from review_queue.maintenance import Maintenance
@@ -208,7 +216,7 @@ def build(
         pressure=pressure,
     )
     upgrade_database(settings.database_url)
-    store = SqlStore(settings.database_url)
+    store = open_store(settings)
     run_metrics = scoring.run_metrics(registry)
     assembler = scoring.assembler(run_metrics, pressure)
     judges, agreement = scoring.judging(store, registry, run_metrics)
@@ -407,7 +415,8 @@ async def run_components(
     c.add("store", Closing(emb.store))
     c.add("http", Together(api, metrics), max(api.stop_budget_s, metrics.stop_budget_s))
     c.add("retention", retention, UPKEEP_STOP_S)
-    c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback), UPKEEP_STOP_S)
+    closer = session_closer(s, emb.store, emb.registry)
+    c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback, sessions=closer), UPKEEP_STOP_S)
     if emb.details is not None:
         c.add("details", emb.details, UPKEEP_STOP_S)
     if emb.judges is not None:

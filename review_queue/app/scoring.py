@@ -23,6 +23,7 @@ from review_queue.metrics import QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
 from review_queue.services import ReviewServices, build_services
+from review_queue.session_close import SessionCloser, SessionMetrics
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore
 from scorers.assemble import Assembler
@@ -37,6 +38,7 @@ from scorers.pricing import PriceTable
 from scorers.redact import Redactor
 from scorers.registry import build_chain
 from scorers.rules import Rule, compile_rules
+from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 
 HUMAN_VERDICTS: Mapping[str, str] = {
     "table": "review_verdicts",
@@ -77,6 +79,7 @@ class Scoring:
         rules: the flag rules: the configured ones plus one per judge with ``flag_below``.
         redactor: what is applied before anything is stored or judged.
         detector: the limit/block detection rules with the user's own markers.
+        sessions: the attribute keys of session and user ids, with the user's own (``sessions``).
         online: the eval sets production runs are scored against (``eval_sets``), or None.
     """
 
@@ -87,6 +90,7 @@ class Scoring:
     redactor: Redactor
     detector: Detector
     online: OnlineEval | None = None
+    sessions: SessionKeys = DEFAULT_SESSION_KEYS
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
@@ -107,7 +111,8 @@ class Scoring:
             judge_names=[spec.name for spec in specs],
         )
         detector = Detector(DetectionConfig.from_mapping(settings.detection))
-        return cls(settings, chain, specs, rules, redactor_from_settings(settings), detector, online)
+        sessions = SessionKeys.from_mapping(settings.sessions)
+        return cls(settings, chain, specs, rules, redactor_from_settings(settings), detector, online, sessions)
 
     def run_metrics(self, registry: CollectorRegistry) -> RunMetrics:
         """The run metrics, with the configured label caps and model prices."""
@@ -170,6 +175,7 @@ class Scoring:
             on_error=None if run_metrics is None else run_metrics.error,
             judge_scores=None if judges is None else judges.judge_scores,
             detector=self.detector,
+            sessions=self.sessions,
         )
 
 
@@ -211,6 +217,21 @@ def details_writer(
         sample_rate=settings.details_sample_rate,
         max_bytes=settings.memory_budgets().details,
         on_dropped=dropped.inc,
+    )
+
+
+def open_store(settings: Settings) -> SqlStore:
+    """The run store of a process: prices each run (``model_prices``) and applies the session settings."""
+    return SqlStore(settings.database_url, prices=PriceTable(settings.model_prices), sessions=settings.session_config())
+
+
+def session_closer(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> SessionCloser:
+    """The idle-session closer of a process running the review upkeep, with its metrics on ``registry``."""
+    return SessionCloser(
+        store,
+        settings.session_rules(),
+        sample_rate=settings.session_sample_rate(),
+        metrics=SessionMetrics(registry, max_agents=settings.max_agent_labels),
     )
 
 

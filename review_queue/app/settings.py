@@ -23,6 +23,8 @@ from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS, DEFAULT_DETAILS_SAMPLE_RATE
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
+from review_queue.session_close import SessionRule, compile_session_rules
+from review_queue.sessions import DEFAULT_IDLE_S, SessionConfig
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
     DEFAULT_CLOSED_CACHE,
@@ -35,6 +37,7 @@ from scorers.assemble import (
 from scorers.metrics import DEFAULT_MAX_AGENTS, DEFAULT_MAX_TOOLS
 from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
 from scorers.rules import DEFAULT_REPEAT_THRESHOLD, DEFAULT_SAMPLE_RATE
+from scorers.session_ids import SessionKeys
 from scorers.slo import SloConfig, parse_slo
 
 ENV_PREFIX = "VIGIL_"
@@ -186,6 +189,16 @@ class Settings(BaseModel):
     retention_keep_reviewed: bool = Field(
         True, description="Keep runs whose review is done past the retention period (evaluation set, audit trail)."
     )
+    session_idle_s: float = Field(
+        DEFAULT_IDLE_S,
+        gt=0,
+        description="Seconds without a new turn after which a session (conversation) closes; default 30 minutes.",
+    )
+    session_signals: Mapping[str, Any] | None = Field(
+        None,
+        description="Session signals and review {reask_threshold, human_phrases: [...], rules: {name: {expr, "
+        "priority}}, sample_rate}; YAML only (see review_queue.sessions and review_queue.session_close).",
+    )
     slo: Mapping[str, Any] | None = Field(
         None,
         description="Quality targets {window, targets: {name: {...}}, agents: {agent: {name: {...}}}}; YAML only; "
@@ -195,6 +208,11 @@ class Settings(BaseModel):
         None,
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
         "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
+    )
+    sessions: Mapping[str, Any] | None = Field(
+        None,
+        description="Your own attribute keys of session and user ids {session_keys: [...], user_keys: [...]}, tried "
+        "after the built-in ones; YAML only (see scorers.session_ids and README, Sessions).",
     )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
@@ -340,6 +358,12 @@ class Settings(BaseModel):
         parse_slo(v)  # raises a one-line SloConfigError (a ValueError) naming the target and key
         return v
 
+    @field_validator("sessions")
+    @classmethod
+    def _sessions(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        SessionKeys.from_mapping(v)  # raises a one-line SessionConfigError (a ValueError) naming the field
+        return v
+
     def slo_config(self) -> SloConfig:
         """The validated quality targets."""
         return parse_slo(self.slo)
@@ -351,6 +375,28 @@ class Settings(BaseModel):
         if bad:
             raise ValueError(f"prices must be >= 0 (model {bad[0]!r})")
         return v
+
+    @field_validator("session_signals")
+    @classmethod
+    def _session_signals(cls, v: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        SessionConfig.from_mapping(v)  # a one-line ValueError naming the key
+        compile_session_rules((v or {}).get("rules"))  # RuleError (a ValueError) naming the rule
+        rate = (v or {}).get("sample_rate", 0.0)
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"sample_rate must be a number in [0, 1], got {rate!r}")
+        return v
+
+    def session_config(self) -> SessionConfig:
+        """The session settings: idle time, re-ask threshold, request-for-a-human vocabulary."""
+        return SessionConfig.from_mapping(self.session_signals, self.session_idle_s)
+
+    def session_rules(self) -> tuple[SessionRule, ...]:
+        """The compiled session rules (``session_signals.rules`` over the defaults)."""
+        return compile_session_rules((self.session_signals or {}).get("rules"))
+
+    def session_sample_rate(self) -> float:
+        """The share of closed sessions sampled into review: ``session_signals.sample_rate``, else ``sample_rate``."""
+        return float((self.session_signals or {}).get("sample_rate", self.sample_rate))
 
     @field_validator("review_categories", mode="before")
     @classmethod

@@ -76,10 +76,12 @@ __all__ = [
     "OPENINFERENCE",
     "OUTPUT_TOKEN_KEYS",
     "RESULT_KEYS",
+    "SESSION_KEYS",
     "TOOL_CALL_ID_KEYS",
     "TOOL_NAME_KEYS",
     "TRACELOOP",
     "UNKNOWN",
+    "USER_KEYS",
     "VERCEL",
     "Adapter",
     "agent_name",
@@ -141,6 +143,14 @@ RESULT_KEYS: Final = _keys("result_keys")
 FINAL_OUTPUT_KEYS: Final = _keys("final_output_keys")
 MESSAGE_KEYS: Final = frozenset(_keys("message_keys"))
 SOFT_ERROR_PREFIXES: Final = _keys("soft_error_prefixes")
+LANGFUSE_SESSION_KEYS: Final = ("langfuse.session.id",)
+LANGFUSE_USER_KEYS: Final = ("langfuse.user.id",)
+"""Langfuse's own trace attributes (its SDK's spans are otherwise GenAI spans; it also reads ``session.id``
+and ``user.id``, which the dialects already hold)."""
+SESSION_KEYS: Final = _keys("session_keys") + LANGFUSE_SESSION_KEYS
+"""Attributes naming the conversation a run is a turn of, in order of trust (:mod:`scorers.session_ids`)."""
+USER_KEYS: Final = _keys("user_keys") + LANGFUSE_USER_KEYS
+"""Attributes naming the end user a run answered, in order of trust."""
 GENERIC_AGENT_NAMES: Final = frozenset({""}).union(*(a.generic_agent_names for a in ADAPTERS))
 """Lower-case agent span names that never name an agent, whichever framework wrote them."""
 

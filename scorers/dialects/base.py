@@ -62,6 +62,9 @@ class Adapter:
         last_resort_argument_keys: read for tool arguments after every adapter's ``argument_keys``.
         message_keys: attributes whose presence means :meth:`messages` may find content.
         extra_finish_keys: attributes whose presence means :meth:`finish_reasons` may find some.
+        session_keys: attributes holding the id of the conversation (session, thread) a run is a
+            turn of (read by :mod:`scorers.session_ids`).
+        user_keys: attributes holding the id of the end user the run answered.
     """
 
     name: ClassVar[str] = ""
@@ -84,6 +87,8 @@ class Adapter:
     final_output_keys: ClassVar[tuple[str, ...]] = ()
     message_keys: ClassVar[tuple[str, ...]] = ()
     extra_finish_keys: ClassVar[tuple[str, ...]] = ()
+    session_keys: ClassVar[tuple[str, ...]] = ()
+    user_keys: ClassVar[tuple[str, ...]] = ()
 
     # Classification, three passes over the registry (see scorers.dialects.classify).
     def classify(self, span: Span) -> Found | None:

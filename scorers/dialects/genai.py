@@ -92,6 +92,10 @@ class GenAI(Adapter):
     argument_keys = ("gen_ai.tool.call.arguments",)
     result_keys = ("gen_ai.tool.call.result",)
     message_keys = ("gen_ai.input.messages", OUTPUT_MESSAGES)
+    # gen_ai.conversation.id: the GenAI conventions' conversation (Google ADK: its session id; PydanticAI);
+    # user.id: the general conventions' user (enduser.id before semconv 1.28, still written by many SDKs).
+    session_keys = ("gen_ai.conversation.id",)
+    user_keys = ("user.id", "enduser.id")
 
     def classify(self, span: Span) -> Found | None:
         attrs = span.attributes

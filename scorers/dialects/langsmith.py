@@ -33,6 +33,10 @@ class LangSmith(Adapter):
     """LangSmith OTel export."""
 
     name = LANGSMITH
+    # A run's metadata, exported as langsmith.metadata.<key>; LangSmith groups threads by these three.
+    # (langsmith.trace.session_id is the tracing project, not a conversation.)
+    session_keys = tuple(f"langsmith.metadata.{key}" for key in ("session_id", "thread_id", "conversation_id"))
+    user_keys = ("langsmith.metadata.user_id",)
 
     def classify(self, span: Span) -> Found | None:
         value = span.attributes.get("langsmith.span.kind")

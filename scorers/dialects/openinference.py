@@ -68,6 +68,10 @@ class OpenInference(Adapter):
     result_keys = ("output.value",)
     final_output_keys = ("output.value",)
     message_keys = _MARKERS
+    # using_session / using_user, and the LangChain instrumentor's copy of a run's metadata
+    # session_id, conversation_id or thread_id (LangGraph's checkpointer thread) into session.id.
+    session_keys = ("session.id",)
+    user_keys = ("user.id",)
 
     def classify(self, span: Span) -> Found | None:
         value = span.attributes.get(SPAN_KIND)

@@ -67,6 +67,10 @@ _FIRST_COMPLETION_REASON: Final = "gen_ai.completion.0.finish_reason"
 _MAX_INDEXED: Final = 256
 
 
+ASSOCIATION: Final = "traceloop.association.properties."
+"""Prefix of the app's association properties (``Traceloop.set_association_properties``)."""
+
+
 class Traceloop(Adapter):
     """Traceloop SDK decorators and OpenLLMetry instrumentations."""
 
@@ -78,6 +82,11 @@ class Traceloop(Adapter):
     result_keys = ("traceloop.entity.output",)
     final_output_keys = ("traceloop.entity.output",)
     message_keys = ("gen_ai.prompt.0.role", "gen_ai.completion.0.role")
+    # Traceloop.set_association_properties({...}): each key becomes traceloop.association.properties.<key>.
+    session_keys = tuple(
+        f"{ASSOCIATION}{key}" for key in ("session_id", "conversation_id", "thread_id", "chat_id", "sessionId")
+    )
+    user_keys = (f"{ASSOCIATION}user_id", f"{ASSOCIATION}userId")
 
     def classify(self, span: Span) -> Found | None:
         attrs = span.attributes

@@ -55,6 +55,12 @@ class Vercel(Adapter):
     result_keys = ("ai.toolCall.result", "ai.toolCall.output")
     final_output_keys = ("ai.response.text",)
     message_keys = ("ai.prompt.messages", "ai.response.text")
+    # experimental_telemetry: {metadata: {...}}: each key becomes ai.telemetry.metadata.<key>.
+    session_keys = tuple(
+        f"ai.telemetry.metadata.{key}"
+        for key in ("sessionId", "session_id", "conversationId", "conversation_id", "threadId", "thread_id", "chatId")
+    )
+    user_keys = ("ai.telemetry.metadata.userId", "ai.telemetry.metadata.user_id")
 
     def classify(self, span: Span) -> Found | None:
         op = span.attributes.get("ai.operationId")

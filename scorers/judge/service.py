@@ -50,6 +50,7 @@ log = structlog.get_logger(__name__)
 STORE_ATTEMPTS = 5
 """Writes of one verdict tried while the store is unavailable before it is dropped."""
 
+
 class _Judge:
     """One configured judge at run time: its queue, client, budget, cache and threads."""
 

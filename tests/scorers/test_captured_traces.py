@@ -179,3 +179,83 @@ class TestConformance:
             if flag is None or flag.priority is not Priority.HIGH:
                 low.append(expected["scenario"])
         assert [] == low
+
+
+def _truth(stack: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{stack}.truth.json").read_text())
+    return data
+
+
+SESSION_STACKS = [stack for stack in STACKS if "sessions" in _truth(stack)]
+"""Stacks whose drivers ran multi-turn conversations and recorded the session and user ids they set."""
+
+
+def membership(runs: list[tuple[dict[str, Any], Run]]) -> tuple[float, float, list[str]]:
+    """Pairwise session membership: precision and recall of "these two runs are turns of one session".
+
+    A run without a session id (in the truth or as read) shares a session with no other run.
+    """
+    tp = fp = fn = 0
+    misses: list[str] = []
+    for i, (want_a, got_a) in enumerate(runs):
+        for want_b, got_b in runs[i + 1 :]:
+            want = want_a["session_id"] is not None and want_a["session_id"] == want_b["session_id"]
+            got = got_a.session_id is not None and got_a.session_id == got_b.session_id
+            tp += want and got
+            fp += got and not want
+            fn += want and not got
+            if want != got:
+                misses.append(f"{want_a['scenario']} ~ {want_b['scenario']}: want {want}, got {got}")
+    precision = 1.0 if tp + fp == 0 else tp / (tp + fp)
+    recall = 1.0 if tp + fn == 0 else tp / (tp + fn)
+    return precision, recall, misses
+
+
+class TestSessions:
+    """Runs of multi-turn conversations are grouped into sessions exactly (issue 26), user ids read exactly."""
+
+    def test_at_least_three_frameworks(self) -> None:
+        assert len(SESSION_STACKS) >= 3, SESSION_STACKS
+
+    @pytest.mark.parametrize("stack", SESSION_STACKS)
+    def test_membership(self, stack: str) -> None:
+        """Precision and recall 1.00 of session membership over every pair of the stack's runs."""
+        precision, recall, misses = membership(list(_cases(stack)))
+        assert (1.0, 1.0) == (precision, recall), misses
+
+    def test_membership_overall(self) -> None:
+        """Across every session stack at once: no two frameworks' sessions are confused either."""
+        runs = [case for stack in SESSION_STACKS for case in _cases(stack)]
+        precision, recall, misses = membership(runs)
+        assert (1.0, 1.0) == (precision, recall), misses
+        assert sum(len(_truth(stack)["sessions"]) for stack in SESSION_STACKS) >= 9
+
+    @pytest.mark.parametrize("stack", SESSION_STACKS)
+    def test_ids_exact(self, stack: str) -> None:
+        """Each run's session id and user id are exactly the ones the driver set (None where it set none)."""
+        wrong = [
+            (expected["scenario"], (expected["session_id"], expected["user_id"]), (run.session_id, run.user_id))
+            for expected, run in _cases(stack)
+            if (expected["session_id"], expected["user_id"]) != (run.session_id, run.user_id)
+        ]
+        assert [] == wrong
+
+    @pytest.mark.parametrize("stack", SESSION_STACKS)
+    def test_truth_is_consistent(self, stack: str) -> None:
+        """The truth's conversations list their turns' traces in order, with a lone run beside them, and
+        their signals name turns they have (what the session-signal tests count on)."""
+        truth = _truth(stack)
+        lone = [r for r in truth["runs"] if r["session_id"] is None or r["turn"] is None]
+        assert lone, "a single-turn run outside any conversation"
+        for session in truth["sessions"]:
+            turns = sorted(
+                (r["turn"], r["trace_id"]) for r in truth["runs"] if r["session_id"] == session["session_id"]
+            )
+            assert [trace for _, trace in turns] == session["traces"], session["name"]
+            assert 2 <= len(session["traces"]) <= 4, session["name"]
+            signals = session["signals"]
+            assert {"reask", "abandoned", "human_request"} == set(signals)
+            assert all(0 < i < len(session["traces"]) for i in signals["reask"] + signals["human_request"])
+        flagged = [s["signals"] for s in truth["sessions"]]
+        assert any(s["reask"] for s in flagged)
+        assert any(s["abandoned"] for s in flagged)

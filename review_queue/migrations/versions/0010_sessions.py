@@ -5,6 +5,7 @@ Revises: 0009
 Create Date: 2026-11-28
 
 ``runs.cost_usd``: the run's estimated LLM cost (price table), summed into the session's ``cost_usd``.
+``runs.session_turn``: the features of a turn the session signals are computed from (no text).
 
 A session (a conversation) is the runs sharing a ``session_id`` read from the trace; each run is
 one turn. ``sessions`` holds one row per session id, recomputed from its runs in the transaction
@@ -32,6 +33,7 @@ def upgrade() -> None:
     op.add_column("runs", sa.Column("session_id", sa.String(256), nullable=True))
     op.add_column("runs", sa.Column("user_id", sa.String(256), nullable=True))
     op.add_column("runs", sa.Column("cost_usd", sa.Double(), nullable=True))
+    op.add_column("runs", sa.Column("session_turn", _JSON, nullable=True))
     op.create_index("ix_runs_session", "runs", ["session_id", "start_ns"])
     op.create_index("ix_runs_user", "runs", ["user_id"])
     op.create_table(
@@ -72,3 +74,4 @@ def downgrade() -> None:
         batch.drop_column("user_id")
         batch.drop_column("session_id")
         batch.drop_column("cost_usd")
+        batch.drop_column("session_turn")

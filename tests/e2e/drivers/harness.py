@@ -80,7 +80,9 @@ class RunTruth:
     from what reached the caller (exceptions) or what the model answered (finish reasons).
     Tokens count only answers the app accepted: a driver lists in ``rejected_kinds`` the
     answer kinds its framework raises on before recording their usage; ``served_*_tokens``
-    keep the fake server's full totals.
+    keep the fake server's full totals. ``session_id`` / ``user_id`` are the ids the driver itself
+    gave the framework for a turn of a conversation (:class:`Conversation`; None for a lone run),
+    ``turn`` the turn's index in it.
     """
 
     scenario: str
@@ -102,6 +104,9 @@ class RunTruth:
     rejected_kinds: list[str] = field(default_factory=list)
     served_input_tokens: int = 0
     served_output_tokens: int = 0
+    session_id: str | None = None
+    user_id: str | None = None
+    turn: int | None = None
 
     def tool(self, failed: bool = False) -> None:
         """Count one tool execution (and one error when ``failed``)."""
@@ -165,6 +170,7 @@ class Harness:
         self.service_name = service_name
         self.tag = uuid.uuid4().hex[:8]
         self.runs: list[RunTruth] = []
+        self.sessions: list[SessionTruth] = []
         self._fake: FakeOpenAI | None = None
         if self.args.openai_base_url:
             self.base_url: str = self.args.openai_base_url.rstrip("/")
@@ -208,8 +214,13 @@ class Harness:
         return entries
 
     @contextmanager
-    def scenario(self, name: str, agent: str, expected: tuple[type[BaseException], ...] = ()) -> Iterator[RunTruth]:
+    def scenario(
+        self, name: str, agent: str, expected: tuple[type[BaseException], ...] = (), *, key: str | None = None
+    ) -> Iterator[RunTruth]:
         """Run one scenario: yields its :class:`RunTruth` (with ``.marker`` for the prompt).
+
+        ``key``: the fake server's run key when several scenarios share one script (the turns of a
+        :class:`Conversation`); the scenario then counts only the requests served while it ran.
 
         An exception of a type in ``expected`` is swallowed and recorded as having reached the
         caller (``errored``); any other exception propagates. Afterwards the run gets its trace
@@ -218,8 +229,9 @@ class Harness:
         Raises:
             RuntimeError: the scenario did not start exactly one root span.
         """
-        run = RunTruth(scenario=name, agent=agent, key=f"{name}#{self.tag}")
+        run = RunTruth(scenario=name, agent=agent, key=key or f"{name}#{self.tag}")
         run.marker = f"[[scenario:{run.key}]]"
+        since = len(self.served(run.key)) if key else 0
         before = len(self._roots.roots)
         _active.append(run)
         try:
@@ -233,11 +245,11 @@ class Harness:
         if len(roots) != 1:
             raise RuntimeError(f"scenario {name} started {len(roots)} root spans: {roots}")
         run.trace_id, run.root_span = roots[0]
-        self._add_served(run)
+        self._add_served(run, since)
         self.runs.append(run)
 
-    def _add_served(self, run: RunTruth) -> None:
-        entries = self.served(run.key)
+    def _add_served(self, run: RunTruth, since: int = 0) -> None:
+        entries = self.served(run.key)[since:]
         run.llm_calls = len(entries)
         reported = [e for e in entries if e["usage_reported"]]
         accepted = [e for e in reported if e["kind"] not in run.rejected_kinds]
@@ -253,7 +265,13 @@ class Harness:
         self.provider.force_flush()
         self.provider.shutdown()
         if self.args.out:
-            truth = {"driver": self.driver, "service_name": self.service_name, "runs": [asdict(r) for r in self.runs]}
+            truth: dict[str, Any] = {
+                "driver": self.driver,
+                "service_name": self.service_name,
+                "runs": [asdict(r) for r in self.runs],
+            }
+            if self.sessions:
+                truth["sessions"] = [asdict(s) for s in self.sessions]
             self.args.out.write_text(json.dumps(truth, indent=2) + "\n")
         if self.args.capture:
             self.args.capture.write_text(json.dumps(otlp_json(self.memory.get_finished_spans()), indent=1) + "\n")
@@ -261,6 +279,87 @@ class Harness:
             self._fake.shutdown()
         for run in self.runs:
             print(json.dumps(asdict(run)), file=sys.stderr)
+
+
+@dataclass
+class SessionTruth:
+    """What a driver scripted for one conversation: its ids, its turns' traces, its session signals.
+
+    ``signals``: ``reask`` (indexes of turns where the user asks again, rephrased, what an earlier turn
+    asked after it was answered), ``abandoned`` (the conversation ends right after a failed, blocked or
+    cut-off turn), ``human_request`` (indexes of turns where the user asks for a human).
+    """
+
+    name: str
+    agent: str
+    session_id: str
+    user_id: str | None
+    traces: list[str] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=lambda: {"reask": [], "abandoned": False, "human_request": []})
+
+
+class Conversation:
+    """One scripted multi-turn conversation: each turn one scenario (one trace) of one shared script.
+
+    The script (all the model's answers over the conversation, in order) is registered
+    ``sequential``, so turn *k* is served the answers after those of turns before it whatever the
+    history the framework resends; the marker (:attr:`marker`) goes once into the conversation (its
+    system prompt or first message) and the framework's history carries it to every later request.
+    Usage::
+
+        c = Conversation(h, "lg_weather", "weather_agent", session_id="s-1", user_id="u-1", script=[...])
+        with c.turn() as run:
+            graph.invoke(..., {"configurable": {"thread_id": c.session_id}})
+        with c.turn(reask=True) as run: ...
+        c.end(abandoned=False)
+    """
+
+    def __init__(
+        self,
+        h: Harness,
+        name: str,
+        agent: str,
+        *,
+        session_id: str,
+        user_id: str | None,
+        script: Sequence[Turn],
+    ) -> None:
+        self.h = h
+        self.name = name
+        self.key = f"{name}#{h.tag}"
+        self.marker = f"[[scenario:{self.key}]]"
+        self.truth = SessionTruth(name, agent, session_id, user_id)
+        h.register(name, script, sequential=True)
+        h.sessions.append(self.truth)
+
+    @property
+    def session_id(self) -> str:
+        """The id the driver gives the framework for this conversation."""
+        return self.truth.session_id
+
+    @property
+    def user_id(self) -> str | None:
+        """The id of the user the driver gives the framework, if the framework carries one."""
+        return self.truth.user_id
+
+    @contextmanager
+    def turn(
+        self, *, expected: tuple[type[BaseException], ...] = (), reask: bool = False, human: bool = False
+    ) -> Iterator[RunTruth]:
+        """One turn of the conversation (one trace); ``reask``/``human``: what the user does in it."""
+        index = len(self.truth.traces)
+        with self.h.scenario(f"{self.name}_t{index}", self.truth.agent, expected, key=self.key) as run:
+            run.session_id, run.user_id, run.turn = self.truth.session_id, self.truth.user_id, index
+            yield run
+        self.truth.traces.append(self.h.runs[-1].trace_id)
+        if reask:
+            self.truth.signals["reask"].append(index)
+        if human:
+            self.truth.signals["human_request"].append(index)
+
+    def end(self, *, abandoned: bool) -> None:
+        """The conversation is over; ``abandoned``: it ended right after a failed, blocked or cut-off turn."""
+        self.truth.signals["abandoned"] = abandoned
 
 
 def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:

@@ -1,0 +1,486 @@
+"""Sessions: the turns (runs) sharing a session id, their exact aggregates and their signals.
+
+A **session** is a conversation: every run whose trace names the same session id
+(``runs.session_id``) is one of its turns, ordered by start time. A run without a session id is a
+session of one; it gets no ``sessions`` row (the API shows it as a one-turn session).
+
+**Exact aggregates.** :func:`refresh` recomputes each touched session's row *from its runs* in the
+transaction that wrote them (one read of the sessions' turns with window totals, one upsert), so a
+replayed turn, a re-score or a scorer killed mid-session in Kafka mode (runs are upserted by trace
+id) never counts a turn twice or loses one. On PostgreSQL the touched sessions are first locked
+(transaction-scoped advisory locks, in one order): two scorers writing turns of one session
+serialise, and the second reads the first's committed turn.
+
+**Idle close.** A session is ``open`` while its turns arrive and closes when no turn has ended for
+``idle_s`` (:data:`DEFAULT_IDLE_S`, 30 minutes: the inactivity timeout of web analytics sessions —
+Google Analytics and Matomo both end a visit after 30 minutes without a hit — and the span in
+which a user who comes back is still in the same conversation). A turn arriving after the close
+(its end later than the session's last) reopens it. :class:`SessionCloser` closes idle sessions.
+
+**Signals** (deterministic, each naming the turn's trace id, its 1-based position and a span):
+
+* ``reask`` — the turn's user message repeats or rephrases the user message of an earlier turn
+  that was answered: Jaccard similarity of the two normalised word sets (lower-cased alphanumeric
+  words of two characters or more, a small stop list removed) at or above ``reask_threshold``
+  (:data:`DEFAULT_REASK_THRESHOLD`). Word sets rather than character n-grams: a rephrase keeps
+  the content words and changes their order and the function words, which a set ignores; the
+  sets are stored hashed (:func:`turn_features`), never as text.
+* ``human_request`` — the user message contains a phrase of the vocabulary
+  (:data:`DEFAULT_HUMAN_PHRASES` plus ``session_signals.human_phrases`` in ``vigil.yaml``).
+* ``thumbs_down`` — the turn has thumbs-down feedback (:mod:`review_queue.feedback`).
+* ``abandoned`` — at close: the last turn failed (errored), was blocked, hit a limit or was cut
+  off (incomplete), and then the user went away.
+
+The first three update as turns (and feedback) arrive; ``abandoned`` is set at close.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from review_queue.tables import feedback, runs, sessions
+from scorers.model import Run, StepKind
+
+__all__ = [
+    "DEFAULT_HUMAN_PHRASES",
+    "DEFAULT_IDLE_S",
+    "DEFAULT_REASK_THRESHOLD",
+    "ClosedSession",
+    "SessionConfig",
+    "SessionRefresher",
+    "jaccard",
+    "session_signals",
+    "turn_features",
+    "word_set",
+]
+
+DEFAULT_IDLE_S = 1800.0
+"""Seconds without a new turn after which a session closes (web analytics' 30-minute inactivity timeout)."""
+
+DEFAULT_REASK_THRESHOLD = 0.6
+"""Jaccard similarity of two user messages' word sets from which the later one is a re-ask."""
+
+DEFAULT_HUMAN_PHRASES: tuple[str, ...] = (
+    "speak to a human",
+    "talk to a human",
+    "speak with a human",
+    "talk with a human",
+    "a real person",
+    "a real human",
+    "human agent",
+    "live agent",
+    "live person",
+    "speak to someone",
+    "talk to someone",
+    "speak to a person",
+    "talk to a person",
+    "customer service",
+    "customer support",
+    "a representative",
+    "speak to a manager",
+    "talk to a manager",
+    "connect me to",
+    "transfer me to",
+)
+"""Phrases that ask for a human (matched on the normalised user message, at word boundaries)."""
+
+MAX_TERMS = 64
+"""Distinct words of a user message kept (hashed) for the re-ask comparison."""
+
+WINDOW = 200
+"""Latest turns of a session read per refresh; signals of older turns are kept as stored."""
+
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "for",
+        "and",
+        "or",
+        "but",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "with",
+        "as",
+        "by",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "she",
+        "they",
+        "them",
+        "their",
+        "please",
+    ]
+)
+_WORD = re.compile(r"[^\W_]{2,}")
+_USER_ROLES = frozenset(("user", "human"))
+_LOCK_CLASS = 0x56495353  # "VISS": the advisory-lock class of session refreshes (two-key form)
+
+ABANDONED, REASK, HUMAN, THUMBS_DOWN = "abandoned", "reask", "human_request", "thumbs_down"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """The ``session_signals:`` block of ``vigil.yaml`` and the idle time.
+
+    Attributes:
+        idle_s: seconds without a new turn after which a session closes.
+        reask_threshold: Jaccard similarity from which a user message is a re-ask.
+        human_phrases: the vocabulary of a request for a human (defaults plus configured).
+    """
+
+    idle_s: float = DEFAULT_IDLE_S
+    reask_threshold: float = DEFAULT_REASK_THRESHOLD
+    human_phrases: tuple[str, ...] = DEFAULT_HUMAN_PHRASES
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, idle_s: float = DEFAULT_IDLE_S) -> SessionConfig:
+        """Build from the ``session_signals:`` mapping (``reask_threshold``, ``human_phrases``; ``rules`` and
+        ``sample_rate`` are read by :mod:`review_queue.session_review`).
+
+        Raises:
+            ValueError: naming the bad key.
+        """
+        data = data or {}
+        unknown = set(data) - {"reask_threshold", "human_phrases", "rules", "sample_rate"}
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)}")
+        threshold = data.get("reask_threshold", DEFAULT_REASK_THRESHOLD)
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+            raise ValueError(f"reask_threshold must be a number in (0, 1], got {threshold!r}")
+        phrases = data.get("human_phrases", [])
+        if not isinstance(phrases, list | tuple) or not all(isinstance(p, str) and p.strip() for p in phrases):
+            raise ValueError("human_phrases must be a list of non-empty strings")
+        extra = tuple(_normalise(p) for p in phrases)
+        return cls(idle_s, float(threshold), tuple(dict.fromkeys((*DEFAULT_HUMAN_PHRASES, *extra))))
+
+
+def _normalise(text: str) -> str:
+    """Lower-case words joined by single spaces (punctuation dropped)."""
+    return " ".join(re.findall(r"[^\W_]+", text.lower()))
+
+
+def word_set(text: str) -> frozenset[str]:
+    """The normalised word set of a message: lower-case words of ≥ 2 characters, stop words removed."""
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+
+
+def jaccard(a: Sequence[int] | frozenset[Any], b: Sequence[int] | frozenset[Any]) -> float:
+    """|a ∩ b| / |a ∪ b| of two word sets (0 when both are empty)."""
+    one, two = set(a), set(b)
+    union = len(one | two)
+    return len(one & two) / union if union else 0.0
+
+
+def _hash(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
+
+
+def human_phrase(text: str, phrases: Sequence[str]) -> str | None:
+    """The first vocabulary phrase the message contains at word boundaries, or ``None``."""
+    padded = f" {_normalise(text)} "
+    return next((p for p in phrases if f" {p} " in padded), None)
+
+
+def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
+    """What the session signals need of one turn, stored in ``runs.session_turn``; ``None`` without a session id.
+
+    Keys: ``terms`` (sorted 32-bit hashes of the user message's word set, at most :data:`MAX_TERMS`),
+    ``human`` (the matched request-for-a-human phrase or ``None``), ``span`` (``[span_id, name]`` of the
+    last LLM call, which carries the conversation; else the root), ``root`` (``[span_id, name]`` of the
+    root span), ``answered`` (the turn has a non-empty final answer). The user message is the last
+    user message of the run's conversation (the new one: frameworks send the history before it).
+    """
+    if run.session_id is None:
+        return None
+    user = next((m.content for m in reversed(run.messages) if m.role.lower() in _USER_ROLES), "")
+    root = next((s for s in run.steps if s.parent_id is None), run.steps[0] if run.steps else None)
+    llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), root)
+    words = sorted(word_set(user))[:MAX_TERMS]
+    return {
+        "terms": sorted({_hash(w) for w in words}),
+        "human": human_phrase(user, config.human_phrases) if user else None,
+        "span": [llm.span_id, llm.name] if llm is not None else ["", ""],
+        "root": [root.span_id, root.name] if root is not None else ["", ""],
+        "answered": bool((run.final_output or "").strip()),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn as the refresh reads it (a ``runs`` row of the session)."""
+
+    trace_id: str
+    position: int
+    status: str
+    complete: bool
+    thumbs_down: bool
+    features: Mapping[str, Any] | None
+
+
+def _signal(name: str, turn: Turn, span: Sequence[str], source: str, value: str) -> dict[str, Any]:
+    span_id, span_name = [*span, "", ""][:2]
+    return {
+        "signal": name,
+        "trace_id": turn.trace_id,
+        "turn": turn.position,
+        "span_id": span_id,
+        "span_name": span_name,
+        "source": source,
+        "value": value,
+    }
+
+
+def session_signals(turns: Sequence[Turn], threshold: float, *, closed: bool) -> list[dict[str, Any]]:
+    """The signals of a session's turns (in order), ``abandoned`` only when ``closed``.
+
+    Each signal is ``{signal, trace_id, turn, span_id, span_name, source, value}``.
+    """
+    out: list[dict[str, Any]] = []
+    answered: list[tuple[Turn, Sequence[int]]] = []
+    for turn in turns:
+        feats = turn.features or {}
+        span, root = feats.get("span") or ["", ""], feats.get("root") or ["", ""]
+        terms = feats.get("terms") or []
+        if terms:
+            for earlier, earlier_terms in answered:
+                similarity = jaccard(terms, earlier_terms)
+                if similarity >= threshold:
+                    value = f"repeats turn {earlier.position} (Jaccard {similarity:.2f})"
+                    out.append(_signal(REASK, turn, span, "user_message", value))
+                    break
+        if feats.get("human"):
+            out.append(_signal(HUMAN, turn, span, "user_message", str(feats["human"])))
+        if turn.thumbs_down:
+            out.append(_signal(THUMBS_DOWN, turn, root, "feedback", "thumbs down"))
+        if terms and feats.get("answered"):
+            answered.append((turn, terms))
+    if closed and turns:
+        last = turns[-1]
+        if last.status != "ok" or not last.complete:
+            root = (last.features or {}).get("root") or ["", ""]
+            value = last.status if last.status != "ok" else "incomplete"
+            out.append(_signal(ABANDONED, last, root, "status", value))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedSession:
+    """A session closed by this refresh: its new row and its last turn's trace id."""
+
+    row: Mapping[str, Any]
+    last_trace_id: str
+
+
+class SessionRefresher:
+    """Recomputes ``sessions`` rows from their runs inside a caller's write transaction.
+
+    Args:
+        dialect: ``sqlite`` or ``postgresql``.
+        config: the re-ask threshold.
+    """
+
+    def __init__(self, dialect: str, config: SessionConfig | None = None) -> None:
+        self._dialect = dialect
+        self._config = config or SessionConfig()
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert(sessions)
+        self.upsert = stmt.on_conflict_do_update(
+            index_elements=[sessions.c.session_id],
+            set_={c.name: stmt.excluded[c.name] for c in sessions.c if c.name != "session_id"},
+        )
+        self._turns = _turns_query(dialect)
+
+    @property
+    def config(self) -> SessionConfig:
+        """The session settings in force."""
+        return self._config
+
+    def refresh(
+        self, conn: sa.Connection, session_ids: Sequence[str], now: float, *, close_before_ns: int | None = None
+    ) -> tuple[list[dict[str, Any]], list[ClosedSession]]:
+        """Recompute the rows of ``session_ids`` from their runs; ``(rows to upsert, sessions closed now)``.
+
+        A session whose last turn ended before ``close_before_ns`` (the close sweep) is closed now.
+        The caller upserts the rows (``self.upsert``) in the same transaction.
+        """
+        ids = sorted(set(session_ids))
+        if not ids:
+            return [], []
+        if self._dialect == "postgresql":
+            conn.execute(_PG_LOCK, {"ids": ids, "cls": _LOCK_CLASS})
+        stored = {
+            found.session_id: found
+            for start in range(0, len(ids), 900)
+            for found in conn.execute(
+                sa.select(
+                    sessions.c.session_id,
+                    sessions.c.status,
+                    sessions.c.closed_at,
+                    sessions.c.last_ns,
+                    sessions.c.signals,
+                ).where(sessions.c.session_id.in_(ids[start : start + 900]))
+            )
+        }
+        by_session: dict[str, list[Any]] = {}
+        for start in range(0, len(ids), 900):
+            for turn in conn.execute(self._turns, {"ids": ids[start : start + 900]}):
+                by_session.setdefault(turn.session_id, []).append(turn)
+        rows: list[dict[str, Any]] = []
+        closed: list[ClosedSession] = []
+        for session_id, turn_rows in by_session.items():
+            row, now_closed = self._row(session_id, turn_rows, stored.get(session_id), now, close_before_ns)
+            rows.append(row)
+            if now_closed:
+                closed.append(ClosedSession(row, turn_rows[-1].trace_id))
+        return rows, closed
+
+    def _row(
+        self, session_id: str, turn_rows: list[Any], stored: Any, now: float, close_before_ns: int | None
+    ) -> tuple[dict[str, Any], bool]:
+        turn_rows.sort(key=lambda r: r.rn, reverse=True)  # oldest first
+        latest = turn_rows[-1]
+        total = int(latest.n)
+        turns = [
+            Turn(r.trace_id, total - int(r.rn) + 1, r.status, bool(r.complete), bool(r.down), r.session_turn)
+            for r in turn_rows
+        ]
+        last_ns = int(latest.last_ns)
+        was_closed = stored is not None and stored.status == "closed"
+        if was_closed and last_ns <= int(stored.last_ns):
+            status, closed_at, now_closed = "closed", stored.closed_at, False
+        elif close_before_ns is not None and last_ns < close_before_ns:
+            status, closed_at, now_closed = "closed", now, True
+        else:
+            status, closed_at, now_closed = "open", None, False
+        signals = session_signals(turns, self._config.reask_threshold, closed=status == "closed")
+        if stored is not None and total > len(turns):  # keep what older turns (outside the window) showed
+            window = {t.trace_id for t in turns}
+            older = [s for s in stored.signals or [] if s["trace_id"] not in window and s["signal"] != ABANDONED]
+            signals = older + signals
+        first_ns = int(latest.first_ns)
+        row = {
+            "session_id": session_id,
+            "agent": latest.agent,
+            "user_id": latest.user_id,
+            "first_ns": first_ns,
+            "last_ns": last_ns,
+            "turns": total,
+            "duration_s": max(0, last_ns - first_ns) / 1e9,
+            "input_tokens": int(latest.input_tokens),
+            "output_tokens": int(latest.output_tokens),
+            "cost_usd": float(latest.cost_usd),
+            "turns_flagged": int(latest.turns_flagged),
+            "limit_hits": int(latest.limit_hits),
+            "blocks": int(latest.blocks),
+            "errors": int(latest.errors),
+            "thumbs_down": int(latest.thumbs_down),
+            "signals": signals,
+            "status": status,
+            "closed_at": closed_at,
+            "updated_at": now,
+        }
+        return row, now_closed
+
+
+_PG_LOCK = sa.text(
+    "SELECT pg_advisory_xact_lock(:cls, k) FROM "
+    "(SELECT DISTINCT hashtext(id) AS k FROM unnest(CAST(:ids AS text[])) AS id ORDER BY k) AS keys"
+)
+"""Lock each session id (its hash) for the transaction, in one order so writers never deadlock."""
+
+
+def _count(column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+    return sa.case((column.is_(True), 1), else_=0)
+
+
+def _turns_query(dialect: str) -> sa.Select[Any]:
+    """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals."""
+    if dialect == "postgresql":
+        where = runs.c.session_id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
+    else:
+        where = runs.c.session_id.in_(sa.bindparam("ids", expanding=True))
+    down = sa.exists().where(
+        feedback.c.trace_id == runs.c.trace_id, feedback.c.kind == "thumbs", feedback.c.score < 0.5
+    )
+    inner = (
+        sa.select(
+            runs.c.session_id,
+            runs.c.trace_id,
+            runs.c.agent,
+            runs.c.user_id,
+            runs.c.status,
+            runs.c.complete,
+            runs.c.start_ns,
+            runs.c.end_ns,
+            runs.c.input_tokens,
+            runs.c.output_tokens,
+            runs.c.cost_usd,
+            runs.c.session_turn,
+            _count(runs.c.flagged).label("flag"),
+            _count(runs.c.hit_max_iterations).label("lim"),
+            _count(runs.c.safety_blocked).label("blk"),
+            _count(runs.c.errored).label("err"),
+            sa.case((down, 1), else_=0).label("down"),
+        )
+        .where(where)
+        .subquery("turns")
+    )
+    sid = inner.c.session_id
+    order = (inner.c.start_ns.desc(), inner.c.trace_id.desc())
+    windowed = sa.select(
+        inner.c.session_id, inner.c.trace_id, inner.c.agent, inner.c.user_id, inner.c.status, inner.c.complete,
+        inner.c.session_turn, inner.c.down,
+        sa.func.row_number().over(partition_by=inner.c.session_id, order_by=order).label("rn"),
+        sa.func.count().over(partition_by=sid).label("n"),
+        sa.func.min(inner.c.start_ns).over(partition_by=sid).label("first_ns"),
+        sa.func.max(inner.c.end_ns).over(partition_by=sid).label("last_ns"),
+        sa.func.sum(inner.c.input_tokens).over(partition_by=sid).label("input_tokens"),
+        sa.func.sum(inner.c.output_tokens).over(partition_by=sid).label("output_tokens"),
+        sa.func.sum(sa.func.coalesce(inner.c.cost_usd, 0.0)).over(partition_by=sid).label("cost_usd"),
+        sa.func.sum(inner.c.flag).over(partition_by=sid).label("turns_flagged"),
+        sa.func.sum(inner.c.lim).over(partition_by=sid).label("limit_hits"),
+        sa.func.sum(inner.c.blk).over(partition_by=sid).label("blocks"),
+        sa.func.sum(inner.c.err).over(partition_by=sid).label("errors"),
+        sa.func.sum(inner.c.down).over(partition_by=sid).label("thumbs_down"),
+    ).subquery("windowed")  # fmt: skip
+    return sa.select(windowed).where(windowed.c.rn <= WINDOW)

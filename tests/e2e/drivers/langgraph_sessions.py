@@ -1,0 +1,138 @@
+"""E2e driver: multi-turn LangGraph conversations (a checkpointer thread each) traced by OpenInference.
+
+Each turn is one ``graph.invoke`` (one trace) on the conversation's thread: the driver passes
+``{"configurable": {"thread_id": SESSION}, "metadata": {"user_id": USER}}``; LangGraph's
+``InMemorySaver`` checkpointer keeps the history, and OpenInference's LangChain instrumentor copies
+the ``thread_id`` into ``session.id`` and the run's metadata into the ``metadata`` JSON attribute.
+The truth records, per turn, the ids the driver set, and per conversation its scripted signals.
+
+Conversations:
+
+* ``lgs_weather`` (user ``alice``): Paris's weather; the user asks it again, rephrased, after the
+  answer (re-ask at turn 1); then Rome.
+* ``lgs_orders`` (user ``alice``): the order tool fails, the model says so; the user asks for a
+  human (turn 1).
+* ``lgs_filtered`` (user ``bob``): a normal turn, then one the model's content filter stops; the
+  user leaves (abandoned).
+* ``lgs_single``: one run on a graph without a checkpointer and no thread: a session of one.
+
+Run: ``python tests/e2e/drivers/langgraph_sessions.py --capture traces.json --out truth.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import API_KEY, Conversation, Harness, tools
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from openinference.instrumentation.langchain import LangChainInstrumentor
+from pydantic import SecretStr
+
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
+
+get_weather, lookup_order = (tool(f) for f in tools())
+TOOLS = [get_weather, lookup_order]
+SYSTEM = "You are a helpful travel and orders assistant."
+
+
+def build_graph(model: ChatOpenAI, name: str, checkpointer: InMemorySaver | None) -> Any:
+    """``agent`` (model with tools) <-> ``tools`` (ToolNode), with the given checkpointer."""
+    bound = model.bind_tools(TOOLS)
+
+    def agent(state: MessagesState) -> dict[str, list[Any]]:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(TOOLS, handle_tool_errors=True))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    return graph.compile(name=name, checkpointer=checkpointer)
+
+
+def say(graph: Any, c: Conversation, text: str, first: bool = False) -> Any:
+    """One user turn on the conversation's thread (the first also carries the system prompt and marker)."""
+    messages: list[tuple[str, str]] = [("system", f"{c.marker} {SYSTEM}")] if first else []
+    messages.append(("user", text))
+    config = {"configurable": {"thread_id": c.session_id}, "metadata": {"user_id": c.user_id}}
+    return graph.invoke({"messages": messages}, config)
+
+
+def main() -> None:
+    """Run every conversation against the fake model and write the ground truth."""
+    h = Harness("langgraph_sessions", "lg-chat-agent")
+    LangChainInstrumentor().instrument(tracer_provider=h.provider)
+    model = ChatOpenAI(
+        model="gpt-4o-mini", base_url=h.base_url, api_key=SecretStr(API_KEY), max_retries=0, temperature=0
+    )
+    chat = build_graph(model, "chat_agent", InMemorySaver())
+
+    weather = Conversation(
+        h,
+        "lgs_weather",
+        "chat_agent",
+        session_id=f"lg-thread-weather-{h.tag}",
+        user_id="alice",
+        script=[
+            ToolCallTurn.of("get_weather", city="Paris"),
+            TextTurn("It is 21 C and sunny in Paris."),
+            ToolCallTurn.of("get_weather", city="Paris"),
+            TextTurn("Right now Paris is at 21 C, sunny."),
+            ToolCallTurn.of("get_weather", city="Rome"),
+            TextTurn("Rome is 21 C and sunny too."),
+        ],
+    )
+    with weather.turn():
+        say(chat, weather, "What is the weather in Paris?", first=True)
+    with weather.turn(reask=True):
+        say(chat, weather, "Sorry, so how warm is it in Paris right now?")
+    with weather.turn():
+        say(chat, weather, "Thanks. And in Rome?")
+    weather.end(abandoned=False)
+
+    orders = Conversation(
+        h,
+        "lgs_orders",
+        "chat_agent",
+        session_id=f"lg-thread-orders-{h.tag}",
+        user_id="alice",
+        script=[
+            ToolCallTurn.of("lookup_order", order_id="A-404"),
+            TextTurn("I could not find order A-404."),
+            TextTurn("I will hand you over to a human colleague."),
+        ],
+    )
+    with orders.turn():
+        say(chat, orders, "Where is my order A-404?", first=True)
+    with orders.turn(human=True):
+        say(chat, orders, "That does not help. Can I talk to a human, please?")
+    orders.end(abandoned=False)
+
+    filtered = Conversation(
+        h,
+        "lgs_filtered",
+        "chat_agent",
+        session_id=f"lg-thread-filtered-{h.tag}",
+        user_id="bob",
+        script=[ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C, sunny."), ContentFilterTurn("")],
+    )
+    with filtered.turn():
+        say(chat, filtered, "Weather in Oslo?", first=True)
+    with filtered.turn():
+        say(chat, filtered, "Now write something your filter blocks.")
+    filtered.end(abandoned=True)
+
+    single = build_graph(model, "chat_agent", None)
+    h.register("lgs_single", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
+    with h.scenario("lgs_single", agent="chat_agent") as run:
+        single.invoke({"messages": [("system", f"{run.marker} {SYSTEM}"), ("user", "Weather in Paris?")]})
+    h.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The session settings of vigil.yaml: ``session_idle_s`` and ``session_signals`` (validated at load)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from review_queue.app.settings import Settings, SettingsError
+from review_queue.sessions import DEFAULT_IDLE_S
+
+
+def _load(tmp_path: Path, text: str) -> Settings:
+    path = tmp_path / "vigil.yaml"
+    path.write_text(text)
+    return Settings.load({}, config_file=path)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = _load(tmp_path, "{}\n")
+    assert (DEFAULT_IDLE_S, 0.6, s.sample_rate) == (
+        s.session_config().idle_s, s.session_config().reask_threshold, s.session_sample_rate(),
+    )  # fmt: skip
+    assert "session_abandoned" in [r.name for r in s.session_rules()]
+
+
+def test_configured(tmp_path: Path) -> None:
+    s = _load(
+        tmp_path,
+        "session_idle_s: 600\nsession_signals:\n  human_phrases: [get me a manager]\n  sample_rate: 0.1\n"
+        "  rules:\n    long: {expr: 'turns > 20', priority: high}\n    session_random_sample: {enabled: false}\n",
+    )
+    config = s.session_config()
+    assert (600.0, "get me a manager", 0.1) == (config.idle_s, config.human_phrases[-1], s.session_sample_rate())
+    names = [r.name for r in s.session_rules()]
+    assert "long" in names
+    assert "session_random_sample" not in names
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("session_signals: {reask_threshold: 3}\n", "reask_threshold must be a number in (0, 1], got 3"),
+        ("session_signals: {sample_rate: 2}\n", "sample_rate must be a number in [0, 1], got 2"),
+        ("session_signals: {human_phrases: [1]}\n", "human_phrases must be a list of non-empty strings"),
+        ("session_signals: {rules: {bad: {expr: 'turns +'}}}\n", "invalid rule 'bad': invalid session rule"),
+        ("session_signals: {rules: {num: {expr: 'turns'}}}\n", "invalid rule 'num': must evaluate to a boolean"),
+        ("session_idle_s: 0\n", "session_idle_s"),
+    ],
+)
+def test_bad_settings_refuse_to_load_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        _load(tmp_path, text)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)

@@ -1,0 +1,248 @@
+"""Tests of the sessions table on SQLite and PostgreSQL: exact aggregates recomputed from runs,
+replays, concurrent writers, feedback, the idle close, session signals, rules and metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
+
+from review_queue.feedback import FeedbackStore
+from review_queue.model import FeedbackIn
+from review_queue.session_close import SessionCloser, SessionMetrics, compile_session_rules
+from review_queue.store import SqlStore
+from review_queue.tables import review_events, review_items, runs, sessions
+from scorers.model import Message, RunStatus, ScoredRun, Step, StepKind
+from scorers.pricing import PriceTable
+from tests.support.review_queue import T0, Clock, scored_run
+
+S = 1_000_000_000
+
+
+def _tid(n: int) -> str:
+    return f"{n:032x}"
+
+
+def turn(
+    n: int,
+    session: str | None,
+    *,
+    user: str | None = None,
+    answer: str = "an answer",
+    start: int = 0,
+    status: RunStatus = RunStatus.OK,
+    span_count: int = 3,
+    reasons: tuple[str, ...] = (),
+    **fields: Any,
+) -> ScoredRun:
+    """Turn ``n`` of ``session``: a root agent span and one LLM call (gpt-4o-mini, 1000/100 tokens); the
+    user message is unlike any other turn's unless given."""
+    start_ns = int(T0 * S) + start * S
+    root = Step(f"{n:016x}", None, "invoke_agent support", StepKind.AGENT, start_ns, start_ns + 2 * S)
+    llm = Step(
+        f"{n + 1:016x}", root.span_id, "chat gpt-4o-mini", StepKind.LLM, start_ns, start_ns + S,
+        model="gpt-4o-mini", input_tokens=1000, output_tokens=100,
+    )  # fmt: skip
+    return scored_run(
+        _tid(n),
+        reasons=reasons,
+        agent="support",
+        session_id=session,
+        user_id="u-1" if session else None,
+        start_ns=start_ns,
+        end_ns=start_ns + 2 * S,
+        input_tokens=1000,
+        output_tokens=100,
+        llm_calls=1,
+        status=status,
+        errored=status is RunStatus.ERROR,
+        safety_blocked=status is RunStatus.BLOCKED,
+        hit_max_iterations=status is RunStatus.LIMIT_HIT,
+        steps=(root, llm),
+        messages=(Message("user", "earlier"), Message("assistant", "ok"), Message("user", user or f"topic{n} x{n}")),
+        final_output=answer,
+        span_count=span_count,
+        **fields,
+    )
+
+
+@pytest.fixture
+def priced(database_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A store that prices runs (gpt-4o-mini: $0.15 / $0.60 per million)."""
+    one = SqlStore(database_url, clock=clock, prices=PriceTable())
+    yield one
+    one.close()
+
+
+def _session(store: SqlStore, session_id: str) -> dict[str, Any]:
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
+    assert row is not None
+    return dict(row)
+
+
+def _signals(row: dict[str, Any]) -> list[tuple[str, str, int]]:
+    return [(s["signal"], s["trace_id"], s["turn"]) for s in row["signals"]]
+
+
+def test_runs_store_their_session_and_user(priced: SqlStore) -> None:
+    priced.write([turn(1, "s-1"), turn(3, None)])
+    with priced.engine.connect() as conn:
+        found = conn.execute(sa.select(runs.c.trace_id, runs.c.session_id, runs.c.user_id).order_by(runs.c.trace_id))
+        assert [(_tid(1), "s-1", "u-1"), (_tid(3), None, None)] == [tuple(r) for r in found]
+        assert 1 == conn.execute(sa.select(sa.func.count()).select_from(sessions)).scalar_one()
+
+
+def test_aggregates_are_recomputed_from_runs(priced: SqlStore) -> None:
+    priced.write([turn(1, "s-1", start=0), turn(3, "s-1", start=60, status=RunStatus.ERROR, reasons=("errored",))])
+    priced.write([turn(5, "s-1", start=120, status=RunStatus.BLOCKED), turn(7, "s-2", start=5)])
+    row = _session(priced, "s-1")
+    expected = {
+        "session_id": "s-1", "agent": "support", "user_id": "u-1", "turns": 3, "first_ns": int(T0 * S),
+        "last_ns": int(T0 * S) + 122 * S, "duration_s": 122.0, "input_tokens": 3000, "output_tokens": 300,
+        "turns_flagged": 1, "limit_hits": 0, "blocks": 1, "errors": 1, "thumbs_down": 0, "status": "open",
+        "closed_at": None,
+    }  # fmt: skip
+    assert expected == {k: row[k] for k in expected}
+    assert 3 * (1000 * 0.15 + 100 * 0.60) / 1e6 == pytest.approx(row["cost_usd"])
+    assert 1 == _session(priced, "s-2")["turns"]
+
+
+def test_replays_and_rescores_count_each_turn_once(priced: SqlStore) -> None:
+    batch = [turn(1, "s-1", start=0), turn(3, "s-1", start=60)]
+    priced.write(batch)
+    priced.write(batch)  # a replay
+    priced.write([turn(3, "s-1", start=60, span_count=1)])  # a re-delivered tail: fewer spans
+    priced.write([batch[0], batch[0]])  # the same trace twice in one call
+    row = _session(priced, "s-1")
+    assert (2, 2000, 200) == (row["turns"], row["input_tokens"], row["output_tokens"])
+
+
+@pytest.mark.parametrize("writers", [4])
+def test_concurrent_writers_of_one_session_lose_no_turn(database_url: str, writers: int) -> None:
+    """Turns of one session written at once by several stores (Kafka partitions): every turn counted."""
+    stores = [SqlStore(database_url) for _ in range(writers)]
+    per_writer = 12
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def write(index: int) -> None:
+        try:
+            barrier.wait()
+            for k in range(per_writer):
+                n = 2 * (index * per_writer + k) + 1
+                stores[index].write([turn(n, "shared", start=n), turn(n + 10_000, f"own-{k % 3}", start=n)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert [] == errors
+        assert writers * per_writer == _session(stores[0], "shared")["turns"]
+        assert writers * per_writer == sum(_session(stores[0], f"own-{k}")["turns"] for k in range(3))
+    finally:
+        for one in stores:
+            one.close()
+
+
+def test_reask_and_human_request_update_as_turns_arrive(store: SqlStore) -> None:
+    store.write([turn(1, "s-1", user="How do I reset my password?", start=0)])
+    assert [] == _session(store, "s-1")["signals"]
+    store.write([turn(3, "s-1", user="how can I reset my password", start=60)])
+    store.write([turn(5, "s-1", user="Let me talk to a human, please!", start=120)])
+    row = _session(store, "s-1")
+    assert [("reask", _tid(3), 2), ("human_request", _tid(5), 3)] == _signals(row)
+    reask, human = row["signals"]
+    assert (f"{4:016x}", "chat gpt-4o-mini", "user_message") == (reask["span_id"], reask["span_name"], reask["source"])
+    assert reask["value"].startswith("repeats turn 1")
+    assert "talk to a human" == human["value"]
+
+
+def test_a_question_after_an_unanswered_turn_is_not_a_reask(store: SqlStore) -> None:
+    store.write([turn(1, "s-1", user="reset my password", answer="", start=0)])
+    store.write([turn(3, "s-1", user="reset my password", start=60)])
+    assert [] == _signals(_session(store, "s-1"))
+
+
+def test_thumbs_down_before_and_after_the_turn(store: SqlStore, clock: Clock) -> None:
+    fb = FeedbackStore(store.engine, (), 0.0, clock=clock, sessions=store)
+    fb.record(FeedbackIn(_tid(3), "thumbs", 0.0, "", "app", "f-1"))  # before its run
+    store.write([turn(1, "s-1", start=0), turn(3, "s-1", start=60)])
+    assert [("thumbs_down", _tid(3), 2)] == _signals(_session(store, "s-1"))
+    fb.record(FeedbackIn(_tid(1), "thumbs", 0.0, "", "app", "f-2"))  # after
+    row = _session(store, "s-1")
+    assert 2 == row["thumbs_down"]
+    assert [("thumbs_down", _tid(1), 1), ("thumbs_down", _tid(3), 2)] == _signals(row)
+    assert f"{1:016x}" == row["signals"][0]["span_id"]
+
+
+def test_idle_sessions_close_with_abandonment_and_reopen_on_a_new_turn(store: SqlStore, clock: Clock) -> None:
+    registry = CollectorRegistry()
+    closer = SessionCloser(store, (), idle_s=1800, metrics=SessionMetrics(registry), clock=clock)
+    store.write([turn(1, "gone", start=0), turn(3, "gone", start=60, status=RunStatus.ERROR)])
+    store.write([turn(5, "fine", start=0), turn(7, "later", start=1000)])
+    clock.now += 1800 + 100
+    assert ["fine", "gone"] == sorted(c.row["session_id"] for c in closer.close_idle())
+    assert [] == closer.close_idle()  # closed once
+    gone = _session(store, "gone")
+    assert ("closed", clock()) == (gone["status"], gone["closed_at"])
+    assert [("abandoned", _tid(3), 2)] == _signals(gone)
+    assert "error" == gone["signals"][0]["value"]
+    assert "open" == _session(store, "later")["status"]
+    store.write([turn(3, "gone", start=60, status=RunStatus.ERROR)])  # a replay keeps it closed
+    assert "closed" == _session(store, "gone")["status"]
+    store.write([turn(9, "gone", start=2000)])  # a new turn reopens it
+    reopened = _session(store, "gone")
+    assert ("open", None, 3, []) == (reopened["status"], reopened["closed_at"], reopened["turns"], reopened["signals"])
+    sample = registry.get_sample_value
+    assert 2 == sample("vigil_sessions_closed_total", {"agent": "support"})
+    assert 1 == sample("vigil_sessions_abandoned_total", {"agent": "support"})
+    assert 1 == sample("vigil_sessions_completed_total", {"agent": "support"})
+    assert 2 == sample("vigil_session_turns_count", {"agent": "support"})
+    assert 3 == sample("vigil_session_turns_sum", {"agent": "support"})
+
+
+def test_a_flagged_session_becomes_one_item_on_its_last_turn(store: SqlStore, clock: Clock) -> None:
+    rules = compile_session_rules({"session_random_sample": {"enabled": False}})
+    closer = SessionCloser(store, rules, idle_s=60, clock=clock)
+    store.write([turn(1, "s-1", start=0), turn(3, "s-1", start=10, status=RunStatus.BLOCKED, reasons=("blocked",))])
+    store.write([turn(5, "s-2", start=0, user="talk to a human"), turn(7, "s-2", start=10)])
+    store.write([turn(9, "quiet", start=0)])
+    clock.now += 600
+    assert 3 == len(closer.close_idle())
+    with store.engine.connect() as conn:
+        items = {r["trace_id"]: r for r in conn.execute(sa.select(review_items)).mappings()}
+        events = conn.execute(sa.select(review_events.c.action)).scalars().all()
+    assert {_tid(3), _tid(7)} == set(items)
+    assert ["blocked", "session_abandoned"] == items[_tid(3)]["reasons"]  # the turn's own item gains the reason
+    assert ["session_human_request"] == items[_tid(7)]["reasons"]
+    assert ("session", "s-2", "pending", 0.05) == (
+        items[_tid(7)]["snapshot"]["subject"],
+        items[_tid(7)]["snapshot"]["session_id"],
+        items[_tid(7)]["state"],
+        items[_tid(7)]["sample_rate"],
+    )
+    assert ["session_flag", "session_flag"] == events
+
+
+def test_random_sampling_is_per_session_and_deterministic(store: SqlStore, clock: Clock) -> None:
+    closer = SessionCloser(store, compile_session_rules(None), sample_rate=0.5, idle_s=60, clock=clock)
+    store.write([turn(2 * n + 1, f"s-{n}", start=0) for n in range(40)])
+    clock.now += 600
+    closer.close_idle()
+    with store.engine.connect() as conn:
+        items = conn.execute(sa.select(review_items.c.reasons, review_items.c.sample_rate)).all()
+    from scorers.rules import sample_point
+
+    expected = sum(1 for n in range(40) if sample_point(f"s-{n}") < 0.5)
+    assert 0 < expected < 40
+    assert expected == len(items)
+    assert all((["session_random_sample"], 0.5) == (list(r), rate) for r, rate in items)
