@@ -105,8 +105,12 @@ def sessions_router(services: ReviewServices) -> APIRouter:
         status: Literal["open", "closed"] | None = None,
         flagged: Annotated[bool | None, Query(description="With (true) or without (false) a flagged turn.")] = None,
         signal: Annotated[str | None, Query(pattern=f"^{sessions.SIGNAL_NAME.pattern}$")] = None,
-        since: Annotated[float | None, Query(ge=0, le=1e11, description="Last activity ≥, Unix seconds.")] = None,
-        until: Annotated[float | None, Query(ge=0, le=1e11, description="Last activity <, Unix seconds.")] = None,
+        since: Annotated[
+            float | None, Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity ≥, Unix seconds.")
+        ] = None,
+        until: Annotated[
+            float | None, Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity <, Unix seconds.")
+        ] = None,
         sort: Literal["last", "turns", "duration"] = "last",
         order: Literal["desc", "asc"] = "desc",
         limit: Annotated[int, Query(ge=1, le=sessions.MAX_PAGE)] = 50,

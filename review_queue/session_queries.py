@@ -30,6 +30,7 @@ from review_queue.tables import review_items, runs, sessions
 
 __all__ = [
     "MAX_PAGE",
+    "MAX_TIME_S",
     "MAX_TURNS",
     "SIGNAL_NAME",
     "SORTS",
@@ -51,6 +52,8 @@ STATUSES: Final = ("open", "closed")
 MAX_PAGE: Final = 500
 MAX_TURNS: Final = 1000
 """Turns one session answer holds (the first ones, in order); ``turns_truncated`` says when more exist."""
+MAX_TIME_S: Final = 9e9
+"""Time bounds are clamped to ±this many Unix seconds (nanoseconds must fit a signed 64-bit column)."""
 SIGNAL_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 _SESSION_FIELDS: Final = (
@@ -118,9 +121,9 @@ def list_sessions(
     if q.signal is not None:
         query = query.where(_signal_clause(conn.dialect.name, q.signal))
     if q.since is not None:
-        query = query.where(sessions.c.last_ns >= int(q.since * 1e9))
+        query = query.where(sessions.c.last_ns >= _ns(q.since))
     if q.until is not None:
-        query = query.where(sessions.c.last_ns < int(q.until * 1e9))
+        query = query.where(sessions.c.last_ns < _ns(q.until))
     if cursor is not None:
         key, session_id = _decode(cursor, q.sort, q.descending)
         if q.descending:
@@ -278,6 +281,10 @@ def _summed(session_id: str, turns: Any) -> dict[str, Any]:
         "closed_at": None,
         "updated_at": _time(max(t["updated_at"] for t in turns)),
     }
+
+
+def _ns(epoch_s: float) -> int:
+    return int(max(-MAX_TIME_S, min(MAX_TIME_S, epoch_s)) * 1e9)
 
 
 def _time(epoch_s: float) -> datetime:

@@ -1,7 +1,12 @@
 """The session page in a real browser: Debian's chromium driven by Playwright.
 
-A uvicorn server on a free port serves the real API + UI over a SQLite store holding one flagged
-conversation of four turns (their run details written by the real details writer). A reviewer
+:class:`TestCapturedConversation`: a real ``vigil run`` is sent the captured LangGraph
+conversations (``tests/fixtures/traces/langgraph_sessions.json``, OTLP/JSON, with the driver's
+truth); the session page lists the turns the driver recorded, in order, under the user the
+driver set, each with its conversation, and the keyboard walks them.
+
+:class:`TestSessionPage`: a uvicorn server on a free port serves the real API + UI over a SQLite
+store holding one flagged conversation of four turns (their run details written by the real details writer). A reviewer
 opens the session from the sessions explorer and walks it turn by turn with the keyboard:
 ``j``/``n`` forward, ``k``/``p`` back; each move focuses the turn, opens it, puts it in view and
 in the URL fragment; keys typed in a form field move nothing. An injected ``<script>`` in a
@@ -10,13 +15,18 @@ turn's message stays text. The screenshot lands in ``test-artifacts/session.png`
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
 
 from review_queue.api import create_api_app
+from review_queue.app.process import start_vigil
 from review_queue.details import DetailsWriter
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
@@ -27,6 +37,7 @@ from tests.support.sessions import T0, S, chat_turns, put_session
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 ADMIN_TOKEN = "e2e-session-admin"
 SESSION = "conv-7f3a/support"
 XSS = "<script>window.__xss=1</script>"
@@ -151,3 +162,56 @@ class TestSessionPage:
         assert page.evaluate("() => window.__xss") is None
         assert [] == dialogs
         page.screenshot(path=str(ARTIFACTS / "session-turn-item.png"), full_page=True)
+
+
+def _login(page: Any, base: str, token: str) -> None:
+    page.goto(f"{base}/login")
+    page.fill("#token", token)
+    with page.expect_navigation():
+        page.press("#token", "Enter")
+
+
+class TestCapturedConversation:
+    """Captured LangGraph conversations through a real ``vigil run``, read on the session page."""
+
+    def test_session_page_of_a_captured_conversation(self, tmp_path: Path, browser: Any) -> None:
+        """The three-turn conversation's page lists the driver's traces in turn order under its user, and
+        ``j`` walks the turns, each showing its conversation."""
+        truth = json.loads((FIXTURES / "langgraph_sessions.truth.json").read_text())
+        session = max(truth["sessions"], key=lambda s: len(s["traces"]))
+        env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "0", "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN}
+        with start_vigil(tmp_path, env) as vigil:
+            body = (FIXTURES / "langgraph_sessions.json").read_bytes()
+            sent = httpx.post(
+                f"{vigil.otlp_endpoint}/v1/traces", content=body, headers={"Content-Type": "application/json"}
+            )
+            assert 200 == sent.status_code
+            path = f"/sessions/{quote(session['session_id'], safe='')}"
+            auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            deadline = time.monotonic() + 60
+            turns: list[str] = []
+            while time.monotonic() < deadline:
+                found = httpx.get(f"{vigil.api}/api/v1{path}", headers=auth, timeout=10)
+                if found.status_code == 200:
+                    turns = [t["trace_id"] for t in found.json()["turns"]]
+                    if len(turns) >= len(session["traces"]):
+                        break
+                time.sleep(0.3)
+            assert session["traces"] == turns
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            _login(page, vigil.api, ADMIN_TOKEN)
+            while True:  # the details writer works a moment behind the store
+                page.goto(f"{vigil.api}{path}")
+                if page.locator('[data-reason="pending"]').count() == 0 or time.monotonic() > deadline:
+                    break
+                page.wait_for_timeout(300)
+            hrefs = page.eval_on_selector_all("details.session-turn", "els => els.map(e => e.dataset.href)")
+            assert [f"/runs/{t}" for t in session["traces"]] == hrefs
+            assert session["user_id"] == page.inner_text("#session-summary td >> nth=0")
+            for n in range(1, len(turns) + 1):
+                page.keyboard.press("j")
+                assert _at(n) == _state(page)
+                assert page.locator(f"#turn-{n} .conversation-view").is_visible()
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "session-captured.png"), full_page=True)
+            page.close()

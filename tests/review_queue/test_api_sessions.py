@@ -131,6 +131,7 @@ class TestListSessions:
             ({"limit": 501}, 422, "limit"),
             ({"since": "yesterday"}, 422, "since"),
             ({"since": -1}, 422, "since"),
+            ({"until": 9.3e9}, 422, "until"),
             ({"signal": "re ask; drop"}, 422, "signal"),
             ({"flagged": "maybe"}, 422, "flagged"),
             ({"cursor": "%%%"}, 400, "malformed cursor"),

@@ -168,6 +168,8 @@ class TestSessionsExplorer:
         assert ["a"] == listed("?signal=reask")
         assert ["b", "a", "c"] == listed("?sort=turns")
         assert ["c", "a", "b"] == listed("?sort=turns&order=asc")
+        assert ["a", "b", "c"] == listed("?since_h=1e300")  # far beyond any time: clamped, everything
+        assert [] == listed("?since_h=-1e300")
         assert 'id="nav-sessions"' in client.get("/sessions").text
 
     def test_bad_cursor_says_so(self, ui: Any) -> None:
