@@ -55,6 +55,7 @@ MAX_TURNS: Final = 1000
 MAX_TIME_S: Final = 9e9
 """Time bounds are clamped to ±this many Unix seconds (nanoseconds must fit a signed 64-bit column)."""
 SIGNAL_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_TRACE_ID: Final = re.compile(r"[0-9a-f]{32}")
 
 _SESSION_FIELDS: Final = (
     "session_id", "agent", "user_id", "first_ns", "last_ns", "turns", "duration_s", "input_tokens",
@@ -148,17 +149,14 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
     Each turn is the run's summary (the ``/api/v1/runs`` shape: scores, flag, evidence) with its
     ``turn`` number, its ``review_item_id`` (``None`` when never flagged) and the session
     ``signals`` that name it. A session whose row is not written yet (its first turn is being
-    stored) is summed from its turns, ``status`` ``open``.
+    stored) is summed from its turns, ``status`` ``open``. The id of a run without a session id
+    (its trace id) answers that run as a session of one.
     """
     row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
-    query = (
-        sa.select(runs, review_items.c.id.label("review_item_id"))
-        .select_from(runs.outerjoin(review_items, review_items.c.trace_id == runs.c.trace_id))
-        .where(runs.c.session_id == session_id)
-        .order_by(runs.c.start_ns, runs.c.trace_id)
-        .limit(MAX_TURNS + 1)
-    )
-    found = conn.execute(query).mappings().all()
+    found = conn.execute(_turns(runs.c.session_id == session_id)).mappings().all()
+    if row is None and not found and _TRACE_ID.fullmatch(session_id):  # a run without a session id: a session of one
+        alone = _turns(sa.and_(runs.c.trace_id == session_id, runs.c.session_id.is_(None)))
+        found = conn.execute(alone).mappings().all()
     if row is None and not found:
         return None
     doc = _session_dict(row) if row is not None else _summed(session_id, found[:MAX_TURNS])
@@ -174,6 +172,16 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
         )
         turns.append(turn)
     return {"session": doc, "turns": turns, "turns_truncated": len(found) > MAX_TURNS}
+
+
+def _turns(where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    return (
+        sa.select(runs, review_items.c.id.label("review_item_id"))
+        .select_from(runs.outerjoin(review_items, review_items.c.trace_id == runs.c.trace_id))
+        .where(where)
+        .order_by(runs.c.start_ns, runs.c.trace_id)
+        .limit(MAX_TURNS + 1)
+    )
 
 
 def turn_position(conn: sa.Connection, trace_id: str) -> dict[str, Any] | None:

@@ -205,6 +205,18 @@ class TestGetSession:
                                                     "status", "signals", "first_ns", "last_ns")}  # fmt: skip
         assert 2 == len(body["turns"])
 
+    def test_run_without_session_is_a_session_of_one(self, store: SqlStore, client: TestClient) -> None:
+        """A run without a session id answers its trace id as a one-turn session; a turn's trace id does not."""
+        store.write([scored_run(_tid(7), start_ns=S, end_ns=2 * S)])
+        write_turns(store, "conv", [1], 8)
+        body = client.get(f"/api/v1/sessions/{_tid(7)}").json()
+        assert (_tid(7), 1, [_tid(7)]) == (
+            body["session"]["session_id"],
+            body["session"]["turns"],
+            [t["trace_id"] for t in body["turns"]],
+        )
+        assert 404 == client.get(f"/api/v1/sessions/{_tid(8)}").status_code
+
     @pytest.mark.parametrize("session_id", ["a/b c", "../x", "ü?&#%", "x" * 256])
     def test_any_id_percent_encoded(self, store: SqlStore, client: TestClient, session_id: str) -> None:
         """A session id is any text of up to 256 characters: slashes, spaces, '?', '#', '%' …, percent-encoded."""
