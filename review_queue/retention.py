@@ -13,7 +13,9 @@
 - :class:`Retention` runs :func:`apply_retention` on a daemon thread (hourly by default) in
   the processes that serve the store.
 
-Deletions go child tables first, so they do not depend on the database enforcing cascades.
+Deletions go child tables first, so they do not depend on the database enforcing cascades. The
+sessions the deleted runs were turns of are recomputed from their remaining turns in the same
+transaction (:mod:`review_queue.sessions`), and deleted when none remains.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from sqlalchemy.engine import Engine
 
 from collector.lifecycle import Periodic
 from review_queue.errors import StoreUnavailableError
+from review_queue.sessions import SessionRefresher
 from review_queue.store import guard, write_transaction
 from review_queue.tables import (
     feedback,
@@ -38,6 +41,7 @@ from review_queue.tables import (
     review_verdicts,
     run_details,
     runs,
+    sessions,
 )
 
 __all__ = ["Retention", "apply_details_retention", "apply_retention", "deletion_counter", "purge_traces"]
@@ -49,6 +53,8 @@ _CHUNK = 500
 
 
 def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, int]:
+    of_runs = sa.select(runs.c.session_id).where(runs.c.trace_id.in_(trace_ids), runs.c.session_id.is_not(None))
+    session_ids = sorted({str(s) for s in conn.execute(of_runs.distinct()).scalars()})
     items = sa.select(review_items.c.id).where(review_items.c.trace_id.in_(trace_ids)).scalar_subquery()
     counts = {
         "review_verdicts": conn.execute(sa.delete(review_verdicts).where(review_verdicts.c.item_id.in_(items))),
@@ -59,7 +65,20 @@ def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, i
         "run_details": conn.execute(sa.delete(run_details).where(run_details.c.trace_id.in_(trace_ids))),
         "runs": conn.execute(sa.delete(runs).where(runs.c.trace_id.in_(trace_ids))),
     }
-    return {table: int(result.rowcount or 0) for table, result in counts.items()}
+    deleted = {table: int(result.rowcount or 0) for table, result in counts.items()}
+    if session_ids:
+        deleted["sessions"] = _refresh_sessions(conn, session_ids)
+    return deleted
+
+
+def _refresh_sessions(conn: sa.Connection, session_ids: list[str]) -> int:
+    """Recompute the sessions of deleted turns from the turns left; delete those left with none (returns how many)."""
+    refresher = SessionRefresher(conn.dialect.name)
+    rows, _ = refresher.refresh(conn, session_ids, time.time())
+    if rows:
+        conn.execute(refresher.upsert, rows)
+    gone = sorted(set(session_ids) - {str(row["session_id"]) for row in rows})
+    return int(conn.execute(sa.delete(sessions).where(sessions.c.session_id.in_(gone))).rowcount or 0) if gone else 0
 
 
 def _chunks(conn: sa.Connection, query: sa.Select[Any]) -> Iterator[list[str]]:

@@ -20,11 +20,16 @@ which a user who comes back is still in the same conversation). A turn arriving 
 **Signals** (deterministic, each naming the turn's trace id, its 1-based position and a span):
 
 * ``reask`` — the turn's user message repeats or rephrases the user message of an earlier turn
-  that was answered: Jaccard similarity of the two normalised word sets (lower-cased alphanumeric
-  words of two characters or more, a small stop list removed) at or above ``reask_threshold``
-  (:data:`DEFAULT_REASK_THRESHOLD`). Word sets rather than character n-grams: a rephrase keeps
-  the content words and changes their order and the function words, which a set ignores; the
-  sets are stored hashed (:func:`turn_features`), never as text.
+  that was answered. Either (a) the Jaccard similarity of the two normalised word sets (lower-cased
+  alphanumeric words of two characters or more, a small stop list removed) is at or above
+  ``reask_threshold`` (:data:`DEFAULT_REASK_THRESHOLD`): a repeat or a close rephrase; or (b) the
+  message opens a *repair* — it carries a marker of the vocabulary :data:`DEFAULT_REASK_MARKERS`
+  ("sorry", "I mean", "again", "as I said", …, plus ``session_signals.reask_markers``) — and shares
+  a content word with the earlier question: a rephrase in other words ("What is the weather in
+  Paris?" … "Sorry, so how warm is it in Paris right now?") that no word measure sees. Word sets
+  rather than character n-grams: a rephrase keeps the content words and changes their order and
+  the function words, which a set ignores. The sets are stored hashed (:func:`turn_features`), never
+  as text.
 * ``human_request`` — the user message contains a phrase of the vocabulary
   (:data:`DEFAULT_HUMAN_PHRASES` plus ``session_signals.human_phrases`` in ``vigil.yaml``).
 * ``thumbs_down`` — the turn has thumbs-down feedback (:mod:`review_queue.feedback`).
@@ -46,7 +51,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from review_queue.tables import feedback, runs, sessions
-from scorers.model import Run, StepKind
+from scorers import content
+from scorers.model import Message, Run, Step, StepKind
 
 __all__ = [
     "DEFAULT_HUMAN_PHRASES",
@@ -88,14 +94,46 @@ DEFAULT_HUMAN_PHRASES: tuple[str, ...] = (
     "talk to a manager",
     "connect me to",
     "transfer me to",
+    "human operator",
+    "get me a human",
+    "need a human",
+    "want a human",
+    "speak to an agent",
+    "talk to an agent",
+    "speak to a real",
+    "talk to a real",
+    "escalate",
 )
 """Phrases that ask for a human (matched on the normalised user message, at word boundaries)."""
+
+DEFAULT_REASK_MARKERS: tuple[str, ...] = (
+    "sorry",
+    "i mean",
+    "again",
+    "as i said",
+    "i asked",
+    "i said",
+    "rephrase",
+    "in other words",
+    "once more",
+    "not what i asked",
+    "i repeat",
+)
+"""Markers of a conversational repair (the user restating a question), matched like the human phrases."""
+
+MAX_LLM_LOOKED = 4
+"""LLM calls of a turn looked at for captured messages (content capture is a process-wide switch)."""
+
+MAX_USER_CHARS = 500
+"""Characters of the user message read (a question is short; a pasted document's opening says enough)."""
 
 MAX_TERMS = 64
 """Distinct words of a user message kept (hashed) for the re-ask comparison."""
 
 WINDOW = 200
-"""Latest turns of a session read per refresh; signals of older turns are kept as stored."""
+"""Latest turns of a session read back per refresh (the database still sums all its turns, from the
+``ix_runs_session`` index). Signals of older turns are kept as stored, and so are re-asks whose earlier
+question left the window."""
 
 _STOP = frozenset(
     [
@@ -152,10 +190,13 @@ _STOP = frozenset(
     ]
 )
 _WORD = re.compile(r"[^\W_]{2,}")
+_ANY_WORD = re.compile(r"[^\W_]+")
 _USER_ROLES = frozenset(("user", "human"))
 _LOCK_CLASS = 0x56495353  # "VISS": the advisory-lock class of session refreshes (two-key form)
 
 ABANDONED, REASK, HUMAN, THUMBS_DOWN = "abandoned", "reask", "human_request", "thumbs_down"
+_ORDER = {REASK: 0, HUMAN: 1, THUMBS_DOWN: 2, ABANDONED: 3}
+"""The order of a turn's signals (as :func:`session_signals` lists them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +207,13 @@ class SessionConfig:
         idle_s: seconds without a new turn after which a session closes.
         reask_threshold: Jaccard similarity from which a user message is a re-ask.
         human_phrases: the vocabulary of a request for a human (defaults plus configured).
+        reask_markers: the vocabulary of a repair (defaults plus configured).
     """
 
     idle_s: float = DEFAULT_IDLE_S
     reask_threshold: float = DEFAULT_REASK_THRESHOLD
     human_phrases: tuple[str, ...] = DEFAULT_HUMAN_PHRASES
+    reask_markers: tuple[str, ...] = DEFAULT_REASK_MARKERS
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, idle_s: float = DEFAULT_IDLE_S) -> SessionConfig:
@@ -181,27 +224,37 @@ class SessionConfig:
             ValueError: naming the bad key.
         """
         data = data or {}
-        unknown = set(data) - {"reask_threshold", "human_phrases", "rules", "sample_rate"}
+        unknown = set(data) - {"reask_threshold", "human_phrases", "reask_markers", "rules", "sample_rate"}
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
         threshold = data.get("reask_threshold", DEFAULT_REASK_THRESHOLD)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
             raise ValueError(f"reask_threshold must be a number in (0, 1], got {threshold!r}")
-        phrases = data.get("human_phrases", [])
-        if not isinstance(phrases, list | tuple) or not all(isinstance(p, str) and p.strip() for p in phrases):
-            raise ValueError("human_phrases must be a list of non-empty strings")
-        extra = tuple(_normalise(p) for p in phrases)
-        return cls(idle_s, float(threshold), tuple(dict.fromkeys((*DEFAULT_HUMAN_PHRASES, *extra))))
+        human = _phrases(data, "human_phrases", DEFAULT_HUMAN_PHRASES)
+        markers = _phrases(data, "reask_markers", DEFAULT_REASK_MARKERS)
+        return cls(idle_s, float(threshold), human, markers)
+
+
+def _phrases(data: Mapping[str, Any], key: str, defaults: tuple[str, ...]) -> tuple[str, ...]:
+    """``defaults`` plus the configured phrases under ``key``, normalised.
+
+    Raises:
+        ValueError: ``key`` is not a list of non-empty strings.
+    """
+    phrases = data.get(key, [])
+    if not isinstance(phrases, list | tuple) or not all(isinstance(p, str) and _normalise(p) for p in phrases):
+        raise ValueError(f"{key} must be a list of non-empty strings")
+    return tuple(dict.fromkeys((*defaults, *(_normalise(p) for p in phrases))))
 
 
 def _normalise(text: str) -> str:
     """Lower-case words joined by single spaces (punctuation dropped)."""
-    return " ".join(re.findall(r"[^\W_]+", text.lower()))
+    return " ".join(_ANY_WORD.findall(text.lower()))
 
 
 def word_set(text: str) -> frozenset[str]:
     """The normalised word set of a message: lower-case words of ≥ 2 characters, stop words removed."""
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+    return frozenset(_WORD.findall(text.lower())) - _STOP
 
 
 def jaccard(a: Sequence[int] | frozenset[Any], b: Sequence[int] | frozenset[Any]) -> float:
@@ -217,7 +270,11 @@ def _hash(word: str) -> int:
 
 def human_phrase(text: str, phrases: Sequence[str]) -> str | None:
     """The first vocabulary phrase the message contains at word boundaries, or ``None``."""
-    padded = f" {_normalise(text)} "
+    return _phrase_in(f" {_normalise(text)} ", phrases)
+
+
+def _phrase_in(padded: str, phrases: Sequence[str]) -> str | None:
+    """The first of ``phrases`` in ``padded`` (normalised text with a space at each end), or ``None``."""
     return next((p for p in phrases if f" {p} " in padded), None)
 
 
@@ -225,24 +282,54 @@ def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
     """What the session signals need of one turn, stored in ``runs.session_turn``; ``None`` without a session id.
 
     Keys: ``terms`` (sorted 32-bit hashes of the user message's word set, at most :data:`MAX_TERMS`),
-    ``human`` (the matched request-for-a-human phrase or ``None``), ``span`` (``[span_id, name]`` of the
-    last LLM call, which carries the conversation; else the root), ``root`` (``[span_id, name]`` of the
-    root span), ``answered`` (the turn has a non-empty final answer). The user message is the last
-    user message of the run's conversation (the new one: frameworks send the history before it).
+    ``human`` (the matched request-for-a-human phrase or ``None``), ``repair`` (the matched repair
+    marker or ``None``), ``span`` (``[span_id, name]`` of the LLM call the user message was read from;
+    the last LLM call when read from the run's conversation; else the root), ``root`` (``[span_id,
+    name]`` of the root span), ``answered`` (the turn has a non-empty final answer).
+
+    The user message (its first :data:`MAX_USER_CHARS` characters) is the turn's new one: the last user
+    message in the input of the turn's *first* LLM call that captured messages (frameworks send the
+    history before it; later calls of the turn add tool results, which some frameworks send with the
+    user role), else of the run's conversation.
     """
     if run.session_id is None:
         return None
-    user = next((m.content for m in reversed(run.messages) if m.role.lower() in _USER_ROLES), "")
     root = next((s for s in run.steps if s.parent_id is None), run.steps[0] if run.steps else None)
-    llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), root)
-    words = sorted(word_set(user))[:MAX_TERMS]
+    llm, user = _user_message(run)
+    llm = llm or root
+    normalised = _normalise(user[:MAX_USER_CHARS])
+    words = sorted({w for w in normalised.split() if len(w) > 1} - _STOP)[:MAX_TERMS]  # word_set's words
+    padded = f" {normalised} "
     return {
         "terms": sorted({_hash(w) for w in words}),
-        "human": human_phrase(user, config.human_phrases) if user else None,
+        "human": _phrase_in(padded, config.human_phrases) if user else None,
+        "repair": _phrase_in(padded, config.reask_markers) if user else None,
         "span": [llm.span_id, llm.name] if llm is not None else ["", ""],
         "root": [root.span_id, root.name] if root is not None else ["", ""],
         "answered": bool((run.final_output or "").strip()),
     }
+
+
+def _last_user(found: Sequence[Message]) -> str | None:
+    return next((m.content for m in reversed(found) if m.role.lower() in _USER_ROLES), None)
+
+
+def _user_message(run: Run) -> tuple[Step | None, str]:
+    """The LLM step the turn's user message was read from (or ``None``) and the message (``""`` when none)."""
+    last_llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), None)
+    looked = 0
+    for step in run.steps:
+        if step is last_llm:
+            break  # its messages are run.messages, already parsed (scorers.normalise)
+        if step.kind is StepKind.LLM:
+            found = content.messages_of(step.attributes)
+            text = _last_user(found) if found else None
+            if text is not None:
+                return step, text
+            looked += 1
+            if found or looked == MAX_LLM_LOOKED:
+                break
+    return last_llm, _last_user(run.messages) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +357,22 @@ def _signal(name: str, turn: Turn, span: Sequence[str], source: str, value: str)
     }
 
 
+def _reask(
+    terms: Sequence[int], repair: str | None, answered: Sequence[tuple[Turn, Sequence[int]]], threshold: float
+) -> str | None:
+    """Why a user message with ``terms`` re-asks an earlier answered question, or ``None``."""
+    for earlier, earlier_terms in answered:
+        similarity = jaccard(terms, earlier_terms)
+        if similarity >= threshold:
+            return f"repeats turn {earlier.position} (Jaccard {similarity:.2f})"
+    if repair:
+        mine = set(terms)
+        for earlier, earlier_terms in reversed(answered):
+            if not mine.isdisjoint(earlier_terms):
+                return f"rephrases turn {earlier.position} (repair marker {repair!r})"
+    return None
+
+
 def session_signals(turns: Sequence[Turn], threshold: float, *, closed: bool) -> list[dict[str, Any]]:
     """The signals of a session's turns (in order), ``abandoned`` only when ``closed``.
 
@@ -282,12 +385,9 @@ def session_signals(turns: Sequence[Turn], threshold: float, *, closed: bool) ->
         span, root = feats.get("span") or ["", ""], feats.get("root") or ["", ""]
         terms = feats.get("terms") or []
         if terms:
-            for earlier, earlier_terms in answered:
-                similarity = jaccard(terms, earlier_terms)
-                if similarity >= threshold:
-                    value = f"repeats turn {earlier.position} (Jaccard {similarity:.2f})"
-                    out.append(_signal(REASK, turn, span, "user_message", value))
-                    break
+            value = _reask(terms, feats.get("repair"), answered, threshold)
+            if value is not None:
+                out.append(_signal(REASK, turn, span, "user_message", value))
         if feats.get("human"):
             out.append(_signal(HUMAN, turn, span, "user_message", str(feats["human"])))
         if turn.thumbs_down:
@@ -348,34 +448,23 @@ class SessionRefresher:
             return [], []
         if self._dialect == "postgresql":
             conn.execute(_PG_LOCK, {"ids": ids, "cls": _LOCK_CLASS})
-        stored = {
-            found.session_id: found
-            for start in range(0, len(ids), 900)
-            for found in conn.execute(
-                sa.select(
-                    sessions.c.session_id,
-                    sessions.c.status,
-                    sessions.c.closed_at,
-                    sessions.c.last_ns,
-                    sessions.c.signals,
-                ).where(sessions.c.session_id.in_(ids[start : start + 900]))
-            )
-        }
         by_session: dict[str, list[Any]] = {}
         for start in range(0, len(ids), 900):
             for turn in conn.execute(self._turns, {"ids": ids[start : start + 900]}):
                 by_session.setdefault(turn.session_id, []).append(turn)
         rows: list[dict[str, Any]] = []
         closed: list[ClosedSession] = []
+        long = [sid for sid, turn_rows in by_session.items() if turn_rows[0].s_status and turn_rows[0].n > WINDOW]
+        older = _stored_signals(conn, long) if long else {}
         for session_id, turn_rows in by_session.items():
-            row, now_closed = self._row(session_id, turn_rows, stored.get(session_id), now, close_before_ns)
+            row, now_closed = self._row(session_id, turn_rows, older.get(session_id, []), now, close_before_ns)
             rows.append(row)
             if now_closed:
                 closed.append(ClosedSession(row, turn_rows[-1].trace_id))
         return rows, closed
 
     def _row(
-        self, session_id: str, turn_rows: list[Any], stored: Any, now: float, close_before_ns: int | None
+        self, session_id: str, turn_rows: list[Any], stored_signals: list[Any], now: float, close_before_ns: int | None
     ) -> tuple[dict[str, Any], bool]:
         turn_rows.sort(key=lambda r: r.rn, reverse=True)  # oldest first
         latest = turn_rows[-1]
@@ -385,18 +474,23 @@ class SessionRefresher:
             for r in turn_rows
         ]
         last_ns = int(latest.last_ns)
-        was_closed = stored is not None and stored.status == "closed"
-        if was_closed and last_ns <= int(stored.last_ns):
-            status, closed_at, now_closed = "closed", stored.closed_at, False
+        if latest.s_status == "closed" and last_ns <= int(latest.s_last):  # a replay: stays closed
+            status, closed_at, now_closed = "closed", latest.s_closed, False
         elif close_before_ns is not None and last_ns < close_before_ns:
             status, closed_at, now_closed = "closed", now, True
         else:
             status, closed_at, now_closed = "open", None, False
         signals = session_signals(turns, self._config.reask_threshold, closed=status == "closed")
-        if stored is not None and total > len(turns):  # keep what older turns (outside the window) showed
+        if stored_signals:  # keep what older turns (outside the window) showed, and re-asks of older questions
             window = {t.trace_id for t in turns}
-            older = [s for s in stored.signals or [] if s["trace_id"] not in window and s["signal"] != ABANDONED]
-            signals = older + signals
+            fresh = {(s["signal"], s["trace_id"]) for s in signals}
+            kept = [
+                s
+                for s in stored_signals
+                if (s["trace_id"] not in window and s["signal"] != ABANDONED)
+                or (s["signal"] == REASK and (REASK, s["trace_id"]) not in fresh)
+            ]
+            signals = sorted(kept + signals, key=lambda s: (s["turn"], _ORDER.get(s["signal"], 9)))
         first_ns = int(latest.first_ns)
         row = {
             "session_id": session_id,
@@ -422,6 +516,12 @@ class SessionRefresher:
         return row, now_closed
 
 
+def _stored_signals(conn: sa.Connection, session_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The stored signals of sessions longer than :data:`WINDOW` (their older turns are not re-read)."""
+    query = sa.select(sessions.c.session_id, sessions.c.signals).where(sessions.c.session_id.in_(session_ids))
+    return {str(sid): list(signals or []) for sid, signals in conn.execute(query)}
+
+
 _PG_LOCK = sa.text(
     "SELECT pg_advisory_xact_lock(:cls, k) FROM "
     "(SELECT DISTINCT hashtext(id) AS k FROM unnest(CAST(:ids AS text[])) AS id ORDER BY k) AS keys"
@@ -434,7 +534,8 @@ def _count(column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
 
 
 def _turns_query(dialect: str) -> sa.Select[Any]:
-    """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals."""
+    """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals and its
+    stored ``status``/``last_ns``/``closed_at`` (``s_status``, ``s_last``, ``s_closed``; NULL when new)."""
     if dialect == "postgresql":
         where = runs.c.session_id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
     else:
@@ -483,4 +584,10 @@ def _turns_query(dialect: str) -> sa.Select[Any]:
         sa.func.sum(inner.c.err).over(partition_by=sid).label("errors"),
         sa.func.sum(inner.c.down).over(partition_by=sid).label("thumbs_down"),
     ).subquery("windowed")  # fmt: skip
-    return sa.select(windowed).where(windowed.c.rn <= WINDOW)
+    stored = sa.select(
+        windowed,
+        sessions.c.status.label("s_status"),
+        sessions.c.last_ns.label("s_last"),
+        sessions.c.closed_at.label("s_closed"),
+    ).select_from(windowed.outerjoin(sessions, sessions.c.session_id == windowed.c.session_id))
+    return stored.where(windowed.c.rn <= WINDOW)

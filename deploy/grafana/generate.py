@@ -2,7 +2,8 @@
 
 Run ``python deploy/grafana/generate.py`` after editing; ``tests/deploy/test_grafana.py`` fails
 when the committed JSON differs from this script's output, and ``tests/deploy/test_scrape.py``
-evaluates every query (rows_runs.py, rows_slo.py, rows_ops.py) against a real Prometheus scraping a real Vigil.
+evaluates every query (rows_runs.py, rows_sessions.py, rows_slo.py, rows_ops.py) against a real
+Prometheus scraping a real Vigil.
 
 Variables: ``environment`` (the Prometheus target label set in ``deploy/prometheus/prometheus.yml``
 or by the ServiceMonitor) and ``agent`` (the ``agent`` label of run metrics). Metrics without an
@@ -18,6 +19,7 @@ from pathlib import Path
 from panels import DS, ENV, Layout, Panel
 from rows_ops import judge_row, pipeline_row, review_row
 from rows_runs import cost_row, latency_row, quality_row, runs_row
+from rows_sessions import sessions_row
 from rows_slo import slo_rows
 
 OUT = Path(__file__).parent / "dashboards" / "vigil.json"
@@ -56,7 +58,8 @@ def variables() -> list[Panel]:
 def dashboard() -> Panel:
     """The dashboard document (Grafana schema 39)."""
     g = Layout()
-    for build in (runs_row, quality_row, slo_rows, cost_row, latency_row, review_row, judge_row, pipeline_row):
+    rows = (runs_row, quality_row, sessions_row, slo_rows, cost_row, latency_row, review_row, judge_row, pipeline_row)
+    for build in rows:
         build(g)
     return {
         "uid": "vigil-fleet",

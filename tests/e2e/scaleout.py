@@ -80,10 +80,11 @@ class Cluster:
         wait_assigned(list(scorers), self.partitions)
 
     def send(
-        self, collector: RoleProcess, n: int, seed: int, seconds: float
+        self, collector: RoleProcess, n: int, seed: int, seconds: float, sessions: int = 0
     ) -> tuple[dict[str, dict[str, Any]], Sender]:
-        """Start sending ``n`` generated runs to ``collector`` over ``seconds``; the expected rows and the sender."""
-        runs = generate(n, seed=seed)
+        """Start sending ``n`` generated runs to ``collector`` over ``seconds``; the expected rows and the sender.
+        With ``sessions``, the runs are turns of that many conversations, interleaved (see :func:`generate`)."""
+        runs = generate(n, seed=seed, sessions=sessions)
         return expected(runs), Sender(collector.otlp_endpoint, runs, seconds=seconds).start()
 
     def stop_all(self) -> None:
@@ -102,10 +103,16 @@ def make_cluster(broker: TansuBroker, db_url: str, workdir: Path, partitions: in
     return Cluster(broker, topic, f"vigil-scorers-{suffix}", db_url, workdir, partitions)
 
 
-def generate(n: int, seed: int) -> list[SynthRun]:
-    """``n`` synthetic agent runs (10–30 spans each), ending now."""
+def generate(n: int, seed: int, sessions: int = 0) -> list[SynthRun]:
+    """``n`` synthetic agent runs (10–30 spans each), ending now.
+
+    With ``sessions``, run ``i`` is a turn of conversation ``i % sessions`` (``gen_ai.conversation.id``):
+    a session's turns are sent far apart and, keyed by trace id, land on every partition.
+    """
     rng = random.Random(seed)
-    return [make_run(rng) for _ in range(n)]
+    if not sessions:
+        return [make_run(rng) for _ in range(n)]
+    return [make_run(rng, conversation=f"conv-{seed}-{i % sessions}") for i in range(n)]
 
 
 def send_http(endpoint: str, runs: Iterable[SynthRun], runs_per_body: int = 5) -> None:
@@ -151,6 +158,12 @@ def expected(runs: Iterable[SynthRun]) -> dict[str, dict[str, Any]]:
         spans = decode_protobuf(body(list(run.spans))).batches[0].spans
         scored = pipeline.process(ClosedTrace(run.trace_id, spans, complete=True))
         out[run.trace_id] = {
+            "session_id": scored.run.session_id,
+            "input_tokens": scored.run.input_tokens,
+            "output_tokens": scored.run.output_tokens,
+            "errored": scored.run.errored,
+            "safety_blocked": scored.run.safety_blocked,
+            "hit_max_iterations": scored.run.hit_max_iterations,
             "agent": scored.run.agent,
             "llm_calls": scored.run.llm_calls,
             "tool_calls": scored.run.tool_calls,
@@ -237,6 +250,40 @@ def check_exact(db_url: str, truth: dict[str, dict[str, Any]]) -> tuple[dict[str
         got = {k: row[k] for k in ("agent", "llm_calls", "tool_calls", "tool_errors", "complete", "flagged")}
         assert {k: want[k] for k in got} == got, tid
     return runs, items
+
+
+SESSION_SUMS = {
+    "turns": lambda t: 1,
+    "input_tokens": lambda t: t["input_tokens"],
+    "output_tokens": lambda t: t["output_tokens"],
+    "turns_flagged": lambda t: int(t["flagged"]),
+    "errors": lambda t: int(t["errored"]),
+    "blocks": lambda t: int(t["safety_blocked"]),
+    "limit_hits": lambda t: int(t["hit_max_iterations"]),
+}
+"""Each session aggregate as a sum over its turns' ground truth."""
+
+
+def check_sessions(db_url: str, truth: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Assert every session row equals the sums over its turns' ground truth (no turn lost or counted
+    twice) and that no other session exists; return the rows."""
+    want: dict[str, dict[str, int]] = {}
+    for t in truth.values():
+        sums = want.setdefault(t["session_id"], dict.fromkeys(SESSION_SUMS, 0))
+        for name, term in SESSION_SUMS.items():
+            sums[name] += term(t)
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = {r["session_id"]: dict(r) for r in conn.execute(sa.text("SELECT * FROM sessions")).mappings()}
+    finally:
+        engine.dispose()
+    assert set(want) == set(rows), (
+        f"missing {sorted(set(want) - set(rows))[:5]}, extra {sorted(set(rows) - set(want))[:5]}"
+    )
+    for session_id, sums in want.items():
+        assert sums == {k: rows[session_id][k] for k in sums}, session_id
+    return rows
 
 
 def created_since(db_url: str, since: float) -> tuple[int, int]:

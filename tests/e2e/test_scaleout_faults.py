@@ -22,6 +22,7 @@ from .scaleout import (
     EXPORT_METHOD,
     Cluster,
     check_exact,
+    check_sessions,
     created_since,
     db_rows,
     generate,
@@ -64,13 +65,14 @@ class TestCrash:
     """kill -9 of the scorer at random moments loses and duplicates nothing."""
 
     def test_kill_nine_and_restart(self, tansu: TansuBroker, pg_url: str, workdir: Path) -> None:
-        """Three SIGKILLs during 2,000 runs: runs, review items and counters equal the ground truth."""
+        """Three SIGKILLs during 2,000 runs, turns of 250 conversations spread over every partition: runs,
+        review items, counters and every session's aggregates equal the ground truth."""
         cluster = make_cluster(tansu, pg_url, workdir)
         # Commit every 3 s so that every kill leaves written-but-uncommitted runs to re-deliver.
         slow_commits = {"VIGIL_KAFKA_COMMIT_INTERVAL_S": "3"}
         try:
             collector, scorer = cluster.pipeline(**slow_commits)
-            truth, sender = cluster.send(collector, 2000, seed=3, seconds=24)
+            truth, sender = cluster.send(collector, 2000, seed=3, seconds=24, sessions=250)
             rng = random.Random(5)
             for kill in range(3):
                 if kill:  # kill only a scorer that is consuming, at a random moment after it started
@@ -83,6 +85,9 @@ class TestCrash:
             wait_runs(pg_url, truth, 120, scorer.log_tail)
             stored, _items = check_exact(pg_url, truth)
             assert any(row["version"] > 1 for row in stored.values()), "no run was re-delivered: test too weak"
+            sessions = check_sessions(pg_url, truth)  # each session's turns were written by several scorers
+            assert 250 == len(sessions)
+            assert all(8 == row["turns"] for row in sessions.values())
             cluster.consuming(scorer)  # the last scorer may have started after every run was written
             wait_for(lambda: _group_at_end(cluster), 60, "the last scorer to commit the log end", scorer.log_tail)
             new_runs, new_items = created_since(pg_url, final_start)

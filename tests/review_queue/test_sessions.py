@@ -55,8 +55,8 @@ def test_human_phrase(text: str, phrase: str | None) -> None:
 
 
 def test_configured_phrases_extend_the_vocabulary_and_bad_config_is_one_line() -> None:
-    config = SessionConfig.from_mapping({"human_phrases": ["Escalate this!"], "reask_threshold": 0.8})
-    assert "escalate this" == human_phrase("please escalate this now", config.human_phrases)
+    config = SessionConfig.from_mapping({"human_phrases": ["Get me your BOSS!"], "reask_threshold": 0.8})
+    assert "get me your boss" == human_phrase("please get me your boss now", config.human_phrases)
     assert "live agent" in config.human_phrases
     assert 0.8 == config.reask_threshold
     with pytest.raises(ValueError, match="reask_threshold must be a number in"):
@@ -77,7 +77,7 @@ def test_turn_features_hash_the_last_user_message_and_name_the_spans() -> None:
     )
     feats = turn_features(run, SessionConfig())
     assert feats is not None
-    assert {"human", "span", "root", "answered", "terms"} == set(feats)
+    assert {"human", "repair", "span", "root", "answered", "terms"} == set(feats)
     assert (["b" * 16, "chat"], ["a" * 16, "invoke_agent"], "speak to a human", True) == (
         feats["span"], feats["root"], feats["human"], feats["answered"],
     )  # fmt: skip
@@ -123,3 +123,27 @@ def test_no_abandonment_after_a_good_last_turn_and_reask_needs_an_answer() -> No
     assert [("abandoned", "incomplete", "")] == [
         (s["signal"], s["value"], s["span_id"]) for s in session_signals(cut, 0.6, closed=True)
     ]
+
+
+def _repair_turn(position: int, user: str) -> Turn:
+    feats = {
+        "terms": sorted(hash(w) for w in word_set(user)),
+        "human": None,
+        "repair": human_phrase(user, SessionConfig().reask_markers),
+        "span": ["s", "chat"],
+        "root": ["r", "agent"],
+        "answered": True,
+    }
+    return Turn(f"t{position}", position, "ok", True, False, feats)
+
+
+def test_a_repair_marker_with_a_shared_word_is_a_rephrase() -> None:
+    asked = _repair_turn(1, "What is the weather in Paris?")
+    rephrased = _repair_turn(2, "Sorry, so how warm is it in Paris right now?")
+    unrelated = _repair_turn(2, "Sorry, I have to go")
+    plain = _repair_turn(2, "How warm is it in Paris right now?")  # no marker: a follow-up, not a re-ask
+    assert ["rephrases turn 1 (repair marker 'sorry')"] == [
+        s["value"] for s in session_signals([asked, rephrased], 0.6, closed=False)
+    ]
+    assert [] == session_signals([asked, unrelated], 0.6, closed=False)
+    assert [] == session_signals([asked, plain], 0.6, closed=False)

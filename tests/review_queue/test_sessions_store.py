@@ -246,3 +246,45 @@ def test_random_sampling_is_per_session_and_deterministic(store: SqlStore, clock
     assert 0 < expected < 40
     assert expected == len(items)
     assert all((["session_random_sample"], 0.5) == (list(r), rate) for r, rate in items)
+
+
+def test_signals_of_turns_older_than_the_window_are_kept(
+    database_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from review_queue import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "WINDOW", 2)  # before the store builds its query
+    store = SqlStore(database_url, clock=clock)
+    try:
+        store.write([turn(1, "s", user="reset my password", start=0)])
+        store.write([turn(3, "s", user="reset my password please", start=10)])
+        for n in (5, 7, 9):
+            store.write([turn(n, "s", start=10 * n)])
+        row = _session(store, "s")
+        assert (5, [("reask", _tid(3), 2)]) == (row["turns"], _signals(row))
+    finally:
+        store.close()
+
+
+def test_purged_turns_leave_their_sessions_exact(store: SqlStore) -> None:
+    from review_queue.retention import purge_traces
+
+    store.write([turn(1, "s", start=0), turn(3, "s", start=10, user="talk to a human"), turn(5, "t", start=0)])
+    assert 0 == purge_traces(store.engine, [_tid(3)])["sessions"]  # recomputed, not deleted
+    row = _session(store, "s")
+    assert (1, 1000, []) == (row["turns"], row["input_tokens"], row["signals"])  # its signal went with it
+    assert 2 == purge_traces(store.engine, [_tid(1), _tid(5)])["sessions"]
+    with store.engine.connect() as conn:
+        assert 0 == conn.execute(sa.select(sa.func.count()).select_from(sessions)).scalar_one()
+
+
+def test_the_upkeep_tick_closes_idle_sessions(store: SqlStore, clock: Clock) -> None:
+    from review_queue.maintenance import Maintenance
+    from review_queue.services import build_services
+
+    services = build_services(store, clock=clock)
+    closer = SessionCloser(store, (), idle_s=60, clock=clock)
+    store.write([turn(1, "s", start=0)])
+    clock.now += 600
+    Maintenance(services.workbench, services.feedback, sessions=closer).tick()
+    assert "closed" == _session(store, "s")["status"]

@@ -55,7 +55,11 @@ def _messages(rng: random.Random, content_bytes: int) -> str:
 
 
 def make_run(
-    rng: random.Random, end_ns: int | None = None, answer: str | None = None, content_bytes: int = 0
+    rng: random.Random,
+    end_ns: int | None = None,
+    answer: str | None = None,
+    content_bytes: int = 0,
+    conversation: str | None = None,
 ) -> SynthRun:
     """Generate one agent run whose root ends at ``end_ns`` (default: now).
 
@@ -63,7 +67,8 @@ def make_run(
     followed by a per-run number so that no two answers are the same (what an LLM judge reads).
     With ``content_bytes`` every LLM span carries captured messages (``gen_ai.input.messages``) of
     ``content_bytes`` to twice that (content capture on); without it the random sequence is the same
-    as before the option existed.
+    as before the option existed. ``conversation`` is the root's ``gen_ai.conversation.id`` (runs sharing
+    one are turns of one session); without it each run gets its own.
     """
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
@@ -109,9 +114,10 @@ def make_run(
                 )
             )  # fmt: skip
         t += 100_000_000
+    own = f"conv-{rng.getrandbits(32):x}"  # drawn either way: the rest of the random sequence is the same
     root_attrs = [
         _kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.agent.name", agent),
-        _kv("gen_ai.conversation.id", f"conv-{rng.getrandbits(32):x}"), _kv("vigil.optimal_steps", 3),
+        _kv("gen_ai.conversation.id", conversation or own), _kv("vigil.optimal_steps", 3),
     ]  # fmt: skip
     if capped:
         root_attrs.append(_kv("vigil.max_iterations_hit", True))

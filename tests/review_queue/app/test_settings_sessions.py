@@ -53,3 +53,24 @@ def test_bad_settings_refuse_to_load_in_one_line(tmp_path: Path, text: str, mess
         _load(tmp_path, text)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_the_wiring_applies_them(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from review_queue.app.scoring import open_store, session_closer
+    from review_queue.store import upgrade_database
+
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    upgrade_database(url)
+    s = _load(tmp_path, f"database_url: '{url}'\nsession_idle_s: 60\nsession_signals: {{reask_threshold: 0.9}}\n")
+    store = open_store(s)
+    try:
+        registry = CollectorRegistry()
+        closer = session_closer(s, store, registry)
+        assert (60.0, 0.9) == (store.sessions.config.idle_s, store.sessions.config.reask_threshold)
+        assert [] == closer.close_idle()
+        assert registry.get_sample_value("vigil_sessions_closed_total", {"agent": "x"}) is None  # no child yet
+        assert "vigil_sessions_closed" in {m.name for m in registry.collect()}
+    finally:
+        store.close()

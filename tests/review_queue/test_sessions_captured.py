@@ -1,0 +1,95 @@
+"""Session signals on conversations captured from real frameworks (tests/fixtures/traces/*_sessions).
+
+Each driver ran scripted multi-turn conversations through its framework's own instrumentation
+against the scripted model server and recorded, per conversation, the turns where the user re-asked
+or asked for a human and whether the conversation was abandoned after a failed, blocked or cut-off
+turn. The captured traces are normalised, written to the store (SQLite and PostgreSQL), the sessions
+closed, and every session's signals must be exactly the driver's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from collector.model import Span
+from collector.otlp import decode_json
+from review_queue.session_close import SessionCloser
+from review_queue.store import SqlStore
+from review_queue.tables import sessions
+from scorers.model import ScoredRun
+from scorers.normalise import normalise
+from tests.support.review_queue import Clock
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+STACKS = sorted(
+    p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json") if "sessions" in json.loads(p.read_text())
+)
+
+
+def _traces(stack: str) -> dict[str, list[Span]]:
+    traces: dict[str, list[Span]] = {}
+    for batch in decode_json((FIXTURES / f"{stack}.json").read_bytes()).batches:
+        traces.setdefault(batch.trace_id, []).extend(batch.spans)
+    return traces
+
+
+def _signals_by_session(rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """The driver's shape: 0-based turns of ``reask`` and ``human_request``, ``abandoned`` as a bool."""
+    out = {}
+    for row in rows:
+        signals = row["signals"]
+        out[row["session_id"]] = {
+            "reask": sorted(s["turn"] - 1 for s in signals if s["signal"] == "reask"),
+            "human_request": sorted(s["turn"] - 1 for s in signals if s["signal"] == "human_request"),
+            "abandoned": any(s["signal"] == "abandoned" for s in signals),
+        }
+    return out
+
+
+def test_three_frameworks_recorded_conversations() -> None:
+    assert len(STACKS) >= 3, STACKS
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_signals_equal_the_drivers(stack: str, database_url: str) -> None:
+    truth = json.loads((FIXTURES / f"{stack}.truth.json").read_text())
+    traces = _traces(stack)
+    runs = [normalise(traces[r["trace_id"]]) for r in truth["runs"]]
+    clock = Clock(max(run.end_ns for run in runs) / 1e9)
+    store = SqlStore(database_url, clock=clock)
+    try:
+        for run in runs:  # one turn per write, as they arrive
+            store.write([ScoredRun(run=run, scores={}, flag=None)])
+        clock.now += store.sessions.config.idle_s + 1
+        closed = SessionCloser(store, (), clock=clock).close_idle()
+        # the conversations, and a lone run's own session when its framework names one (PydanticAI does)
+        lone = {run.session_id for run, r in zip(runs, truth["runs"], strict=True) if r["turn"] is None}
+        assert {s["session_id"] for s in truth["sessions"]} | (lone - {None}) == {c.row["session_id"] for c in closed}
+        with store.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(sa.select(sessions)).mappings()]
+    finally:
+        store.close()
+    got = {sid: signals for sid, signals in _signals_by_session(rows).items() if sid not in lone}
+    want = {
+        s["session_id"]: {
+            "reask": sorted(s["signals"]["reask"]),
+            "human_request": sorted(s["signals"]["human_request"]),
+            "abandoned": s["signals"]["abandoned"],
+        }
+        for s in truth["sessions"]
+    }
+    assert want == got
+    by_session = {row["session_id"]: row for row in rows}
+    for session in truth["sessions"]:
+        row = by_session[session["session_id"]]
+        turns = [r for r in truth["runs"] if r["session_id"] == session["session_id"]]
+        assert (len(session["traces"]), session["user_id"]) == (row["turns"], row["user_id"])
+        assert sum(t["input_tokens"] for t in turns) == row["input_tokens"]
+        for signal in row["signals"]:  # evidence names the turn's trace and a span of it
+            assert session["traces"][signal["turn"] - 1] == signal["trace_id"]
+            assert signal["span_id"] in {s.span_id for s in traces[signal["trace_id"]]}
