@@ -226,6 +226,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             **run_view(services, item["trace_id"], snapshot, run),
             "position": _turn_position(services, item["trace_id"]),
+            "session_item": _session_item(services, snapshot),
             "verdicts": bench.verdicts(item_id, who),
             "events": bench.events(item_id, who),
             "feedback": services.feedback.for_run(item["trace_id"]),
@@ -299,6 +300,15 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""
             return RedirectResponse(f"/items/{item_id}?error={_q(message or 'choose pass or fail')}", status_code=303)
         return RedirectResponse(_next_item(services, who), status_code=303)
+
+
+def _session_item(services: ReviewServices, snapshot: dict[str, Any]) -> dict[str, Any] | None:
+    """The session a session item stands for (snapshot ``subject: session``), as the session page shows it."""
+    if snapshot.get("subject") != "session" or not snapshot.get("session_id"):
+        return None
+    from review_queue.web_sessions import session_view
+
+    return session_view(services, str(snapshot["session_id"])[:256])
 
 
 def _turn_position(services: ReviewServices, trace_id: str) -> dict[str, Any] | None:

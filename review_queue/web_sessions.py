@@ -23,7 +23,7 @@ from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
-__all__ = ["PAGE_TURNS", "mount_session_pages"]
+__all__ = ["PAGE_TURNS", "mount_session_pages", "session_view"]
 
 PAGE_TURNS = 200
 """Turns the session page renders with their conversation (the API lists up to ``sessions.MAX_TURNS``)."""
@@ -35,7 +35,7 @@ _SORT_LABELS = {"last": "last activity", "turns": "turns", "duration": "duration
 
 def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
-    from review_queue.web import render, run_view
+    from review_queue.web import render
 
     reader = Depends(services.access.require_page(*READERS))
     store = services.store
@@ -102,29 +102,42 @@ def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     @app.get("/sessions/{session_id:path}", include_in_schema=False)
     def session_page(request: Request, session_id: str, who: Principal = reader) -> Response:
         session_id = session_id[:256]
-        with guard("session_page", store.retry_after_s), store.engine.connect() as conn:
-            found = sessions.get_session(conn, session_id)
-        if found is None:
+        view = session_view(services, session_id)
+        if view is None:
             return render("error.html", request, status=404, message=f"session {session_id} not found")
-        session, turns = found["session"], found["turns"]
-        shown = turns[:PAGE_TURNS]
-        previous: list[Any] = []
-        for turn in shown:
-            view = run_view(services, turn["trace_id"], {}, turn)
-            turn["view"] = view
-            turn["fresh"], turn["repeated"] = sessions.fresh_entries(previous, view["conversation"])
-            turn["why"] = views.evidence_by_signal(turn.get("evidence"))
-            turn["open"] = len(turns) <= OPEN_ALL_UP_TO or bool(turn["flag"]) or bool(turn["signals"])
-            previous = view["conversation"] or previous
-        return render(
-            "session.html",
-            request,
-            session=session,
-            turns=shown,
-            hidden_turns=len(turns) - len(shown) + (1 if found["turns_truncated"] else 0),
-            truncated=found["turns_truncated"] or len(turns) > len(shown),
-            details_policy=services.details,
-        )
+        return render("session.html", request, **view)
+
+
+def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | None:
+    """What ``session_turns.html`` shows of a session (the session page, a session's item page), or ``None``.
+
+    ``session`` (the row), ``turns`` (the first :data:`PAGE_TURNS`, each with its run ``view``, the
+    ``fresh`` conversation entries and the ``repeated`` count, its evidence by signal ``why``, ``open``),
+    ``truncated`` and ``details_policy``.
+    """
+    from review_queue.web import run_view
+
+    store = services.store
+    with guard("session_page", store.retry_after_s), store.engine.connect() as conn:
+        found = sessions.get_session(conn, session_id)
+    if found is None:
+        return None
+    turns = found["turns"]
+    shown = turns[:PAGE_TURNS]
+    previous: list[Any] = []
+    for turn in shown:
+        view = run_view(services, turn["trace_id"], {}, turn)
+        turn["view"] = view
+        turn["fresh"], turn["repeated"] = sessions.fresh_entries(previous, view["conversation"])
+        turn["why"] = views.evidence_by_signal(turn.get("evidence"))
+        turn["open"] = len(turns) <= OPEN_ALL_UP_TO or bool(turn["flag"]) or bool(turn["signals"])
+        previous = view["conversation"] or previous
+    return {
+        "session": found["session"],
+        "turns": shown,
+        "truncated": found["turns_truncated"] or len(turns) > len(shown),
+        "details_policy": services.details,
+    }
 
 
 def _hours_ago(now: float, text: str) -> float | None:

@@ -172,11 +172,13 @@
     if (el && el.classList.contains("session-turn")) { showTurn(el, false); }
   }
 
-  function onSessionKey(key) {
+  // j/k (and n/p on the session page, where no verdict form takes them) move between turns; o, r
+  function onSessionKey(key, page) {
     var all = turns();
+    if (!all.length) { return false; }
     var current = all[currentTurnIndex()];
-    if (key === "j" || key === "n") { return moveTurn(1); }
-    if (key === "k" || key === "p") { return moveTurn(-1); }
+    if (key === "j" || (key === "n" && page === "session")) { return moveTurn(1); }
+    if (key === "k" || (key === "p" && page === "session")) { return moveTurn(-1); }
     if (key === "o" && current) { current.open = !current.open; return true; }
     if (key === "r" && current) { window.location.href = current.getAttribute("data-href"); return true; }
     return false;
@@ -252,7 +254,7 @@
       return;
     }
     if (key === "g") { pendingG = true; event.preventDefault(); return; }
-    if (page === "session" && onSessionKey(key)) { event.preventDefault(); return; }
+    if (onSessionKey(key, page)) { event.preventDefault(); return; }
     var inTree = target.classList && target.classList.contains("span-row");
     if (inTree && (key === "ArrowDown" || key === "ArrowUp")) { moveSpan(key === "ArrowDown" ? 1 : -1); event.preventDefault(); return; }
     if (inTree && (key === "Enter" || key === " ")) { showSpan(target, true, true); event.preventDefault(); return; }
@@ -309,7 +311,7 @@
     });
     window.addEventListener("hashchange", fromHash);
     fromHash();
-    if (page === "session") {
+    if (turns().length) {
       turns().forEach(function (turn) {
         turn.querySelector("summary").addEventListener("click", function () {
           turns().forEach(function (t) { t.classList.toggle("current", t === turn); });

@@ -29,6 +29,7 @@ from review_queue.api import create_api_app
 from review_queue.app.process import start_vigil
 from review_queue.details import DetailsWriter
 from review_queue.services import build_services
+from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.store import SqlStore, upgrade_database
 from scorers.redact import Redactor
 from tests.support.fixtures import served
@@ -65,6 +66,11 @@ def url(tmp_path: Path) -> Iterator[str]:
         {"signal": "human_request", "trace_id": ids[3], "turn": 4, "span_id": f"{4:015x}2",
          "span_name": "chat gpt-4o-mini", "source": "user message", "value": "talk to a human"},
     ]  # fmt: skip
+    queued = chat_turns("conv-q", EXCHANGES, first=11)  # idle since 2023: closed and flagged as a session
+    store.write(queued)
+    DetailsWriter(store.write_details, Redactor()).write_now(queued)
+    closer = SessionCloser(store, compile_session_rules({"long_conversation": {"expr": "turns >= 4"}}))
+    assert {SESSION, "conv-q"} == {c.row["session_id"] for c in closer.close_idle()}
     put_session(store, SESSION, user_id="user-1", turns=4, turns_flagged=1, errors=1, first_ns=T0,
                 last_ns=T0 + 122 * S, duration_s=122.0, signals=signals, status="closed", closed_at=1.0)  # fmt: skip
     services = build_services(store, admin_token=ADMIN_TOKEN)
@@ -110,7 +116,8 @@ class TestSessionPage:
             page.press("#token", "Enter")
         with page.expect_navigation():
             page.click("#nav-sessions")
-        assert 1 == page.locator("tr.session-row").count()
+        assert 2 == page.locator("tr.session-row").count()
+        assert SESSION in page.inner_text("tr.session-row.selected")  # the most recently active first
         with page.expect_navigation():
             page.keyboard.press("Enter")  # the selected (first) row
         assert "/sessions/conv-7f3a%2Fsupport" in page.url
@@ -215,3 +222,27 @@ class TestCapturedConversation:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "session-captured.png"), full_page=True)
             page.close()
+
+
+class TestSessionItemPage:
+    """A session flagged into the queue: its item page walks the turns with j/k (p/n stay verdict keys)."""
+
+    def test_walk_turns_on_the_item_page(self, url: str, browser: Any) -> None:
+        """The session item of conv-q lists its four turns; j/k move between them like on the session page."""
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
+        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        _login(page, url, ADMIN_TOKEN)
+        page.goto(f"{url}/items/{item['id']}")
+        assert 4 == page.locator("#session-item details.session-turn").count()
+        page.keyboard.press("j")
+        assert _at(1) == _state(page)
+        page.keyboard.press("j")
+        assert _at(2) == _state(page)
+        page.keyboard.press("k")
+        assert _at(1) == _state(page)
+        assert page.is_visible("#turn-1 >> text=Where is my order 4411?")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "session-item.png"))
+        page.close()

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from review_queue.api import create_api_app
 from review_queue.details import DetailsWriter
 from review_queue.services import ReviewServices, build_services
+from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.session_queries import fresh_entries
 from review_queue.store import SqlStore, upgrade_database
 from scorers.redact import Redactor
@@ -117,6 +118,42 @@ class TestSessionPage:
         html = client.get("/sessions/long").text
         assert ["turn-1", "turn-2"] == _turn_sections(html)
         assert 'href="/runs?session=long"' in html
+
+
+class TestSessionItemPage:
+    """A session flagged into the queue (its last turn's item) shows the whole session on the item page."""
+
+    def test_item_page_shows_every_turn(self, ui: Any) -> None:
+        """The closer flags the idle three-turn session by a session rule; its item page lists the three
+        turns in order, each with its conversation, the injected script escaped; j/k are documented."""
+        client, store, _ = ui
+        ids = _conversation(store, "conv-q")
+        closer = SessionCloser(store, compile_session_rules({"long_conversation": {"expr": "turns >= 3"}}))
+        assert ["conv-q"] == [c.row["session_id"] for c in closer.close_idle()]
+        (item,) = client.get("/api/v1/queue").json()["items"]
+        assert ids[2] == item["trace_id"]
+        assert "long_conversation" in item["reasons"]
+        page = client.get(f"/items/{item['id']}")
+        assert 200 == page.status_code
+        html = page.text
+        assert 'id="session-item"' in html
+        assert ["turn-1", "turn-2", "turn-3"] == _turn_sections(html)
+        turns = html.split('<details class="session-turn')[1:]
+        assert "Where is my order 4411?" in turns[0]
+        assert "Still nothing. &lt;script&gt;window.__xss=1&lt;/script&gt;" in turns[2]
+        assert "<script>window.__xss" not in html
+        assert "<kbd>j</kbd> next turn · <kbd>k</kbd> previous turn" in html
+        assert 'id="conversation-view"' not in html  # the last turn is among the turns, not shown twice
+
+    def test_plain_item_page_unchanged(self, ui: Any) -> None:
+        """A run's own item (not a session's) keeps its single conversation."""
+        client, store, _ = ui
+        _conversation(store, "conv-r", flagged=(2,))
+        (item,) = client.get("/api/v1/queue").json()["items"]
+        html = client.get(f"/items/{item['id']}").text
+        assert 'id="session-item"' not in html
+        assert 'id="conversation-view"' in html
+        assert 'id="session-nav"' in html
 
 
 class TestRunPageNeighbours:
