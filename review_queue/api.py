@@ -90,6 +90,10 @@ class RunOut(BaseModel):
         description="Why each headline signal and flag reason is set: the detection rule, span and matched value.",
     )
     version: int = Field(description="1 on first write, +1 per re-score.")
+    session_id: str | None = Field(
+        None, description="The session (conversation) the run is a turn of; null: a session of one."
+    )
+    user_id: str | None = Field(None, description="The end user, when the trace names one.")
     created_at: datetime
     updated_at: datetime
 

@@ -73,7 +73,6 @@ class TurnOut(RunOut):
     """One turn: the run's summary, scores, flag and evidence, with its place in the session."""
 
     turn: int = Field(description="1 = the first turn.")
-    user_id: str | None
     review_item_id: int | None = Field(description="The run's review item, null when never flagged.")
     signals: list[SessionSignalOut] = Field(description="The session signals read on this turn.")
 

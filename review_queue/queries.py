@@ -223,6 +223,8 @@ _RUN_FIELDS = (
     "scores",
     "scorer_errors",
     "version",
+    "session_id",
+    "user_id",
 )
 
 

@@ -166,7 +166,6 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
         turn = run_document(run)
         turn.update(
             turn=number,
-            user_id=run["user_id"],
             review_item_id=run["review_item_id"],
             signals=[s for s in signals if s.get("trace_id") == run["trace_id"]],
         )

@@ -267,6 +267,9 @@ class TestRunsBySessionAndUser:
         assert {_tid(1), _tid(2), _tid(3)} == listed(user="u1")
         assert {_tid(3)} == listed(session="s2", user="u1")
         assert set() == listed(session="s3")
+        detail = client.get(f"/api/v1/runs/{_tid(4)}").json()
+        assert ("s2", "u2") == (detail["session_id"], detail["user_id"])
+        assert (None, None) == tuple(client.get(f"/api/v1/runs/{_tid(5)}").json()[k] for k in ("session_id", "user_id"))
 
     @pytest.mark.parametrize("params", [{"session": ""}, {"user": "x" * 257}, {"session": "a\x00"}])
     def test_bad_params(self, client: TestClient, params: dict[str, str]) -> None:
