@@ -82,7 +82,7 @@ def add_eval_commands(
     source = add.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-run", dest="trace_id", help="trace id of a stored run")
     source.add_argument("--from-session", dest="session_id", help="a stored session: its turns as one multi-turn case")
-    add.add_argument("--eval-id", default=None, help="the case id (default: the trace id)")
+    add.add_argument("--eval-id", default=None, help="the case id (default: the trace id or the session id)")
     add.set_defaults(func=_cmd_eval_add)
 
 
