@@ -238,6 +238,11 @@ class SessionCloser:
         engine = self._store.engine
         with guard("close_sessions", self._store.retry_after_s), engine.connect() as conn, write_transaction(conn):
             ids = [str(i) for i in conn.execute(idle).scalars()]
+            if ids and conn.dialect.name == "postgresql":
+                # Writers lock their run rows, then the session (review_queue.sessions); take them in
+                # the same order, so a turn re-scored while its session closes waits instead of deadlocking.
+                turns = sa.select(runs.c.trace_id).where(runs.c.session_id.in_(ids)).order_by(runs.c.trace_id)
+                conn.execute(turns.with_for_update())
             closed = self._store.refresh_sessions(conn, ids, now, close_before_ns=cutoff) if ids else []
             for one in closed:
                 self._review(conn, one, now)

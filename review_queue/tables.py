@@ -295,9 +295,10 @@ sessions = sa.Table(
 Recomputed from its runs (``runs.session_id``) in the transaction that writes them
 (:mod:`review_queue.sessions`), so every aggregate is exact under replays and re-scores: ``turns``
 (runs), ``first_ns``/``last_ns`` (earliest start, latest end), ``duration_s`` (``last_ns - first_ns``
-in seconds), token sums, ``cost_usd`` (sum of the runs' ``cost_usd`` score), ``turns_flagged``,
+in seconds), token sums, ``cost_usd`` (sum of the runs' ``cost_usd`` column), ``turns_flagged``,
 ``limit_hits`` (turns that hit max iterations), ``blocks`` (safety-blocked turns), ``errors`` (errored
-turns), ``thumbs_down`` (turns with negative feedback). ``agent``/``user_id``: of the latest turn.
+turns), ``thumbs_down`` (turns with negative feedback). ``agent``/``user_id``: of the latest turn
+(``user_id``: of another turn when the latest names none).
 ``signals``: list of ``{signal, trace_id, turn, span_id, span_name, source, value}`` (``turn`` is the
 1-based position of the turn by start time) — the session signals with the turn and span that show them.
 ``status``: ``open`` while turns may arrive, ``closed`` after the idle time (``closed_at`` set).

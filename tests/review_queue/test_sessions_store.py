@@ -52,7 +52,7 @@ def turn(
         reasons=reasons,
         agent="support",
         session_id=session,
-        user_id="u-1" if session else None,
+        user_id=fields.pop("user_id", "u-1" if session else None),
         start_ns=start_ns,
         end_ns=start_ns + 2 * S,
         input_tokens=1000,
@@ -208,6 +208,10 @@ def test_idle_sessions_close_with_abandonment_and_reopen_on_a_new_turn(store: Sq
     assert 1 == sample("vigil_sessions_completed_total", {"agent": "support"})
     assert 2 == sample("vigil_session_turns_count", {"agent": "support"})
     assert 3 == sample("vigil_session_turns_sum", {"agent": "support"})
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    exposition = generate_latest(registry).decode()  # the abandoned session's exemplar: its last turn
+    assert f'vigil_sessions_abandoned_total{{agent="support"}} 1.0 # {{trace_id="{_tid(3)}"}}' in exposition
 
 
 def test_a_flagged_session_becomes_one_item_on_its_last_turn(store: SqlStore, clock: Clock) -> None:
@@ -288,3 +292,41 @@ def test_the_upkeep_tick_closes_idle_sessions(store: SqlStore, clock: Clock) -> 
     clock.now += 600
     Maintenance(services.workbench, services.feedback, sessions=closer).tick()
     assert "closed" == _session(store, "s")["status"]
+
+
+def test_closing_while_last_turns_are_rescored_never_deadlocks(database_url: str, clock: Clock) -> None:
+    """A scorer re-writing the last turns (a Kafka re-delivery) while the upkeep closes and flags their
+    sessions: both finish, whatever the interleaving (PostgreSQL would abort one on a lock cycle)."""
+    writer_store, closer_store = SqlStore(database_url, clock=clock), SqlStore(database_url, clock=clock)
+    closer = SessionCloser(closer_store, compile_session_rules({"all": {"expr": "turns >= 1"}}), idle_s=60, clock=clock)
+    errors: list[BaseException] = []
+    try:
+        for round_ in range(4):
+            batch = [turn(100_000 * (round_ + 1) + 2 * k + 1, f"r{round_}-{k}", start=0) for k in range(40)]
+            writer_store.write(batch)
+            clock.now += 600
+            stop = threading.Event()
+
+            def rewrite(batch: list[ScoredRun] = batch, stop: threading.Event = stop) -> None:
+                try:
+                    while not stop.is_set():
+                        writer_store.write(batch)
+                except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                    errors.append(exc)
+
+            thread = threading.Thread(target=rewrite)
+            thread.start()
+            try:
+                assert 40 == len(closer.close_idle())
+            finally:
+                stop.set()
+                thread.join()
+            assert [] == errors
+    finally:
+        writer_store.close()
+        closer_store.close()
+
+
+def test_a_session_keeps_its_user_when_the_latest_turn_names_none(store: SqlStore) -> None:
+    store.write([turn(1, "s", start=0), turn(3, "s", start=10, user_id=None)])
+    assert ("u-1", 2) == (_session(store, "s")["user_id"], _session(store, "s")["turns"])

@@ -74,3 +74,11 @@ def test_the_wiring_applies_them(tmp_path: Path) -> None:
         assert "vigil_sessions_closed" in {m.name for m in registry.collect()}
     finally:
         store.close()
+
+
+def test_the_readme_example_is_valid(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    start = readme.index("```yaml\nsession_idle_s:") + len("```yaml\n")
+    s = _load(tmp_path, readme[start : readme.index("```", start)])
+    assert "long_conversation" in [r.name for r in s.session_rules()]
+    assert "get me a manager" in s.session_config().human_phrases
