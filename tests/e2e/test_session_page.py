@@ -3,7 +3,8 @@
 :class:`TestCapturedConversation`: a real ``vigil run`` is sent the captured LangGraph
 conversations (``tests/fixtures/traces/langgraph_sessions.json``, OTLP/JSON, with the driver's
 truth); the session page lists the turns the driver recorded, in order, under the user the
-driver set, each with its conversation, and the keyboard walks them.
+driver set, each with its conversation, the re-ask on the turn the script re-asked in, and the
+keyboard walks them.
 
 :class:`TestSessionPage`: a uvicorn server on a free port serves the real API + UI over a SQLite
 store holding one flagged conversation of four turns (their run details written by the real details writer). A reviewer
@@ -182,8 +183,8 @@ class TestCapturedConversation:
     """Captured LangGraph conversations through a real ``vigil run``, read on the session page."""
 
     def test_session_page_of_a_captured_conversation(self, tmp_path: Path, browser: Any) -> None:
-        """The three-turn conversation's page lists the driver's traces in turn order under its user, and
-        ``j`` walks the turns, each showing its conversation."""
+        """The three-turn conversation's page lists the driver's traces in turn order under its user, the
+        re-ask on the turn the driver recorded it, and ``j`` walks the turns, each showing its conversation."""
         truth = json.loads((FIXTURES / "langgraph_sessions.truth.json").read_text())
         session = max(truth["sessions"], key=lambda s: len(s["traces"]))
         env = {"VIGIL_QUIET_PERIOD_S": "0.3", "VIGIL_SAMPLE_RATE": "0", "VIGIL_ADMIN_TOKEN": ADMIN_TOKEN}
@@ -215,6 +216,10 @@ class TestCapturedConversation:
             hrefs = page.eval_on_selector_all("details.session-turn", "els => els.map(e => e.dataset.href)")
             assert [f"/runs/{t}" for t in session["traces"]] == hrefs
             assert session["user_id"] == page.inner_text("#session-summary td >> nth=0")
+            assert session["signals"]["reask"], "the fixture's longest conversation re-asks"
+            for index in session["signals"]["reask"]:  # the driver's 0-based turn index
+                assert "reask" in page.inner_text(f"#turn-{index + 1} summary")
+                assert "reask" in page.inner_text(f"#turn-{index + 1} .turn-signals")
             for n in range(1, len(turns) + 1):
                 page.keyboard.press("j")
                 assert _at(n) == _state(page)
