@@ -126,7 +126,6 @@ GRPC_LIMIT_FACTOR = 2
 """The gRPC library's receive limit, in multiples of ``max_message_bytes`` (see the module docstring)."""
 
 
-
 def receive_limit(max_message_bytes: int) -> int:
     """The gRPC library's receive limit (``grpc.max_receive_message_length``) for ``max_message_bytes``:
     :data:`GRPC_LIMIT_FACTOR` times it, at most 2**31 - 1."""
@@ -353,9 +352,7 @@ class _GrpcReceiver:
     async def _accept(self, body: bytes, reservation: Reservation) -> DecodeResult:
         """Keep the reservation of what ``body`` and its decoded spans hold, decode and publish it."""
         if len(body) > self._limit:
-            raise _Rejection(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "too_large", f"message exceeds {self._limit} bytes"
-            )
+            raise _Rejection(grpc.StatusCode.RESOURCE_EXHAUSTED, "too_large", f"message exceeds {self._limit} bytes")
         try:
             check_room(self._publisher, len(body))
         except BackpressureError as exc:
@@ -393,9 +390,7 @@ class _GrpcReceiver:
         except BackpressureError as exc:
             raise self._backpressure(exc, spans=result.accepted) from exc
 
-    def _backpressure(
-        self, exc: BackpressureError, *, spans: int, reason: RejectReason = "backpressure"
-    ) -> _Rejection:
+    def _backpressure(self, exc: BackpressureError, *, spans: int, reason: RejectReason = "backpressure") -> _Rejection:
         """``UNAVAILABLE`` with ``RetryInfo``; ``spans`` is 0 when refused before decoding."""
         rejection = _Rejection(grpc.StatusCode.UNAVAILABLE, reason, f"{exc}; retry later", spans=spans)
         delay = max(self._retry_after_s, math.ceil(exc.retry_after))

@@ -14,8 +14,10 @@ serialise, and the second reads the first's committed turn.
 **Idle close.** A session is ``open`` while its turns arrive and closes when no turn has ended for
 ``idle_s`` (:data:`DEFAULT_IDLE_S`, 30 minutes: the inactivity timeout of web analytics sessions —
 Google Analytics and Matomo both end a visit after 30 minutes without a hit — and the span in
-which a user who comes back is still in the same conversation). A turn arriving after the close
-(its end later than the session's last) reopens it. :class:`SessionCloser` closes idle sessions.
+which a user who comes back is still in the same conversation), measured from the last turn's end
+(the trace's clock) to the closer's clock. A turn arriving after the close (its end later than the
+session's last) reopens it, and it is closed (and counted) again later.
+:class:`review_queue.session_close.SessionCloser` closes idle sessions.
 
 **Signals** (deterministic, each naming the turn's trace id, its 1-based position and a span):
 

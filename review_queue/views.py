@@ -11,11 +11,16 @@ from typing import Any
 
 import orjson
 
+from scorers.blind_spots import Shape, blind_spots
+from scorers.model import StepKind
+from scorers.signals import skipped_type
+
 __all__ = [
     "WATERFALL_WIDTH",
     "age",
     "attr_text",
     "attribute_rows",
+    "cannot_show",
     "clock_time",
     "line_chart",
     "pretty",
@@ -231,3 +236,29 @@ def line_chart(series: Mapping[str, Sequence[float | None]], *, top: float | Non
         last = next((v for v in reversed(vs) if v is not None), None)
         lines.append({"name": name, "segments": segments, "last": last})
     return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": high, "lines": lines}
+
+
+def cannot_show(run: Mapping[str, Any], details: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """What a stored run's trace cannot show (:mod:`scorers.blind_spots`), read from the run's headline
+    fields and its details document's spans; nothing when the details were not kept (the page says why)."""
+    if details is None:
+        return ()
+    spans = [s for s in details.get("spans") or [] if isinstance(s, Mapping)]
+    answered = [s for s in spans if s.get("kind") == StepKind.LLM.value and not s.get("error")]
+    shape = Shape(
+        content_captured=bool(details.get("content_captured")),
+        llm_calls=int(run.get("llm_calls") or 0),
+        answered=len(answered),
+        with_reasons=sum(1 for s in answered if s.get("finish_reasons")),
+        with_tokens=sum(1 for s in answered if s.get("input_tokens") or s.get("output_tokens")),
+        guardrail_spans=sum(1 for s in spans if s.get("kind") == StepKind.GUARDRAIL.value),
+        skipped=sum(
+            1
+            for s in spans
+            if s.get("error") and s.get("kind") != StepKind.LLM.value and skipped_type(s.get("error_type"))
+        ),
+        errored=bool(run.get("errored")),
+        hit_max_iterations=bool(run.get("hit_max_iterations")),
+        safety_blocked=bool(run.get("safety_blocked")),
+    )
+    return blind_spots(shape)

@@ -346,6 +346,7 @@ def run_view(
     end = (run or {}).get("end_ns") or snapshot.get("end_ns", 0)
     return {
         "fall": views.waterfall(spans, start, end),
+        "cannot_show": views.cannot_show(run or {}, details),
         "conversation": conversation,
         "details_status": status.value,
         "details_policy": policy,

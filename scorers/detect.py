@@ -34,6 +34,14 @@ Vocabulary (exception types, exception messages and status descriptions of non-t
         ``Model refused to produce output``, ``content filter``/``policy``, ``PIIDetectionError``,
         ``moderation flagged`` …  Precision guards: rate limits and quotas, Python's own
         ``maximum recursion depth``, retries and connection refusals never match.
+    ``block.output_check``
+        An output check that gave up: the exception that reached the caller says output
+        validation ran out of retries (PydanticAI's ``Exceeded maximum output retries (1)``,
+        CrewAI's ``Task failed guardrail validation after 3 retries``), and the check's rejection
+        — the rest of that message, or the feedback the framework sent the model before its last
+        answer — names a policy (personal data, unsafe content, a denied topic; ``policy_words``
+        and the user's ``safety_blocked.rejections``). A rejection that names a format problem
+        (``not valid JSON``) names no policy: the run stays an error.
     ``limit.output``
         The fixed texts frameworks answer with when they stop at their cap (LangChain's
         ``Agent stopped due to max iterations.``, LangGraph's ``Sorry, need more steps…``,
@@ -73,6 +81,8 @@ __all__ = [
     "Detector",
     "block_words",
     "limit_words",
+    "output_check_spent",
+    "policy_words",
     "tokens_of",
 ]
 
@@ -89,6 +99,7 @@ BUILTIN_RULES: Final = (
     "block.refusal",
     "block.guardrail",
     "block.vocabulary",
+    "block.output_check",
 )
 """Every built-in detection rule id (what ``detection.disable`` accepts)."""
 
@@ -315,6 +326,47 @@ def block_words(text: str) -> bool:
     return bool(words & {"jailbreak", "injection"} and words & {"detected", "blocked", "attempt"})
 
 
+_CHECK_NOUNS: Final = frozenset({"output", "validation", "validator", "validators", "guardrail", "result", "answer"})
+_CHECK_SPENT: Final = frozenset({"retries", "retry", "attempts"})
+_CHECK_MARKS: Final = frozenset({"exceeded", "maximum", "max", "exhausted", "after", "failed"})
+
+
+@functools.lru_cache(maxsize=1024)
+def output_check_spent(text: str) -> bool:
+    """Whether ``text`` (an exception message or type) says an output check ran out of retries."""
+    words = set(tokens_of(text))
+    return bool(words & _CHECK_NOUNS and words & _CHECK_SPENT and words & _CHECK_MARKS)
+
+
+_POLICY_SINGLE: Final = frozenset(
+    {"pii", "phi", "privacy", "gdpr", "hipaa", "confidential", "unsafe", "harmful", "harm", "toxic", "toxicity",
+     "hate", "hateful", "violence", "violent", "sexual", "nsfw", "profanity", "profane", "offensive", "harassment",
+     "jailbreak", "disallowed", "prohibited", "forbidden", "moderation", "moderated", "unsafety"}
+)  # fmt: skip
+_POLICY_ACTS: Final = frozenset({"violates", "violated", "violation", "against", "breach", "breaches"})
+
+
+@functools.lru_cache(maxsize=1024)
+def policy_words(text: str) -> bool:
+    """Whether an output check's rejection names a policy: personal data, unsafe content, a denied topic.
+
+    ``"contains personal data"``, ``"PII detected"``, ``"harmful content"``, ``"the topic is not
+    allowed"``, ``"violates the privacy policy"``; never a format problem (``"not valid JSON"``,
+    ``"missing field 'summary'"``), which names none of these.
+    """
+    tokens = tokens_of(text)
+    words = set(tokens)
+    if words & _POLICY_SINGLE:
+        return True
+    if "personal" in words and words & {"data", "information", "info", "details"}:
+        return True
+    if "sensitive" in words and words & {"data", "information", "content"}:
+        return True
+    if words & {"topic", "topics", "subject"} and words & {"denied", "banned", "restricted", "allowed", "off"}:
+        return True
+    return "policy" in words and bool(words & _POLICY_ACTS)
+
+
 def _guard_type(exception_type: str) -> bool:
     words = set(tokens_of(exception_type))
     return ("tripwire" in words or bool(words & _GUARD_WORDS)) and block_words(exception_type)
@@ -354,9 +406,10 @@ class _UserSignal:
     exception_types: frozenset[str] = frozenset()
     messages: tuple[re.Pattern[str], ...] = ()
     attributes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    rejections: tuple[re.Pattern[str], ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.exception_types or self.messages or self.attributes)
+        return bool(self.exception_types or self.messages or self.attributes or self.rejections)
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +426,7 @@ class DetectionConfig:
           safety_blocked:
             exception_types: [ContentRejected]
             attributes: {myapp.moderation: [blocked]}
+            rejections: ["brand guidelines"]   # an output check that gave up on these is a block
           disable: [limit.cutoff]
 
     Attribute values compare as lower-cased strings (``true`` matches a boolean true).
@@ -419,25 +473,16 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         return _UserSignal()
     if not isinstance(data, Mapping):
         raise DetectionConfigError(f"{where}: expected a mapping")
-    unknown = set(data) - {"exception_types", "messages", "attributes"}
+    unknown = set(data) - {"exception_types", "messages", "attributes", "rejections"}
     if unknown:
         raise DetectionConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes)"
+            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes, rejections)"
         )
     types = data.get("exception_types") or []
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise DetectionConfigError(f"{where}.exception_types: expected a list of exception class names")
-    patterns = data.get("messages") or []
-    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
-        raise DetectionConfigError(f"{where}.messages: expected a list of regular expressions")
-    compiled: list[re.Pattern[str]] = []
-    for i, pattern in enumerate(patterns):
-        try:
-            compiled.append(re.compile(pattern, re.IGNORECASE))
-        except re.error as exc:
-            raise DetectionConfigError(
-                f"{where}.messages[{i}]: invalid regular expression {pattern!r}: {exc}"
-            ) from None
+    compiled = _patterns(data.get("messages"), f"{where}.messages")
+    rejections = _patterns(data.get("rejections"), f"{where}.rejections")
     attrs = data.get("attributes") or {}
     if not isinstance(attrs, Mapping):
         raise DetectionConfigError(f"{where}.attributes: expected a mapping of attribute key to values")
@@ -447,7 +492,21 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         if not isinstance(key, str) or not key or not items:
             raise DetectionConfigError(f"{where}.attributes: expected attribute key: [values]")
         values[key] = frozenset(_attr_text(v) for v in items)
-    return _UserSignal(frozenset(types), tuple(compiled), values)
+    return _UserSignal(frozenset(types), compiled, values, rejections)
+
+
+def _patterns(patterns: object, where: str) -> tuple[re.Pattern[str], ...]:
+    """A list of regular expressions, compiled case-insensitive; a one-line error naming the bad one."""
+    patterns = patterns or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise DetectionConfigError(f"{where}: expected a list of regular expressions")
+    compiled: list[re.Pattern[str]] = []
+    for i, pattern in enumerate(patterns):
+        try:
+            compiled.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as exc:
+            raise DetectionConfigError(f"{where}[{i}]: invalid regular expression {pattern!r}: {exc}") from None
+    return tuple(compiled)
 
 
 def _attr_text(value: object) -> str:
@@ -719,6 +778,33 @@ class Detector:
 
     # per run ---------------------------------------------------------------------------------
 
+    def output_check(self, culprit: Span, messages: Sequence[Message], out: list[Evidence]) -> None:
+        """``block.output_check``: the exception that reached the caller says an output check ran out of
+        retries, and its rejection names a policy (see the module doc).
+
+        The rejection is read from the rest of the exception message and from the feedback sent to
+        the model before its last answer: the non-assistant messages between the last call's earlier
+        answer and its output.
+        """
+        if not self._on["block.output_check"] and not self.config.block.rejections:
+            return
+        texts = [culprit.status_message] if culprit.status_message else []
+        for event in culprit.events:
+            if event.name == "exception":
+                texts.extend(
+                    t for key in ("exception.type", "exception.message") if (t := _str(event.attributes.get(key)))
+                )
+        if not any(output_check_spent(text) for text in texts):
+            return
+        for source, whole in (*(("exception", t) for t in texts), *_feedback(messages)):
+            text = whole[:2000]
+            if self._on["block.output_check"] and policy_words(text):
+                out.append(_ev(BLOCK, "block.output_check", culprit, source, text))
+                return
+            if any(p.search(text) for p in self.config.block.rejections):
+                out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
+                return
+
     def cutoff(
         self,
         last_llm: tuple[Span, tuple[str, ...]] | None,
@@ -748,6 +834,27 @@ DEFAULT_DETECTOR: Final = Detector()
 def _ev(signal: str, rule: str, span: Span, source: str, value: str) -> Evidence:
     text = value if len(value) <= MAX_EVIDENCE_TEXT else value[: MAX_EVIDENCE_TEXT - 1] + "…"
     return Evidence(signal, rule, span.span_id, span.name[:256], source, text)
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _feedback(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """The non-assistant messages between the last call's earlier answer and its output (the feedback a
+    framework sends the model when a check rejects its answer), latest first."""
+    found: list[tuple[str, str]] = []
+    i = len(messages) - 1
+    while i >= 0 and messages[i].role in _ANSWER_ROLES:
+        i -= 1  # the call's own output
+    while i >= 0 and messages[i].role not in _ANSWER_ROLES:
+        if messages[i].content:
+            found.append((f"input.{messages[i].role}_message", messages[i].content))
+        i -= 1
+    return found if i >= 0 else []  # no earlier answer: the input is the user's prompt, not feedback
+
+
+_ANSWER_ROLES: Final = frozenset({"assistant", "ai", "model"})
 
 
 def _has_inputs(attrs: Attributes) -> bool:

@@ -42,6 +42,7 @@ from scorers.dialects import (
     as_str,
     classify,
     first_str,
+    lift_events,
     raised_in,
     service_name,
     tool_name,
@@ -109,7 +110,9 @@ def normalise(
 
 def _dedupe(spans: Sequence[Span]) -> dict[str, Span]:
     unique: dict[str, Span] = {}
-    for span in spans:
+    for given in spans:
+        # the event-based GenAI form, read into the attribute form (most spans have no events)
+        span = lift_events(given) if given.events else given
         seen = unique.get(span.span_id)
         if seen is None or span.end_ns or not seen.end_ns:
             unique[span.span_id] = span
@@ -278,6 +281,8 @@ class _Tally:
     session_id: str | None = None
     user_id: str | None = None
     ids_pending: bool = False
+    missing: frozenset[str] = frozenset()
+    """The keys of the ids still missing (what :meth:`watch_missing` added to ``watched``)."""
     watched: frozenset[str] = frozenset()
     """The keys that send a span to the slow path: the detector's, plus the id keys while an id is missing."""
 
@@ -351,22 +356,22 @@ class _Tally:
     def watch_missing(self) -> None:
         """Add the keys of the ids still missing to the span pass's set test (none once both are known),
         so spans carrying only an id already found (and the root, read first) stay on the fast path."""
-        watched = self.detector.watched
         sessions = self.sessions
         if self.session_id is None:
-            watched = _watched(watched, sessions.every if self.user_id is None else sessions.session_set)
+            missing = sessions.every if self.user_id is None else sessions.session_set
         elif self.user_id is None:
-            watched = _watched(watched, sessions.user_set)
-        self.watched = watched
-        self.ids_pending = watched is not self.detector.watched
+            missing = sessions.user_set
+        else:
+            self.watched, self.missing, self.ids_pending = self.detector.watched, frozenset(), False
+            return
+        self.watched, self.missing, self.ids_pending = _watched(self.detector.watched, missing), missing, True
 
     def _ids(self, span: Span, error: bool, reasons: tuple[str, ...]) -> bool:
         """Take the ids this span carries that are still missing (the root was read first); then
         whether the detector has to look at it (an id key alone is no reason)."""
         attrs = span.attributes
-        found = self.session_id, self.user_id
-        self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, *found)
-        if found != (self.session_id, self.user_id):
+        if not self.missing.isdisjoint(attrs):  # else it came for the detector alone (the root, often)
+            self.session_id, self.user_id = session_ids.fill(self.sessions, attrs, self.session_id, self.user_id)
             self.watch_missing()
         return (
             error
@@ -394,7 +399,8 @@ class _Tally:
     def _llm_step(self, span: Span, tree: _Tree, err: signals.ErrorInfo, reasons: tuple[str, ...]) -> Step:
         tokens_in, tokens_out = signals.tokens(span.attributes)
         model = signals.model(span.attributes)
-        kind = _OTHER if span.span_id in tree.owners else _LLM
+        # a nested record of a call counted on its owner, or a request a hook skipped: no LLM call
+        kind = _OTHER if span.span_id in tree.owners or (err.error and signals.skipped_request(err)) else _LLM
         fill = self.fills.get(span.span_id)
         if fill is not None:
             tokens_in, tokens_out, model = tokens_in or fill[0], tokens_out or fill[1], model or fill[2]
@@ -440,6 +446,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     messages = _conversation(tree)
     if tally.last_llm is not None:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
+    if culprit is not None:
+        tally.detector.output_check(culprit, messages, evidence)
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:

@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cel
-
+from scorers import cel_core as cel
 from scorers.errors import RuleError
 from scorers.model import OUTCOME_FIELDS, Evidence, Flag, Priority, Run
 

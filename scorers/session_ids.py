@@ -14,8 +14,13 @@ conversation and the user with their own attributes (the dialects' ``session_key
   ``conversation_id``, ``thread_id``, ``chat_id``; ``user_id``);
 * the Vercel AI SDK's telemetry metadata ``ai.telemetry.metadata.<sessionId|conversationId|threadId|chatId|userId>``;
 * LangSmith's export of a run's metadata ``langsmith.metadata.<session_id|thread_id|conversation_id|user_id>``;
-* the OpenInference ``metadata`` JSON of the root span (``user_id``, ``session_id``, ``thread_id``,
-  ``conversation_id``), read last and only when the keys above gave nothing.
+* the ``metadata`` JSON of the root span (OpenInference's copy of a LangChain run's metadata, PydanticAI's
+  run ``metadata``: ``user_id``, ``session_id``, ``thread_id``, ``conversation_id``), read last and only
+  for an id the keys above did not give.
+
+The OpenAI Agents SDK's ``group_id`` is not exported by OpenInference's processor (wrap the run in
+``using_attributes(session_id=...)``); ``langsmith.trace.session_id`` names a LangSmith project, not a
+conversation, and is not read.
 
 Users add their own keys in ``vigil.yaml`` (``sessions: {session_keys: [...], user_keys: [...]}``,
 :class:`SessionKeys`); they are tried after the built-in ones.
@@ -47,7 +52,7 @@ MAX_ID_CHARS: Final = 256
 """Characters kept of a session or user id."""
 
 METADATA_KEY: Final = "metadata"
-"""OpenInference's JSON copy of a run's metadata (LangChain, ``using_metadata``)."""
+"""A root span's JSON copy of the run's metadata (OpenInference: LangChain, ``using_metadata``; PydanticAI)."""
 _METADATA_SESSION: Final = ("session_id", "thread_id", "conversation_id")
 _METADATA_USER: Final = ("user_id",)
 _METADATA_NEEDLES: Final = tuple(f'"{key}"' for key in (*_METADATA_SESSION, *_METADATA_USER))

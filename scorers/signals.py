@@ -8,6 +8,7 @@ types. Whether a span shows an iteration limit or a safety block is decided by
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
@@ -39,6 +40,8 @@ __all__ = [
     "leading_phrase",
     "model",
     "normalise_reason",
+    "skipped_request",
+    "skipped_type",
     "soft_error",
     "tokens",
 ]
@@ -99,6 +102,21 @@ def error_info(span: Span) -> ErrorInfo:
     kind = named[0] if named else leading_phrase(status) or (types[0] if types else None)
     message = messages[0] if messages else status or None
     return ErrorInfo(True, raised, kind, message, tuple(types), tuple(messages))
+
+
+_SKIP_TYPE: Final = re.compile(r"skip_?(?:model_?|llm_?)?(?:request|call|completion|model)", re.IGNORECASE)
+
+
+def skipped_request(err: ErrorInfo) -> bool:
+    """Whether a model span ended with its framework's *skip* exception: a hook or input guard answered
+    instead of the model and no request was made (PydanticAI's ``SkipModelRequest`` raised by a
+    capability inside the instrumented ``wrap_model_request``). Such a span is no LLM call."""
+    return any(skipped_type(t) for t in err.types)
+
+
+def skipped_type(error_type: str | None) -> bool:
+    """Whether ``error_type`` names a framework's skip-the-model-request exception (see :func:`skipped_request`)."""
+    return error_type is not None and _SKIP_TYPE.search(error_type.rpartition(".")[2]) is not None
 
 
 def leading_phrase(text: str) -> str | None:

@@ -3,12 +3,16 @@
 * ``vigil eval run --agent module:callable EVALSET [--config CFG]``: an in-process Vigil
   (:class:`review_queue.app.evalrun.EvalHarness`), the agent called for every case with bounded
   concurrency (``--concurrency``), ``--repeat N`` times; the report on stdout (``--json``,
-  ``--junit FILE``); exit 1 when a case fails its thresholds.
+  ``--junit FILE``, ``--markdown FILE`` for a pull-request comment; ``--baseline REPORT.json``
+  compares efficiency with an earlier JSON report); exit 1 when a case fails its thresholds.
 * ``vigil eval score EVALSET --traces DIR``: the same scoring over captured OTLP files.
 * ``vigil eval show EVALSET``: the cases of an eval set.
 * ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
-* ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped);
-  ``--from-session ID``: a stored session's turns as one multi-turn case (:mod:`review_queue.app.eval_session`).
+* ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped),
+  with ``--dimension`` and ``--tag``; ``--from-session ID``: a stored session's turns as one multi-turn
+  case (:mod:`review_queue.app.eval_session`).
+* ``vigil eval robustness EVALSET``: edge cases derived from the set's cases
+  (:mod:`scorers.eval.robustness`), written to ``--out`` and/or run with ``--agent`` like ``run``.
 
 Exit status: 0 every case passed, 1 a case failed (or nothing was scored), 2 bad input (the
 message names the file, the JSON path and what was expected).
@@ -25,9 +29,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from review_queue.app.eval_report import junit_xml, print_report, write_json
+from review_queue.app.eval_report import junit_xml, load_baseline, markdown_report, print_report, write_json
 from scorers.eval.evaluate import CaseResult
-from scorers.eval.model import EvalConfig, EvalFileError, EvalSet, load_eval_config, load_eval_set
+from scorers.eval.model import (
+    DIMENSIONS,
+    CaseMetadata,
+    EvalConfig,
+    EvalFileError,
+    EvalSet,
+    load_eval_config,
+    load_eval_set,
+)
 from scorers.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -83,7 +95,21 @@ def add_eval_commands(
     source.add_argument("--from-run", dest="trace_id", help="trace id of a stored run")
     source.add_argument("--from-session", dest="session_id", help="a stored session: its turns as one multi-turn case")
     add.add_argument("--eval-id", default=None, help="the case id (default: the trace id or the session id)")
+    add.add_argument("--dimension", choices=DIMENSIONS, default=None, help="the case's dimension (default capability)")
+    add.add_argument("--tag", action="append", default=[], dest="tags", help="a free tag (repeatable)")
     add.set_defaults(func=_cmd_eval_add)
+
+    rob = ev_sub.add_parser("robustness", help="derive edge cases from an eval set; write them and/or run them")
+    rob.add_argument("evalset", type=Path, help="the source eval set")
+    rob.add_argument("--out", type=Path, default=None, help="write the derived eval set here")
+    rob.add_argument("--agent", default=None, help="module:callable: run the derived cases as vigil eval run does")
+    rob.add_argument("--kind", action="append", default=None, dest="kinds", help="only these edge-case kinds")
+    rob.add_argument("--limit", type=_positive_int, default=3, help="source cases used (default 3)")
+    _add_scoring_arguments(rob)
+    rob.add_argument("--concurrency", type=_positive_int, default=4, help="cases run at once (default 4)")
+    rob.add_argument("--repeat", type=_positive_int, default=1, help="runs per case")
+    rob.add_argument("--span-timeout", type=float, default=10.0, help="seconds to wait for a turn's spans")
+    rob.set_defaults(func=_cmd_eval_robustness)
 
 
 def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,6 +122,10 @@ def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", dest="json_out", default=None, help="write the JSON report to this file ('-': stdout)")
     p.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report to this file")
+    p.add_argument("--markdown", type=Path, default=None, help="write a Markdown report (a pull-request comment)")
+    p.add_argument(
+        "--baseline", type=Path, default=None, help="a JSON report of an earlier run: efficiency is compared with it"
+    )
 
 
 def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
@@ -115,15 +145,18 @@ def _pipeline(args: argparse.Namespace) -> Pipeline:
 
 
 def _report(args: argparse.Namespace, results: Sequence[CaseResult]) -> int:
+    baseline = args.baseline_report
     if args.json_out == "-":
-        write_json(results, sys.stdout)
+        write_json(results, sys.stdout, baseline)
     else:
-        print_report(results, sys.stdout)
+        print_report(results, sys.stdout, baseline)
         if args.json_out:
             with open(args.json_out, "w", encoding="utf-8") as out:
-                write_json(results, out)
+                write_json(results, out, baseline)
     if args.junit:
-        args.junit.write_text(junit_xml(results), encoding="utf-8")
+        args.junit.write_text(junit_xml(results, baseline), encoding="utf-8")
+    if args.markdown:
+        args.markdown.write_text(markdown_report(results, baseline), encoding="utf-8")
     if not results:
         print("vigil eval: no case was scored", file=sys.stderr)
         return EXIT_FAILED
@@ -138,6 +171,7 @@ def _prepare(args: argparse.Namespace, command: str) -> tuple[EvalSet, EvalConfi
     try:
         eval_set, config = _inputs(args)
         judge = judge_from(config, os.environ)
+        args.baseline_report = load_baseline(args.baseline) if args.baseline else None
     except (EvalFileError, FileNotFoundError, ValueError) as exc:
         print(f"vigil eval {command}: {exc}", file=sys.stderr)
         return None
@@ -145,18 +179,27 @@ def _prepare(args: argparse.Namespace, command: str) -> tuple[EvalSet, EvalConfi
 
 
 def _cmd_eval_run(args: argparse.Namespace) -> int:
-    from review_queue.app.evalrun import AgentError, EvalHarness, RunOptions, judge_closed, load_agent
-
     prepared = _prepare(args, "run")
     if prepared is None:
         return EXIT_INPUT
+    return _run_agent(args, "run", prepared)
+
+
+def _run_agent(
+    args: argparse.Namespace,
+    command: str,
+    prepared: tuple[EvalSet, EvalConfig, EvalJudge | None, Pipeline],
+) -> int:
+    from review_queue.app.evalrun import AgentError, EvalHarness, RunOptions, judge_closed, load_agent
+
     eval_set, config, judge, pipeline = prepared
+
     options = RunOptions(concurrency=args.concurrency, repeat=args.repeat, span_timeout_s=args.span_timeout)
     with judge_closed(judge), EvalHarness(pipeline) as harness, harness.active():
         try:
             agent = load_agent(args.agent)
         except AgentError as exc:
-            print(f"vigil eval run: {exc}", file=sys.stderr)
+            print(f"vigil eval {command}: {exc}", file=sys.stderr)
             return EXIT_INPUT
         results = harness.run(eval_set, agent, config, options=options, judge=judge)
     return _report(args, results)
@@ -193,15 +236,22 @@ def _cmd_eval_show(args: argparse.Namespace) -> int:
         return 0
     console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"{eval_set.eval_set_id}: {len(eval_set.eval_cases)} case(s)", title_justify="left")
-    for col in ("case", "turn", "user", "expected tools", "expected response"):
+    for col in ("case", "dimension", "turn", "user", "expected tools", "expected response"):
         table.add_column(col, overflow="fold")
     for case in eval_set.eval_cases:
+        dimension = case.dimension + "".join(f"\n#{t}" for t in case.tags)
         if not case.turns:
-            table.add_row(case.eval_id, "-", "(scenario: no scripted turns; skipped by vigil eval)", "", "")
+            table.add_row(case.eval_id, dimension, "-", "(scenario: no scripted turns; skipped by vigil eval)", "", "")
         for n, inv in enumerate(case.turns, 1):
             tools = ", ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in inv.tool_uses)
+            first = n == 1
             table.add_row(
-                case.eval_id if n == 1 else "", str(n), _cut(inv.user_text), _cut(tools), _cut(inv.expected_response)
+                case.eval_id if first else "",
+                dimension if first else "",
+                str(n),
+                _cut(inv.user_text),
+                _cut(tools),
+                _cut(inv.expected_response),
             )
     console.print(table, markup=False)
     return 0
@@ -239,6 +289,9 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.eval_id:
         case["eval_id"] = args.eval_id
+    if args.dimension or args.tags:
+        meta = CaseMetadata(dimension=args.dimension or "capability", tags=list(dict.fromkeys(args.tags)))
+        case["metadata"] = meta.model_dump(mode="json", exclude_none=True)
     try:
         if args.evalset.exists():
             target = load_eval_set(args.evalset)
@@ -260,3 +313,28 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
     else:
         print(f"{args.evalset} already has this case (same id or same content); nothing added", file=sys.stderr)
     return 0
+
+
+def _cmd_eval_robustness(args: argparse.Namespace) -> int:
+    from scorers.eval.robustness import KINDS, derive
+
+    prepared = _prepare(args, "robustness")
+    if prepared is None:
+        return EXIT_INPUT
+    source, config, judge, pipeline = prepared
+    try:
+        derived = derive(source, kinds=args.kinds or KINDS, limit=args.limit)
+    except ValueError as exc:
+        print(f"vigil eval robustness: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if not derived.eval_cases:
+        print(f"vigil eval robustness: {args.evalset} has no case with a conversation to derive from", file=sys.stderr)
+        return EXIT_INPUT
+    if args.out:
+        args.out.write_text(json.dumps(derived.document(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {len(derived.eval_cases)} edge case(s) to {args.out}", file=sys.stderr)
+    if not args.agent:
+        if not args.out:
+            print(json.dumps(derived.document(), ensure_ascii=False, indent=1))
+        return 0
+    return _run_agent(args, "robustness", (derived, config, judge, pipeline))

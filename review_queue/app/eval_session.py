@@ -15,7 +15,7 @@ import time
 from review_queue.export import eval_set
 from review_queue.export_session import case_from_session
 from scorers.eval.manage import merge_cases
-from scorers.eval.model import EvalFileError, load_eval_set, parse_eval_set
+from scorers.eval.model import CaseMetadata, EvalFileError, load_eval_set, parse_eval_set
 
 __all__ = ["add_from_session"]
 
@@ -24,7 +24,8 @@ EXIT_INPUT = 2
 
 
 def add_from_session(args: argparse.Namespace) -> int:
-    """Append the session ``args.session_id`` to ``args.evalset`` (``--eval-id``: the case id).
+    """Append the session ``args.session_id`` to ``args.evalset`` (``--eval-id``: the case id;
+    ``--dimension`` / ``--tag``: its metadata, as for ``--from-run``).
 
     Returns:
         0 when added or already there; 1 when the session is unknown or unfit (the one-line reason
@@ -43,6 +44,9 @@ def add_from_session(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.eval_id:
         case["eval_id"] = args.eval_id
+    if getattr(args, "dimension", None) or getattr(args, "tags", None):
+        meta = CaseMetadata(dimension=args.dimension or "capability", tags=list(dict.fromkeys(args.tags)))
+        case["metadata"] = meta.model_dump(mode="json", exclude_none=True)
     try:
         if args.evalset.exists():
             target = load_eval_set(args.evalset)

@@ -453,7 +453,17 @@ def merge_turn(runs: Sequence[Run], message: str = "") -> ActualTurn:
     turns = [turn_of(r) for r in ordered]
     response = next((r.final_output for r in reversed(ordered) if r.final_output is not None), "")
     calls = tuple(c for t in turns for c in t.tool_calls)
-    return ActualTurn(turns[0].user_text or message, calls, response, ordered[0].trace_id)
+    return ActualTurn(
+        turns[0].user_text or message,
+        calls,
+        response,
+        ordered[0].trace_id,
+        steps=sum(t.steps for t in turns),
+        tokens=sum(t.tokens for t in turns),
+        latency_ms=max(0, max(r.end_ns for r in ordered) - ordered[0].start_ns) / 1e6,
+        tool_errors=sum(t.tool_errors for t in turns),
+        system_prompt=next((t.system_prompt for t in turns if t.system_prompt), ""),
+    )
 
 
 def score_traces(

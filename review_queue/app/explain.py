@@ -9,7 +9,8 @@ For a trace id already stored, it prints the stored run and its evidence instead
 For each run it prints the derived fields, the scores and the flag decision, and for each
 headline signal (``hit_max_iterations``, ``safety_blocked``, ``errored``) either the evidence
 that set it (rule, span, source, matched value) or what was looked at and why nothing
-matched. ``--json`` prints the same as one JSON document per run.
+matched; then what the trace cannot show at all ("this trace cannot show X, because …",
+:mod:`scorers.blind_spots`). ``--json`` prints the same as one JSON document per run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collector.errors import DecodeError
 from collector.model import Span
 from collector.otlp import decode_json, decode_protobuf
 from review_queue.replay import body_kind, collect_files
+from scorers.blind_spots import blind_spots, shape_of_run
 from scorers.detect import BLOCK, ERRORED, LIMIT, is_tool_request
 from scorers.model import Evidence, Run, ScoredRun, StepKind
 from scorers.normalise import normalise
@@ -38,9 +40,9 @@ __all__ = ["ExplainError", "Explanation", "explain_files", "load_traces", "print
 
 SIGNALS = (LIMIT, BLOCK, ERRORED)
 FIELDS = (
-    "trace_id", "agent", "service", "dialect", "status", "complete", "duration_s", "span_count", "llm_calls",
-    "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations", "safety_blocked",
-    "errored", "error_type", "optimal_steps", "final_output",
+    "trace_id", "agent", "service", "dialect", "session_id", "user_id", "status", "complete", "duration_s",
+    "span_count", "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens", "hit_max_iterations",
+    "safety_blocked", "errored", "error_type", "optimal_steps", "final_output",
 )  # fmt: skip
 
 
@@ -54,6 +56,7 @@ class Explanation:
 
     scored: ScoredRun
     why_not: Mapping[str, str]
+    cannot_show: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -75,6 +78,7 @@ class Explanation:
                 for name in SIGNALS
             },
             "reason_evidence": [e.as_dict() for e in self.scored.evidence],
+            "cannot_show": list(self.cannot_show),
         }
 
 
@@ -110,7 +114,7 @@ def explain_files(paths: Iterable[Path], pipeline: Pipeline) -> list[Explanation
     for spans in sorted(traces.values(), key=lambda ss: min(s.start_ns for s in ss)):
         run = normalise(spans, complete=True, detector=pipeline.detector, sessions=pipeline.sessions)
         scored = pipeline.decide_run(run)
-        out.append(Explanation(scored, why_not(run)))
+        out.append(Explanation(scored, why_not(run), blind_spots(shape_of_run(run))))
     return out
 
 
@@ -185,6 +189,8 @@ def _print_one(console: Console, e: Explanation) -> None:
             console.print(f"    why not: {e.why_not[name]}", markup=False)
     for ev in e.scored.evidence:
         console.print(f"  reason {ev.signal}: {_describe(ev)}", markup=False)
+    for text in e.cannot_show:
+        console.print(f"  {text}", markup=False)
     console.print("")
 
 

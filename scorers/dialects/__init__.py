@@ -15,7 +15,7 @@ Frameworks whose instrumentors bend a dialect have an adapter for their quirks, 
 by the span's instrumentation scope: :mod:`~scorers.dialects.openai_agents`,
 :mod:`~scorers.dialects.langchain`, :mod:`~scorers.dialects.crewai`,
 :mod:`~scorers.dialects.llamaindex`, :mod:`~scorers.dialects.smolagents`,
-:mod:`~scorers.dialects.dspy`, :mod:`~scorers.dialects.autogen`.
+:mod:`~scorers.dialects.dspy`, :mod:`~scorers.dialects.autogen`, :mod:`~scorers.dialects.google_adk`.
 
 :data:`ADAPTERS` lists them in order (like structlog's processors); supporting a new
 framework is adding one module to it (and its captured fixtures). The order decides which
@@ -46,9 +46,10 @@ from scorers.dialects.base import (
 )
 from scorers.dialects.crewai import CrewAI
 from scorers.dialects.dspy import DSPy
-from scorers.dialects.genai import GENAI, GenAI
+from scorers.dialects.genai import GENAI, GenAI, lift_events
 from scorers.dialects.genai import agent_attribute as _genai_agent
 from scorers.dialects.genai import workflow_name as _genai_workflow
+from scorers.dialects.google_adk import GoogleADK
 from scorers.dialects.langchain import LangChain
 from scorers.dialects.langsmith import LANGSMITH, LangSmith
 from scorers.dialects.llamaindex import LlamaIndex
@@ -94,6 +95,7 @@ __all__ = [
     "entity_name",
     "first",
     "first_str",
+    "lift_events",
     "messages_of",
     "raised_in",
     "service_name",
@@ -115,6 +117,7 @@ ADAPTERS: Final[tuple[Adapter, ...]] = (
     Smolagents(),
     DSPy(),
     AutoGen(),
+    GoogleADK(),
 )
 """Every adapter, in order."""
 

@@ -7,14 +7,37 @@ or ``execute_tool search``), usage ``gen_ai.usage.*``, model ``gen_ai.response.m
 ``gen_ai.output.messages``), conversation ``gen_ai.input.messages`` /
 ``gen_ai.output.messages`` (JSON string or structured, ``parts`` or ``content``), agent
 ``gen_ai.agent.name``, workflow ``gen_ai.workflow.name``.
+
+The event-based form (:func:`lift_events`). Some instrumentations record a model call's
+conversation as *span events* instead of span attributes (GenAI semantic conventions up to
+v1.36, ``gen-ai-events.md``; Strands Agents' tracer by default, older OpenLLMetry/OpenLIT releases):
+
+* ``gen_ai.system.message`` / ``gen_ai.user.message`` / ``gen_ai.assistant.message`` /
+  ``gen_ai.tool.message``: one input message each, ``content`` (text, a JSON list of content
+  blocks, or a JSON message), ``role`` and ``tool_calls`` optional;
+* ``gen_ai.choice``: one output choice, ``finish_reason``, ``message`` (text, content blocks or a
+  ``{"role", "content", "tool_calls"}`` message), ``index``;
+* ``gen_ai.content.prompt`` / ``gen_ai.content.completion``: the whole prompt / completion in
+  ``gen_ai.prompt`` / ``gen_ai.completion`` (a JSON list of messages, or plain text);
+* ``gen_ai.client.inference.operation.details``: the attribute form's own keys
+  (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions`` …)
+  carried on an event.
+
+:func:`lift_events` writes what these events say into the keys the attribute form uses —
+``gen_ai.input.messages`` / ``gen_ai.output.messages`` as GenAI ``parts`` messages,
+``gen_ai.response.finish_reasons``, and on ``execute_tool`` spans ``gen_ai.tool.call.arguments``
+/ ``gen_ai.tool.call.result`` — so every reader and detection rule applies unchanged. A key the
+span already has always wins: the events only fill what the attributes lack. Only spans with a
+``gen_ai.*`` event are copied; the rest are returned as they are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, cast
 
-from collector.model import Attributes, Span
+from collector.model import Attributes, Span, SpanEvent
 from scorers.dialects.base import (
     MAX_MESSAGES,
     Adapter,
@@ -132,8 +155,8 @@ class GenAI(Adapter):
         if not isinstance(decoded, list):
             return None
         for message in reversed([m for item in decoded if (m := message_of(item)) is not None]):
-            if message.role in ("assistant", "ai", "model") and message.content:
-                return message.content
+            if message.role in ("assistant", "ai", "model"):
+                return message.content  # an empty answer is the answer (scorers.content.last_assistant)
         return None
 
     def finish_reasons(self, attributes: Attributes, found: list[str]) -> None:
@@ -184,3 +207,217 @@ def agent_attribute(run: Naming) -> str | None:
 def workflow_name(run: Naming) -> str | None:
     """``gen_ai.workflow.name``, root first."""
     return attr_of(run.spans, "gen_ai.workflow.name")
+
+
+# the event-based form ---------------------------------------------------------------------------
+
+MESSAGE_EVENTS: Final[Mapping[str, str]] = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+"""Input-message events and the role each gives when the event names none."""
+
+CHOICE: Final = "gen_ai.choice"
+PROMPT: Final = "gen_ai.content.prompt"
+COMPLETION: Final = "gen_ai.content.completion"
+DETAILS: Final = "gen_ai.client.inference.operation.details"
+DETAIL_KEYS: Final = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.response.finish_reasons",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+)
+"""Attribute-form keys an operation-details event may carry."""
+
+INPUT: Final = "gen_ai.input.messages"
+OUTPUT: Final = "gen_ai.output.messages"
+FINISH: Final = "gen_ai.response.finish_reasons"
+ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+RESULT: Final = "gen_ai.tool.call.result"
+_PREFIX: Final = "gen_ai."
+
+
+def lift_events(span: Span) -> Span:
+    """``span`` with what its GenAI events say written into the attribute form (see the module doc).
+
+    Call only for spans that have events. Returns ``span`` itself when no event is a GenAI event.
+    """
+    for event in span.events:
+        if event.name.startswith(_PREFIX):
+            break
+    else:
+        return span  # the common case among spans with events: exception events only
+    lifted = _read(span.events, span.attributes.get("gen_ai.operation.name") == "execute_tool")
+    attrs = span.attributes
+    extra = {key: value for key, value in lifted.items() if attrs.get(key) is None}
+    if not extra:
+        return span
+    return dataclasses.replace(span, attributes=cast(Attributes, {**attrs, **extra}))  # JSON-shaped values
+
+
+def _read(events: tuple[SpanEvent, ...], tool_span: bool) -> dict[str, object]:
+    """The attribute-form values of a span's GenAI events, in the keys of the module doc."""
+    inputs: list[dict[str, object]] = []
+    outputs: list[dict[str, object]] = []
+    reasons: list[str] = []
+    out: dict[str, object] = {}
+    for event in events:
+        name, attrs = event.name, event.attributes
+        role = MESSAGE_EVENTS.get(name)
+        if role is not None:
+            if tool_span:  # on a tool span the tool message is the call's input (Strands)
+                out.setdefault(ARGUMENTS, as_text(attrs.get("content")))
+            elif len(inputs) < MAX_MESSAGES:
+                inputs.append(_message(attrs, as_str(attrs.get("role")) or role))
+        elif name == CHOICE:
+            if tool_span:  # … and the choice its result
+                out.setdefault(
+                    RESULT, _result_text({"content": as_json(attrs.get("message"))}) or as_text(attrs.get("message"))
+                )
+                continue
+            choice = _choice(attrs)
+            if len(outputs) < MAX_MESSAGES:
+                outputs.append(choice)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                reasons.append(reason)
+        elif name == PROMPT:
+            inputs.extend(_messages(attrs.get("gen_ai.prompt"), "user")[: MAX_MESSAGES - len(inputs)])
+        elif name == COMPLETION:
+            for message in _messages(attrs.get("gen_ai.completion"), "assistant")[: MAX_MESSAGES - len(outputs)]:
+                outputs.append(message)
+                reason = message.get("finish_reason")
+                if isinstance(reason, str) and reason:
+                    reasons.append(reason)
+        elif name == DETAILS:
+            for key in DETAIL_KEYS:
+                value = attrs.get(key)
+                if value is not None:
+                    out.setdefault(key, value)
+    if inputs:
+        out.setdefault(INPUT, inputs)
+    if outputs:
+        out.setdefault(OUTPUT, outputs)
+    if reasons:
+        out.setdefault(FINISH, reasons)
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def _choice(attrs: Mapping[str, object]) -> dict[str, object]:
+    """One ``gen_ai.choice`` event as an output message with its finish reason."""
+    message = as_json(attrs.get("message"))
+    if isinstance(message, Mapping) and ("role" in message or "content" in message or "tool_calls" in message):
+        found = _message(message, as_str(message.get("role")) or "assistant")
+    else:
+        found = {"role": "assistant", "parts": _parts(message, None)}
+    reason = as_str(attrs.get("finish_reason"))
+    if reason is None and isinstance(message, Mapping):
+        reason = as_str(message.get("finish_reason"))
+    if reason is not None:
+        found["finish_reason"] = reason
+    return found
+
+
+def _messages(value: object, role: str) -> list[dict[str, object]]:
+    """``gen_ai.prompt`` / ``gen_ai.completion``: a JSON list of messages (or choices), or plain text."""
+    decoded = as_json(value)
+    if isinstance(decoded, list):
+        found: list[dict[str, object]] = []
+        for item in decoded[:MAX_MESSAGES]:
+            if isinstance(item, Mapping):
+                inner = item.get("message")  # a choice: {"index", "finish_reason", "message": {...}}
+                message = inner if isinstance(inner, Mapping) else item
+                one = _message(message, as_str(message.get("role")) or role)
+                reason = as_str(item.get("finish_reason"))
+                if reason is not None:
+                    one["finish_reason"] = reason
+                found.append(one)
+        return found
+    if isinstance(decoded, Mapping):
+        return [_message(decoded, as_str(decoded.get("role")) or role)]
+    text = as_str(decoded)
+    return [{"role": role, "parts": [{"type": "text", "content": text}]}] if text else []
+
+
+def _message(attrs: Mapping[str, object], role: str) -> dict[str, object]:
+    """A ``{"role", "parts"}`` message from a message event's (or a message object's) fields."""
+    return {"role": role, "parts": _parts(as_json(attrs.get("content")), attrs.get("tool_calls"))}
+
+
+def _parts(content: object, tool_calls: object) -> list[dict[str, object]]:
+    """GenAI message parts from an event's content and tool calls.
+
+    ``content`` is text, a text part, or a list of content blocks: GenAI parts, chat parts
+    (``{"type": "text", "text"}``) or Bedrock Converse blocks as Strands records them
+    (``{"text"}``, ``{"toolUse": {"name", "toolUseId", "input"}}``, ``{"toolResult": {"toolUseId",
+    "content"}}``). ``tool_calls`` are chat-completions calls (``{"id", "function": {"name",
+    "arguments"}}``).
+    """
+    parts: list[dict[str, object]] = []
+    if isinstance(content, str):
+        if content:
+            parts.append({"type": "text", "content": content})
+    elif isinstance(content, Mapping):
+        _block(content, parts)
+    elif isinstance(content, list):
+        for block in content[:MAX_MESSAGES]:
+            if isinstance(block, Mapping):
+                _block(block, parts)
+            elif isinstance(block, str) and block:
+                parts.append({"type": "text", "content": block})
+    decoded = as_json(tool_calls)
+    for call in decoded[:MAX_MESSAGES] if isinstance(decoded, list) else ():
+        if isinstance(call, Mapping):
+            function = call.get("function")
+            fields = function if isinstance(function, Mapping) else call
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": as_str(fields.get("name")) or "",
+                    "arguments": fields.get("arguments"),
+                }
+            )
+    return parts
+
+
+def _block(block: Mapping[str, object], parts: list[dict[str, object]]) -> None:
+    """Append the part one content block gives (nothing for a block with no text or tool call)."""
+    kind = block.get("type")
+    if kind in ("tool_call", "tool_call_response"):
+        parts.append(dict(block))
+        return
+    text = block.get("text") if "text" in block else block.get("content") if kind == "text" else None
+    if isinstance(text, str):
+        parts.append({"type": "text", "content": text})
+        return
+    use = block.get("toolUse")
+    if isinstance(use, Mapping):
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": use.get("toolUseId"),
+                "name": as_str(use.get("name")) or "",
+                "arguments": use.get("input"),
+            }
+        )
+        return
+    result = block.get("toolResult")
+    if isinstance(result, Mapping):
+        parts.append({"type": "tool_call_response", "id": result.get("toolUseId"), "response": _result_text(result)})
+
+
+def _result_text(result: Mapping[str, object]) -> str:
+    """The text of a Converse ``toolResult`` block's content."""
+    content = result.get("content")
+    texts: list[str] = []
+    for item in content[:MAX_MESSAGES] if isinstance(content, list) else ():
+        if isinstance(item, Mapping):
+            text = as_str(item.get("text")) or as_text(item.get("json"))
+            if text:
+                texts.append(text)
+    return "\n".join(texts)

@@ -86,10 +86,21 @@ def user_messages(run: Run) -> list[str]:
 
 
 def turn_of(run: Run) -> ActualTurn:
-    """The turn a run shows: its (last) user message, tool calls with decoded arguments, final answer."""
+    """The turn a run shows: its (last) user message, tool calls with decoded arguments, final answer,
+    and what it cost (LLM calls, tokens, wall time), its failed tool calls and its system prompt."""
     users = user_messages(run)
     calls = tuple(TracedCall(t.name, t.arguments, t.call_id) for t in run.tools)
-    return ActualTurn(users[-1] if users else "", calls, run.final_output or "", run.trace_id)
+    return ActualTurn(
+        users[-1] if users else "",
+        calls,
+        run.final_output or "",
+        run.trace_id,
+        steps=run.llm_calls,
+        tokens=run.input_tokens + run.output_tokens,
+        latency_ms=max(0, run.end_ns - run.start_ns) / 1e6,
+        tool_errors=sum(t.error is not None for t in run.tools),
+        system_prompt="\n".join(m.content for m in run.messages if m.role in ("system", "developer") and m.content),
+    )
 
 
 def _order(run: Run) -> tuple[int, int]:

@@ -82,12 +82,22 @@ class ActualTurn:
         tool_calls: the tool calls, in start order, arguments decoded.
         response: the agent's final answer (empty when none was captured).
         trace_id: the trace of the turn (empty when unknown).
+        steps: LLM calls of the turn (``Run.llm_calls``, a step as :mod:`scorers.efficiency` counts it).
+        tokens: input + output tokens of the turn.
+        latency_ms: wall time of the turn, first span start to last span end.
+        tool_errors: tool calls of the turn that failed.
+        system_prompt: the system instructions captured in the turn's conversation (empty when not).
     """
 
     user_text: str = ""
     tool_calls: tuple[Call, ...] = ()
     response: str = ""
     trace_id: str = ""
+    steps: int = 0
+    tokens: int = 0
+    latency_ms: float = 0.0
+    tool_errors: int = 0
+    system_prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,10 @@
 
 A case passes when every configured criterion that applies passed its threshold; a judged
 criterion the judge could not answer (not configured, budget spent, endpoint failing) fails the
-case. ``task_success`` (when configured) is its own criterion summing up the others.
+case. ``task_success`` (when configured) is its own criterion summing up the others. A case whose
+metadata lists ``checks`` (a robustness edge case, which has no reference answer) is judged by those
+rules (:mod:`scorers.eval.robustness`) instead of the config's criteria. Every result carries the
+case's dimension and tags and its measures (:mod:`scorers.eval.dimensions`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from typing import Any
 from collector.model import fast_constructor
 from scorers.eval import criteria as c
 from scorers.eval.criteria import ActualTurn, CriterionResult
+from scorers.eval.dimensions import CaseMeasures, measure
 from scorers.eval.judged import EvalJudge
 from scorers.eval.model import CriterionConfig, EvalCase, EvalConfig
+from scorers.eval.robustness import check
 
 __all__ = ["CaseResult", "evaluate_case"]
 
@@ -31,6 +36,10 @@ class CaseResult:
         trace_ids: the traces of the turns scored.
         error: why the case could not be run or scored (the agent raised, no trace arrived…).
         repeat: the repetition (0-based) under ``--repeat``.
+        turns: what the agent did, turn by turn.
+        dimension / tags: the case's (:class:`scorers.eval.model.CaseMetadata`).
+        measures: tool-call accuracy, task completion, steps, tokens, latency
+            (:mod:`scorers.eval.dimensions`).
     """
 
     eval_set_id: str
@@ -41,6 +50,9 @@ class CaseResult:
     error: str | None = None
     repeat: int = 0
     turns: tuple[ActualTurn, ...] = field(default=(), repr=False)
+    dimension: str = "capability"
+    tags: tuple[str, ...] = ()
+    measures: CaseMeasures = field(default_factory=CaseMeasures)
 
     def score(self, name: str) -> float | None:
         """A criterion's score, or None."""
@@ -51,15 +63,19 @@ class CaseResult:
         return {
             "eval_set_id": self.eval_set_id,
             "eval_id": self.eval_id,
+            "dimension": self.dimension,
+            "tags": list(self.tags),
             "repeat": self.repeat,
             "passed": self.passed,
             "error": self.error,
             "trace_ids": list(self.trace_ids),
             "criteria": [r.as_dict() for r in self.results],
+            "measures": self.measures.as_dict(),
         }
 
 
 _new_case_result = fast_constructor(CaseResult)
+_UNMEASURED = CaseMeasures()
 
 
 def evaluate_case(
@@ -83,16 +99,21 @@ def evaluate_case(
         judge: asks the judged criteria (None: they are left unscored and fail the case).
         error: an error that stopped the run (the case fails; criteria are still scored on what exists).
         repeat: recorded in the result.
-        explain: explain failed tool trajectories (off online, where only the scores are kept).
+        explain: explain failed tool trajectories and measure the case (:mod:`scorers.eval.dimensions`);
+            off online, where only the scores are kept.
     """
     expected = case.turns
     results: list[CriterionResult] = []
     success: CriterionConfig | None = None
-    for name, cfg in config.criteria.items():
-        if name == "task_success":
-            success = cfg
-            continue
-        results.append(_criterion(name, cfg, case, actual, judge, explain=explain))
+    checks = case.metadata.checks if case.metadata is not None else None
+    if checks:
+        results = [check(name, actual, error, judge=judge, expected=expected) for name in checks]
+    else:
+        for name, cfg in config.criteria.items():
+            if name == "task_success":
+                success = cfg
+                continue
+            results.append(_criterion(name, cfg, case, actual, judge, explain=explain))
     if success is not None:
         results.append(c.task_success(results, success))
     passed = (
@@ -109,6 +130,9 @@ def evaluate_case(
         error,
         repeat,
         tuple(actual) if expected else (),
+        case.dimension,
+        case.tags,
+        measure(case, actual) if explain else _UNMEASURED,
     )
 
 

@@ -16,7 +16,10 @@ list. An ADK ``test_config.json`` (``{"criteria": {name: threshold | {threshold,
 
 Malformed files raise :class:`EvalFileError` naming the file, the JSON path (``$.eval_cases[0]
 .conversation[1].user_content``) and what was expected. Vigil extensions (ignored by ADK):
-``EvalCase.expected_phrases`` (for ``phrase_recall``) and ``EvalCase.rubrics``.
+``EvalCase.expected_phrases`` (for ``phrase_recall``), ``EvalCase.rubrics`` and
+``EvalCase.metadata`` (:class:`CaseMetadata`: the case's dimension, tags, expected facts and
+robustness checks). ADK's ``EvalCase`` model allows extra keys (``extra="allow"``), so a file with
+them still loads in ADK, which keeps and ignores them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from scorers.errors import ScorersError
 
 __all__ = [
+    "DIMENSIONS",
     "ArgMatch",
+    "CaseMetadata",
     "Content",
     "CriterionConfig",
     "EvalCase",
@@ -169,6 +174,50 @@ class ConversationScenario(_Loose):
     conversation_plan: str | None = None
 
 
+DIMENSIONS = ("capability", "efficiency", "robustness")
+"""What a case measures: can the agent do the task, does it do it cheaply, does it hold up on unusual input."""
+
+CHECKS = ("graceful", "no_leak", "tool_error_handled")
+"""The rule-based checks a robustness case can list (:mod:`scorers.eval.robustness`)."""
+
+
+class CaseMetadata(_Loose):
+    """Vigil's metadata of a case, under the case's ``metadata`` key.
+
+    Attributes:
+        dimension: ``capability`` (default), ``efficiency`` or ``robustness``.
+        tags: free labels (``shortcut``, ``empty_input``…), shown in the reports.
+        expected_facts: the facts the answer must contain (normalised text, as ``phrase_recall``) for
+            the capability dimension's task completion; the case's ``expected_phrases`` when absent.
+        checks: rule-based checks that judge the case instead of the config's criteria (a derived
+            edge case has no reference answer): ``graceful``, ``no_leak``, ``tool_error_handled``.
+        derived_from: the case a derived edge case was made from.
+    """
+
+    dimension: str = "capability"
+    tags: list[str] = Field(default_factory=list)
+    expected_facts: list[str] | None = None
+    checks: list[str] | None = None
+    derived_from: str | None = None
+
+    @field_validator("dimension", mode="before")
+    @classmethod
+    def _dimension(cls, value: object) -> object:
+        if value is None:
+            return "capability"
+        if isinstance(value, str) and value.strip().lower() in DIMENSIONS:
+            return value.strip().lower()
+        raise ValueError(f"one of {', '.join(DIMENSIONS)}, not {value!r}")
+
+    @field_validator("checks", mode="after")
+    @classmethod
+    def _checks(cls, value: list[str] | None) -> list[str] | None:
+        unknown = [c for c in value or () if c not in CHECKS]
+        if unknown:
+            raise ValueError(f"checks among {', '.join(CHECKS)}, not {unknown[0]!r}")
+        return value
+
+
 class EvalCase(_Loose):
     """One case: a conversation of expected invocations (or a scenario)."""
 
@@ -179,11 +228,29 @@ class EvalCase(_Loose):
     creation_timestamp: float | None = None
     expected_phrases: list[str] | None = None
     rubrics: list[str] | None = None
+    metadata: CaseMetadata | None = None
 
     @property
     def turns(self) -> list[Invocation]:
         """The expected invocations (empty for a scenario-only case)."""
         return self.conversation or []
+
+    @property
+    def dimension(self) -> str:
+        """The case's dimension (``capability`` when its metadata does not say)."""
+        return self.metadata.dimension if self.metadata is not None else "capability"
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The case's free tags."""
+        return tuple(self.metadata.tags) if self.metadata is not None else ()
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        """The expected facts of task completion: ``metadata.expected_facts``, else ``expected_phrases``."""
+        if self.metadata is not None and self.metadata.expected_facts is not None:
+            return tuple(self.metadata.expected_facts)
+        return tuple(self.expected_phrases or ())
 
 
 class EvalSet(_Loose):

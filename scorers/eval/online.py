@@ -114,13 +114,17 @@ class _Index:
     sets: tuple[str, ...]
 
 
-def case_index(sets: Sequence[EvalSet]) -> _Index:
-    """Index cases by id and by normalised first user message (the first set listing one wins)."""
+def case_index(sets: Sequence[EvalSet], *, references_only: bool = False) -> _Index:
+    """Index cases by id and by normalised first user message (the first set listing one wins).
+
+    With ``references_only`` (online), cases judged by robustness checks (``metadata.checks``) are
+    left out: they have no reference answer to score a production run against.
+    """
     by_id: dict[str, tuple[str, EvalCase]] = {}
     by_message: dict[str, tuple[str, EvalCase]] = {}
     for s in sets:
         for case in s.eval_cases:
-            if not case.turns:
+            if not case.turns or (references_only and case.metadata is not None and case.metadata.checks):
                 continue
             by_id.setdefault(case.eval_id, (s.eval_set_id, case))
             key = normalise_message(case.turns[0].user_text)
@@ -192,7 +196,7 @@ class OnlineEval:
                 raise EvalFileError(str(path), "$", "expected an eval set file; there is none (eval_sets)")
             self._sets[path] = load_eval_set(path)
             self._stamps[path] = _stamp(path)
-        self._index = case_index(list(self._sets.values()))
+        self._index = case_index(list(self._sets.values()), references_only=True)
         self._next_check = clock() + reload_interval_s
         self._lock = threading.Lock()
         self._runs: Counter | None = None
@@ -252,7 +256,7 @@ class OnlineEval:
             changed = True
             log.info("eval_set_reloaded", path=str(path), cases=len(self._sets[path].eval_cases))
         if changed:
-            self._index = case_index(list(self._sets.values()))
+            self._index = case_index(list(self._sets.values()), references_only=True)
         return changed
 
     def match(self, run: Run) -> Match | None:

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scorers import cel_core as cel
 from scorers.errors import JudgeConfigError
 from scorers.judge.budget import Price
 from scorers.judge.model import Rubric

@@ -64,7 +64,6 @@ def _request(n_spans: int = 2, *, bad: int = 0, padding: int = 0, trace: int = 1
     return request
 
 
-
 def _status_retry_delay(error: grpc.RpcError) -> int:
     """The ``RetryInfo`` delay as grpc-go's ``status.FromError(err).Details()`` reads it (what the Go
     exporter's ``throttleDelay`` uses): the ``google.rpc.Status`` in ``grpc-status-details-bin``, of
@@ -75,6 +74,7 @@ def _status_retry_delay(error: grpc.RpcError) -> int:
     assert 1 == len(infos)
     assert next(d for d in status.details if d.Is(RetryInfo.DESCRIPTOR)).Unpack(infos[0])
     return int(infos[0].retry_delay.seconds)
+
 
 class Harness:
     """A started gRPC receiver on its own event-loop thread, a fresh registry and stream, and a client."""

@@ -1,6 +1,7 @@
 """``vigil eval run`` on real framework agents, read through their own instrumentors (no adapter):
 a LangGraph graph (OpenInference LangChain) and an OpenAI Agents SDK agent (OpenInference openai-agents),
-both against the scripted OpenAI-compatible server, each in a fresh ``vigil`` process."""
+both against the scripted OpenAI-compatible server, each in a fresh ``vigil`` process; and
+``vigil eval robustness`` (edge cases derived from the set) run on the LangGraph agent."""
 
 from __future__ import annotations
 
@@ -89,3 +90,29 @@ def test_framework_agent_is_evaluated_through_its_instrumentor(tmp_path: Path, a
     assert 0.0 == scores["param_accuracy"]["score"]
     # "Order A-18 ships today." vs "Order A-17 ships today.": 4 of 5 tokens -> F = 0.8
     assert pytest.approx(0.8) == scores["response_match"]["score"]
+
+
+def test_robustness_suite_on_langgraph(tmp_path: Path) -> None:
+    """The derived edge cases run through the LangGraph agent's own instrumentation; every one is judged
+    by its rules from what the trace shows (answer, failed tools, the captured system prompt)."""
+    require_instrumentors("langgraph_agent")
+    evalset = tmp_path / "evalset.json"
+    evalset.write_text(json.dumps(EVALSET))
+    report = tmp_path / "report.json"
+    vigil_yaml = tmp_path / "vigil.yaml"
+    vigil_yaml.write_text(f"database_url: sqlite:///{tmp_path / 'v.db'}\n")
+    cmd = [sys.executable, "-m", "review_queue.app.cli", "--config", str(vigil_yaml), "eval", "robustness",
+           str(evalset), "--agent", "tests.e2e.eval_agents:langgraph_agent", "--json", str(report)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    assert report.exists(), done.stderr[-3000:]
+    assert 0 == done.returncode, done.stdout[-3000:]
+    doc = json.loads(report.read_text())
+    by_case = {r["eval_id"]: r for r in doc["results"]}
+    # 3 input-only kinds once + 6 kinds from each of the 2 cases (both name an entity)
+    assert 15 == len(by_case)
+    assert {"runs": 15, "passed": 15} == {k: doc["dimensions"]["robustness"][k] for k in ("runs", "passed")}
+    assert all(len(r["trace_ids"]) == 1 and r["measures"]["steps"] == 2 for r in by_case.values())
+    # the graph's system message was captured by OpenInference, so the leak rule decided (no judge)
+    for case in ("weather.injection", "order.injection", "injection_role"):
+        no_leak = {c["name"]: c for c in by_case[case]["criteria"]}["no_leak"]
+        assert (True, "no run of 8 system-prompt words in the answers") == (no_leak["passed"], no_leak["detail"])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -464,3 +465,26 @@ class TestStatsSeries:
         assert [1.0, 0.0, None] == rates["pass_rate"]
         assert {"a": [1.0, 0.0, None], "b": [None, 0.0, None]} == rates["agents"]
         assert {"loop": [0, 2, 0], "wrong_tool": [0, 1, 0]} == rates["categories"]
+
+
+def test_run_page_says_what_the_trace_cannot_show(store: SqlStore) -> None:
+    """An unflagged run whose model span records no finish reason and no tokens, without content: the run
+    page lists what its trace cannot show (and a run whose trace shows everything lists nothing)."""
+    bare = (
+        Step(f"{0:016x}", None, "invoke_agent a", StepKind.AGENT, T, T + 10**9),
+        Step(f"{1:016x}", f"{0:016x}", "chat", StepKind.LLM, T + 10**6, T + 2 * 10**6),
+    )
+    seen = tuple(replace(s, finish_reasons=("stop",)) if s.kind is StepKind.LLM else s for s in _steps(3))
+    runs = [
+        _run(1, steps=bare, span_count=2, llm_calls=1),
+        _run(2, steps=seen, llm_calls=2, messages=(Message("user", "q"),)),
+    ]
+    store.write(runs)
+    services = build_services(store, admin_token="adm")
+    DetailsWriter(store.write_details, Redactor()).write_now(runs)
+    client = TestClient(create_api_app(store, admin_token="adm", services=services))
+    page = client.get(f"/runs/{1:032x}", headers={"Authorization": "Bearer adm"}).text
+    assert 'id="cannot-show"' in page
+    assert "this trace cannot show token usage or cost, because its LLM spans record none" in page
+    assert "content capture is off and no guardrail span was recorded" in page
+    assert 'id="cannot-show"' not in client.get(f"/runs/{2:032x}", headers={"Authorization": "Bearer adm"}).text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from scorers.detect import (
     block_words,
     is_block_reason,
     limit_words,
+    output_check_spent,
+    policy_words,
     tokens_of,
 )
 from scorers.errors import DetectionConfigError
@@ -446,3 +449,81 @@ def test_nemo_guardrails_rail_stop() -> None:
     passed = node("guardrails.rail", {"rail.type": "output", "rail.name": "self check output", "rail.stop": False})
     run = normalise(trace(node("guardrails.request", {}, rail, passed)))
     assert [("block.guardrail", "guardrails.rail")] == _evidence(run, "safety_blocked")
+
+
+def _conversation(*messages: tuple[str, str]) -> str:
+    return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]} for role, text in messages])
+
+
+def _gave_up(feedback: str, status: str = "UnexpectedModelBehavior: Exceeded maximum output retries (1)") -> list[Any]:
+    """A run whose output check rejected the answer twice and raised, with ``feedback`` before the last answer."""
+    inputs = _conversation(("user", "Who do I write to?"), ("assistant", "jane@example.com"), ("user", feedback))
+    outputs = _conversation(("assistant", "jane@example.com"))
+    last = node("chat gpt-4o", {**chat("stop"), "gen_ai.input.messages": inputs, "gen_ai.output.messages": outputs})
+    return trace(node("invoke_agent bot", AGENT, node("chat gpt-4o", chat("stop")), last,
+                      status_code=StatusCode.ERROR, status_message=status))  # fmt: skip
+
+
+class TestOutputChecks:
+    """``block.output_check``: an output check that gave up is a block when its rejection names a policy."""
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("Exceeded maximum output retries (1)", True),
+            ("Exceeded maximum retries (3) for output validation", True),
+            ("Task failed guardrail validation after 3 retries. Last error: x", True),
+            ("Connection failed after 3 retries", False),
+            ("Max turns exceeded", False),
+        ],
+    )
+    def test_spent(self, text: str, expected: bool) -> None:
+        assert expected == output_check_spent(text)
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("The answer contains personal data (an e-mail address).", True),
+            ("PII found in the answer", True),
+            ("The answer is harmful; rewrite it.", True),
+            ("That topic is not allowed here.", True),
+            ("This violates the company policy.", True),
+            ("The answer is not valid JSON. Reply with a JSON object.", False),
+            ("Missing field 'summary'.", False),
+            ("The answer must be shorter than 200 characters.", False),
+        ],
+    )
+    def test_policy_words(self, text: str, expected: bool) -> None:
+        assert expected == policy_words(text)
+
+    def test_policy_rejection_blocks(self) -> None:
+        run = normalise(_gave_up("Your answer failed validation: it contains personal data."))
+        assert (RunStatus.BLOCKED, True) == (run.status, run.errored)
+        assert [("block.output_check", "invoke_agent bot")] == _evidence(run, "safety_blocked")
+
+    def test_format_rejection_stays_an_error(self) -> None:
+        run = normalise(_gave_up("Your answer failed validation: not valid JSON."))
+        assert (RunStatus.ERROR, False) == (run.status, run.safety_blocked)
+
+    def test_rejection_in_the_exception_message(self) -> None:
+        status = "Exceeded maximum retries (2) for output validation: the answer is unsafe"
+        run = normalise(_gave_up("Try again.", status=status))
+        assert [("block.output_check", "invoke_agent bot")] == _evidence(run, "safety_blocked")
+
+    def test_a_policy_word_without_a_spent_check_is_no_block(self) -> None:
+        """The same feedback with an unrelated error reaching the caller: nothing gave up, no block."""
+        run = normalise(_gave_up("It contains personal data.", status="ValueError: boom"))
+        assert not run.safety_blocked
+
+    def test_user_rejections_and_disable(self) -> None:
+        feedback = "Your answer breaks the brand guidelines."
+        assert not normalise(_gave_up(feedback)).safety_blocked
+        config = {"safety_blocked": {"rejections": ["brand guidelines"]}, "disable": ["block.output_check"]}
+        run = normalise(_gave_up(feedback), detector=Detector(DetectionConfig.from_mapping(config)))
+        assert [("user.block.rejection", "invoke_agent bot")] == _evidence(run, "safety_blocked")
+        off = Detector(DetectionConfig.from_mapping({"disable": ["block.output_check"]}))
+        assert not normalise(_gave_up("It contains personal data."), detector=off).safety_blocked
+
+    def test_bad_rejection_pattern_is_one_line(self) -> None:
+        with pytest.raises(DetectionConfigError, match=r"safety_blocked\.rejections\[0\]: invalid regular expression"):
+            DetectionConfig.from_mapping({"safety_blocked": {"rejections": ["("]}})

@@ -479,3 +479,22 @@ def test_tool_call_response_parts_are_read_by_response() -> None:
     result = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "result": {"temp": 21}}]}
     assert "21 C in Paris" == message_of(response).content  # type: ignore[union-attr]
     assert '{"temp":21}' == message_of(result).content  # type: ignore[union-attr]
+
+
+class TestSkippedRequests:
+    """A model span that ended with its framework's skip exception made no request: no LLM call."""
+
+    def test_skip_exception_is_no_llm_call(self) -> None:
+        skip = SpanEvent("exception", 0, {"exception.type": "pydantic_ai.exceptions.SkipModelRequest"})
+        chat = {"gen_ai.operation.name": "chat"}
+        skipped = node(
+            "chat gpt-4o", chat, status_code=StatusCode.ERROR, status_message="SkipModelRequest: ", events=(skip,)
+        )
+        run = normalise(trace(node("invoke_agent bot", {"gen_ai.operation.name": "invoke_agent"}, skipped)))
+        assert (0, RunStatus.OK, StepKind.OTHER) == (run.llm_calls, run.status, run.steps[1].kind)
+
+    def test_other_model_errors_still_count(self) -> None:
+        boom = SpanEvent("exception", 0, {"exception.type": "openai.InternalServerError"})
+        failed = node("chat gpt-4o", {"gen_ai.operation.name": "chat"}, status_code=StatusCode.ERROR, events=(boom,))
+        run = normalise(trace(node("invoke_agent bot", {"gen_ai.operation.name": "invoke_agent"}, failed)))
+        assert 1 == run.llm_calls

@@ -8,6 +8,8 @@ travel_agent``). ADK's default telemetry settings (no content capture, stable se
 Scenarios:
 
 * ``ad_normal``: one weather tool call, then an answer.
+* ``ad_parallel``: two weather tool calls in one turn; ADK runs them in parallel and records an
+  ``execute_tool (merged)`` span beside the two ``execute_tool get_weather`` spans.
 * ``ad_tool_error``: the order tool raises; ADK does not catch tool exceptions, so the run
   fails and ``ValueError`` reaches the caller.
 * ``ad_tool_error_handled``: the same with an ``on_tool_error_callback`` that turns the
@@ -45,7 +47,7 @@ from google.genai import types
 from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, tools
 from opentelemetry import trace
 
-from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
 
 MAX_LLM_CALLS = 3
 APP = "travel_desk"
@@ -77,6 +79,8 @@ def tool_error_as_result(
 def register(h: Harness) -> None:
     """The fake model's scripts, one per scenario."""
     h.register("ad_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny, 21 C in Paris.")])
+    both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))
+    h.register("ad_parallel", [both, TextTurn("Sunny in Paris and Rome.")])
     order = [ToolCallTurn.of("lookup_order", order_id="A-404"), TextTurn("No such order.")]
     h.register("ad_tool_error", order)
     h.register("ad_tool_error_handled", order)
@@ -113,6 +117,7 @@ async def scenarios(h: Harness) -> None:
     default = RunConfig()
     plan: list[tuple[str, InMemoryRunner, str, RunConfig, tuple[type[BaseException], ...]]] = [
         ("ad_normal", plain, "What is the weather in Paris?", default, ()),
+        ("ad_parallel", plain, "Weather in Paris and Rome?", default, ()),
         ("ad_tool_error", plain, "Where is my order A-404?", default, (ValueError,)),
         ("ad_tool_error_handled", handled, "Where is my order A-404?", default, ()),
         (

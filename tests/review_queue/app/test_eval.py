@@ -292,3 +292,38 @@ class TestJudgeClosed:
         assert 2 == judge.closed
         with judge_closed(None):
             pass
+
+
+class TestDimensionsCli:
+    def test_add_with_dimension_and_tags(self, tmp_path: Path) -> None:
+        cfg = _vigil_yaml(tmp_path)
+        url = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(url)
+        store = SqlStore(url)
+        run = scored_run(
+            "ab" * 16,
+            reasons=["errored"],
+            messages=(Message("user", "   ?"), Message("assistant", "Sorry?")),
+            final_output="Sorry?",
+        )
+        RedactingSink(store, Redactor((), {})).write([run])
+        store.close()
+        target = tmp_path / "cases.json"
+        argv = ["--config", str(cfg), "eval", "add", str(target), "--from-run", "ab" * 16]
+        assert 0 == main([*argv, "--dimension", "robustness", "--tag", "blank", "--tag", "prod", "--tag", "blank"])
+        (case,) = load_eval_set(target).eval_cases
+        assert ("robustness", ("blank", "prod")) == (case.dimension, case.tags)
+        assert 2 == len(json.loads(target.read_text())["eval_cases"][0]["metadata"])  # dimension, tags
+
+    def test_robustness_writes_the_derived_set(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        assert 0 == main(["eval", "robustness", str(EVALSET), "--kind", "empty", "--kind", "injection"])
+        doc = json.loads(capsys.readouterr().out)
+        assert ["empty", "weather_paris.injection", "order_then_refund.injection", "greeting.injection"] == [
+            c["eval_id"] for c in doc["eval_cases"]
+        ]
+        assert 2 == main(["eval", "robustness", str(EVALSET), "--kind", "typo"])
+        assert "vigil eval robustness: unknown edge-case kind 'typo'" in capsys.readouterr().err
+        bad = tmp_path / "b.json"
+        bad.write_text("{}")
+        assert 2 == main(["eval", "run", "--agent", "x:y", str(EVALSET), "--baseline", str(bad)])
+        assert "an object with 'results'" in capsys.readouterr().err

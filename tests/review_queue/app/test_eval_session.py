@@ -65,6 +65,12 @@ class TestFromSession:
         assert 0 == main(["--config", str(cfg), "eval", "add", str(target), "--from-session", "conv-9"])
         assert "already has this case" in capsys.readouterr().err
         assert 1 == len(load_eval_set(target).eval_cases)
+        tagged = tmp_path_of(cfg) / "tagged.json"
+        args = ["eval", "add", str(tagged), "--from-session", "conv-9", "--dimension", "robustness", "--tag", "prod"]
+        assert 0 == main(["--config", str(cfg), *args])
+        (case,) = load_eval_set(tagged).eval_cases
+        assert case.metadata is not None
+        assert ("robustness", ["prod"]) == (case.metadata.dimension, case.metadata.tags)
         store.close()
 
     def test_corrected_turn_and_snapshot_fallback(self, setup: tuple[Path, SqlStore]) -> None:

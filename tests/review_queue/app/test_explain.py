@@ -67,6 +67,19 @@ class TestFiles:
         rules = {e["rule"] for d in docs for e in d["signals"]["hit_max_iterations"]["evidence"]}
         assert "limit.cutoff" not in rules
 
+    def test_session_and_user_ids(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The ids read from the trace are shown, and the sessions section of vigil.yaml is used."""
+        truth = json.loads((FIXTURES / "langgraph_sessions.truth.json").read_text())
+        docs = {d["trace_id"]: d for d in _explain_json(tmp_path, capsys, FIXTURES / "langgraph_sessions.json")}
+        for expected in truth["runs"]:
+            doc = docs[expected["trace_id"]]
+            assert (expected["session_id"], expected["user_id"]) == (doc["session_id"], doc["user_id"])
+        custom = trace(node("invoke_agent bot", {"gen_ai.operation.name": "invoke_agent", "app.chat": "c-1"}))
+        capture = tmp_path / "custom.pb"
+        capture.write_bytes(encode_batch(TraceBatch(custom[0].trace_id, tuple(custom))))
+        [doc] = _explain_json(tmp_path, capsys, capture, extra="sessions: {session_keys: [app.chat]}\n")
+        assert "c-1" == doc["session_id"]
+
     def test_directory_and_protobuf(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A directory stands for its files; protobuf bodies are read too."""
         folder = tmp_path / "captures"
@@ -120,3 +133,14 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err.strip()
     assert "not an OTLP trace export" in err
     assert 1 == len(err.splitlines())
+
+
+def test_what_the_trace_cannot_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ADK's callback guardrail leaves neither a model span nor a guardrail span: explain says so, with the reason."""
+    truth = json.loads((FIXTURES / "google_adk.truth.json").read_text())
+    guard = next(r["trace_id"] for r in truth["runs"] if r["scenario"] == "ad_guardrail")
+    docs = {d["trace_id"]: d for d in _explain_json(tmp_path, capsys, FIXTURES / "google_adk.json")}
+    [text] = docs[guard]["cannot_show"]
+    assert text.startswith("this trace cannot show whether a guardrail answered instead of the model, because")
+    assert 0 == main(["--config", str(_config(tmp_path)), "explain", str(FIXTURES / "google_adk.json")])
+    assert "this trace cannot show whether a guardrail answered" in capsys.readouterr().out

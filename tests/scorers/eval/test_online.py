@@ -118,6 +118,16 @@ class TestMatching:
         assert online.match(run([QUESTION.upper() + "  "])) is not None
         assert online.match(run([QUESTION, "and tomorrow?"])) is None  # a second turn the case does not have
 
+    def test_robustness_cases_with_checks_are_not_matched_online(self, tmp_path: Path) -> None:
+        """An edge case judged by rules has no reference answer to score a production run against."""
+        path = eval_set(tmp_path / "s.json")
+        doc = json.loads(path.read_text())
+        doc["eval_cases"][0]["metadata"] = {"dimension": "robustness", "checks": ["graceful"]}
+        path.write_text(json.dumps(doc))
+        online = OnlineEval([path])
+        assert online.match(run([QUESTION])) is None
+        assert online.match(replace(run([QUESTION]), attributes={"vigil.eval.case_id": "weather"})) is None
+
     def test_reloads_on_change(self, tmp_path: Path) -> None:
         now = [0.0]
         path = eval_set(tmp_path / "s.json")
