@@ -90,6 +90,10 @@ class RunOut(BaseModel):
         description="Why each headline signal and flag reason is set: the detection rule, span and matched value.",
     )
     version: int = Field(description="1 on first write, +1 per re-score.")
+    session_id: str | None = Field(
+        None, description="The session (conversation) the run is a turn of; null: a session of one."
+    )
+    user_id: str | None = Field(None, description="The end user, when the trace names one.")
     created_at: datetime
     updated_at: datetime
 
@@ -221,6 +225,9 @@ def create_api_app(
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
+    from review_queue.api_sessions import sessions_router  # it reads this module's run shapes
+
+    app.include_router(sessions_router(services))
     if judge_agreement is not None:
         app.include_router(_judge_router(judge_agreement, services))
     if ui:
@@ -263,15 +270,24 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
     )
 
     @router.get("/runs", response_model=RunPage, responses={400: {"model": ErrorOut}})
-    def list_runs(
+    def list_runs(  # noqa: PLR0917 - one argument per filter
         agent: Annotated[str | None, Query(max_length=256)] = None,
         flagged: bool | None = None,
         reason: Annotated[str | None, Query(max_length=256)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
+        session: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="The turns of this session.")
+        ] = None,
+        user: Annotated[
+            str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")
+        ] = None,
     ) -> dict[str, Any]:
-        """List runs newest first, optionally by agent, flagged state or flag reason."""
-        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor)
+        """List runs newest first, optionally by agent, flagged state, flag reason, session or user."""
+        for name, text in (("session", session), ("user", user)):
+            if text is not None and "\x00" in text:
+                raise HTTPException(400, f"{name} contains a NUL character")
+        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor, session=session, user=user)
         return {"items": items, "next_cursor": next_cursor}
 
     @router.get("/runs/{trace_id}", response_model=RunDetailOut, responses={404: {"model": ErrorOut}})

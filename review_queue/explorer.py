@@ -1,6 +1,6 @@
 """The runs explorer's query: every stored run, filtered, sorted, one keyset page at a time.
 
-Filters: agent, service, status, each headline signal, flagged or not, flag reason, a score
+Filters: agent, service, status, session, user, each headline signal, flagged or not, flag reason, a score
 range, a time range (index time), a trace-id prefix and text in the final answer (the run's
 details, :mod:`review_queue.details`, keep it for their retention). Sorting by index time,
 duration, LLM calls, tool errors or tokens, either way, with a cursor that stays valid under
@@ -44,6 +44,7 @@ class RunQuery:
 
     Attributes:
         agent / service / status: exact matches.
+        session / user: the run's session id / end-user id, exact matches.
         signals: headline signal name to required value.
         flagged: flagged (True) or not (False).
         reason: a flag reason the run must carry.
@@ -58,6 +59,8 @@ class RunQuery:
     agent: str | None = None
     service: str | None = None
     status: str | None = None
+    session: str | None = None
+    user: str | None = None
     signals: tuple[tuple[str, bool], ...] = ()
     flagged: bool | None = None
     reason: str | None = None
@@ -118,9 +121,14 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
         runs.c.flag_reasons,
         runs.c.scores,
         runs.c.created_at,
+        runs.c.session_id,
+        runs.c.user_id,
         run_details.c.final_output,
     ).select_from(runs.outerjoin(run_details, run_details.c.trace_id == runs.c.trace_id))
-    for name, value in (("agent", q.agent), ("service", q.service), ("status", q.status)):
+    for name, value in (
+        ("agent", q.agent), ("service", q.service), ("status", q.status), ("session_id", q.session),
+        ("user_id", q.user),
+    ):  # fmt: skip
         if value:
             query = query.where(runs.c[name] == value)
     for name, wanted in q.signals:

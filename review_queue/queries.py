@@ -32,6 +32,7 @@ __all__ = [
     "list_runs",
     "queue_stats",
     "reason_filter_for",
+    "run_document",
 ]
 
 ReasonFilter = Callable[[str], sa.ColumnElement[bool]]
@@ -96,6 +97,8 @@ def list_runs(
     reason: str | None,
     limit: int,
     cursor: str | None,
+    session: str | None = None,
+    user: str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Return one page of runs, newest first, and the cursor of the next page (or ``None``).
 
@@ -112,6 +115,10 @@ def list_runs(
         query = query.where(runs.c.flagged == flagged)
     if reason is not None:
         query = query.where(reason_filter(reason))
+    if session is not None:
+        query = query.where(runs.c.session_id == session)
+    if user is not None:
+        query = query.where(runs.c.user_id == user)
     if cursor is not None:
         created, trace_id = _decode(cursor, "r", (float, str))
         query = query.where(
@@ -178,6 +185,11 @@ def queue_stats(conn: sa.Connection) -> list[QueueStat]:
     ]
 
 
+def run_document(row: sa.RowMapping) -> dict[str, Any]:
+    """A ``runs`` row (every column selected) as the API's run summary: flag, evidence, times."""
+    return _run_dict(row)
+
+
 def _run_dict(row: sa.RowMapping) -> dict[str, Any]:
     flag = None
     if row["flagged"]:
@@ -211,6 +223,8 @@ _RUN_FIELDS = (
     "scores",
     "scorer_errors",
     "version",
+    "session_id",
+    "user_id",
 )
 
 

@@ -233,6 +233,9 @@ class SqlStore:
         reason: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        *,
+        session: str | None = None,
+        user: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Return runs newest first (by index time) and the next page's cursor, or ``None``.
 
@@ -241,6 +244,8 @@ class SqlStore:
             flagged: only flagged (True) or unflagged (False) runs.
             reason: only runs flagged for this reason.
             limit: page size (≥ 1).
+            session: only the turns of this session (``runs.session_id``).
+            user: only the runs of this end user (``runs.user_id``).
             cursor: ``next_cursor`` of the previous page.
 
         Raises:
@@ -256,6 +261,8 @@ class SqlStore:
                 reason=reason,
                 limit=max(1, limit),
                 cursor=cursor,
+                session=session,
+                user=user,
             )
 
     def list_queue(self, limit: int = 50, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:

@@ -17,6 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import jinja2
 from fastapi import Depends, FastAPI, Form, Request
@@ -24,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import explorer, listing, queries, targets, views
+from review_queue import explorer, listing, queries, session_queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -57,6 +58,7 @@ _ENV.filters["pretty"] = views.pretty
 _ENV.filters["attr_text"] = views.attr_text
 _ENV.filters["span_json"] = views.span_json
 _ENV.filters["attribute_rows"] = views.attribute_rows
+_ENV.filters["path_part"] = lambda text: quote(str(text), safe="")  # a session id as one path segment
 
 
 def mount_ui(app: FastAPI, services: ReviewServices) -> None:
@@ -67,6 +69,9 @@ def mount_ui(app: FastAPI, services: ReviewServices) -> None:
     _item_pages(app, services)
     _runs_explorer(app, services)
     _admin_forms(app, services)
+    from review_queue.web_sessions import mount_session_pages  # it renders with this module's environment
+
+    mount_session_pages(app, services)
 
 
 def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
@@ -219,7 +224,9 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "run": run,
             "snap": snapshot,
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
-            **_run_view(services, item["trace_id"], snapshot, run),
+            **run_view(services, item["trace_id"], snapshot, run),
+            "position": _turn_position(services, item["trace_id"]),
+            "session_item": _session_item(services, snapshot),
             "verdicts": bench.verdicts(item_id, who),
             "events": bench.events(item_id, who),
             "feedback": services.feedback.for_run(item["trace_id"]),
@@ -244,7 +251,8 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             run=run,
             why=views.evidence_by_signal(run.get("evidence")),
             can_review=who.role in REVIEWERS,
-            **_run_view(services, run["trace_id"], {}, run),
+            position=_turn_position(services, run["trace_id"]),
+            **run_view(services, run["trace_id"], {}, run),
         )
 
     @app.get("/runs/{trace_id}/spans/{span_id}.json", include_in_schema=False)
@@ -294,7 +302,22 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         return RedirectResponse(_next_item(services, who), status_code=303)
 
 
-def _run_view(
+def _session_item(services: ReviewServices, snapshot: dict[str, Any]) -> dict[str, Any] | None:
+    """The session a session item stands for (snapshot ``subject: session``), as the session page shows it."""
+    if snapshot.get("subject") != "session" or not snapshot.get("session_id"):
+        return None
+    from review_queue.web_sessions import session_view
+
+    return session_view(services, str(snapshot["session_id"])[:256])
+
+
+def _turn_position(services: ReviewServices, trace_id: str) -> dict[str, Any] | None:
+    """The run's session and neighbour turns (:func:`review_queue.session_queries.turn_position`)."""
+    with guard("turn_position", services.store.retry_after_s), services.store.engine.connect() as conn:
+        return session_queries.turn_position(conn, trace_id)
+
+
+def run_view(
     services: ReviewServices, trace_id: str, snapshot: dict[str, Any], run: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Conversation, span tree and details of a run page: from the run's details document when
@@ -356,6 +379,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
         agent: str = "",
         service: str = "",
         status: str = "",
+        session: str = "",
+        user: str = "",
         flagged: str = "",
         reason: str = "",
         hit_max_iterations: str = "",
@@ -388,7 +413,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             if value in ("yes", "no")
         )
         filters = {
-            "agent": agent[:256], "service": service[:256], "status": status[:16], "flagged": flagged,
+            "agent": agent[:256], "service": service[:256], "status": status[:16], "session": session[:256],
+            "user": user[:256], "flagged": flagged,
             "reason": reason[:256], "hit_max_iterations": hit_max_iterations, "safety_blocked": safety_blocked,
             "errored": errored, "score": score[:64], "score_min": score_min[:32], "score_max": score_max[:32],
             "since_h": since_h[:16], "until_h": until_h[:16], "trace": trace[:32], "q": q[:256],
@@ -400,6 +426,8 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             agent=filters["agent"] or None,
             service=filters["service"] or None,
             status=filters["status"] or None,
+            session=filters["session"] or None,
+            user=filters["user"] or None,
             signals=signals,
             flagged={"yes": True, "no": False}.get(flagged),
             reason=filters["reason"] or None,

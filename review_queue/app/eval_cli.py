@@ -11,7 +11,8 @@
 * ``vigil eval show EVALSET``: the cases of an eval set.
 * ``vigil eval export``: reviewed runs as an eval set (also ``vigil export``).
 * ``vigil eval add --from-run TRACE_ID EVALSET``: one stored run appended as a case (duplicates skipped),
-  with ``--dimension`` and ``--tag``.
+  with ``--dimension`` and ``--tag``; ``--from-session ID``: a stored session's turns as one multi-turn
+  case (:mod:`review_queue.app.eval_session`).
 * ``vigil eval robustness EVALSET``: edge cases derived from the set's cases
   (:mod:`scorers.eval.robustness`), written to ``--out`` and/or run with ``--agent`` like ``run``.
 * ``vigil eval compare BASE NEW``: paired tests of two JSON reports, per metric (``--fail-on-drop``).
@@ -102,8 +103,10 @@ def add_eval_commands(
 
     add = ev_sub.add_parser("add", help="append a stored run to an eval set as a case (redacted as stored)")
     add.add_argument("evalset", type=Path, help="eval set file (created when missing)")
-    add.add_argument("--from-run", required=True, dest="trace_id", help="trace id of a stored run")
-    add.add_argument("--eval-id", default=None, help="the case id (default: the trace id)")
+    source = add.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-run", dest="trace_id", help="trace id of a stored run")
+    source.add_argument("--from-session", dest="session_id", help="a stored session: its turns as one multi-turn case")
+    add.add_argument("--eval-id", default=None, help="the case id (default: the trace id or the session id)")
     add.add_argument("--dimension", choices=DIMENSIONS, default=None, help="the case's dimension (default capability)")
     add.add_argument("--tag", action="append", default=[], dest="tags", help="a free tag (repeatable)")
     add.set_defaults(func=_cmd_eval_add)
@@ -288,6 +291,10 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
     from scorers.eval.manage import merge_cases
     from scorers.eval.model import parse_eval_set
 
+    if args.session_id is not None:
+        from review_queue.app.eval_session import add_from_session
+
+        return add_from_session(args)
     trace_id = args.trace_id.lower()
     store = _review_store(args)
     try:

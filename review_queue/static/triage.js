@@ -139,6 +139,51 @@
     return true;
   }
 
+  // ---- session page: one <details> per turn; the URL fragment is the turn (#turn-3) ----
+  function turns() { return Array.prototype.slice.call(document.querySelectorAll("details.session-turn")); }
+
+  function currentTurnIndex() {
+    return turns().findIndex(function (t) { return t.classList.contains("current"); });
+  }
+
+  function showTurn(turn, fromUser) {
+    if (!turn) { return; }
+    turns().forEach(function (t) { t.classList.toggle("current", t === turn); });
+    turn.open = true;
+    var summary = turn.querySelector("summary");
+    if (summary) { summary.focus({ preventScroll: true }); }
+    turn.scrollIntoView({ block: "start" });
+    if (fromUser && window.history && window.history.replaceState) {
+      window.history.replaceState(null, "", "#" + turn.id);
+    }
+  }
+
+  function moveTurn(delta) {
+    var all = turns();
+    if (!all.length) { return false; }
+    var index = currentTurnIndex();
+    index = index < 0 ? (delta > 0 ? 0 : all.length - 1) : Math.max(0, Math.min(all.length - 1, index + delta));
+    showTurn(all[index], true);
+    return true;
+  }
+
+  function turnFromHash() {
+    var el = document.getElementById(decodeURIComponent(window.location.hash.slice(1)));
+    if (el && el.classList.contains("session-turn")) { showTurn(el, false); }
+  }
+
+  // j/k (and n/p on the session page, where no verdict form takes them) move between turns; o, r
+  function onSessionKey(key, page) {
+    var all = turns();
+    if (!all.length) { return false; }
+    var current = all[currentTurnIndex()];
+    if (key === "j" || (key === "n" && page === "session")) { return moveTurn(1); }
+    if (key === "k" || (key === "p" && page === "session")) { return moveTurn(-1); }
+    if (key === "o" && current) { current.open = !current.open; return true; }
+    if (key === "r" && current) { window.location.href = current.getAttribute("data-href"); return true; }
+    return false;
+  }
+
   var pendingG = false;
 
   function select(index) {
@@ -195,7 +240,7 @@
   function onKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey) { return; }
     var target = event.target;
-    if (target.matches && target.matches("input, textarea, select")) { onField(event); return; }
+    if (target.isContentEditable || (target.matches && target.matches("input, textarea, select"))) { onField(event); return; }
     var page = document.body.getAttribute("data-page");
     var key = event.key;
     var handled = true;
@@ -204,11 +249,12 @@
     if (key === "Escape" && help && !help.hidden) { toggleHelp(false); event.preventDefault(); return; }
     if (pendingG) {
       pendingG = false;
-      var dest = { q: "/queue", r: "/runs", s: "/stats" }[key];
+      var dest = { q: "/queue", r: "/runs", e: "/sessions", s: "/stats" }[key];
       if (dest) { window.location.href = dest; event.preventDefault(); }
       return;
     }
     if (key === "g") { pendingG = true; event.preventDefault(); return; }
+    if (onSessionKey(key, page)) { event.preventDefault(); return; }
     var inTree = target.classList && target.classList.contains("span-row");
     if (inTree && (key === "ArrowDown" || key === "ArrowUp")) { moveSpan(key === "ArrowDown" ? 1 : -1); event.preventDefault(); return; }
     if (inTree && (key === "Enter" || key === " ")) { showSpan(target, true, true); event.preventDefault(); return; }
@@ -220,7 +266,7 @@
     else if (key === "y") { handled = copySpan(null); }
     else if (key === "a") { handled = openAllFolds(); }
     else if (key === "/" && page === "runs") { var box = document.getElementById("trace-search"); if (box) { box.focus(); box.select(); } else { handled = false; } }
-    else if (key === "n" && page === "runs") { handled = follow("next-page"); }
+    else if (key === "n" && (page === "runs" || page === "sessions")) { handled = follow("next-page"); }
     else if (key === "s" && page === "runs") {
       var selected = rows()[selectedIndex()];
       var form = selected && selected.querySelector("form.send-review");
@@ -236,7 +282,7 @@
     else if (key === "n") { var notes = document.getElementById("notes"); if (notes) { notes.focus(); } else { handled = false; } }
     else if (key === "Enter") {
       if (page === "item") { handled = submitVerdict(); }
-      else if (page === "queue" || page === "runs") {
+      else if (page === "queue" || page === "runs" || page === "sessions") {
         var row = rows()[selectedIndex()];
         if (row) { window.location.href = row.getAttribute("data-href"); } else { handled = false; }
       } else { handled = false; }
@@ -247,7 +293,7 @@
   document.addEventListener("keydown", onKey);
   document.addEventListener("DOMContentLoaded", function () {
     var page = document.body.getAttribute("data-page");
-    if (page === "queue" || page === "runs") { select(0); }
+    if (page === "queue" || page === "runs" || page === "sessions") { select(0); }
     rows().forEach(function (row, i) {
       row.addEventListener("click", function () { select(i); });
     });
@@ -265,5 +311,14 @@
     });
     window.addEventListener("hashchange", fromHash);
     fromHash();
+    if (turns().length) {
+      turns().forEach(function (turn) {
+        turn.querySelector("summary").addEventListener("click", function () {
+          turns().forEach(function (t) { t.classList.toggle("current", t === turn); });
+        });
+      });
+      window.addEventListener("hashchange", turnFromHash);
+      turnFromHash();
+    }
   });
 }());

@@ -38,7 +38,7 @@ def _seeded_app() -> FastAPI:
     priorities = list(Priority)
     reasons = (["errored"], ["errored", "slow"])
     runs = [scored_run(f"{i:032x}", reasons=reasons[i % 2], priority=priorities[i % 3]) for i in range(1, 13)]
-    runs += [scored_run(f"{i:032x}") for i in range(20, 26)]
+    runs += [scored_run(f"{i:032x}", session_id=f"conv/{i % 3}", user_id=f"u{i % 2}") for i in range(20, 26)]
     store.write(runs)
     services = build_services(store, admin_token=ADMIN_TOKEN)
     for role in ("admin", "reviewer", "viewer", "ingest"):

@@ -49,6 +49,8 @@ AUTHZ: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/api/v1/runs"): READ,
     ("GET", "/api/v1/runs/{trace_id}"): READ,
     ("GET", "/api/v1/queue"): READ,
+    ("GET", "/api/v1/sessions"): READ,
+    ("GET", "/api/v1/sessions/{session_id}"): READ,
     ("GET", "/api/v1/judges/agreement"): READ,
     ("POST", "/api/v1/queue/claim"): REVIEW,
     ("GET", "/api/v1/items/{item_id}"): READ,
@@ -75,6 +77,8 @@ AUTHZ: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/items/{item_id}"): READ,
     ("GET", "/runs"): READ,
     ("GET", "/runs/{trace_id}"): READ,
+    ("GET", "/sessions"): READ,
+    ("GET", "/sessions/{session_id:path}"): READ,
     ("GET", "/runs/{trace_id}/spans/{span_id}.json"): READ,
     ("POST", "/runs/{trace_id}/review"): REVIEW,
     ("POST", "/items/{item_id}/claim"): REVIEW,
@@ -147,7 +151,9 @@ def test_authz(app_parts: tuple[FastAPI, ReviewServices, SqlStore], method: str,
     client = TestClient(app)
     for identity in IDENTITIES:
         token_id = services.tokens.create("victim", "viewer")[1]["id"]  # a fresh one each time: DELETE revokes it
-        path = template.format(item_id=1, trace_id=TRACE, token_id=token_id, span_id="1" * 16)
+        path = template.replace(":path}", "}").format(
+            item_id=1, trace_id=TRACE, token_id=token_id, span_id="1" * 16, session_id="conv/1"
+        )
         body = BODIES.get(template)
         response = client.request(method, path, json=body, headers=_headers(identity, secrets), follow_redirects=False)
         status = response.status_code
@@ -362,6 +368,14 @@ FILTERS = [
     ("/api/v1/runs", "flagged"),
     ("/api/v1/runs", "cursor"),
     ("/api/v1/queue", "cursor"),
+    ("/api/v1/runs", "session"),
+    ("/api/v1/runs", "user"),
+    ("/api/v1/sessions", "agent"),
+    ("/api/v1/sessions", "user"),
+    ("/api/v1/sessions", "signal"),
+    ("/api/v1/sessions", "cursor"),
+    ("/sessions", "user"),
+    ("/sessions", "signal"),
     ("/queue", "agent"),
     ("/queue", "reason"),
     ("/queue", "priority"),
@@ -387,7 +401,10 @@ def any_store_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Te
 def _client_over(url: str) -> Iterator[TestClient]:
     store = SqlStore(url)
     store.write(
-        [scored_run(TRACE, reasons=["errored"], agent="alice"), scored_run("ab" * 16, reasons=["slow"], agent="bob")]
+        [
+            scored_run(TRACE, reasons=["errored"], agent="alice", session_id="s1", user_id="u1"),
+            scored_run("ab" * 16, reasons=["slow"], agent="bob"),
+        ]
     )
     services = build_services(store, admin_token=ADMIN_TOKEN)
     client = TestClient(create_api_app(store, admin_token=ADMIN_TOKEN, services=services))

@@ -1,0 +1,172 @@
+"""A stored session as one multi-turn eval case (``vigil eval add --from-session ID``).
+
+The case is Google ADK's ``EvalCase`` (:mod:`scorers.eval.model`): its ``conversation`` holds one
+invocation per turn, in start order, so the turns share the case as a multi-turn conversation
+does in ``vigil eval run`` (each turn is run with the history of the ones before). Per turn:
+
+* ``user_content``: the user message the turn added to the conversation (the messages of the
+  turns before it, which each chat call repeats, are left out: :func:`review_queue.session_queries
+  .fresh_entries`); the last one when it added several;
+* ``final_response``: the run's final answer, or a reviewer's corrected answer when a verdict
+  failed the turn with one (:func:`review_queue.export.eval_case`'s rule);
+* ``intermediate_data.tool_uses``: the tool calls of the turn (left empty when a verdict blamed the
+  tools).
+
+Content comes only from what Vigil stored, which was redacted before it was written: the run's
+details document (:mod:`review_queue.details`), else its review snapshot. A turn with neither
+(its details not kept, never flagged), with no user message, or failed by a reviewer without a
+correction makes the whole session unfit: a conversation with a hole is not a test case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from review_queue import details
+from review_queue.export import TOOL_CATEGORIES, _tool_uses, _verdicts
+from review_queue.session_queries import MAX_TURNS, fresh_entries
+from review_queue.tables import review_items, run_details, runs
+from scorers.eval.actual import decode_args
+
+__all__ = ["case_from_session", "session_case"]
+
+
+def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[dict[str, Any] | None, str]:
+    """The stored session ``session_id`` as one EvalCase, or ``(None, why_not)``.
+
+    ``why_not`` is ``unknown_session``, ``too_many_turns`` (over
+    :data:`review_queue.session_queries.MAX_TURNS`), or ``turn N: <reason>`` (see
+    :func:`session_case`).
+    """
+    query = (
+        sa.select(
+            runs.c.trace_id,
+            runs.c.agent,
+            review_items.c.id.label("item_id"),
+            review_items.c.snapshot,
+            run_details.c.body,
+            run_details.c.codec,
+        )
+        .select_from(
+            runs.outerjoin(review_items, review_items.c.trace_id == runs.c.trace_id).outerjoin(
+                run_details, run_details.c.trace_id == runs.c.trace_id
+            )
+        )
+        .where(runs.c.session_id == session_id)
+        .order_by(runs.c.start_ns, runs.c.trace_id)
+        .limit(MAX_TURNS + 1)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).mappings().all()
+        verdicts = _verdicts(conn, [int(r["item_id"]) for r in rows if r["item_id"] is not None])
+    if not rows:
+        return None, "unknown_session"
+    if len(rows) > MAX_TURNS:
+        return None, "too_many_turns"
+    turns = [
+        {
+            "trace_id": r["trace_id"],
+            "agent": r["agent"],
+            "conversation": _conversation(r),
+            "snapshot": r["snapshot"],
+            "verdicts": verdicts.get(int(r["item_id"]), []) if r["item_id"] is not None else [],
+        }
+        for r in rows
+    ]
+    return session_case(session_id, turns, created)
+
+
+def _conversation(row: sa.RowMapping) -> list[dict[str, Any]] | None:
+    if row["body"] is None:
+        return None
+    doc = details.decode(row["body"], row["codec"])
+    conversation = doc.get("conversation")
+    return conversation if isinstance(conversation, list) else None
+
+
+def session_case(
+    session_id: str, turns: Sequence[Mapping[str, Any]], created: float
+) -> tuple[dict[str, Any] | None, str]:
+    """One EvalCase from a session's turns, in order, or ``(None, "turn N: reason")``. Pure.
+
+    Args:
+        session_id: the case id.
+        turns: per turn ``{trace_id, agent, conversation (details entries or None), snapshot (or
+            None), verdicts}``.
+        created: the invocations' and the case's ``creation_timestamp``.
+
+    Reasons: ``no stored content`` (no details document, no snapshot), ``no user message``,
+    ``failed without a corrected answer``.
+    """
+    invocations = []
+    previous: Sequence[Mapping[str, Any]] = []
+    for number, turn in enumerate(turns, 1):
+        conversation = turn["conversation"]
+        snapshot = turn["snapshot"] or {}
+        if conversation is not None and any(e.get("kind") == "message" for e in conversation):
+            fresh, _ = fresh_entries(previous, conversation)
+            user = _last(fresh, "user") or _last(conversation, "user")
+            answer = _answer(conversation)
+            tools = _details_tools(fresh)
+            previous = conversation
+        elif snapshot:
+            user = _last(snapshot.get("messages") or [], "user")
+            answer = str(snapshot.get("final_output") or "")
+            tools = _tool_uses(snapshot)
+            previous = []
+        else:
+            return None, f"turn {number}: no stored content (its details were not kept and it was never flagged)"
+        if not user:
+            return None, f"turn {number}: no user message"
+        failed = [v for v in turn["verdicts"] if v["verdict"] == "fail"]
+        corrected = [v for v in failed if v.get("corrected_answer")]
+        if failed and not corrected:
+            return None, f"turn {number}: failed without a corrected answer"
+        if corrected:
+            answer = str(corrected[-1]["corrected_answer"])
+            if {c for v in failed for c in v.get("categories", [])} & TOOL_CATEGORIES:
+                tools = []
+        invocations.append(
+            {
+                "invocation_id": f"vigil-{turn['trace_id']}",
+                "user_content": {"role": "user", "parts": [{"text": user}]},
+                "final_response": {"role": "model", "parts": [{"text": answer}]},
+                "intermediate_data": {"tool_uses": tools, "intermediate_responses": []},
+                "creation_timestamp": created,
+            }
+        )
+    if not invocations:
+        return None, "unknown_session"
+    case = {
+        "eval_id": session_id,
+        "conversation": invocations,
+        "session_input": {"app_name": str(turns[-1].get("agent") or "unknown"), "user_id": "vigil", "state": {}},
+        "creation_timestamp": created,
+    }
+    return case, ""
+
+
+def _last(entries: Sequence[Mapping[str, Any]], role: str) -> str:
+    for entry in reversed(entries):
+        if entry.get("kind", "message") == "message" and entry.get("role") == role and str(entry.get("content", "")):
+            return str(entry["content"])
+    return ""
+
+
+def _answer(conversation: Sequence[Mapping[str, Any]]) -> str:
+    final = next((e for e in reversed(conversation) if e.get("kind") == "final" or e.get("final")), None)
+    if final is not None:
+        return str(final.get("content") or "")
+    return _last(conversation, "assistant")
+
+
+def _details_tools(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"id": e.get("call_id") or e.get("span_id"), "name": e.get("name"), "args": decode_args(e.get("arguments"))}
+        for e in entries
+        if e.get("kind") == "tool"
+    ]

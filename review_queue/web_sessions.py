@@ -1,0 +1,148 @@
+"""The reviewer UI's session pages: ``/sessions`` (the sessions explorer) and ``/sessions/{id}``.
+
+The session page shows every turn in start order, each a ``<details>`` holding the turn's
+signals, the evidence of its run and its conversation (the run page's ``conversation_view``,
+without the history the turn repeats: :func:`review_queue.sessions.fresh_entries`).
+``static/triage.js`` moves between turns with ``j``/``k`` (or ``n``/``p``). Everything a turn
+shows is agent- or user-controlled text: autoescaped by the environment, never marked safe.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+
+from review_queue import session_queries as sessions
+from review_queue import views
+from review_queue.access import READERS
+from review_queue.model import Principal
+from review_queue.queries import InvalidCursorError
+from review_queue.services import ReviewServices
+from review_queue.store import guard
+
+__all__ = ["PAGE_TURNS", "mount_session_pages", "session_view"]
+
+PAGE_TURNS = 200
+"""Turns the session page renders with their conversation (the API lists up to ``sessions.MAX_TURNS``)."""
+OPEN_ALL_UP_TO = 10
+"""Sessions of at most this many turns show every turn open; longer ones open flagged turns and turns with a signal."""
+
+_SORT_LABELS = {"last": "last activity", "turns": "turns", "duration": "duration"}
+
+
+def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
+    """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
+    from review_queue.web import render
+
+    reader = Depends(services.access.require_page(*READERS))
+    store = services.store
+
+    @app.get("/sessions", include_in_schema=False)
+    def sessions_page(  # noqa: PLR0917 - one argument per filter of the form
+        request: Request,
+        who: Principal = reader,
+        agent: str = "",
+        user: str = "",
+        status: str = "",
+        flagged: str = "",
+        signal: str = "",
+        since_h: str = "",
+        until_h: str = "",
+        sort: str = "last",
+        order: str = "desc",
+        cursor: str = "",
+        limit: int = 50,
+    ) -> Response:
+        now = services.clock()
+        filters = {
+            "agent": agent[:256], "user": user[:256], "status": status if status in sessions.STATUSES else "",
+            "flagged": flagged if flagged in ("yes", "no") else "", "signal": signal[:64],
+            "since_h": since_h[:16], "until_h": until_h[:16],
+            "sort": sort if sort in sessions.SORTS else "last", "order": "asc" if order == "asc" else "desc",
+            "limit": str(max(1, min(limit, sessions.MAX_PAGE))) if limit != 50 else "",
+        }  # fmt: skip
+        since, until = _hours_ago(now, since_h), _hours_ago(now, until_h)
+        query = sessions.SessionQuery(
+            agent=filters["agent"] or None,
+            user=filters["user"] or None,
+            status=filters["status"] or None,
+            flagged={"yes": True, "no": False}.get(filters["flagged"]),
+            signal=filters["signal"] or None,
+            since=since,
+            until=until,
+            sort=filters["sort"],
+            descending=filters["order"] == "desc",
+            limit=max(1, min(limit, sessions.MAX_PAGE)),
+        )
+        rows: list[dict[str, Any]] = []
+        next_cursor = None
+        error = ""
+        try:
+            with guard("sessions_page", store.retry_after_s), store.engine.connect() as conn:
+                rows, next_cursor = sessions.list_sessions(conn, query, cursor or None)
+        except (InvalidCursorError, ValueError) as exc:
+            error = str(exc)[:200]
+        keep = {k: v for k, v in filters.items() if v}
+        return render(
+            "sessions.html",
+            request,
+            rows=rows,
+            filters=filters,
+            keep=keep,
+            next_cursor=next_cursor,
+            first_page=not cursor,
+            error=error,
+            now=now,
+            sorts=_SORT_LABELS,
+        )
+
+    @app.get("/sessions/{session_id:path}", include_in_schema=False)
+    def session_page(request: Request, session_id: str, who: Principal = reader) -> Response:
+        session_id = session_id[:256]
+        view = session_view(services, session_id)
+        if view is None:
+            return render("error.html", request, status=404, message=f"session {session_id} not found")
+        return render("session.html", request, **view)
+
+
+def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | None:
+    """What ``session_turns.html`` shows of a session (the session page, a session's item page), or ``None``.
+
+    ``session`` (the row), ``turns`` (the first :data:`PAGE_TURNS`, each with its run ``view``, the
+    ``fresh`` conversation entries and the ``repeated`` count, its evidence by signal ``why``, ``open``),
+    ``truncated`` and ``details_policy``.
+    """
+    from review_queue.web import run_view
+
+    store = services.store
+    with guard("session_page", store.retry_after_s), store.engine.connect() as conn:
+        found = sessions.get_session(conn, session_id)
+    if found is None:
+        return None
+    turns = found["turns"]
+    shown = turns[:PAGE_TURNS]
+    previous: list[Any] = []
+    for turn in shown:
+        view = run_view(services, turn["trace_id"], {}, turn)
+        turn["view"] = view
+        turn["fresh"], turn["repeated"] = sessions.fresh_entries(previous, view["conversation"])
+        turn["why"] = views.evidence_by_signal(turn.get("evidence"))
+        turn["open"] = len(turns) <= OPEN_ALL_UP_TO or bool(turn["flag"]) or bool(turn["signals"])
+        previous = view["conversation"] or previous
+    return {
+        "session": found["session"],
+        "turns": shown,
+        "truncated": found["turns_truncated"] or len(turns) > len(shown),
+        "details_policy": services.details,
+    }
+
+
+def _hours_ago(now: float, text: str) -> float | None:
+    try:
+        hours = float(text)
+    except ValueError:
+        return None
+    return now - 3600 * hours if math.isfinite(hours) else None
