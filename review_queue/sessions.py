@@ -43,6 +43,7 @@ The first three update as turns (and feedback) arrive; ``abandoned`` is set at c
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -279,8 +280,19 @@ def human_phrase(text: str, phrases: Sequence[str]) -> str | None:
 
 
 def _phrase_in(padded: str, phrases: Sequence[str]) -> str | None:
-    """The first of ``phrases`` in ``padded`` (normalised text with a space at each end), or ``None``."""
+    """The first of ``phrases`` in ``padded`` (normalised text with a space at each end), or ``None``.
+
+    One compiled pass says whether any phrase is there (most messages hold none); only then are the
+    phrases tried in vocabulary order, so the one named is the same as without the pass."""
+    if not phrases or _any_phrase(tuple(phrases)).search(padded) is None:
+        return None
     return next((p for p in phrases if f" {p} " in padded), None)
+
+
+@functools.lru_cache(maxsize=16)
+def _any_phrase(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    """Any of ``phrases`` between spaces (a lookahead, so that overlapping phrases are all tried)."""
+    return re.compile(" (?:" + "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True)) + ")(?= )")
 
 
 def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:

@@ -4,11 +4,14 @@ vocabulary, a turn's stored features and the session signals (no database)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from review_queue.sessions import (
     DEFAULT_HUMAN_PHRASES,
     SessionConfig,
     Turn,
+    _phrase_in,
     human_phrase,
     jaccard,
     session_signals,
@@ -147,3 +150,17 @@ def test_a_repair_marker_with_a_shared_word_is_a_rephrase() -> None:
     ]
     assert [] == session_signals([asked, unrelated], 0.6, closed=False)
     assert [] == session_signals([asked, plain], 0.6, closed=False)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["talk", "to", "a", "human", "agent", "real", "person", "sorry", "again", "x"]), max_size=12
+    ),
+    st.lists(
+        st.sampled_from(["talk to a human", "human", "real person", "a human agent", "sorry", "again"]), max_size=5
+    ),
+)
+def test_the_compiled_phrase_pass_names_what_the_plain_scan_names(words: list[str], phrases: list[str]) -> None:
+    padded = f" {' '.join(words)} "
+    plain = next((p for p in phrases if f" {p} " in padded), None)
+    assert plain == _phrase_in(padded, phrases)
