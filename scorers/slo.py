@@ -1,14 +1,14 @@
 """Quality targets (SLOs) per agent, and the definition of a completed task.
 
 ``vigil.yaml``'s ``slo`` section declares targets for every agent (``targets``, merged over the
-five defaults of :data:`DEFAULT_TARGETS`) and per agent (``agents: {name: {target: {...}}}``,
+six defaults of :data:`DEFAULT_TARGETS`) and per agent (``agents: {name: {target: {...}}}``,
 merged over the fleet's). :func:`parse_slo` validates it (one-line :class:`SloConfigError`s);
 ``review_queue/app/slo.py`` turns the result into Prometheus rules.
 
 Every target is stated on one *SLI*, a ratio of two per-agent rates (:class:`Sli`): completed
 runs / runs, summed step efficiency / runs scored for it, passed verdicts / verdicts, blocked
-runs / runs, steps / runs, or, for a threshold on a run histogram, runs on the good side of a
-bucket bound / runs. A target is one of:
+runs / runs, steps / runs, completed sessions / closed sessions, or, for a threshold on a run
+histogram, runs on the good side of a bucket bound / runs. A target is one of:
 
 * ``at_least`` — the SLI must stay at or above ``objective``; the error budget is
   ``1 - objective`` of the events over the window (a mean score in [0, 1] counts each run as
@@ -187,8 +187,16 @@ SLIS: Final[Mapping[str, Sli]] = {
         "ratio",
         "tool calls that did not fail / tool calls",
     ),
+    "session_completion": Sli(
+        "session_completion",
+        f"({_rate('vigil_sessions_completed_total')} or {_rate('vigil_sessions_closed_total')} * 0)",
+        _rate("vigil_sessions_closed_total"),
+        "ratio",
+        "completed sessions / closed sessions (not abandoned: not ended right after a failed, blocked or cut-off turn)",
+        "review",
+    ),
 }
-"""The named SLIs a target may use (``sli:``); the five defaults are named after theirs."""
+"""The named SLIs a target may use (``sli:``); the six defaults are named after theirs."""
 
 HISTOGRAMS: Final[Mapping[str, tuple[str, tuple[float, ...]]]] = {
     "step_efficiency": ("vigil_run_step_efficiency", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)),
@@ -283,10 +291,20 @@ DEFAULT_TARGETS: Final[Mapping[str, Target]] = {
         "safety_block_rate", SLIS["safety_block_rate"], Direction.BAND, 0.005, floor=0.0005, tolerance=1.0
     ),
     "steps_per_task": Target("steps_per_task", SLIS["steps_per_task"], Direction.TREND, 0.2, tolerance=0.2),
+    "session_completion": Target(
+        "session_completion", SLIS["session_completion"], Direction.AT_LEAST, 0.9, min_events=10
+    ),
 }
-"""The five targets every agent has unless configured otherwise: task completion ≥ 85 %, mean
+"""The six targets every agent has unless configured otherwise: task completion ≥ 85 %, mean
 step efficiency ≥ 0.6, human review pass rate ≥ 90 %, safety-block rate between 0.05 % and
-0.5 %, mean steps per task not rising more than 20 % week over week."""
+0.5 %, mean steps per task not rising more than 20 % week over week, session completion ≥ 90 %.
+
+Session completion is stricter than a run's: a session is lost only when it *ends* on a failed
+turn (a user who meets a failure and retries, successfully, is not), and that is the worst outcome
+a conversation has — the user gave up. Its ``min_events`` is 10 like the verdicts': closed sessions
+are fewer than runs (several turns each). An agent whose runs carry no session id exports no
+session metrics, so its session target has no series and never alerts (like ``review_pass_rate``
+without reviewers)."""
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _WINDOW = re.compile(r"(\d+)d")

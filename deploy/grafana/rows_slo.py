@@ -20,6 +20,7 @@ TITLES = {
     "review_pass_rate": "Human review pass rate",
     "safety_block_rate": "Safety-block rate",
     "steps_per_task": "Steps per task (mean)",
+    "session_completion": "Session completion",
 }
 
 
@@ -113,7 +114,8 @@ def _target_row(g: Layout, name: str, t: Target) -> None:
 
 def _week_over_week(g: Layout) -> None:
     g.row("Week over week (7 days vs the 7 days before)")
-    for name, t in DEFAULT_TARGETS.items():
+    width = 24 // len(DEFAULT_TARGETS)
+    for i, (name, t) in enumerate(DEFAULT_TARGETS.items()):
         s = _sel(name)
         panel: Panel = timeseries(
             TITLES.get(name, name),
@@ -124,4 +126,4 @@ def _week_over_week(g: Layout) -> None:
             _unit(t),
             f"{t.sli.description}, over the last 7 days and the 7 days before (target {bound_text(t)}).",
         )
-        g.add(panel, 24 // 5 if name != "steps_per_task" else 24 - 4 * (24 // 5))
+        g.add(panel, width if i < len(DEFAULT_TARGETS) - 1 else 24 - width * (len(DEFAULT_TARGETS) - 1))

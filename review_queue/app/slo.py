@@ -6,7 +6,7 @@ operator, no extension):
 * per target, the SLI's numerator and denominator rates over 5m, 30m, 1h, 6h and 1d
   (``environment_agent:vigil_slo_numerator:rate5m{slo="task_completion"}`` …), the SLI over each
   of them (``environment_agent:vigil_slo_sli:ratio_rate5m``; the stated quantity: completion
-  ratio, mean efficiency, pass rate, block rate, mean steps), and over 7 days and the budget
+  ratio, mean efficiency, pass rate, block rate, mean steps, session completion), and over 7 days and the budget
   window from the 5-minute rates (``sum_over_time`` of numerator / of denominator, so the ratio
   is weighted by events like Pyrra's, not an average of ratios);
 * per target with a budget, the error ratio (``…:vigil_slo_error:ratio_rate<w>``: ``1 - SLI``
@@ -438,6 +438,10 @@ def _raw(sli_name: str, agent: str, value: float) -> list[tuple[str, float]]:
             (f'vigil_tool_calls_total{{{base}, tool="t"}}', n),
             (f'vigil_tool_errors_total{{{base}, tool="t"}}', n * (1 - value)),
         ],
+        "session_completion": [
+            (f"vigil_sessions_closed_total{{{base}}}", n),
+            (f"vigil_sessions_completed_total{{{base}}}", n * value),
+        ],
     }
     if sli_name in simple:
         return simple[sli_name]
@@ -670,6 +674,10 @@ _TERMS: Final[Mapping[str, tuple[tuple[Term, ...], tuple[Term, ...]]]] = {
     "tool_success": (
         ((1, "vigil_tool_calls_total", {}), (-1, "vigil_tool_errors_total", {})),
         ((1, "vigil_tool_calls_total", {}),),
+    ),
+    "session_completion": (
+        ((1, "vigil_sessions_completed_total", {}),),
+        ((1, "vigil_sessions_closed_total", {}),),
     ),
 }
 

@@ -146,9 +146,10 @@ class TestSloRows:
         """Budget targets: value vs target, budget remaining, burn rate; the trend: this week vs last."""
         panels = load()["panels"]
         rows = [p["title"] for p in panels if p["type"] == "row" and p["title"].startswith("SLO: ")]
-        assert 5 == len(rows)
+        assert 6 == len(rows)
         titles = [p["title"] for p in panels]
-        for name in ("Task completion", "Step efficiency (mean)", "Human review pass rate", "Safety-block rate"):
+        names = ("Task completion", "Step efficiency (mean)", "Human review pass rate", "Safety-block rate")
+        for name in (*names, "Session completion"):
             for suffix in (" vs target", ": error budget remaining (28d)", ": burn rate"):
                 assert name + suffix in titles
         assert "Steps per task (mean): this week vs last week" in titles
@@ -156,11 +157,12 @@ class TestSloRows:
         assert any('vigil_slo_floor:value{slo="safety_block_rate"' in e for e in exprs)
 
     def test_week_over_week_panels(self) -> None:
-        """The five numbers over the last 7 days against the 7 days before."""
+        """The six numbers over the last 7 days against the 7 days before."""
         panels = load()["panels"]
         start = next(i for i, p in enumerate(panels) if p["title"].startswith("Week over week"))
-        week = panels[start + 1 : start + 6]
-        assert 5 == len(week)
+        week = panels[start + 1 : start + 7]
+        assert 6 == len(week)
+        assert "Session completion" == week[-1]["title"]
         for p in week:
             assert [" offset 7d" in t["expr"] for t in p["targets"]] == [False, True]
             assert p["gridPos"]["x"] + p["gridPos"]["w"] <= 24

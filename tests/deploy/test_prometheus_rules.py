@@ -125,7 +125,7 @@ class TestSloRules:
     def test_every_slo_alert_fires_and_stays_quiet_in_promtool_tests(self) -> None:
         """Per (alert, slo): a test where it fires, and a healthy agent or an earlier time where it does not."""
         expected = {(str(r["alert"]), slo_labels(r)["slo"]) for r in alerts() if str(r["alert"]).startswith("VigilSLO")}
-        assert len(expected) == 14  # 3 budget alerts x 4 budget targets, the band's floor, the trend
+        assert len(expected) == 17  # 3 budget alerts x 5 budget targets, the band's floor, the trend
         fired: set[tuple[str, str]] = set()
         quiet: set[tuple[str, str]] = set()
         for name in ("slo_test.yml", "slo_trend_test.yml"):
@@ -156,6 +156,6 @@ class TestSloRules:
         fast, slow = thresholds(DEFAULT_TARGETS["safety_block_rate"])
         assert pytest.approx(0.072) == fast
         assert pytest.approx(0.03) == slow
-        for name in ("task_completion", "step_efficiency", "review_pass_rate"):
+        for name in ("task_completion", "step_efficiency", "review_pass_rate", "session_completion"):
             fast, slow = thresholds(DEFAULT_TARGETS[name])
             assert slow < fast < 1.0, name
