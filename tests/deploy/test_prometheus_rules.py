@@ -143,6 +143,58 @@ class TestSloRules:
         assert expected == fired
         assert expected == quiet
 
+    def test_session_completion_quiet_without_sessions_or_with_too_few(self, tmp_path: Path) -> None:
+        """Runs without session ids export no session counters: no session SLI, no alert; 5 closed
+        sessions an hour, all abandoned, stay under the 10 a fast burn needs (the slow burn, over 6 h, fires)."""
+        from review_queue.app.slo import _expected
+
+        base = 'environment="test", job="vigil"'
+        series = [
+            (f'vigil_runs_total{{{base}, agent="runs_only", outcome="ok", complete="true"}}', "0+100x480"),
+            (f'vigil_task_completions_total{{{base}, agent="runs_only"}}', "0+100x480"),
+            (f'vigil_sessions_closed_total{{{base}, agent="few"}}', "0+0.0833333333x480"),
+            (f'vigil_sessions_completed_total{{{base}, agent="few"}}', "0+0x480"),
+        ]
+        sli = 'environment_agent:vigil_slo_sli:ratio_rate1h{slo="session_completion"}'
+        rules = yaml.safe_load((PROM_DIR / "slo_rules.yml").read_text())
+        slow = _expected(rules, "VigilSLOSlowBurn", "session_completion", ["few"])
+        assert 1 == len(slow)
+        doc = {
+            "rule_files": [str(PROM_DIR / "slo_rules.yml")],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [{"series": s, "values": v} for s, v in series],
+                    "promql_expr_test": [
+                        {
+                            "expr": sli.replace("}", ', agent="runs_only"}'),
+                            "eval_time": "2h",
+                            "exp_samples": [],
+                        },
+                        {
+                            "expr": sli.replace("}", ', agent="few"}'),
+                            "eval_time": "2h",
+                            "exp_samples": [
+                                {"labels": sli.replace("}", ', environment="test", agent="few"}'), "value": 0}
+                            ],
+                        },
+                    ],
+                    "alert_rule_test": [
+                        {"alertname": "VigilSLOFastBurn", "eval_time": "2h", "exp_alerts": []},
+                        {"alertname": "VigilSLOBudgetExhausted", "eval_time": "2h", "exp_alerts": []},
+                        {"alertname": "VigilSLOSlowBurn", "eval_time": "7h", "exp_alerts": slow},
+                    ],
+                }
+            ],
+        }  # fmt: skip
+        test_file = tmp_path / "session_test.yml"
+        test_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        result = subprocess.run(
+            [promtool(), "test", "rules", str(test_file)], capture_output=True, text=True, check=False
+        )
+        assert 0 == result.returncode, result.stdout + result.stderr
+
     def test_safety_band_alerts_on_both_sides(self) -> None:
         """The safety-block band: burn-rate alerts above its ceiling, VigilSLOBelowFloor under its floor."""
         band = {str(r["alert"]) for r in alerts() if slo_labels(r).get("slo") == "safety_block_rate"}

@@ -258,3 +258,123 @@ class TestStartUp:
         tests = yaml.safe_load((tmp_path / "tests" / "slo_test.yml").read_text())["tests"]
         billing = [c for c in tests if any('agent="billing"' in s["series"] for s in c["input_series"])]
         assert billing  # the agent's own bounds get their own synthetic cases
+
+
+def session_metrics_text(agents: dict[str, tuple[int, int]]) -> str:
+    """Per agent (closed, abandoned) sessions counted by the real SessionMetrics, as /metrics text."""
+    from review_queue.session_close import SessionMetrics
+    from review_queue.sessions import ClosedSession
+
+    registry = CollectorRegistry()
+    metrics = SessionMetrics(registry)
+    for agent, (closed, abandoned) in agents.items():
+        for n in range(closed):
+            signals = (
+                [{"signal": "abandoned"}] if n < abandoned else [{"signal": "human_request"}] if n == closed - 1 else []
+            )
+            metrics.session_closed(ClosedSession({"agent": agent, "turns": 3, "signals": signals}, f"{n:032x}"))
+    return generate_latest(registry).decode()
+
+
+class TestSessionCompletion:
+    """The session_completion target: completed (not abandoned) sessions / closed sessions."""
+
+    def test_a_default_at_least_90_percent_over_closed_sessions(self) -> None:
+        """On by default: at least 0.9, 10 closed sessions before an alert, read from the session counters."""
+        t = parse_slo(None).targets["session_completion"]
+        assert ("at_least", 0.9, 10) == (t.direction.value, t.objective, t.min_events)
+        assert "vigil_sessions_completed_total" in t.sli.numerator
+        assert "vigil_sessions_closed_total" in t.sli.denominator
+
+    def test_summary_counts_completed_over_closed(self) -> None:
+        """Abandoned sessions are not completed; a request for a human alone does not make one incomplete."""
+        text = session_metrics_text({"support": (20, 4), "billing": (10, 0)})
+        entry = slo.summary_from_metrics(parse_slo(None), text, "review")["targets"]["session_completion"]
+        assert {"billing": 1.0, "support": 0.8} == entry["agents"]
+        assert pytest.approx(26 / 30) == entry["fleet"]
+        assert {"fleet": [26.0, 30.0], "agents": {"billing": [10.0, 10.0], "support": [16.0, 20.0]}} == entry["counts"]
+
+    def test_no_session_metrics_no_value(self) -> None:
+        """Runs without session ids export no session counters: the target has no value, not 0."""
+        entry = slo.summary_from_metrics(parse_slo(None), metrics_text(), "scorer")["targets"]["session_completion"]
+        assert (None, {}, 0) == (entry["fleet"], entry["agents"], entry["events"])
+
+    def test_compare_fails_a_significant_drop(self) -> None:
+        """`vigil slo compare` tests the counts: 95 % -> 80 % of 400 sessions fails, of 20 sessions is noise."""
+        config = parse_slo(None)
+        before = slo.summary_from_metrics(config, session_metrics_text({"support": (400, 20)}), "base")
+        after = slo.summary_from_metrics(config, session_metrics_text({"support": (400, 80)}), "now")
+        findings = [f for f in slo.compare(after, before) if f.target == "session_completion"]
+        assert [("", False), ("support", False)] == [(f.agent, f.ok) for f in findings]
+        assert all(f.test is not None for f in findings)
+        small_before = slo.summary_from_metrics(config, session_metrics_text({"support": (20, 1)}), "base")
+        small_after = slo.summary_from_metrics(config, session_metrics_text({"support": (20, 4)}), "now")
+        noise = [f for f in slo.compare(small_after, small_before) if f.target == "session_completion"]
+        assert [(True, True), (True, True)] == [(f.ok, f.beyond) for f in noise]
+
+    def test_vigil_yaml_sets_its_objective(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Fleet and per-agent objectives from vigil.yaml reach Settings and the generated alert rules."""
+        from review_queue.app.settings import Settings
+
+        config = tmp_path / "vigil.yaml"
+        slo_section = {
+            "targets": {"session_completion": {"objective": 0.8}},
+            "agents": {"billing": {"session_completion": {"objective": 0.95, "min_events": 5}}},
+        }
+        config.write_text(yaml.safe_dump({"slo": slo_section}))
+        loaded = Settings.load(environ={}, config_file=config).slo_config()
+        assert 0.8 == loaded.targets["session_completion"].objective
+        assert (0.95, 5) == (
+            loaded.agents["billing"]["session_completion"].objective,
+            loaded.agents["billing"]["session_completion"].min_events,
+        )
+        assert 0 == main(["--config", str(config), "slo", "generate"])
+        doc = yaml.safe_load(capsys.readouterr().out)
+        objectives = {
+            r["labels"].get("agent"): r["expr"].rsplit("+ ", 1)[1]
+            for g in doc["groups"]
+            for r in g["rules"]
+            if r.get("record") == "environment_agent:vigil_slo_objective:value"
+            and r["labels"]["slo"] == "session_completion"
+        }
+        assert {None: "0.8", "billing": "0.95"} == objectives
+
+    def test_bad_objective_fails_in_one_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`objective: 1.5` for one agent: exit 2 and one line naming the key."""
+        config = tmp_path / "vigil.yaml"
+        config.write_text(yaml.safe_dump({"slo": {"agents": {"billing": {"session_completion": {"objective": 1.5}}}}}))
+        assert 2 == main(["--config", str(config), "slo", "generate"])
+        err = capsys.readouterr().err.strip()
+        assert "slo.agents.billing.session_completion.objective: 1.5 must be a number in (0, 1)" in err
+        assert 1 == len(err.splitlines())
+
+    def test_promtool_burns_on_abandoned_sessions_not_on_completed(self, tmp_path: Path) -> None:
+        """Generated promtool tests of session_completion alone (fleet and an agent's own bound) pass."""
+        import shutil
+        import subprocess
+
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            pytest.skip("LOUD SKIP: `promtool` is missing; apt-get install prometheus (scripts/test.sh does)")
+        others = {n: {"enabled": False} for n in parse_slo(None).targets if n != "session_completion"}
+        config = tmp_path / "vigil.yaml"
+        agents = {"billing": {"session_completion": {"objective": 0.97}}}
+        config.write_text(yaml.safe_dump({"slo": {"targets": others, "agents": agents}}))
+        assert 0 == main(["--config", str(config), "slo", "generate", "-o", str(tmp_path), "--tests"])
+        test_file = tmp_path / "tests" / "slo_test.yml"
+        cases = yaml.safe_load(test_file.read_text())["tests"]
+        fired = {
+            (check["alertname"], alert["exp_labels"]["agent"])
+            for case in cases
+            for check in case["alert_rule_test"]
+            for alert in check["exp_alerts"]
+        }
+        assert ("VigilSLOFastBurn", "outage") in fired
+        assert ("VigilSLOSlowBurn", "burning") in fired
+        assert ("VigilSLOFastBurn", "billing") in fired
+        assert not any(agent == "healthy" for _, agent in fired)
+        assert all("vigil_sessions_" in s["series"] for case in cases for s in case["input_series"])
+        result = subprocess.run(
+            [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, check=False
+        )
+        assert 0 == result.returncode, result.stdout + result.stderr
