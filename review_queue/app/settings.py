@@ -202,7 +202,7 @@ class Settings(BaseModel):
     slo: Mapping[str, Any] | None = Field(
         None,
         description="Quality targets {window, targets: {name: {...}}, agents: {agent: {name: {...}}}}; YAML only; "
-        "the five defaults when unset (see scorers.slo and README, Quality targets).",
+        "the six defaults when unset (see scorers.slo and README, Quality targets).",
     )
     detection: Mapping[str, Any] | None = Field(
         None,

@@ -23,7 +23,7 @@ def add_slo_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     gen = slo_sub.add_parser("generate", help="write recording rules and burn-rate alerts for the configured targets")
     gen.add_argument("-o", "--out", type=Path, help=f"directory to write {RULES_FILE} into (default: print it)")
     gen.add_argument("--tests", action="store_true", help="also write promtool tests into OUT/tests/")
-    gen.add_argument("--defaults", action="store_true", help="ignore vigil.yaml: the five default targets")
+    gen.add_argument("--defaults", action="store_true", help="ignore vigil.yaml: the six default targets")
     gen.set_defaults(func=_cmd_generate)
     summ = slo_sub.add_parser("summary", help="export the targets' current values as JSON (for vigil slo compare)")
     src = summ.add_mutually_exclusive_group(required=True)
