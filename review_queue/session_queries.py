@@ -90,7 +90,8 @@ class SessionQuery:
     limit: int = 50
 
 
-def _signal_clause(dialect: str, name: str) -> sa.ColumnElement[bool]:
+def signal_clause(dialect: str, name: str) -> sa.ColumnElement[bool]:
+    """Whether a session row's ``signals`` hold one named ``name`` (JSONB containment or ``json_each``)."""
     if dialect == "postgresql":
         return sa.type_coerce(sessions.c.signals, postgresql.JSONB).contains([{"signal": name}])
     each = sa.func.json_each(sessions.c.signals).table_valued("value")
@@ -120,7 +121,7 @@ def list_sessions(
     if q.flagged is not None:
         query = query.where(sessions.c.turns_flagged > 0 if q.flagged else sessions.c.turns_flagged == 0)
     if q.signal is not None:
-        query = query.where(_signal_clause(conn.dialect.name, q.signal))
+        query = query.where(signal_clause(conn.dialect.name, q.signal))
     if q.since is not None:
         query = query.where(sessions.c.last_ns >= _ns(q.since))
     if q.until is not None:

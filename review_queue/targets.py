@@ -3,7 +3,8 @@ where the store can tell, its value over the last 7 days.
 
 The store knows every run (task completion from ``runs.task_completed`` minus runs a reviewer
 failed, safety blocks, steps, step efficiency from the runs' ``step_efficiency`` scores) and every
-verdict (pass rate); user-defined targets are Prometheus-only (the Grafana SLO rows), shown as "–".
+verdict (pass rate) and every closed session (session completion: closed in the window, not
+``abandoned``); user-defined targets are Prometheus-only (the Grafana SLO rows), shown as "–".
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Final
 import sqlalchemy as sa
 
 from review_queue.explorer import score_value
-from review_queue.tables import review_verdicts, runs
+from review_queue.session_queries import signal_clause
+from review_queue.sessions import ABANDONED
+from review_queue.tables import review_verdicts, runs, sessions
 from scorers.slo import Direction, SloConfig, Target
 
 WINDOW_S: Final = 7 * 86400.0
@@ -107,6 +110,14 @@ def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[floa
     for agent, verdict, count in conn.execute(verdicts.group_by(review_verdicts.c.agent, review_verdicts.c.verdict)):
         passed, total = out.setdefault(agent, {}).get("review_pass_rate", (0.0, 0.0))
         out[agent]["review_pass_rate"] = (passed + (count if verdict == "pass" else 0), total + count)
+    abandoned = sa.case((signal_clause(conn.dialect.name, ABANDONED), 1), else_=0)
+    closed = (
+        sa.select(sessions.c.agent, sa.func.count(), sa.func.sum(abandoned))
+        .where(sessions.c.status == "closed", sessions.c.closed_at >= since)
+        .group_by(sessions.c.agent)
+    )
+    for agent, count, lost in conn.execute(closed):  # completed / closed, as vigil_sessions_completed_total
+        out.setdefault(agent, {})["session_completion"] = (float(count - (lost or 0)), float(count))
     return out
 
 

@@ -67,6 +67,24 @@ class TestTargetRows:
         assert ("25.0 %", False) == (rows["billing", "step_efficiency"].value, rows["billing", "step_efficiency"].met)
         assert ("62.5 %", True) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)
 
+    def test_session_completion_over_closed_sessions(self, store: SqlStore, clock: Clock) -> None:
+        """Closed sessions not abandoned / closed sessions; open ones and sessions of one do not count."""
+        from review_queue.session_close import SessionCloser
+        from tests.review_queue.test_sessions_store import turn
+
+        store.write([turn(1, "gone", start=0), turn(3, "gone", start=60, status=RunStatus.ERROR)])
+        store.write([turn(5, "fine", start=0), turn(7, "kept", start=10), turn(9, None, start=20)])
+        store.write([turn(11, "open", start=1000)])
+        clock.now += 1800 + 100
+        assert 3 == len(SessionCloser(store, (), idle_s=1800, clock=clock).close_idle())
+        with store.engine.connect() as conn:
+            rows = {(r.agent, r.target): r for r in target_rows(conn, parse_slo(None), clock.now + 1)}
+        assert ("66.7 %", False) == (
+            rows["support", "session_completion"].value,
+            rows["support", "session_completion"].met,
+        )
+        assert (">= 90 %", "66.7 %") == (rows["*", "session_completion"].bound, rows["*", "session_completion"].value)
+
     def test_stats_page_shows_the_targets(self, store: SqlStore, clock: Clock) -> None:
         """The reviewers' stats page has the targets table."""
         _seed(store, clock)
