@@ -68,7 +68,7 @@ class TestParse:
     """The ``slo`` section of vigil.yaml."""
 
     def test_defaults(self) -> None:
-        """No section: the five targets of the issue."""
+        """No section: the five targets of the issue and session completion (issue 26)."""
         config = parse_slo(None)
         assert 28 == config.window_days
         assert {
@@ -77,6 +77,7 @@ class TestParse:
             "review_pass_rate": (Direction.AT_LEAST, 0.9),
             "safety_block_rate": (Direction.BAND, 0.005),
             "steps_per_task": (Direction.TREND, 0.2),
+            "session_completion": (Direction.AT_LEAST, 0.9),
         } == {n: (t.direction, t.objective) for n, t in config.targets.items()}
         assert 0.0005 == config.targets["safety_block_rate"].floor
         assert {} == config.agents
@@ -101,7 +102,7 @@ class TestParse:
         assert (0.97, 0.02) == (billing["task_completion"].objective, billing["task_completion"].tolerance)
         assert "safety_block_rate" not in billing
         assert 'le="10.0"' in billing["fast_runs"].sli.numerator
-        assert 6 == len(config.targets)
+        assert 7 == len(config.targets)
 
     @pytest.mark.parametrize(
         ("data", "message"),
