@@ -181,7 +181,9 @@
     if (!target || !trace || !label) { return false; }
     var current = turns()[currentTurnIndex()];
     var judged = document.querySelector("details.session-turn.judged");
+    var button = document.getElementById("target-toggle-text");
     if (!current || (target.value === "turn" && judged === current)) {
+      if (button) { button.textContent = "Judge the current turn"; }
       target.value = "session";
       trace.value = "";
       label.textContent = label.getAttribute("data-session");
@@ -195,6 +197,7 @@
     trace.value = current.getAttribute("data-trace");
     label.textContent = "turn " + current.getAttribute("data-turn") + " only (run " + trace.value.slice(0, 12) + ")";
     label.classList.add("turn");
+    if (button) { button.textContent = "Judge the session again"; }
     return true;
   }
 
