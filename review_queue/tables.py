@@ -202,18 +202,14 @@ review_verdicts = sa.Table(
 )
 """One verdict per (item, reviewer): ``pass``/``fail``, categories, notes, optional corrected answer.
 
-``target`` says what it judges (migration ``0011``): ``run`` (the item's run, ``trace_id``), ``session``
-(a session item's whole conversation) or ``turn`` (one turn of that session, ``target_trace_id``).
-:data:`verdict_run` is the run a verdict applies to."""
+``target`` says what it judges (migration ``0011``): ``run`` (the item's run), ``session`` (a session
+item's whole conversation) or ``turn`` (one turn of that session). ``target_trace_id`` is the run the
+verdict applies to — the item's run for a ``run`` verdict, the turn's for a ``turn`` verdict, null for
+a ``session`` verdict — while ``trace_id`` stays the item's run."""
 
-verdict_run: sa.ColumnElement[str | None] = sa.case(
-    (review_verdicts.c.target == "turn", review_verdicts.c.target_trace_id),
-    (review_verdicts.c.target == "session", sa.null()),
-    else_=review_verdicts.c.trace_id,
-)
-"""The run a verdict applies to (task completion, eval cases): its item's run for a ``run`` verdict, the
-turn for a ``turn`` verdict, none for a ``session`` verdict (see :meth:`review_queue.workbench.Workbench
-.submit_verdict`)."""
+verdict_run = review_verdicts.c.target_trace_id
+"""The run a verdict applies to (task completion, eval cases, judge–human agreement): null for a
+``session`` verdict (see :meth:`review_queue.workbench.Workbench.submit_verdict`)."""
 
 review_events = sa.Table(
     "review_events",

@@ -266,7 +266,7 @@ class Workbench:
             values = {
                 **_verdict_row(row, agent, reviewer, verdict, now),
                 "target": target.value,
-                "target_trace_id": turn,
+                "target_trace_id": applies_to,
             }
             conn.execute(sa.insert(review_verdicts).values(values))
             done = row["reviews_done"] + 1

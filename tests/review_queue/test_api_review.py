@@ -138,7 +138,7 @@ class TestVerdictTargetsApi:
             200 == client.post(f"/api/v1/items/{run_item}/verdict", json={"verdict": "pass"}, headers=alice).status_code
         )
         (plain,) = client.get(f"/api/v1/items/{run_item}", headers=ADMIN).json()["verdicts"]
-        assert ("run", None) == (plain["target"], plain["target_trace_id"])
+        assert ("run", "a" * 32) == (plain["target"], plain["target_trace_id"])
 
 
 class TestMaintenance:

@@ -418,5 +418,5 @@ class TestVerdictTargets:
                 vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, target=target, target_trace_id=trace))
         vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("loop",)))
         (verdict,) = vbench.verdicts(item, ADMIN)
-        assert ("run", None) == (verdict["target"], verdict["target_trace_id"])
+        assert ("run", _tid(41)) == (verdict["target"], verdict["target_trace_id"])
         assert {"verdict": "fail", "state": "done"} == vbench.events(item, ADMIN)[-1]["detail"]

@@ -6,8 +6,9 @@ Create Date: 2026-11-28
 
 A verdict on a session item (:mod:`review_queue.session_close`) judges the whole session or one
 of its turns; a verdict on any other item judges its run. ``target`` is ``run``, ``session`` or
-``turn``; ``target_trace_id`` is the turn's trace id for a ``turn`` verdict and null otherwise.
-Every existing verdict stays a ``run`` verdict (the server default).
+``turn``; ``target_trace_id`` is the run the verdict applies to: the item's run (``trace_id``) for a
+``run`` verdict, the turn for a ``turn`` verdict, null for a ``session`` verdict. Every existing
+verdict stays a ``run`` verdict on its item's run (the server default and a backfill).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    """Add the two columns; existing rows become ``run`` verdicts."""
+    """Add the two columns; existing rows become ``run`` verdicts on their item's run."""
     op.add_column("review_verdicts", sa.Column("target", sa.String(8), nullable=False, server_default="run"))
     op.add_column("review_verdicts", sa.Column("target_trace_id", sa.String(32), nullable=True))
+    op.execute("UPDATE review_verdicts SET target_trace_id = trace_id")
 
 
 def downgrade() -> None:
