@@ -61,7 +61,7 @@ class VerdictOut(BaseModel):
     corrected_answer: str | None
     created_at: float
     target: VerdictTarget = VerdictTarget.RUN
-    target_trace_id: str | None = None
+    target_trace_id: str | None = Field(None, description="The run the verdict applies to; null for a session verdict.")
 
 
 class StateOut(BaseModel):
