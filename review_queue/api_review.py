@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from review_queue.access import ADMINS, FEEDBACK_SENDERS, READERS, REVIEWERS
 from review_queue.feedback import parse_score
-from review_queue.model import FeedbackIn, Principal, Role, VerdictIn, VerdictValue
+from review_queue.model import FeedbackIn, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
 from review_queue.services import ReviewServices
 
 __all__ = ["review_router"]
@@ -43,6 +43,12 @@ class VerdictBody(BaseModel):
     categories: list[str] = Field(default_factory=list, max_length=20, description="Failure categories (fail only).")
     notes: str = Field("", max_length=20_000)
     corrected_answer: str | None = Field(None, max_length=200_000, description="What the agent should have said.")
+    target: VerdictTarget | None = Field(
+        None,
+        description="What the verdict judges: `run` (a run item, the default there), `session` (a session item's "
+        "whole session, the default there) or `turn` (one turn of that session, named by `target_trace_id`).",
+    )
+    target_trace_id: str | None = Field(None, max_length=64, description="The judged turn's trace id (`turn` only).")
 
 
 class VerdictOut(BaseModel):
@@ -54,6 +60,8 @@ class VerdictOut(BaseModel):
     notes: str
     corrected_answer: str | None
     created_at: float
+    target: VerdictTarget = VerdictTarget.RUN
+    target_trace_id: str | None = Field(None, description="The run the verdict applies to; null for a session verdict.")
 
 
 class StateOut(BaseModel):
@@ -220,8 +228,15 @@ def review_router(services: ReviewServices) -> APIRouter:
 
     @router.post("/items/{item_id}/verdict", response_model=StateOut)
     def verdict(item_id: RowId, body: VerdictBody, who: Principal = reviewer) -> dict[str, Any]:
-        """Record your verdict on the item you hold."""
-        given = VerdictIn(body.verdict, tuple(body.categories), body.notes, body.corrected_answer)
+        """Record your verdict on the item you hold; on a session item, on the session or one turn of it."""
+        given = VerdictIn(
+            body.verdict,
+            tuple(body.categories),
+            body.notes,
+            body.corrected_answer,
+            body.target,
+            body.target_trace_id,
+        )
         return {"item_id": item_id, "state": bench.submit_verdict(item_id, who.name, given)}
 
     @router.post("/items/{item_id}/requeue", response_model=StateOut)

@@ -10,6 +10,10 @@ and the expected final response. Which runs become cases:
   expected; the tool trajectory is kept only when no verdict blamed the tools
   (``wrong_tool``, ``wrong_arguments``, ``loop``), else left empty;
 * anything else (failed without a correction, no captured user message) is skipped and counted.
+
+Only verdicts that judge the item's run count (``run`` verdicts, or a ``turn`` verdict on a session
+item naming its last turn): a verdict on a whole session judges no one run, so a session item judged
+only as a session is skipped here (``no_verdict``); ``vigil eval add --from-session`` takes it whole.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from review_queue.model import ItemState
-from review_queue.tables import review_items, review_verdicts, runs
+from review_queue.tables import review_items, review_verdicts, runs, verdict_run
 from scorers.eval.actual import decode_args
 
 __all__ = ["ExportResult", "case_from_run", "eval_case", "eval_set", "export_cases"]
@@ -153,10 +157,17 @@ def _tool_uses(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _verdicts(conn: sa.Connection, item_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The verdicts on each item that judge the item's own run: not a session item's session or
+    other-turn verdicts (:data:`review_queue.tables.verdict_run`)."""
     found: dict[int, list[dict[str, Any]]] = {}
     for start in range(0, len(item_ids), 900):
         chunk = item_ids[start : start + 900]
-        query = sa.select(review_verdicts).where(review_verdicts.c.item_id.in_(chunk)).order_by(review_verdicts.c.id)
+        query = (
+            sa.select(review_verdicts)
+            .join(review_items, review_items.c.id == review_verdicts.c.item_id)
+            .where(review_verdicts.c.item_id.in_(chunk), verdict_run == review_items.c.trace_id)
+            .order_by(review_verdicts.c.id)
+        )
         for row in conn.execute(query).mappings():
             found.setdefault(int(row["item_id"]), []).append(dict(row))
     return found

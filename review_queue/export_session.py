@@ -8,14 +8,16 @@ does in ``vigil eval run`` (each turn is run with the history of the ones before
   turns before it, which each chat call repeats, are left out: :func:`review_queue.session_queries
   .fresh_entries`); the last one when it added several;
 * ``final_response``: the run's final answer, or a reviewer's corrected answer when a verdict
-  failed the turn with one (:func:`review_queue.export.eval_case`'s rule);
+  failed the turn with one (:func:`review_queue.export.eval_case`'s rule) — a verdict on the turn's own
+  item, or a turn verdict on the session's item;
 * ``intermediate_data.tool_uses``: the tool calls of the turn (left empty when a verdict blamed the
   tools).
 
 Content comes only from what Vigil stored, which was redacted before it was written: the run's
 details document (:mod:`review_queue.details`), else its review snapshot. A turn with neither
 (its details not kept, never flagged), with no user message, or failed by a reviewer without a
-correction makes the whole session unfit: a conversation with a hole is not a test case.
+correction makes the whole session unfit: a conversation with a hole is not a test case. So does a
+failing verdict on the whole session unless a turn of it was corrected.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from review_queue import details
-from review_queue.export import TOOL_CATEGORIES, _tool_uses, _verdicts
+from review_queue.export import TOOL_CATEGORIES, _tool_uses
+from review_queue.model import VerdictTarget
 from review_queue.session_queries import MAX_TURNS, fresh_entries
-from review_queue.tables import review_items, run_details, runs
+from review_queue.tables import review_items, review_verdicts, run_details, runs, verdict_run
 from scorers.eval.actual import decode_args
 
 __all__ = ["case_from_session", "session_case"]
@@ -62,22 +65,40 @@ def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[
     )
     with engine.connect() as conn:
         rows = conn.execute(query).mappings().all()
-        verdicts = _verdicts(conn, [int(r["item_id"]) for r in rows if r["item_id"] is not None])
+        if len(rows) > MAX_TURNS:
+            return None, "too_many_turns"
+        verdicts, session_failed = _turn_verdicts(conn, rows)
     if not rows:
         return None, "unknown_session"
-    if len(rows) > MAX_TURNS:
-        return None, "too_many_turns"
     turns = [
         {
             "trace_id": r["trace_id"],
             "agent": r["agent"],
             "conversation": _conversation(r),
             "snapshot": r["snapshot"],
-            "verdicts": verdicts.get(int(r["item_id"]), []) if r["item_id"] is not None else [],
+            "verdicts": verdicts.get(r["trace_id"], []),
         }
         for r in rows
     ]
-    return session_case(session_id, turns, created)
+    return session_case(session_id, turns, created, session_failed=session_failed)
+
+
+def _turn_verdicts(conn: sa.Connection, rows: Sequence[sa.RowMapping]) -> tuple[dict[str, list[dict[str, Any]]], bool]:
+    """The verdicts applying to each turn (its own item's, and turn verdicts on the session item), by trace
+    id, and whether a verdict on the whole session failed it (:data:`review_queue.tables.verdict_run`)."""
+    trace_ids = [r["trace_id"] for r in rows]
+    item_ids = [int(r["item_id"]) for r in rows if r["item_id"] is not None]
+    found: dict[str, list[dict[str, Any]]] = {}
+    applies = verdict_run.label("applies_to")
+    query = sa.select(review_verdicts, applies).where(verdict_run.in_(trace_ids)).order_by(review_verdicts.c.id)
+    for row in conn.execute(query).mappings():
+        found.setdefault(str(row["applies_to"]), []).append(dict(row))
+    failed = sa.select(review_verdicts.c.id).where(
+        review_verdicts.c.item_id.in_(item_ids),
+        review_verdicts.c.target == VerdictTarget.SESSION.value,
+        review_verdicts.c.verdict == "fail",
+    )
+    return found, bool(item_ids) and conn.execute(failed.limit(1)).first() is not None
 
 
 def _conversation(row: sa.RowMapping) -> list[dict[str, Any]] | None:
@@ -89,19 +110,25 @@ def _conversation(row: sa.RowMapping) -> list[dict[str, Any]] | None:
 
 
 def session_case(
-    session_id: str, turns: Sequence[Mapping[str, Any]], created: float
+    session_id: str, turns: Sequence[Mapping[str, Any]], created: float, *, session_failed: bool = False
 ) -> tuple[dict[str, Any] | None, str]:
     """One EvalCase from a session's turns, in order, or ``(None, "turn N: reason")``. Pure.
 
     Args:
         session_id: the case id.
         turns: per turn ``{trace_id, agent, conversation (details entries or None), snapshot (or
-            None), verdicts}``.
+            None), verdicts}``; a turn's verdicts are the ones applying to its run.
         created: the invocations' and the case's ``creation_timestamp``.
+        session_failed: a reviewer failed the whole session. Its answers are then not expected
+            behaviour unless a turn verdict corrected one: without, the session is unfit
+            (``session failed without a corrected turn``).
 
     Reasons: ``no stored content`` (no details document, no snapshot), ``no user message``,
     ``failed without a corrected answer``.
     """
+    corrected_turn = any(v.get("corrected_answer") for t in turns for v in t["verdicts"] if v["verdict"] == "fail")
+    if session_failed and not corrected_turn:
+        return None, "session failed without a corrected turn (give the failing turn a verdict with the answer)"
     invocations = []
     previous: Sequence[Mapping[str, Any]] = []
     for number, turn in enumerate(turns, 1):

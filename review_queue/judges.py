@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from review_queue.errors import StoreUnavailableError
 from review_queue.snapshot import item_row
-from review_queue.tables import judge_results, review_items, review_verdicts, runs
+from review_queue.tables import judge_results, review_items, review_verdicts, runs, verdict_run
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
 
@@ -163,9 +163,7 @@ def _first_failure(conn: sa.Connection, trace_id: str) -> bool:
     judged = sa.select(judge_results.c.trace_id).where(
         judge_results.c.trace_id == trace_id, judge_results.c.passed.is_(False)
     )
-    reviewed = sa.select(review_verdicts.c.trace_id).where(
-        review_verdicts.c.trace_id == trace_id, review_verdicts.c.verdict == "fail"
-    )
+    reviewed = sa.select(review_verdicts.c.trace_id).where(verdict_run == trace_id, review_verdicts.c.verdict == "fail")
     return conn.execute(judged.union_all(reviewed).limit(1)).first() is None
 
 

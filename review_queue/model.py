@@ -20,6 +20,7 @@ __all__ = [
     "Role",
     "RunSink",
     "VerdictIn",
+    "VerdictTarget",
     "VerdictValue",
     "WriteOutcome",
 ]
@@ -81,6 +82,14 @@ class Principal:
     token_id: int | None = None
 
 
+class VerdictTarget(str, Enum):
+    """What a verdict judges: the item's run, a whole session (a session item), or one turn of it."""
+
+    RUN = "run"
+    SESSION = "session"
+    TURN = "turn"
+
+
 @dataclass(frozen=True, slots=True)
 class VerdictIn:
     """A verdict as submitted.
@@ -90,12 +99,16 @@ class VerdictIn:
         categories: failure categories from the taxonomy (only with ``fail``).
         notes: free text.
         corrected_answer: what the agent should have answered, if given.
+        target: what it judges; ``None``: the item's own subject (its run, or its session).
+        target_trace_id: the turn judged, with ``target`` ``turn`` only.
     """
 
     verdict: VerdictValue
     categories: tuple[str, ...] = ()
     notes: str = ""
     corrected_answer: str | None = None
+    target: VerdictTarget | None = None
+    target_trace_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from review_queue.tables import feedback, runs, sessions
 from scorers import content
+from scorers.dialects.base import as_json
+from scorers.dialects.genai import INPUT, message_of
 from scorers.model import Message, Run, Step, StepKind
 
 __all__ = [
@@ -331,6 +333,24 @@ def _last_user(found: Sequence[Message]) -> str | None:
     return next((m.content for m in reversed(found) if m.role.lower() in _USER_ROLES), None)
 
 
+def _call_user(attributes: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether one LLM call captured messages, and the last user message among them.
+
+    A GenAI ``gen_ai.input.messages`` array is read from its end, without building the other messages
+    (the output messages, which :func:`scorers.content.messages_of` reads too, never hold the user's
+    turn); any other form goes through the dialect adapters."""
+    decoded = as_json(attributes.get(INPUT))
+    if isinstance(decoded, list) and decoded:
+        for item in reversed(decoded):
+            if isinstance(item, dict) and str(item.get("role", "")).lower() in _USER_ROLES:
+                message = message_of(item)
+                if message is not None:
+                    return True, message.content
+        return any(message_of(item) is not None for item in decoded), None
+    found = content.messages_of(attributes)
+    return bool(found), _last_user(found) if found else None
+
+
 def _user_message(run: Run) -> tuple[Step | None, str]:
     """The LLM step the turn's user message was read from (or ``None``) and the message (``""`` when none)."""
     last_llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), None)
@@ -339,8 +359,7 @@ def _user_message(run: Run) -> tuple[Step | None, str]:
         if step is last_llm:
             break  # its messages are run.messages, already parsed (scorers.normalise)
         if step.kind is StepKind.LLM:
-            found = content.messages_of(step.attributes)
-            text = _last_user(found) if found else None
+            found, text = _call_user(step.attributes)
             if text is not None:
                 return step, text
             looked += 1

@@ -25,6 +25,7 @@ __all__ = [
     "runs",
     "sessions",
     "ui_sessions",
+    "verdict_run",
 ]
 
 JSON_TYPE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -194,10 +195,21 @@ review_verdicts = sa.Table(
     sa.Column("notes", sa.Text(), nullable=False),
     sa.Column("corrected_answer", sa.Text(), nullable=True),
     sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("target", sa.String(8), nullable=False, server_default="run"),
+    sa.Column("target_trace_id", sa.String(32), nullable=True),
     sa.UniqueConstraint("item_id", "reviewer", name="uq_review_verdicts_item_id"),
     sa.Index("ix_review_verdicts_created", "created_at"),
 )
-"""One verdict per (item, reviewer): ``pass``/``fail``, categories, notes, optional corrected answer."""
+"""One verdict per (item, reviewer): ``pass``/``fail``, categories, notes, optional corrected answer.
+
+``target`` says what it judges (migration ``0011``): ``run`` (the item's run), ``session`` (a session
+item's whole conversation) or ``turn`` (one turn of that session). ``target_trace_id`` is the run the
+verdict applies to — the item's run for a ``run`` verdict, the turn's for a ``turn`` verdict, null for
+a ``session`` verdict — while ``trace_id`` stays the item's run."""
+
+verdict_run = review_verdicts.c.target_trace_id
+"""The run a verdict applies to (task completion, eval cases, judge–human agreement): null for a
+``session`` verdict (see :meth:`review_queue.workbench.Workbench.submit_verdict`)."""
 
 review_events = sa.Table(
     "review_events",

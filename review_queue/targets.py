@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from review_queue.explorer import score_value
 from review_queue.session_queries import signal_clause
 from review_queue.sessions import ABANDONED
-from review_queue.tables import review_verdicts, runs, sessions
+from review_queue.tables import review_verdicts, runs, sessions, verdict_run
 from scorers.slo import Direction, SloConfig, Target
 
 WINDOW_S: Final = 7 * 86400.0
@@ -78,7 +78,8 @@ def _fleet(values: Mapping[str, Mapping[str, tuple[float, float]]], name: str) -
 
 def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[float, float]]]:
     """(numerator, denominator) per agent and target, over runs and verdicts since ``since``."""
-    failed = sa.select(review_verdicts.c.trace_id).where(review_verdicts.c.verdict == "fail").distinct().subquery()
+    fails = sa.and_(review_verdicts.c.verdict == "fail", verdict_run.is_not(None))  # a session verdict: no run
+    failed = sa.select(verdict_run.label("trace_id")).where(fails).distinct().subquery()
     completed = sa.and_(runs.c.task_completed.is_(True), runs.c.trace_id.not_in(sa.select(failed.c.trace_id)))
     efficiency = score_value(conn.dialect.name, "step_efficiency")
     query = (

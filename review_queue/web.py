@@ -31,7 +31,7 @@ from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
 from review_queue.details_status import details_status, flagged_when_stored
 from review_queue.errors import ConflictError, InvalidInputError
-from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictValue
+from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 from scorers.model import Priority
@@ -292,9 +292,20 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         categories: Annotated[list[str] | None, Form()] = None,
         notes: Annotated[str, Form()] = "",
         corrected_answer: Annotated[str, Form()] = "",
+        target: Annotated[str, Form()] = "",
+        target_trace_id: Annotated[str, Form()] = "",
     ) -> RedirectResponse:
         try:
-            given = VerdictIn(VerdictValue(verdict), tuple(categories or ()), notes, corrected_answer.strip() or None)
+            if target and target not in {t.value for t in VerdictTarget}:
+                raise InvalidInputError(f"unknown verdict target {target!r}: run, session or turn")
+            given = VerdictIn(
+                VerdictValue(verdict),
+                tuple(categories or ()),
+                notes,
+                corrected_answer.strip() or None,
+                VerdictTarget(target) if target else None,
+                target_trace_id.strip() or None,
+            )
             bench.submit_verdict(item_id, who.name, given)
         except (ValueError, InvalidInputError, ConflictError) as exc:
             message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""

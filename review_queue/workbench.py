@@ -24,9 +24,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
-from review_queue.model import DEFAULT_CATEGORIES, ItemState, Principal, Role, VerdictIn, VerdictValue
+from review_queue.model import (
+    DEFAULT_CATEGORIES,
+    ItemState,
+    Principal,
+    Role,
+    VerdictIn,
+    VerdictTarget,
+    VerdictValue,
+)
 from review_queue.store import guard, write_transaction
-from review_queue.tables import judge_results, review_events, review_items, review_verdicts, runs
+from review_queue.tables import judge_results, review_events, review_items, review_verdicts, runs, verdict_run
 
 __all__ = ["DEFAULT_LEASE_S", "Claim", "ReviewObserver", "Workbench"]
 
@@ -224,8 +232,22 @@ class Workbench:
         The item is done once ``reviews_required`` distinct reviewers judged it; before that
         it returns to pending for the next reviewer.
 
+        **Targets.** A verdict on a run item judges its run (``target`` ``run``, the default). A
+        verdict on a session item (snapshot ``subject: "session"``) judges the whole session
+        (``session``, the default there) or one of its turns (``turn`` with the turn's trace id).
+        Each reviewer still gives one verdict per item. A verdict *applies to* a run
+        (:data:`review_queue.tables.verdict_run`): a failing ``run`` or ``turn`` verdict revokes
+        that run's task completion, and a ``turn`` verdict's corrected answer is that turn's answer
+        in ``vigil eval add --from-session``. A ``session`` verdict applies to no run: it judges the
+        conversation (continuity, the user giving up, a human asked for), and blaming every turn —
+        revoking each turn's completion — would count failures no reviewer saw; a reviewer who can
+        name the turn at fault gives that turn the verdict. So a session verdict revokes nothing
+        and takes no corrected answer (an answer belongs to one turn).
+
         Raises:
-            InvalidInputError: unknown category, categories on a pass, text too long.
+            InvalidInputError: unknown category, categories on a pass, text too long, a target
+                the item does not have, a turn not in the item's session, a corrected answer
+                on a session verdict.
             NotFoundError: no such item.
             ConflictError: ``reviewer`` does not hold the item's lease.
         """
@@ -235,16 +257,26 @@ class Workbench:
             row = self._item(conn, item_id, lock=True)
             if row["state"] != ItemState.CLAIMED.value or row["claimed_by"] != reviewer:
                 raise ConflictError(f"item {item_id} is not claimed by {reviewer}; claim it first")
-            agent, was_completed = conn.execute(
-                sa.select(runs.c.agent, runs.c.task_completed).where(runs.c.trace_id == row["trace_id"])
-            ).one()
-            revoke = verdict.verdict is VerdictValue.FAIL and bool(was_completed) and not _failed_before(conn, row)
-            conn.execute(sa.insert(review_verdicts).values(_verdict_row(row, agent, reviewer, verdict, now)))
+            target, turn = _target(conn, row, verdict)
+            applies_to = {VerdictTarget.RUN: row["trace_id"], VerdictTarget.TURN: turn}.get(target)
+            agent = conn.execute(sa.select(runs.c.agent).where(runs.c.trace_id == row["trace_id"])).scalar_one()
+            revoke = (
+                verdict.verdict is VerdictValue.FAIL and applies_to is not None and _first_failure(conn, applies_to)
+            )
+            values = {
+                **_verdict_row(row, agent, reviewer, verdict, now),
+                "target": target.value,
+                "target_trace_id": applies_to,
+            }
+            conn.execute(sa.insert(review_verdicts).values(values))
             done = row["reviews_done"] + 1
             state = ItemState.DONE if done >= row["reviews_required"] else ItemState.PENDING
             completed = now if state is ItemState.DONE else None
             self._update(conn, item_id, state=state.value, reviews_done=done, completed_at=completed, **_NO_LEASE)
-            self._event(conn, item_id, reviewer, "verdict", {"verdict": verdict.verdict.value, "state": state.value})
+            detail = {"verdict": verdict.verdict.value, "state": state.value}
+            if target is not VerdictTarget.RUN:
+                detail.update(target=target.value, **({"target_trace_id": turn} if turn else {}))
+            self._event(conn, item_id, reviewer, "verdict", detail)
         self._observer.verdict(agent, verdict.verdict.value)
         if revoke:
             self._observer.completion_revoked(agent)
@@ -407,15 +439,49 @@ def _eligible(reviewer: str) -> list[sa.ColumnElement[bool]]:
     return [assigned, ~skipped, ~reviewed]
 
 
-def _failed_before(conn: sa.Connection, item: sa.RowMapping) -> bool:
-    """Whether the run already has a failing verdict, human or LLM judge (its completion was revoked then)."""
-    reviewed = sa.select(review_verdicts.c.trace_id).where(
-        review_verdicts.c.trace_id == item["trace_id"], review_verdicts.c.verdict == VerdictValue.FAIL.value
-    )
+def _first_failure(conn: sa.Connection, trace_id: str) -> bool:
+    """Whether the run was counted as a completed task and has no failing verdict yet, human or LLM judge.
+
+    A failing verdict applying to it now is the one that revokes its completion (counted once).
+    """
+    completed = conn.execute(sa.select(runs.c.task_completed).where(runs.c.trace_id == trace_id)).scalar()
+    if not completed:
+        return False
+    reviewed = sa.select(review_verdicts.c.trace_id).where(verdict_run == trace_id, review_verdicts.c.verdict == "fail")
     judged = sa.select(judge_results.c.trace_id).where(
-        judge_results.c.trace_id == item["trace_id"], judge_results.c.passed.is_(False)
+        judge_results.c.trace_id == trace_id, judge_results.c.passed.is_(False)
     )
-    return conn.execute(reviewed.union_all(judged).limit(1)).first() is not None
+    return conn.execute(reviewed.union_all(judged).limit(1)).first() is None
+
+
+def _target(conn: sa.Connection, item: sa.RowMapping, verdict: VerdictIn) -> tuple[VerdictTarget, str | None]:
+    """What the verdict on ``item`` judges, and the turn's trace id for a turn verdict.
+
+    Raises:
+        InvalidInputError: the target does not fit the item (see :meth:`Workbench.submit_verdict`).
+    """
+    snapshot = item["snapshot"] or {}
+    session_id = snapshot.get("session_id") if snapshot.get("subject") == "session" else None
+    if session_id is None:
+        if verdict.target not in (None, VerdictTarget.RUN) or verdict.target_trace_id is not None:
+            raise InvalidInputError(f"item {item['id']} is one run, not a session: its verdicts judge the run")
+        return VerdictTarget.RUN, None
+    target = verdict.target or VerdictTarget.SESSION
+    if target is VerdictTarget.RUN:
+        raise InvalidInputError(f"item {item['id']} is a session: a verdict judges the session or one turn")
+    if target is VerdictTarget.SESSION:
+        if verdict.target_trace_id is not None:
+            raise InvalidInputError("a session verdict names no turn; target 'turn' to judge one")
+        if verdict.corrected_answer:
+            raise InvalidInputError("a corrected answer is one turn's answer: give the verdict to that turn")
+        return target, None
+    turn = (verdict.target_trace_id or "").strip().lower()
+    if not turn:
+        raise InvalidInputError("a turn verdict needs the turn's trace id")
+    member = sa.select(runs.c.trace_id).where(runs.c.trace_id == turn[:32], runs.c.session_id == str(session_id))
+    if len(turn) > 32 or conn.execute(member).first() is None:
+        raise InvalidInputError(f"trace {turn[:32]!r} is not a turn of session {str(session_id)[:256]!r}")
+    return target, turn
 
 
 def _has_verdict(conn: sa.Connection, item_id: int, reviewer: str) -> bool:
@@ -442,6 +508,8 @@ def _verdict_row(item: sa.RowMapping, agent: str, reviewer: str, verdict: Verdic
 def _verdict_dict(row: sa.RowMapping) -> dict[str, Any]:
     return {
         "reviewer": row["reviewer"],
+        "target": row["target"],
+        "target_trace_id": row["target_trace_id"],
         "verdict": row["verdict"],
         "categories": list(row["categories"]),
         "notes": row["notes"],

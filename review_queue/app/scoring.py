@@ -42,12 +42,13 @@ from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 
 HUMAN_VERDICTS: Mapping[str, str] = {
     "table": "review_verdicts",
-    "trace_column": "trace_id",
+    "trace_column": "target_trace_id",
     "verdict_column": "verdict",
     "latest_column": "created_at",
 }
 """Where the review workbench stores human pass/fail verdicts (judge–human agreement gauges): with
-several reviewers on one run, the latest verdict is the human answer."""
+several reviewers on one run, the latest verdict is the human answer. The run is the one a verdict
+applies to (:data:`review_queue.tables.verdict_run`): a verdict on a whole session pairs with no judge."""
 
 
 def redactor_from_settings(settings: Settings) -> Redactor:

@@ -172,11 +172,41 @@
     if (el && el.classList.contains("session-turn")) { showTurn(el, false); }
   }
 
-  // j/k (and n/p on the session page, where no verdict form takes them) move between turns; o, r
+  // On a session item the verdict judges the session, or the turn chosen with t (the current one): the
+  // form's hidden target fields follow, and the label and the turn's mark say which. textContent only.
+  function toggleTarget() {
+    var target = document.getElementById("target");
+    var trace = document.getElementById("target-trace");
+    var label = document.getElementById("target-label");
+    if (!target || !trace || !label) { return false; }
+    var current = turns()[currentTurnIndex()];
+    var judged = document.querySelector("details.session-turn.judged");
+    var button = document.getElementById("target-toggle-text");
+    if (!current || (target.value === "turn" && judged === current)) {
+      if (button) { button.textContent = "Judge the current turn"; }
+      target.value = "session";
+      trace.value = "";
+      label.textContent = label.getAttribute("data-session");
+      label.classList.remove("turn");
+      if (judged) { judged.classList.remove("judged"); }
+      return true;
+    }
+    if (judged) { judged.classList.remove("judged"); }
+    current.classList.add("judged");
+    target.value = "turn";
+    trace.value = current.getAttribute("data-trace");
+    label.textContent = "turn " + current.getAttribute("data-turn") + " only (run " + trace.value.slice(0, 12) + ")";
+    label.classList.add("turn");
+    if (button) { button.textContent = "Judge the session again"; }
+    return true;
+  }
+
+  // j/k (and n/p on the session page, where no verdict form takes them) move between turns; o, r, t
   function onSessionKey(key, page) {
     var all = turns();
     if (!all.length) { return false; }
     var current = all[currentTurnIndex()];
+    if (key === "t" && page === "item") { return toggleTarget(); }
     if (key === "j" || (key === "n" && page === "session")) { return moveTurn(1); }
     if (key === "k" || (key === "p" && page === "session")) { return moveTurn(-1); }
     if (key === "o" && current) { current.open = !current.open; return true; }
@@ -311,6 +341,8 @@
     });
     window.addEventListener("hashchange", fromHash);
     fromHash();
+    var targetToggle = document.getElementById("target-toggle");
+    if (targetToggle) { targetToggle.addEventListener("click", function () { toggleTarget(); }); }
     if (turns().length) {
       turns().forEach(function (turn) {
         turn.querySelector("summary").addEventListener("click", function () {

@@ -251,3 +251,40 @@ class TestSessionItemPage:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "session-item.png"))
         page.close()
+
+    def test_turn_verdict_by_keyboard(self, url: str, browser: Any) -> None:
+        """The verdict form judges the session until ``t`` on a turn gives it to that turn (label and mark say
+        which); ``f`` then Enter stores a fail on that turn's trace id; ``t`` twice returns to the session."""
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
+        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        _login(page, url, ADMIN_TOKEN)
+        page.goto(f"{url}/items/{item['id']}")
+        page.click("#claim-item button")
+        label = page.locator("#target-label")
+        assert "the whole session conv-q" == label.inner_text()
+        assert ("session", "") == (page.input_value("#target"), page.input_value("#target-trace"))
+        page.keyboard.press("j")
+        page.keyboard.press("t")
+        assert f"turn 1 only (run {f'{11:032x}'[:12]})" == label.inner_text()
+        page.keyboard.press("t")  # the same turn again: back to the session
+        assert ("the whole session conv-q", "session") == (label.inner_text(), page.input_value("#target"))
+        page.keyboard.press("j")
+        page.keyboard.press("t")
+        assert f"turn 2 only (run {f'{12:032x}'[:12]})" == label.inner_text()
+        assert ("turn", f"{12:032x}") == (page.input_value("#target"), page.input_value("#target-trace"))
+        assert "Judge the session again" == page.inner_text("#target-toggle-text")
+        assert ["turn-2"] == page.eval_on_selector_all("details.session-turn.judged", "els => els.map(e => e.id)")
+        page.keyboard.press("f")
+        page.locator("#verdict-form").scroll_into_view_if_needed()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "session-turn-verdict.png"))
+        assert page.evaluate("() => window.__xss") is None
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        stored = httpx.get(f"{url}/api/v1/items/{item['id']}", headers=auth).json()
+        assert [("fail", "turn", f"{12:032x}")] == [
+            (v["verdict"], v["target"], v["target_trace_id"]) for v in stored["verdicts"]
+        ]
+        page.close()

@@ -11,6 +11,7 @@ from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore
 from scorers.model import Priority
 from tests.support.review_queue import Clock, scored_run
+from tests.support.sessions import flagged_session
 
 ADMIN = {"Authorization": "Bearer api-admin"}
 
@@ -99,6 +100,45 @@ class TestWorkbenchApi:
     def test_taxonomy(self, client: TestClient) -> None:
         """The default taxonomy is served."""
         assert "wrong_tool" in client.get("/api/v1/taxonomy", headers=ADMIN).json()
+
+
+class TestVerdictTargetsApi:
+    """Verdicts on a session item: the session by default, or one turn named by its trace id."""
+
+    EXCHANGES = (("Where is order 7?", "It shipped."), ("When?", "Thursday."), ("Thanks", "Bye."))
+
+    def test_session_and_turn_verdicts(self, store: SqlStore, services: ReviewServices, client: TestClient) -> None:
+        """Session by default; a turn of the session; another session's turn → 422, one line; run items as before."""
+        item = flagged_session(store, "conv-api", self.EXCHANGES, first=1)
+        flagged_session(store, "conv-other", self.EXCHANGES, first=11)
+        store.write([scored_run("a" * 32, reasons=["r"])])
+        alice, bob = _who(services, "alice"), _who(services, "bob")
+        client.post(f"/api/v1/items/{item}/reviews-required", json={"reviews_required": 2}, headers=ADMIN)
+        assert 200 == client.post(f"/api/v1/items/{item}/claim", headers=alice).status_code
+        url = f"/api/v1/items/{item}/verdict"
+        foreign = client.post(url, json={"verdict": "fail", "target": "turn", "target_trace_id": f"{12:032x}"},
+                              headers=alice)  # fmt: skip
+        assert 422 == foreign.status_code
+        (error,) = foreign.json()["detail"]
+        assert f"trace '{12:032x}' is not a turn of session 'conv-api'" == error["msg"]
+        assert 200 == client.post(url, json={"verdict": "fail", "categories": ["gave_up"]}, headers=alice).status_code
+        client.post(f"/api/v1/items/{item}/claim", headers=bob)
+        turn = {"verdict": "fail", "target": "turn", "target_trace_id": f"{2:032x}", "corrected_answer": "Friday."}
+        assert {"item_id": item, "state": "done"} == client.post(url, json=turn, headers=bob).json()
+        verdicts = client.get(f"/api/v1/items/{item}", headers=ADMIN).json()["verdicts"]
+        assert [("alice", "session", None), ("bob", "turn", f"{2:032x}")] == [
+            (v["reviewer"], v["target"], v["target_trace_id"]) for v in verdicts
+        ]
+        run_item = int(store.get_run("a" * 32)["review_item"]["id"])  # type: ignore[index]
+        client.post(f"/api/v1/items/{run_item}/claim", headers=alice)
+        wrong = client.post(f"/api/v1/items/{run_item}/verdict", json={"verdict": "pass", "target": "session"},
+                            headers=alice)  # fmt: skip
+        assert 422 == wrong.status_code
+        assert (
+            200 == client.post(f"/api/v1/items/{run_item}/verdict", json={"verdict": "pass"}, headers=alice).status_code
+        )
+        (plain,) = client.get(f"/api/v1/items/{run_item}", headers=ADMIN).json()["verdicts"]
+        assert ("run", "a" * 32) == (plain["target"], plain["target_trace_id"])
 
 
 class TestMaintenance:

@@ -3,6 +3,9 @@ vocabulary, a turn's stored features and the session signals (no database)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +14,8 @@ from review_queue.sessions import (
     DEFAULT_HUMAN_PHRASES,
     SessionConfig,
     Turn,
+    _call_user,
+    _last_user,
     _phrase_in,
     human_phrase,
     jaccard,
@@ -18,6 +23,7 @@ from review_queue.sessions import (
     turn_features,
     word_set,
 )
+from scorers import content
 from scorers.model import Message, Run, Step, StepKind
 
 
@@ -164,3 +170,27 @@ def test_the_compiled_phrase_pass_names_what_the_plain_scan_names(words: list[st
     padded = f" {' '.join(words)} "
     plain = next((p for p in phrases if f" {p} " in padded), None)
     assert plain == _phrase_in(padded, phrases)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "system", "parts": [{"type": "text", "content": "be brief"}]}],
+        [
+            {"role": "user", "parts": [{"type": "text", "content": "weather in Paris?"}]},
+            {"role": "assistant", "parts": [{"type": "tool_call", "name": "get_weather", "arguments": {}}]},
+            {"role": "tool", "parts": [{"type": "tool_call_response", "response": "sunny"}]},
+        ],
+        [
+            {"role": "User", "content": "old"},
+            {"role": "assistant", "content": "a"},
+            {"role": "human", "content": "new"},
+        ],
+        [{"role": 3}, {"parts": []}, "text"],
+        [{"role": "user", "content": "hi"}, {"role": "USER"}, {"role": ""}],
+    ],
+)
+def test_the_genai_fast_read_finds_what_the_adapters_find(messages: list[Any]) -> None:
+    attributes = {"gen_ai.input.messages": orjson.dumps(messages).decode(), "gen_ai.output.messages": "[]"}
+    found = content.messages_of(attributes)
+    assert (bool(found), _last_user(found) if found else None) == _call_user(attributes)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -19,7 +20,7 @@ from review_queue import store as store_module
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
-from review_queue.tables import metadata, review_items, runs
+from review_queue.tables import metadata, review_items, review_verdicts, runs, verdict_run
 from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
 from tests.support.review_queue import (
     T0,
@@ -42,6 +43,14 @@ def _head() -> str:
     head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
+
+
+@contextmanager
+def _disposing(engine: sa.Engine) -> Iterator[sa.Engine]:
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _tid(n: int) -> str:
@@ -132,6 +141,35 @@ class TestMigration:
             ).scalar_one()
         store.close()
         assert ("l", "lz4") == (column, method)
+
+    @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+    def test_verdicts_before_0011_stay_run_verdicts(self, backend: str, tmp_path: Path) -> None:
+        """A verdict stored at revision 0010 is, after 0011, a ``run`` verdict applying to its item's run."""
+        with ExitStack() as stack:
+            url = f"sqlite:///{tmp_path / 'old.db'}"
+            if backend == "postgresql":
+                url = stack.enter_context(postgres_scratch_url(POSTGRES_URL))
+            engine = stack.enter_context(_disposing(create_store_engine(url)))
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS_DIR))
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "0010")
+            old = SqlStore(url)
+            old.write([scored_run(_tid(1), reasons=["r"])])
+            old.close()
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO review_verdicts (item_id, trace_id, agent, reviewer, verdict, categories, notes, "
+                        "created_at) VALUES (1, :t, 'a', 'alice', 'fail', '[]', '', 1.0)"
+                    ),
+                    {"t": _tid(1)},
+                )
+            upgrade_database(url)
+            with engine.connect() as conn:
+                rows = conn.execute(sa.select(review_verdicts.c.target, verdict_run)).all()
+        assert [("run", _tid(1))] == [tuple(r) for r in rows]
 
     def test_upgrade_is_idempotent(self, database_url: str) -> None:
         """Running the migration again changes nothing and does not fail."""

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
-from review_queue.model import Principal, Role, VerdictIn, VerdictValue
+from review_queue.model import Principal, Role, VerdictIn, VerdictTarget, VerdictValue
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.workbench import ReviewObserver, Workbench
 from scorers.model import Priority, RunStatus
 from tests.support.review_queue import Clock, postgres_scratch_url, postgres_unreachable, scored_run
+from tests.support.sessions import flagged_session
 
 ADMIN = Principal("root", Role.ADMIN)
 
@@ -337,3 +338,85 @@ def _claim_all_at_once(benches: list[Workbench], workers: int, limit: int | None
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(claimer, range(workers)))
+
+
+EXCHANGES = [("Where is order 7?", "It shipped."), ("When does it arrive?", "Thursday."), ("Thanks", "Bye.")]
+
+
+class TestVerdictTargets:
+    """A session item's verdict judges the session or one turn of it; a run item's judges its run."""
+
+    @pytest.fixture
+    def revoked(self) -> list[str]:
+        """Agents of the completions revoked."""
+        return []
+
+    @pytest.fixture
+    def vbench(self, store: SqlStore, clock: Clock, revoked: list[str]) -> Workbench:
+        """A workbench recording revocations."""
+
+        class Observer(ReviewObserver):
+            def completion_revoked(self, agent: str) -> None:
+                revoked.append(agent)
+
+        return Workbench(store.engine, clock=clock, lease_s=60.0, observer=Observer())
+
+    def test_session_verdict_by_default_revokes_nothing(
+        self, store: SqlStore, vbench: Workbench, revoked: list[str]
+    ) -> None:
+        """No target on a session item: the session; a failing one revokes no turn and takes no corrected answer."""
+        item = flagged_session(store, "conv-s", EXCHANGES)
+        vbench.claim(item, "alice")
+        with pytest.raises(InvalidInputError, match="corrected answer is one turn's answer"):
+            vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("gave_up",), "", "Sorry."))
+        with pytest.raises(InvalidInputError, match="a session: a verdict judges the session or one turn"):
+            vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, target=VerdictTarget.RUN))
+        assert "done" == vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("gave_up",)))
+        (verdict,) = vbench.verdicts(item, ADMIN)
+        assert ("session", None, "fail") == (verdict["target"], verdict["target_trace_id"], verdict["verdict"])
+        assert [] == revoked
+        assert {"verdict": "fail", "state": "done", "target": "session"} == vbench.events(item, ADMIN)[-1]["detail"]
+
+    def test_turn_verdict_applies_to_that_turn(self, store: SqlStore, vbench: Workbench, revoked: list[str]) -> None:
+        """A failing turn verdict revokes that turn's completion once; a later fail on the same turn does not."""
+        item = flagged_session(store, "conv-t", EXCHANGES, first=11)
+        turn = _tid(12)
+        vbench.set_reviews_required(item, "admin", 2)
+        for reviewer in ("alice", "bob"):
+            vbench.claim(item, reviewer)
+            given = VerdictIn(VerdictValue.FAIL, ("other",), "", "Friday.", VerdictTarget.TURN, turn.upper())
+            vbench.submit_verdict(item, reviewer, given)
+        assert [("turn", turn), ("turn", turn)] == [
+            (v["target"], v["target_trace_id"]) for v in vbench.verdicts(item, ADMIN)
+        ]
+        assert ["support"] == revoked
+        assert "target_trace_id" in vbench.events(item, ADMIN)[-1]["detail"]
+
+    def test_turn_not_in_the_session_refused(self, store: SqlStore, vbench: Workbench, clock: Clock) -> None:
+        """A trace of another session, an unknown trace or none at all: one-line 4xx error, the claim kept."""
+        item = flagged_session(store, "conv-a", EXCHANGES, first=21)
+        flagged_session(store, "conv-b", EXCHANGES, first=31)
+        vbench.claim(item, "alice")
+        for trace, says in [
+            (_tid(31), f"trace '{_tid(31)}' is not a turn of session 'conv-a'"),
+            ("f" * 40, "is not a turn of session 'conv-a'"),
+            (None, "a turn verdict needs the turn's trace id"),
+        ]:
+            with pytest.raises(InvalidInputError) as info:
+                vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.PASS, target=VerdictTarget.TURN,
+                                                               target_trace_id=trace))  # fmt: skip
+            assert says in str(info.value)
+            assert "\n" not in str(info.value)
+        assert ("claimed", []) == (vbench.item(item)["state"], vbench.verdicts(item, ADMIN))
+
+    def test_run_items_unchanged(self, store: SqlStore, vbench: Workbench, clock: Clock, revoked: list[str]) -> None:
+        """A run item's verdict is a run verdict; it takes no session or turn target."""
+        item = _flag(store, clock, 41)
+        vbench.claim(item, "alice")
+        for target, trace in [(VerdictTarget.SESSION, None), (VerdictTarget.TURN, _tid(41)), (None, _tid(41))]:
+            with pytest.raises(InvalidInputError, match="is one run, not a session"):
+                vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, target=target, target_trace_id=trace))
+        vbench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("loop",)))
+        (verdict,) = vbench.verdicts(item, ADMIN)
+        assert ("run", _tid(41)) == (verdict["target"], verdict["target_trace_id"])
+        assert {"verdict": "fail", "state": "done"} == vbench.events(item, ADMIN)[-1]["detail"]

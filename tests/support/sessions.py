@@ -9,12 +9,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.store import SqlStore
 from review_queue.tables import sessions
 from scorers.model import Message, RunStatus, ScoredRun, Step, StepKind
 from tests.support.review_queue import scored_run
 
-__all__ = ["T0", "S", "chat_turns", "put_session"]
+__all__ = ["T0", "S", "chat_turns", "flagged_session", "put_session"]
 
 S = 1_000_000_000
 """One second in nanoseconds."""
@@ -97,3 +98,15 @@ def put_session(store: SqlStore, session_id: str, **fields: Any) -> None:
     with store.engine.begin() as conn:
         conn.execute(sa.delete(sessions).where(sessions.c.session_id == session_id))
         conn.execute(sa.insert(sessions), [row])
+
+
+def flagged_session(store: SqlStore, session_id: str, exchanges: Sequence[tuple[str, str]], *, first: int = 1) -> int:
+    """Write the conversation (:func:`chat_turns`, idle since 2023), close it with a rule flagging
+    every session, and return its review item: the session item of its last turn."""
+    store.write(chat_turns(session_id, exchanges, first=first))
+    closer = SessionCloser(store, compile_session_rules({"every_session": {"expr": "turns >= 1"}}))
+    assert session_id in {c.row["session_id"] for c in closer.close_idle()}
+    run = store.get_run(f"{first + len(exchanges) - 1:032x}")
+    assert run is not None
+    assert run["review_item"] is not None
+    return int(run["review_item"]["id"])

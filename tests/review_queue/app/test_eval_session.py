@@ -9,9 +9,10 @@ import pytest
 
 from review_queue.app.cli import main
 from review_queue.details import DetailsWriter
-from review_queue.export_session import session_case
-from review_queue.model import VerdictIn, VerdictValue
+from review_queue.export_session import case_from_session, session_case
+from review_queue.model import VerdictIn, VerdictTarget, VerdictValue
 from review_queue.privacy import RedactingSink
+from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.workbench import Workbench
 from scorers.eval.model import load_eval_set
@@ -92,6 +93,30 @@ class TestFromSession:
             t.expected_response for t in case.turns
         ]
         _store_session(store, "conv-hole", details=False, flagged=(1, 3))
+        store.close()
+
+    def test_verdicts_on_the_session_item(self, setup: tuple[Path, SqlStore]) -> None:
+        """A turn verdict on the session's item corrects that turn; a failed session with no corrected turn is unfit."""
+        _, store = setup
+        _store_session(store, "conv-tv")
+        closer = SessionCloser(store, compile_session_rules({"every": {"expr": "turns >= 1"}}))
+        assert ["conv-tv"] == [c.row["session_id"] for c in closer.close_idle()]
+        item = int(store.get_run(f"{3:032x}")["review_item"]["id"])  # type: ignore[index]
+        bench = Workbench(store.engine)
+        bench.set_reviews_required(item, "admin", 2)
+        bench.claim(item, "alice")
+        bench.submit_verdict(item, "alice", VerdictIn(VerdictValue.FAIL, ("gave_up",)))
+        assert (None, "session failed without a corrected turn (give the failing turn a verdict with the answer)") == (
+            case_from_session(store.engine, "conv-tv", 1.0)
+        )
+        bench.claim(item, "bob")
+        turn = VerdictIn(VerdictValue.FAIL, (), "", "It ships Friday.", VerdictTarget.TURN, f"{2:032x}")
+        bench.submit_verdict(item, "bob", turn)
+        case, _ = case_from_session(store.engine, "conv-tv", 1.0)
+        assert case is not None
+        assert ["It shipped yesterday.", "It ships Friday.", "Done, cancelled."] == [
+            t["final_response"]["parts"][0]["text"] for t in case["conversation"]
+        ]
         store.close()
 
     @pytest.mark.parametrize(
