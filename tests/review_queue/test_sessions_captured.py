@@ -4,7 +4,8 @@ Each driver ran scripted multi-turn conversations through its framework's own in
 against the scripted model server and recorded, per conversation, the turns where the user re-asked
 or asked for a human and whether the conversation was abandoned after a failed, blocked or cut-off
 turn. The captured traces are normalised, written to the store (SQLite and PostgreSQL), the sessions
-closed, and every session's signals must be exactly the driver's.
+closed, and every session's signals must be exactly the driver's; a thumbs-down sent after a
+conversation closed reaches it as that turn's signal.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sqlalchemy as sa
 
 from collector.model import Span
 from collector.otlp import decode_json
+from review_queue.feedback import FeedbackStore
+from review_queue.model import FeedbackIn
 from review_queue.session_close import SessionCloser
 from review_queue.store import SqlStore
 from review_queue.tables import sessions
@@ -110,3 +113,37 @@ def test_signals_equal_the_drivers(stack: str, database_url: str) -> None:
         for signal in row["signals"]:  # evidence names the turn's trace and a span of it
             assert session["traces"][signal["turn"] - 1] == signal["trace_id"]
             assert signal["span_id"] in {s.span_id for s in traces[signal["trace_id"]]}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_late_thumbs_down_reaches_the_closed_session(stack: str, database_url: str) -> None:
+    """The user's thumbs-down on an earlier turn, sent after the conversation closed (as a feedback
+    widget does), becomes the session's ``thumbs_down`` signal on that turn, and nothing else moves."""
+    truth = json.loads((FIXTURES / f"{stack}.truth.json").read_text())
+    traces = _traces(stack)
+    runs = [normalise(traces[r["trace_id"]]) for r in truth["runs"]]
+    clock = Clock(max(run.end_ns for run in runs) / 1e9)
+    store = SqlStore(database_url, clock=clock)
+    session = truth["sessions"][0]
+    first_turn = session["traces"][0]
+    try:
+        store.write([ScoredRun(run=run, scores={}, flag=None) for run in runs])
+        clock.now += store.sessions.config.idle_s + 1
+        SessionCloser(store, (), clock=clock).close_idle()
+        with store.engine.connect() as conn:
+            before = (
+                conn.execute(sa.select(sessions).where(sessions.c.session_id == session["session_id"])).mappings().one()
+            )
+        feedback = FeedbackStore(store.engine, (), 0.0, clock=clock, sessions=store)
+        feedback.record(FeedbackIn(first_turn, "thumbs", 0.0, "wrong answer", "app", f"fb-{stack}"))
+        with store.engine.connect() as conn:
+            after = (
+                conn.execute(sa.select(sessions).where(sessions.c.session_id == session["session_id"])).mappings().one()
+            )
+    finally:
+        store.close()
+    downs = [(s["trace_id"], s["turn"]) for s in after["signals"] if s["signal"] == "thumbs_down"]
+    assert [(first_turn, 1)] == downs
+    assert (0, 1) == (before["thumbs_down"], after["thumbs_down"])
+    assert "closed" == after["status"]
+    assert list(before["signals"]) == [s for s in after["signals"] if s["signal"] != "thumbs_down"]
