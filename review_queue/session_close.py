@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cel
 import sqlalchemy as sa
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -37,6 +36,7 @@ from review_queue.sessions import ABANDONED, HUMAN, REASK, ClosedSession
 from review_queue.snapshot import partial_snapshot
 from review_queue.store import SqlStore, guard, write_transaction
 from review_queue.tables import review_events, review_items, runs, sessions
+from scorers import cel_core as cel
 from scorers.errors import RuleError
 from scorers.metrics import DEFAULT_MAX_AGENTS, LabelCap
 from scorers.model import Priority

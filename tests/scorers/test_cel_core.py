@@ -39,3 +39,13 @@ def test_falls_back_to_the_package_when_it_is_already_imported() -> None:
         print(cel_core.Context is cel.Context, cel_core.compile("1 < 2").execute(cel_core.Context({})))
     """)
     assert "True True" == out
+
+
+def test_no_vigil_process_imports_the_cel_cli() -> None:
+    """Every module of the roles' import graph reaches CEL through scorers.cel_core."""
+    out = _run("""
+        import sys
+        import review_queue.app.cli, review_queue.app.run, review_queue.app.roles, review_queue.session_close
+        print("cel.cli" in sys.modules, "prompt_toolkit" in sys.modules)
+    """)
+    assert "False False" == out
