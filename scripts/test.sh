@@ -38,6 +38,7 @@ command -v wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq 
 .venv/bin/python -c "from review_queue.app.bench.broker import tansu_missing as m; r = m(); assert r is None, r"
 
 echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
+.venv/bin/ruff format --check collector scorers review_queue tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
 echo "== import-linter"; .venv/bin/lint-imports
 echo "== pytest"
