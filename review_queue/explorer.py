@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from review_queue.queries import InvalidCursorError, reason_filter_for
 from review_queue.tables import run_details, runs
 
-__all__ = ["SIGNALS", "SORTS", "RunQuery", "explore", "score_value"]
+__all__ = ["SIGNALS", "SORTS", "RunQuery", "decode_cursor", "encode_cursor", "explore", "score_value"]
 
 SIGNALS: Final = ("hit_max_iterations", "safety_blocked", "errored")
 SORTS: Final = {
@@ -160,7 +160,7 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
         matcher = run_details.c.final_output.ilike if dialect == "postgresql" else run_details.c.final_output.like
         query = query.where(matcher(pattern, escape="\\"))
     if cursor is not None:
-        key, trace_id = _decode(cursor, q.sort, q.descending)
+        key, trace_id = decode_cursor(cursor, "x", q.sort, q.descending)
         if q.descending:
             query = query.where(sa.or_(column < key, sa.and_(column == key, runs.c.trace_id < trace_id)))
         else:
@@ -172,15 +172,22 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
         return rows, None
     last = rows[limit - 1]
     sort_value = last[column.name]
-    return rows[:limit], _encode(q.sort, q.descending, sort_value, last["trace_id"])
+    return rows[:limit], encode_cursor("x", q.sort, q.descending, sort_value, last["trace_id"])
 
 
-def _encode(sort: str, descending: bool, value: Any, trace_id: str) -> str:
-    raw = json.dumps(["x", sort, descending, value, trace_id], separators=(",", ":")).encode()
+def encode_cursor(listing: str, sort: str, descending: bool, value: Any, key: str) -> str:
+    """The keyset cursor of a listing's page: its ``listing`` tag (``"x"`` runs, ``"s"`` sessions), its
+    order, and the last row's sort value and key, as URL-safe base64 of a JSON array."""
+    raw = json.dumps([listing, sort, descending, value, key], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _decode(cursor: str, sort: str, descending: bool) -> tuple[float, str]:
+def decode_cursor(cursor: str, listing: str, sort: str, descending: bool) -> tuple[float, str]:
+    """``(sort value, key)`` of a cursor :func:`encode_cursor` made for this listing and order.
+
+    Raises:
+        InvalidCursorError: malformed, or made for another listing or order.
+    """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         value = json.loads(raw)
@@ -189,7 +196,7 @@ def _decode(cursor: str, sort: str, descending: bool) -> tuple[float, str]:
     if (
         not isinstance(value, list)
         or len(value) != 5
-        or value[:3] != ["x", sort, descending]
+        or value[:3] != [listing, sort, descending]
         or isinstance(value[3], bool)
         or not isinstance(value[3], int | float)
         or not isinstance(value[4], str)

@@ -13,9 +13,6 @@ SQL as a bound parameter; names (sort key, signal) are checked against a list or
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +22,8 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from review_queue.queries import InvalidCursorError, run_document
+from review_queue.explorer import decode_cursor, encode_cursor
+from review_queue.queries import run_document
 from review_queue.tables import review_items, runs, sessions
 
 __all__ = [
@@ -127,7 +125,7 @@ def list_sessions(
     if q.until is not None:
         query = query.where(sessions.c.last_ns < _ns(q.until))
     if cursor is not None:
-        key, session_id = _decode(cursor, q.sort, q.descending)
+        key, session_id = decode_cursor(cursor, "s", q.sort, q.descending)
         if q.descending:
             query = query.where(sa.or_(column < key, sa.and_(column == key, sessions.c.session_id < session_id)))
         else:
@@ -141,7 +139,7 @@ def list_sessions(
     if len(rows) <= limit:
         return page, None
     last = rows[limit - 1]
-    return page, _encode(q.sort, q.descending, last[column.name], last["session_id"])
+    return page, encode_cursor("s", q.sort, q.descending, last[column.name], last["session_id"])
 
 
 def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
@@ -297,26 +295,3 @@ def _ns(epoch_s: float) -> int:
 
 def _time(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, tz=UTC)
-
-
-def _encode(sort: str, descending: bool, value: Any, session_id: str) -> str:
-    raw = json.dumps(["s", sort, descending, value, session_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _decode(cursor: str, sort: str, descending: bool) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = json.loads(raw)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidCursorError("malformed cursor") from exc
-    if (
-        not isinstance(value, list)
-        or len(value) != 5
-        or value[:3] != ["s", sort, descending]
-        or isinstance(value[3], bool)
-        or not isinstance(value[3], int | float)
-        or not isinstance(value[4], str)
-    ):
-        raise InvalidCursorError("the cursor belongs to another listing or order")
-    return value[3], value[4]
