@@ -45,7 +45,6 @@ from review_queue.app.eval_stats import markdown_intervals, print_intervals
 from scorers.eval.evaluate import CaseResult
 from scorers.eval.model import (
     DIMENSIONS,
-    CaseMetadata,
     EvalConfig,
     EvalFileError,
     EvalSet,
@@ -287,13 +286,10 @@ def _cut(text: str, limit: int = 100) -> str:
 
 def _cmd_eval_add(args: argparse.Namespace) -> int:
     from review_queue.app.cli import _review_store
-    from review_queue.export import case_from_run, eval_set
-    from scorers.eval.manage import merge_cases
-    from scorers.eval.model import parse_eval_set
+    from review_queue.app.eval_session import add_from_session, append_case
+    from review_queue.export import case_from_run
 
     if args.session_id is not None:
-        from review_queue.app.eval_session import add_from_session
-
         return add_from_session(args)
     trace_id = args.trace_id.lower()
     store = _review_store(args)
@@ -310,32 +306,7 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
         }
         print(f"vigil eval add: {trace_id}: {reasons.get(why, why)}", file=sys.stderr)
         return EXIT_FAILED
-    if args.eval_id:
-        case["eval_id"] = args.eval_id
-    if args.dimension or args.tags:
-        meta = CaseMetadata(dimension=args.dimension or "capability", tags=list(dict.fromkeys(args.tags)))
-        case["metadata"] = meta.model_dump(mode="json", exclude_none=True)
-    try:
-        if args.evalset.exists():
-            target = load_eval_set(args.evalset)
-        else:
-            target = parse_eval_set(eval_set([], args.evalset.stem, time.time()))
-        new = parse_eval_set(eval_set([case], "new", time.time())).eval_cases
-    except EvalFileError as exc:
-        print(f"vigil eval add: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    merged = merge_cases(target, new)
-    if merged.added:
-        args.evalset.write_text(
-            json.dumps(merged.eval_set.document(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
-        )
-        print(
-            f"added case {case['eval_id']} to {args.evalset} ({len(merged.eval_set.eval_cases)} case(s))",
-            file=sys.stderr,
-        )
-    else:
-        print(f"{args.evalset} already has this case (same id or same content); nothing added", file=sys.stderr)
-    return 0
+    return append_case(args, case)
 
 
 def _cmd_eval_robustness(args: argparse.Namespace) -> int:

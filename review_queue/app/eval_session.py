@@ -1,4 +1,5 @@
-"""``vigil eval add --from-session ID EVALSET``: a stored session appended as one multi-turn case.
+"""``vigil eval add --from-session ID EVALSET``: a stored session appended as one multi-turn case;
+:func:`append_case`, the append both ``--from-run`` and ``--from-session`` end with.
 
 The case is built by :func:`review_queue.export_session.case_from_session` from what the store
 holds (redacted before it was written); it is skipped when the eval set already has a case with
@@ -11,13 +12,14 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from review_queue.export import eval_set
 from review_queue.export_session import case_from_session
 from scorers.eval.manage import merge_cases
 from scorers.eval.model import CaseMetadata, EvalFileError, load_eval_set, parse_eval_set
 
-__all__ = ["add_from_session"]
+__all__ = ["add_from_session", "append_case"]
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
@@ -42,6 +44,18 @@ def add_from_session(args: argparse.Namespace) -> int:
         reason = "no stored run has this session id" if why == "unknown_session" else why
         print(f"vigil eval add: session {args.session_id!r}: {reason}", file=sys.stderr)
         return EXIT_FAILED
+    turns = len(case["conversation"])
+    return append_case(args, case, f" ({turns} turn{'' if turns == 1 else 's'})")
+
+
+def append_case(args: argparse.Namespace, case: dict[str, Any], what: str = "") -> int:
+    """Append ``case`` to ``args.evalset`` (created when missing) under ``--eval-id`` with the
+    ``--dimension`` / ``--tag`` metadata: what ``vigil eval add`` does once it has built a case from a
+    run or a session. ``what`` follows the case id in the message (e.g. its turns).
+
+    Returns:
+        0 when added or already there (same id or same content); 2 when the eval set file is malformed.
+    """
     if args.eval_id:
         case["eval_id"] = args.eval_id
     if getattr(args, "dimension", None) or getattr(args, "tags", None):
@@ -63,10 +77,8 @@ def add_from_session(args: argparse.Namespace) -> int:
     args.evalset.write_text(
         json.dumps(merged.eval_set.document(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
     )
-    turns = len(case["conversation"])
     print(
-        f"added case {case['eval_id']} ({turns} turn{'' if turns == 1 else 's'}) to {args.evalset} "
-        f"({len(merged.eval_set.eval_cases)} case(s))",
+        f"added case {case['eval_id']}{what} to {args.evalset} ({len(merged.eval_set.eval_cases)} case(s))",
         file=sys.stderr,
     )
     return 0
