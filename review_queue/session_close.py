@@ -40,7 +40,7 @@ from scorers import cel_core as cel
 from scorers.errors import RuleError
 from scorers.metrics import DEFAULT_MAX_AGENTS, LabelCap
 from scorers.model import Priority
-from scorers.rules import DEFAULT_SAMPLE_RATE, sample_point
+from scorers.rules import DEFAULT_SAMPLE_RATE, merge_rule_specs, rule_expr_priority, sample_point
 
 __all__ = [
     "DEFAULT_SESSION_RULES",
@@ -96,22 +96,10 @@ def compile_session_rules(config: Mapping[str, Any] | None) -> tuple[SessionRule
         RuleError: naming the first bad rule.
     """
     merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_SESSION_RULES.items()}
-    for name, spec in (config or {}).items():
-        if spec is None or (isinstance(spec, Mapping) and spec.get("enabled") is False):
-            merged.pop(name, None)
-        elif isinstance(spec, Mapping):
-            merged[name] = dict(spec)
-        else:
-            raise RuleError(name, "a session rule must be a mapping {expr, priority}")
+    merge_rule_specs(merged, config, "session rule")
     out = []
     for name, spec in merged.items():
-        expr = spec.get("expr")
-        if not isinstance(expr, str) or not expr.strip():
-            raise RuleError(name, "missing 'expr' (a CEL expression)")
-        try:
-            priority = Priority(str(spec.get("priority", "normal")).lower())
-        except ValueError:
-            raise RuleError(name, f"priority must be high, normal or low, got {spec.get('priority')!r}") from None
+        expr, priority = rule_expr_priority(name, spec)
         try:
             program = cel.compile(expr)
             result = program.execute(dict(_SAMPLE_VARIABLES))

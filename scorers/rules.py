@@ -142,20 +142,35 @@ def compile_rules(
     merged["tool_loop"]["expr"] = (
         f"has(scores.repeated_tool_calls) && scores.repeated_tool_calls >= {float(repeat_threshold)!r}"
     )
-    for name, spec in (config or {}).items():
-        if spec is None or (isinstance(spec, Mapping) and spec.get("enabled") is False):
-            merged.pop(name, None)
-        elif isinstance(spec, Mapping):
-            merged[name] = dict(spec)
-        else:
-            raise RuleError(name, "a rule must be a mapping {expr, priority}")
+    merge_rule_specs(merged, config)
     rules = tuple(_compile(name, spec) for name, spec in merged.items())
     for rule in rules:
         _dry_run(rule, score_names, judge_names)
     return rules
 
 
-def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
+def merge_rule_specs(merged: dict[str, dict[str, Any]], config: Mapping[str, Any] | None, noun: str = "rule") -> None:
+    """Apply configured rules ``{name: {expr, priority, enabled}}`` over ``merged`` (the defaults) in
+    place: a rule set to ``None`` or ``enabled: false`` is removed, a mapping replaces its namesake.
+
+    Raises:
+        RuleError: a configured rule is neither ``None`` nor a mapping (``noun`` names its kind).
+    """
+    for name, spec in (config or {}).items():
+        if spec is None or (isinstance(spec, Mapping) and spec.get("enabled") is False):
+            merged.pop(name, None)
+        elif isinstance(spec, Mapping):
+            merged[name] = dict(spec)
+        else:
+            raise RuleError(name, f"a {noun} must be a mapping {{expr, priority}}")
+
+
+def rule_expr_priority(name: str, spec: Mapping[str, Any]) -> tuple[str, Priority]:
+    """A rule's CEL expression and priority (``normal`` when not given).
+
+    Raises:
+        RuleError: the expression is missing or empty, or the priority is not high, normal or low.
+    """
     expr = spec.get("expr")
     if not isinstance(expr, str) or not expr.strip():
         raise RuleError(name, "missing 'expr' (a CEL expression)")
@@ -163,6 +178,11 @@ def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
         priority = Priority(str(spec.get("priority", "normal")).lower())
     except ValueError:
         raise RuleError(name, f"priority must be high, normal or low, got {spec.get('priority')!r}") from None
+    return expr, priority
+
+
+def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
+    expr, priority = rule_expr_priority(name, spec)
     unknown = set(spec) - {"expr", "priority", "enabled", "description"}
     if unknown:
         raise RuleError(name, f"unknown keys {sorted(unknown)}")
