@@ -171,7 +171,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.heavy:
         from review_queue.app.bench.heavy import main as heavy_main
 
-        return heavy_main(args.runs, args.repeat, args.senders, args.tree)
+        return heavy_main(args.runs, args.repeat, args.senders, args.tree, args.session_turns)
     from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
@@ -509,6 +509,15 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the heavy-content row: realistic runs with 1-2 KB of content per model span through a real vigil run",
     )
     bench.add_argument("--senders", type=int, default=1, help="--heavy: keep-alive connections sending at once")
+    bench.add_argument(
+        "--session-turns",
+        action="append",
+        type=int,
+        default=[],
+        metavar="K",
+        help="--heavy: runs per gen_ai.conversation.id (1, the default: a session per run; 0: no session id; "
+        "K: sessions of K turns); repeatable: each workload is measured, rounds interleaved",
+    )
     bench.add_argument(
         "--tree",
         action="append",

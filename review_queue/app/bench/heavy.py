@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -46,6 +46,8 @@ __all__ = ["HeavyResult", "HeavyRun", "bench_heavy", "heavy_bodies", "heavy_runs
 AGENTS = ("support", "research", "billing", "travel", "triage", "coder")
 TOOLS = ("search_orders", "lookup_customer", "refund", "web_search", "fetch_url", "run_sql", "calculator", "send_email")
 SUB_AGENTS = ("researcher", "planner", "summariser")
+_OWN: Final = "\x00own"
+"""A run's conversation id: one drawn for the run alone (a session of one turn)."""
 
 _SYSTEM = (
     "You are a customer support agent for an online retailer. Answer politely and concisely. Use the tools "
@@ -139,8 +141,12 @@ class _Conversation:
         return json.dumps(out + kept[::-1], separators=(",", ":"))
 
 
-def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run's script, read top to bottom)
-    """One agent run (spans in the order they end: children before parents, the root last)."""
+def _run(rng: random.Random, end_ns: int, conversation: str | None = _OWN) -> HeavyRun:  # noqa: PLR0915 (one run's script)
+    """One agent run (spans in the order they end: children before parents, the root last).
+
+    ``conversation`` is the root's ``gen_ai.conversation.id``: :data:`_OWN` draws one of its own
+    (a session of one turn), ``None`` leaves the attribute out. The draw happens either way, so the
+    rest of the run is the same whichever is chosen."""
     trace_id = rng.randbytes(16)
     root_id = rng.randbytes(8)
     agent = rng.choice(AGENTS)
@@ -246,11 +252,11 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run
     else:
         final = _fill(rng, rng.choice(_SAY))
         chat(root_id, "stop", [{"role": "assistant", "parts": [_text_part(final)], "finish_reason": "stop"}])
-    root_attrs = [
-        _kv("gen_ai.operation.name", "invoke_agent"),
-        _kv("gen_ai.agent.name", agent),
-        _kv("gen_ai.conversation.id", f"conv-{rng.getrandbits(64):016x}"),
-    ]
+    own = f"conv-{rng.getrandbits(64):016x}"
+    conversation = own if conversation is _OWN else conversation
+    root_attrs = [_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.agent.name", agent)]
+    if conversation is not None:
+        root_attrs.append(_kv("gen_ai.conversation.id", conversation))
     if final is not None:
         message = [{"role": "assistant", "parts": [_text_part(final)]}]
         root_attrs.append(_kv("gen_ai.output.messages", json.dumps(message)))
@@ -263,11 +269,25 @@ def _run(rng: random.Random, end_ns: int) -> HeavyRun:  # noqa: PLR0915 (one run
     return HeavyRun(trace_id.hex(), tuple(spans), capped, blocked, errors)
 
 
-def heavy_runs(n_runs: int, seed: int = 25) -> list[HeavyRun]:
-    """``n_runs`` generated runs (deterministic for a seed)."""
+def heavy_runs(n_runs: int, seed: int = 25, session_turns: int = 1) -> list[HeavyRun]:
+    """``n_runs`` generated runs (deterministic for a seed).
+
+    ``session_turns``: how many consecutive runs share a ``gen_ai.conversation.id`` — 1 (the default):
+    each run opens a session of its own, the worst case for the session write (one ``sessions`` row per
+    run); ``K`` > 1: sessions of ``K`` turns; 0: no session id at all (what sessions cost is the
+    difference, ``vigil bench --heavy --session-turns 0 --session-turns 1``). Only the id differs
+    between the choices: the runs are otherwise the same."""
+    if session_turns < 0:
+        raise ValueError(f"session_turns must be >= 0, got {session_turns}")
     rng = random.Random(seed)
     now = time.time_ns()
-    return [_run(rng, now - (n_runs - i) * 1_000_000) for i in range(n_runs)]
+
+    def conversation(i: int) -> str | None:
+        if session_turns == 1:
+            return _OWN
+        return None if session_turns == 0 else f"conv-{seed:x}-{i // session_turns:08x}"
+
+    return [_run(rng, now - (n_runs - i) * 1_000_000, conversation(i)) for i in range(n_runs)]
 
 
 def heavy_bodies(
@@ -436,13 +456,18 @@ def _tree(label: str) -> dict[str, Any]:
     return {"env": {"PYTHONPATH": str(root)}, "command": (sys.executable, "-m", module)}
 
 
-def main(n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = ()) -> int:
-    """``vigil bench --heavy``: ``repeat`` rounds per tree (this one, or each of ``trees`` interleaved)."""
+def main(
+    n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = (), session_turns: Sequence[int] = ()
+) -> int:
+    """``vigil bench --heavy``: ``repeat`` rounds per tree (this one, or each of ``trees``) and per workload
+    variant (``session_turns``, see :func:`heavy_runs`; default: one session per run), all interleaved."""
     from rich.console import Console
     from rich.table import Table
 
-    runs = heavy_runs(n_runs)
-    payload = list(heavy_bodies(runs))
+    variants = list(dict.fromkeys(session_turns)) or [1]
+    workloads = {k: heavy_runs(n_runs, session_turns=k) for k in variants}
+    payloads = {k: list(heavy_bodies(runs)) for k, runs in workloads.items()}
+    runs, payload = workloads[variants[0]], payloads[variants[0]]
     size = sum(len(b) for b in payload)
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: wide enough for the table (rich assumes 80 columns)
@@ -451,21 +476,25 @@ def main(n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = 
         f"heavy workload: {n_runs:,} runs, {sum(len(r.spans) for r in runs):,} spans, {len(payload)} bodies, "
         f"{size / 2**20:.1f} MiB, {connections} connection(s)"
     )
-    labels = list(trees) or ["."]
-    results: dict[str, list[HeavyResult]] = {label: [] for label in labels}
+    labels = [(tree, k) for tree in (list(trees) or ["."]) for k in variants]
+
+    def name(tree: str, k: int) -> str:
+        return tree if len(variants) == 1 else f"{tree} · {k} turn(s)/session"
+
+    results: dict[tuple[str, int], list[HeavyResult]] = {label: [] for label in labels}
     for _ in range(repeat):
-        for label in labels:
-            result = bench_heavy(runs, payload, connections=connections, **_tree(label))
-            results[label].append(result)
-            console.print(f"  {label}: {result.spans_per_cpu_s:,.0f} spans/CPU-s, {result}")
+        for tree, k in labels:
+            result = bench_heavy(workloads[k], payloads[k], connections=connections, **_tree(tree))
+            results[tree, k].append(result)
+            console.print(f"  {name(tree, k)}: {result.spans_per_cpu_s:,.0f} spans/CPU-s, {result}")
     table = Table(title=f"heavy-content row ({os.cpu_count()} cores, {n_runs:,} runs × {repeat}, medians)")
     for column in ("tree", "spans / server CPU-s", "bodies answered (s)", "peak RSS MB", "complete", "details",
                    "caps stored/truth", "blocks stored/truth", "503s"):  # fmt: skip
         table.add_column(column, justify="right")
-    for label, rounds in results.items():
+    for (tree, k), rounds in results.items():
         med = statistics.median
         table.add_row(
-            label,
+            name(tree, k),
             " · ".join(f"{r.spans_per_cpu_s:,.0f}" for r in rounds)
             + f" (median {med(r.spans_per_cpu_s for r in rounds):,.0f})",
             f"{med(r.send_wall_s for r in rounds):.2f}",

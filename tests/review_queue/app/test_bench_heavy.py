@@ -69,3 +69,29 @@ def test_bodies_interleave_runs_children_before_roots() -> None:
         assert all(position[s.span_id] < position[root] for s in run.spans[:-1])
     split = sum(len(set(bodies)) > 1 for bodies in seen.values())
     assert split > len(runs) // 10
+
+
+def _without_conversation(span: object) -> bytes:
+    copy = type(span)()  # type: ignore[operator]
+    copy.CopyFrom(span)
+    kept = [kv for kv in copy.attributes if kv.key != "gen_ai.conversation.id"]
+    del copy.attributes[:]
+    copy.attributes.extend(kept)
+    copy.start_time_unix_nano = copy.end_time_unix_nano = 0  # each call places its runs before "now"
+    return bytes(copy.SerializeToString())
+
+
+def test_session_turns_change_only_the_conversation_id() -> None:
+    """``session_turns``: 1 gives every run its own id, K groups K consecutive runs, 0 leaves the id out;
+    everything else is the same run (what sessions cost is measured as the difference)."""
+    variants = {k: heavy_runs(30, seed=9, session_turns=k) for k in (0, 1, 4)}
+    ids = {k: [_attrs(r.spans[-1]).get("gen_ai.conversation.id") for r in runs] for k, runs in variants.items()}
+    assert [None] * 30 == ids[0]
+    assert 30 == len(set(ids[1]))
+    assert 8 == len(set(ids[4]))  # 30 runs: 7 sessions of 4 turns and one of 2
+    assert all(ids[4][i] == ids[4][i - i % 4] for i in range(30))
+    for runs in variants.values():
+        assert all(r.spans[-1].name.startswith("invoke_agent ") for r in runs)
+    for a, b in zip(variants[0], variants[4], strict=True):
+        assert a.trace_id == b.trace_id
+        assert [_without_conversation(s) for s in a.spans] == [_without_conversation(s) for s in b.spans]
