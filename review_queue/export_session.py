@@ -18,6 +18,10 @@ details document (:mod:`review_queue.details`), else its review snapshot. A turn
 (its details not kept, never flagged), with no user message, or failed by a reviewer without a
 correction makes the whole session unfit: a conversation with a hole is not a test case. So does a
 failing verdict on the whole session unless a turn of it was corrected.
+
+``vigil export`` builds the same shape for a verdict on one turn (:func:`case_up_to_turn`): the
+session's turns up to and including the judged one, the turns before it as the history, the judged
+turn last with its verdict's outcome; the case's id is that turn's trace id.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from review_queue.session_queries import MAX_TURNS, fresh_entries
 from review_queue.tables import review_items, review_verdicts, run_details, runs, verdict_run
 from scorers.eval.actual import decode_args
 
-__all__ = ["case_from_session", "session_case"]
+__all__ = ["UNFIT", "case_from_session", "case_up_to_turn", "session_case"]
 
 
 def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[dict[str, Any] | None, str]:
@@ -45,6 +49,41 @@ def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[
     :data:`review_queue.session_queries.MAX_TURNS`), or ``turn N: <reason>`` (see
     :func:`session_case`).
     """
+    with engine.connect() as conn:
+        rows = _turn_rows(conn, session_id)
+        if len(rows) > MAX_TURNS:
+            return None, "too_many_turns"
+        verdicts, session_failed = _turn_verdicts(conn, rows)
+    if not rows:
+        return None, "unknown_session"
+    return session_case(session_id, _turns(rows, verdicts), created, session_failed=session_failed)
+
+
+def case_up_to_turn(
+    conn: sa.Connection, session_id: str, trace_id: str, created: float
+) -> tuple[dict[str, Any] | None, str]:
+    """The turns of session ``session_id`` up to and including the run ``trace_id``, as one EvalCase with
+    that run's trace id as its id, or ``(None, reason code)`` (``vigil export`` of a verdict on one turn).
+
+    The turns before it are the case's history, the turn itself its last invocation: its answer, or
+    the corrected answer of a verdict that failed it. Verdicts on the whole session are not read: they
+    name no turn (a reviewer who blamed a turn gave it a verdict). Reason codes: ``unknown_session``
+    (the run is not among the session's turns), ``too_many_turns``, and :data:`UNFIT`'s.
+    """
+    rows = _turn_rows(conn, session_id)
+    position = next((n for n, r in enumerate(rows, 1) if r["trace_id"] == trace_id), None)
+    if position is None:
+        return None, "too_many_turns" if len(rows) > MAX_TURNS else "unknown_session"
+    if position > MAX_TURNS:
+        return None, "too_many_turns"
+    prefix = rows[:position]
+    verdicts, _ = _turn_verdicts(conn, prefix)
+    case, unfit = _case(trace_id, _turns(prefix, verdicts), created, session_failed=False)
+    return case, unfit[1] if unfit is not None else ""
+
+
+def _turn_rows(conn: sa.Connection, session_id: str) -> list[sa.RowMapping]:
+    """The session's turns in start order (at most ``MAX_TURNS + 1``), each with its item and details."""
     query = (
         sa.select(
             runs.c.trace_id,
@@ -63,14 +102,11 @@ def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[
         .order_by(runs.c.start_ns, runs.c.trace_id)
         .limit(MAX_TURNS + 1)
     )
-    with engine.connect() as conn:
-        rows = conn.execute(query).mappings().all()
-        if len(rows) > MAX_TURNS:
-            return None, "too_many_turns"
-        verdicts, session_failed = _turn_verdicts(conn, rows)
-    if not rows:
-        return None, "unknown_session"
-    turns = [
+    return list(conn.execute(query).mappings().all())
+
+
+def _turns(rows: Sequence[sa.RowMapping], verdicts: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [
         {
             "trace_id": r["trace_id"],
             "agent": r["agent"],
@@ -80,7 +116,6 @@ def case_from_session(engine: Engine, session_id: str, created: float) -> tuple[
         }
         for r in rows
     ]
-    return session_case(session_id, turns, created, session_failed=session_failed)
 
 
 def _turn_verdicts(conn: sa.Connection, rows: Sequence[sa.RowMapping]) -> tuple[dict[str, list[dict[str, Any]]], bool]:
@@ -109,6 +144,16 @@ def _conversation(row: sa.RowMapping) -> list[dict[str, Any]] | None:
     return conversation if isinstance(conversation, list) else None
 
 
+UNFIT: dict[str, str] = {
+    "no_stored_content": "no stored content (its details were not kept and it was never flagged)",
+    "no_user_message": "no user message",
+    "failed_without_correction": "failed without a corrected answer",
+}
+"""Why a turn makes its conversation unfit as a case: reason code → the words ``vigil eval add`` prints."""
+
+SESSION_FAILED = "session failed without a corrected turn (give the failing turn a verdict with the answer)"
+
+
 def session_case(
     session_id: str, turns: Sequence[Mapping[str, Any]], created: float, *, session_failed: bool = False
 ) -> tuple[dict[str, Any] | None, str]:
@@ -124,11 +169,23 @@ def session_case(
             (``session failed without a corrected turn``).
 
     Reasons: ``no stored content`` (no details document, no snapshot), ``no user message``,
-    ``failed without a corrected answer``.
+    ``failed without a corrected answer`` (:data:`UNFIT`).
     """
+    case, unfit = _case(session_id, turns, created, session_failed=session_failed)
+    if unfit is None:
+        return case, ""
+    number, code = unfit
+    return None, SESSION_FAILED if code == "session_failed" else f"turn {number}: {UNFIT.get(code, code)}"
+
+
+def _case(
+    eval_id: str, turns: Sequence[Mapping[str, Any]], created: float, *, session_failed: bool
+) -> tuple[dict[str, Any] | None, tuple[int, str] | None]:
+    """:func:`session_case` with the unfit turn's number and reason code (``session_failed``,
+    ``unknown_session`` for no turns, or a key of :data:`UNFIT`) instead of a message."""
     corrected_turn = any(v.get("corrected_answer") for t in turns for v in t["verdicts"] if v["verdict"] == "fail")
     if session_failed and not corrected_turn:
-        return None, "session failed without a corrected turn (give the failing turn a verdict with the answer)"
+        return None, (0, "session_failed")
     invocations = []
     previous: Sequence[Mapping[str, Any]] = []
     for number, turn in enumerate(turns, 1):
@@ -140,19 +197,19 @@ def session_case(
             answer = _answer(conversation)
             tools = _details_tools(fresh)
             previous = conversation
-        elif snapshot:
+        elif snapshot and not snapshot.get("partial"):  # a partial snapshot (summary only) holds no content
             user = _last(snapshot.get("messages") or [], "user")
             answer = str(snapshot.get("final_output") or "")
             tools = _tool_uses(snapshot)
             previous = []
         else:
-            return None, f"turn {number}: no stored content (its details were not kept and it was never flagged)"
+            return None, (number, "no_stored_content")
         if not user:
-            return None, f"turn {number}: no user message"
+            return None, (number, "no_user_message")
         failed = [v for v in turn["verdicts"] if v["verdict"] == "fail"]
         corrected = [v for v in failed if v.get("corrected_answer")]
         if failed and not corrected:
-            return None, f"turn {number}: failed without a corrected answer"
+            return None, (number, "failed_without_correction")
         if corrected:
             answer = str(corrected[-1]["corrected_answer"])
             if {c for v in failed for c in v.get("categories", [])} & TOOL_CATEGORIES:
@@ -167,14 +224,14 @@ def session_case(
             }
         )
     if not invocations:
-        return None, "unknown_session"
+        return None, (0, "unknown_session")
     case = {
-        "eval_id": session_id,
+        "eval_id": eval_id,
         "conversation": invocations,
         "session_input": {"app_name": str(turns[-1].get("agent") or "unknown"), "user_id": "vigil", "state": {}},
         "creation_timestamp": created,
     }
-    return case, ""
+    return case, None
 
 
 def _last(entries: Sequence[Mapping[str, Any]], role: str) -> str:

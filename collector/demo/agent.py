@@ -16,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -165,8 +165,12 @@ class DemoAgent:
         self._capture = capture_content
         self._chat_tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE) if llm_spans else None
 
-    def run(self, plan: RunPlan) -> Observed:
-        """Play one run to the end. Never raises: an exception that left the run is recorded."""
+    def run(self, plan: RunPlan, history: Sequence[Mapping[str, Any]] = ()) -> Observed:
+        """Play one run to the end. Never raises: an exception that left the run is recorded.
+
+        ``history``: the chat so far when the run is a later turn of a conversation (the user's
+        messages and the answers they got), sent before the turn's user message as chat apps do.
+        """
         s = plan.scenario
         seen = Observed()
         try:
@@ -174,12 +178,12 @@ class DemoAgent:
                 s.agent.name,
                 max_iterations=s.agent.max_iterations,
                 optimal_steps=s.agent.optimal_steps,
-                conversation_id=plan.tag,
+                conversation_id=plan.session_id,
                 raise_on_max=s.raise_on_max,
                 tracer_provider=self._tp,
             ) as run:
                 seen.trace_id = run.trace_id
-                seen.output = self._converse(run, plan, seen)
+                seen.output = self._converse(run, plan, seen, history)
                 run.set_output(seen.output)
         except Exception as exc:  # noqa: BLE001 - reaching the caller is the scenario; the worker must survive it
             seen.errored = True
@@ -187,14 +191,19 @@ class DemoAgent:
             seen.hit_max_iterations = seen.hit_max_iterations or isinstance(exc, MaxIterationsExceeded)
         return seen
 
-    def _converse(self, run: AgentRun, plan: RunPlan, seen: Observed) -> str:
+    def _converse(self, run: AgentRun, plan: RunPlan, seen: Observed, history: Sequence[Mapping[str, Any]]) -> str:
         s = plan.scenario
         if s.guardrail == "input":
             return self._block(seen, "input_policy", "request asks for another customer's personal data")
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": f"You are the {s.agent.name} agent. Use the tools."},
-            {"role": "user", "content": f"{plan.marker} {s.prompt}"},
-        ]
+        system = f"You are the {s.agent.name} agent. Use the tools."
+        if plan.conversation:  # the conversation's marker stays in the system message; the user's words stay clean
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": f"{system} {plan.marker}"},
+                *(dict(m) for m in history),
+                {"role": "user", "content": plan.user_message},
+            ]
+        else:
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": f"{plan.marker} {s.prompt}"}]
         while True:
             if not run.tick():  # the tick reaching the cap marks the hit (and raises when asked)
                 seen.hit_max_iterations = True

@@ -12,6 +12,12 @@ tool-calling loop a one-turn script. A script registered with ``sequential=True`
 turn by the number of requests already served for its ``NAME#TAG`` instead, so a client that
 retries the same conversation (after a 429, a timeout) walks through the script.
 
+A **conversation marker** names one script per user message, comma-separated:
+``[[scenario:NAME1,NAME2,NAME3#TAG]]`` (in the system message, say, which stays the same while the
+history grows). The request's *n*-th user message plays script *n* (the last one from there on),
+and its turn is the number of assistant turns since that last user message: so each turn of a
+multi-turn chat that resends its history gets its own script, still without server state.
+
 Turns can be slow (``delay_s``: the answer waits, for client timeouts) and an
 :class:`ErrorTurn` can carry ``retry_after`` (a ``Retry-After`` header, as on a 429). A
 judge's structured answer is a :class:`TextTurn` whose text is the JSON (or not: malformed).
@@ -61,8 +67,9 @@ __all__ = [
     "turn_to_json",
 ]
 
-MARKER: Final = re.compile(r"\[\[scenario:([A-Za-z0-9_.\-]+)(?:#([A-Za-z0-9_.\-]+))?\]\]")
-"""The scenario marker: ``[[scenario:NAME]]`` or ``[[scenario:NAME#TAG]]``."""
+MARKER: Final = re.compile(r"\[\[scenario:([A-Za-z0-9_.\-]+(?:,[A-Za-z0-9_.\-]+)*)(?:#([A-Za-z0-9_.\-]+))?\]\]")
+"""The scenario marker: ``[[scenario:NAME]]``, ``[[scenario:NAME#TAG]]``, or a conversation's
+``[[scenario:NAME1,NAME2#TAG]]`` (one script per user message)."""
 
 Json: TypeAlias = dict[str, Any]
 
@@ -302,7 +309,7 @@ class FakeOpenAI:
         """
         if not turns:
             raise ValueError(f"script {name!r} has no turns")
-        if not MARKER.fullmatch(f"[[scenario:{name}]]"):
+        if "," in name or not MARKER.fullmatch(f"[[scenario:{name}]]"):
             raise ValueError(f"script name {name!r} must match [A-Za-z0-9_.-]+")
         with self._lock:
             self._scripts[name] = tuple(turns)
@@ -324,6 +331,9 @@ class FakeOpenAI:
         api = "responses" if path.rstrip("/").endswith("/responses") else "chat.completions"
         scenario, tag = _find_marker(body)
         conversation = body.get("messages") if api == "chat.completions" else body.get("input")
+        if scenario and "," in scenario:  # a conversation marker: the script of the latest user message
+            scripts, conversation = _latest_exchange(scenario.split(","), conversation)
+            scenario = scripts
         index = _assistant_turns(conversation)
         with self._lock:
             script = self._scripts.get(scenario) if scenario else _DEFAULT_SCRIPT
@@ -379,6 +389,16 @@ def _find_marker(body: Mapping[str, Any]) -> tuple[str | None, str]:
     """The first scenario marker in the request's messages/input/instructions."""
     found = MARKER.search(json.dumps([body.get("messages"), body.get("input"), body.get("instructions")]))
     return (found.group(1), found.group(2) or "") if found else (None, "")
+
+
+def _latest_exchange(names: Sequence[str], conversation: object) -> tuple[str, list[Any]]:
+    """For a conversation marker: the script of the conversation's latest user message (the *n*-th user
+    message plays ``names[n - 1]``, the last name beyond) and the items after that message."""
+    items = conversation if isinstance(conversation, list) else []
+    users = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("role") == "user"]
+    if not users:
+        return names[0], items
+    return names[min(len(users), len(names)) - 1], items[users[-1] + 1 :]
 
 
 def _assistant_turns(conversation: object) -> int:

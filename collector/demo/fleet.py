@@ -4,8 +4,12 @@
 itself with :func:`collector.instrument.vigil_setup` and plays runs of the scenarios of
 :mod:`collector.demo.plan` on a small thread pool at a steady rate: mostly good runs, some
 inefficient, looping to their iteration cap, content-filtered, guardrail-blocked, with tool
-failures, slow, raising to the caller, or earning a thumbs-down. It knows what every run was
-meant to be (:class:`DemoRun`), so a test can compare Vigil's verdicts with the truth.
+failures, slow, raising to the caller, or earning a thumbs-down. Runs are the turns of
+conversations (:func:`collector.demo.plan.conversations`): a conversation plays on one worker, its
+turns in order with the chat history and a user's pause (:data:`~collector.demo.plan.THINK_S`)
+between them, all with the conversation's session id. It knows what every run was meant to be
+(:class:`DemoRun`; :func:`session_truths` per session), so a test can compare Vigil's verdicts with
+the truth.
 
 Example::
 
@@ -17,24 +21,25 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
-from collector.demo.agent import DemoAgent, latency_client, openai_instrumented
+from collector.demo.agent import DemoAgent, Observed, latency_client, openai_instrumented
 from collector.demo.fakeopenai import FakeOpenAI, Served
-from collector.demo.plan import RunPlan, expected, planner, scenarios
+from collector.demo.plan import THINK_S, RunPlan, conversations, expected, failed, scenarios
 from collector.demo.progress import FleetStats, LiveProgress
 from collector.instrument import vigil_setup
 from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 
-__all__ = ["DemoFleet", "DemoRun"]
+__all__ = ["DemoFleet", "DemoRun", "session_truths"]
 
 log = structlog.get_logger(__name__)
 
@@ -58,8 +63,13 @@ class DemoRun:
             ``output_tokens``, ``hit_max_iterations``, ``safety_blocked``, ``errored``,
             ``feedback``, ``optimal_steps``.
         scenario: the scripted scenario played.
-        tag: the run's tag in the fake server's log.
+        tag: the run's tag (its conversation's in the fake server's log).
         outcome: ``ok``, or the type of the exception that reached the caller.
+        session_id: the run's ``gen_ai.conversation.id``.
+        turn: its 1-based position in the session.
+        act: what the user did in it (a :class:`~collector.demo.plan.Act` value).
+        signals: the session signals it should raise (:attr:`collector.demo.plan.RunPlan.signals`).
+        failed: it should end errored, blocked or at its cap (ending a session with it is abandonment).
     """
 
     trace_id: str
@@ -69,6 +79,30 @@ class DemoRun:
     scenario: str = ""
     tag: str = ""
     outcome: str = "ok"
+    session_id: str = ""
+    turn: int = 1
+    act: str = "open"
+    signals: tuple[str, ...] = ()
+    failed: bool = False
+
+
+def session_truths(runs: Sequence[DemoRun]) -> dict[str, dict[str, Any]]:
+    """What Vigil should find in each session of ``runs`` (played turns, any order): session id →
+    ``{turns, reask, human_request, thumbs_down}`` (1-based turn positions) and ``abandoned`` (the last
+    turn played failed). See :func:`collector.demo.plan.session_truth`."""
+    by_session: dict[str, list[DemoRun]] = {}
+    for run in runs:
+        by_session.setdefault(run.session_id, []).append(run)
+    out: dict[str, dict[str, Any]] = {}
+    for session_id, turns in by_session.items():
+        turns.sort(key=lambda r: r.turn)
+        truth: dict[str, Any] = {"turns": len(turns), "reask": [], "human_request": [], "thumbs_down": []}
+        for run in turns:
+            for signal in run.signals:
+                truth[signal].append(run.turn)
+        truth["abandoned"] = turns[-1].failed
+        out[session_id] = truth
+    return out
 
 
 class _BoundedFake(FakeOpenAI):
@@ -140,7 +174,8 @@ class DemoFleet:
         self.seed = seed
         self.protocol = protocol
         self.pace = pace
-        self.workers = workers or min(256, max(4, math.ceil(rate_per_s * (1 + 12 * pace))))
+        # a conversation holds its worker through its turns and the user's pauses between them
+        self.workers = workers or min(256, max(4, math.ceil(rate_per_s * (1 + (12 + THINK_S[1]) * pace))))
         self.progress = progress
         self.service_name = service_name
         self.headers = headers
@@ -232,18 +267,21 @@ class DemoFleet:
         return self._finished.wait(timeout_s) if self._began.is_set() else True
 
     def _schedule(self, pool: ThreadPoolExecutor, agent: DemoAgent) -> None:
-        """Submit runs on time until a limit or :meth:`shutdown`; at most ``2 × workers`` pending.
+        """Submit conversations on time until a limit or :meth:`shutdown`; at most ``2 × workers`` pending.
 
-        Run ``i`` is due ``i / rate`` seconds after the start. When every slot is busy the
-        fleet waits, so the rate sags instead of the backlog growing, and resumes the rate
-        afterwards without a burst to catch up.
+        Run ``i`` is due ``i / rate`` seconds after the start, so a conversation starts when its first
+        run is due and the next one waits for as many slots as it has turns: runs per second stay at
+        the rate. When every slot is busy the fleet waits, so the rate sags instead of the backlog
+        growing, and resumes the rate afterwards without a burst to catch up. A run limit cuts the
+        conversation it falls in.
         """
         start = time.monotonic()
         slots = threading.BoundedSemaphore(2 * self.workers)
-        for plan in planner(self.seed):
-            if self.runs is not None and plan.index >= self.runs:
+        for conversation in conversations(self.seed):
+            first = conversation[0].index
+            if self.runs is not None and first >= self.runs:
                 return
-            offset = plan.index / self.rate_per_s
+            offset = first / self.rate_per_s
             if self.duration_s is not None and offset >= self.duration_s:
                 return
             now = time.monotonic()
@@ -254,30 +292,53 @@ class DemoFleet:
             while not slots.acquire(timeout=0.1):
                 if self._stop.is_set():
                     return
-            self.stats.sent(plan.scenario.kind)
-            pool.submit(self._play, agent, plan, slots)
+            turns = tuple(p for p in conversation if self.runs is None or p.index < self.runs)
+            pool.submit(self._converse, agent, turns, start, slots)
 
-    def _play(self, agent: DemoAgent, plan: RunPlan, slots: threading.BoundedSemaphore) -> None:
-        """Play one run on a worker thread and record its ground truth."""
+    def _converse(
+        self, agent: DemoAgent, turns: tuple[RunPlan, ...], start: float, slots: threading.BoundedSemaphore
+    ) -> None:
+        """Play one conversation's turns in order on a worker thread, the user pausing between them."""
+        pause = random.Random(f"{self.seed}/{turns[0].session_id}")
+        history: list[dict[str, str]] = []
         try:
-            seen = agent.run(plan)
-            s = plan.scenario
-            truth = DemoRun(
-                trace_id=seen.trace_id,
-                agent=s.agent.name,
-                kind=s.kind.value,
-                expected=expected(s),
-                scenario=s.name,
-                tag=plan.tag,
-                outcome=seen.exception or "ok",
-            )
-            with self._lock:
-                self._truth.append((plan.index, truth))
-            self.stats.done(s.kind, raised=seen.errored)
-            if s.feedback and self.on_feedback is not None:
-                _give_feedback(self.on_feedback, seen.trace_id, s.feedback)
+            for plan in turns:
+                if plan.turn and self._stop.wait(pause.uniform(*THINK_S) * self.pace):
+                    return
+                if self.duration_s is not None and time.monotonic() - start >= self.duration_s:
+                    return
+                seen = self._play(agent, plan, history)
+                history.append({"role": "user", "content": plan.user_message})
+                if seen.output:
+                    history.append({"role": "assistant", "content": seen.output})
         finally:
             slots.release()
+
+    def _play(self, agent: DemoAgent, plan: RunPlan, history: Sequence[Mapping[str, str]]) -> Observed:
+        """Play one run and record its ground truth."""
+        s = plan.scenario
+        self.stats.sent(s.kind)
+        seen = agent.run(plan, history)
+        truth = DemoRun(
+            trace_id=seen.trace_id,
+            agent=s.agent.name,
+            kind=s.kind.value,
+            expected=expected(s),
+            scenario=s.name,
+            tag=plan.conversation or plan.tag,
+            outcome=seen.exception or "ok",
+            session_id=plan.session_id,
+            turn=plan.turn + 1,
+            act=plan.act.value,
+            signals=plan.signals,
+            failed=failed(s),
+        )
+        with self._lock:
+            self._truth.append((plan.index, truth))
+        self.stats.done(s.kind, raised=seen.errored)
+        if s.feedback and self.on_feedback is not None:
+            _give_feedback(self.on_feedback, seen.trace_id, s.feedback)
+        return seen
 
 
 def openai_capture_content(environ: MutableMapping[str, str]) -> bool:

@@ -8,13 +8,23 @@ scenario under its own tag, and :func:`expected` tells what Vigil should derive 
 
 The mix is dealt from shuffled *decks* of 100 runs holding exactly :data:`MIX` of each kind,
 so any 100 consecutive runs from the start of a deck have the configured proportions.
+
+**Conversations.** Runs come in *conversations* (:func:`conversations`): the turns of one agent's
+chat with one user, sharing a session id (``gen_ai.conversation.id``), each turn one run dealt the
+next card of the deck (so the mix per 100 runs is unchanged). A conversation is planned turn by
+turn from what the user sees: it has 1–5 turns of distinct follow-up questions (:data:`LENGTHS`),
+and after a turn that failed (errored, blocked, cut at the iteration cap) the user gives up
+(the session ends: *abandoned*), asks the same question again (*re-ask*) or asks for a human
+(:data:`AFTER_FAILURE`); after a thumbs-down the user may re-ask. Most conversations see no failure
+at all. :meth:`RunPlan.signals` and :func:`session_truth` say which session signals Vigil should
+find (:mod:`review_queue.sessions`). The ``triage`` agent files tickets: its sessions are one turn.
 """
 
 from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
@@ -33,16 +43,19 @@ from collector.demo.fakeopenai import (
 __all__ = [
     "AGENTS",
     "MIX",
+    "Act",
     "AgentSpec",
     "Fault",
     "Kind",
     "RunPlan",
     "Scenario",
+    "conversations",
     "expected",
     "plan_runs",
     "planner",
     "scenario",
     "scenarios",
+    "session_truth",
 ]
 
 
@@ -91,8 +104,10 @@ class AgentSpec:
         optimal_steps: LLM calls a good run needs (declared on the root span).
         max_iterations: the iteration cap.
         weight: relative share of the traffic.
-        prompts: user requests it receives.
+        prompts: user requests it receives (a conversation's first message).
         answers: final answers it gives.
+        follow_ups: the user's later questions in a conversation, the last a closing thanks (none:
+            one-turn sessions).
     """
 
     name: str
@@ -103,6 +118,7 @@ class AgentSpec:
     weight: int
     prompts: tuple[str, ...]
     answers: tuple[str, ...]
+    follow_ups: tuple[str, ...] = ()
 
 
 def _id(prefix: str, digits: int = 5) -> Args:
@@ -124,6 +140,8 @@ AGENTS: Final[tuple[AgentSpec, ...]] = (
         optimal_steps=2, max_iterations=10, weight=40,
         prompts=("Where is my order?", "Can I return a damaged kettle?", "I never got my refund."),
         answers=("Your order ships tomorrow.", "Yes: returns are free within 30 days.", "The refund is on its way."),
+        follow_ups=("When will it arrive?", "Can I change the delivery address?", "Do you ship to Norway?",
+                    "Thanks, that is all."),
     ),
     AgentSpec(
         "research", "gpt-4.1",
@@ -132,6 +150,8 @@ AGENTS: Final[tuple[AgentSpec, ...]] = (
         optimal_steps=3, max_iterations=16, weight=20,
         prompts=("Summarise recent work on {t}.", "What changed this year in {t}?", "Give me three sources on {t}."),
         answers=("Here is a short summary with sources.", "Three developments stand out.", "Sources attached."),
+        follow_ups=("Which of these matters most for Europe?", "Can you make that shorter?",
+                    "Who are the main players?", "Thanks, that helps."),
     ),
     AgentSpec(
         "billing", "gpt-4o",
@@ -139,6 +159,8 @@ AGENTS: Final[tuple[AgentSpec, ...]] = (
         optimal_steps=2, max_iterations=10, weight=25,
         prompts=("Why was I charged twice?", "What is my balance?", "Please refund my last invoice."),
         answers=("The duplicate charge was reversed.", "Your balance is 42.10 EUR.", "Refund issued."),
+        follow_ups=("Which card was used?", "Can I get the invoice as a PDF?", "When is the next payment due?",
+                    "Great, thanks."),
     ),
     AgentSpec(
         "triage", "gpt-4.1-mini",
@@ -202,18 +224,112 @@ class Scenario:
         return self.fault if ordinal == self.fault_at else None
 
 
+class Act(str, Enum):
+    """What the user does in a turn of a conversation."""
+
+    OPEN = "open"
+    """The conversation's first question."""
+    FOLLOW_UP = "follow_up"
+    """A new question."""
+    REASK = "reask"
+    """The same question again, repeated or rephrased, after a failed or disliked answer."""
+    HUMAN = "human"
+    """A request for a human."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """One run to send: a scenario, and the tag that keeps its requests apart from other runs."""
+    """One run to send: a scenario, and the tag that keeps its requests apart from other runs.
+
+    A turn of a conversation (:func:`conversations`) also has the conversation's tag (its session
+    id), its 0-based turn, the user's message, what the user does, and the scenario names of every
+    turn of the conversation (its marker names them all, :class:`~collector.demo.fakeopenai.FakeOpenAI`).
+    """
 
     index: int
     tag: str
     scenario: Scenario
+    conversation: str = ""
+    turn: int = 0
+    message: str = ""
+    act: Act = Act.OPEN
+    script: tuple[str, ...] = ()
 
     @property
     def marker(self) -> str:
-        """The ``[[scenario:NAME#TAG]]`` marker the first user message carries."""
+        """The scenario marker: ``[[scenario:NAME#TAG]]`` on the first user message of a lone run; a
+        conversation's ``[[scenario:NAME1,NAME2,…#CONVERSATION]]`` in its system message."""
+        if self.conversation:
+            return f"[[scenario:{','.join(self.script)}#{self.conversation}]]"
         return f"[[scenario:{self.scenario.name}#{self.tag}]]"
+
+    @property
+    def user_message(self) -> str:
+        """What the user says in this run."""
+        return self.message or self.scenario.prompt
+
+    @property
+    def session_id(self) -> str:
+        """The run's ``gen_ai.conversation.id``: its conversation's tag, or its own for a lone run."""
+        return self.conversation or self.tag
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """The session signals this turn should raise in Vigil (:mod:`review_queue.sessions`): ``reask``,
+        ``human_request`` (only when the user message reaches Vigil: an input guardrail stops the run
+        before any model call, so no span carries it), ``thumbs_down`` (when the feedback is delivered)."""
+        said = self.scenario.guardrail != "input"
+        out = []
+        if said and self.act is Act.REASK:
+            out.append("reask")
+        if said and self.act is Act.HUMAN:
+            out.append("human_request")
+        if self.scenario.feedback == "thumbs_down":
+            out.append("thumbs_down")
+        return tuple(out)
+
+
+LENGTHS: Final[Mapping[int, int]] = {1: 30, 2: 30, 3: 22, 4: 12, 5: 6}
+"""Relative weight of a conversation's planned number of questions (before any re-ask or request for a human)."""
+
+AFTER_FAILURE: Final[Mapping[Act | None, int]] = {None: 45, Act.REASK: 35, Act.HUMAN: 20}
+"""What the user does after a failed turn that answered something (a refusal, "I could not finish"):
+give up (``None``: the session ends, abandoned), ask again, ask for a human. After a turn that
+answered nothing (an error), re-asking is not possible in Vigil's sense: give up or ask for a human."""
+
+AFTER_THUMBS_DOWN: Final = 0.5
+"""Chance that a user who gave a thumbs-down asks the same question again."""
+
+MAX_CONVERSATION_TURNS: Final = 7
+
+HUMAN_REQUESTS: Final = (
+    "Can I talk to a human, please?",
+    "I want to speak to a real person.",
+    "Please transfer me to a live agent.",
+    "This is not working. Get me a human.",
+)
+REPHRASES: Final = ("{q}", "Sorry, I mean: {q}", "As I said, {lq}", "I asked: {q}")
+"""How a re-ask says the question again: verbatim, or after a repair phrase."""
+
+THINK_S: Final = (1.5, 6.0)
+"""Seconds a demo user pauses between the answer and their next message (at pace 1)."""
+
+SESSION_IDLE_S: Final = 60.0
+"""The session idle close ``vigil run --demo`` uses unless ``session_idle_s`` is set: a minute after its
+last turn a demo conversation is over (its turns are at most :data:`THINK_S` apart plus a turn's
+latency, under 30 s), so closed sessions, their abandonment and their review items show within a couple
+of minutes, not the 30 minutes production traffic needs (:data:`review_queue.sessions.DEFAULT_IDLE_S`)."""
+
+
+def failed(s: Scenario) -> bool:
+    """A run of ``s`` ends errored, blocked or at its iteration cap (Vigil's run status is not ``ok``)."""
+    truth = expected(s)
+    return bool(truth["errored"] or truth["safety_blocked"] or truth["hit_max_iterations"])
+
+
+def answered(s: Scenario) -> bool:
+    """A run of ``s`` gives the user an answer Vigil sees with the question (so a later repeat is a re-ask)."""
+    return s.guardrail != "input" and not expected(s)["errored"]
 
 
 def scenarios(seed: int = 0) -> list[Scenario]:
@@ -366,19 +482,99 @@ def _tally_turn(s: Scenario, turn: Turn, truth: dict[str, Any]) -> bool:
     return True
 
 
-def planner(seed: int) -> Iterator[RunPlan]:
-    """The endless sequence of runs for ``seed``: kinds dealt from shuffled decks of :data:`MIX`."""
+def conversations(seed: int) -> Iterator[tuple[RunPlan, ...]]:
+    """The endless sequence of conversations for ``seed``, each the runs of its turns in order.
+
+    Runs are numbered across conversations (``RunPlan.index``) and each takes the next kind of the
+    shuffled decks of :data:`MIX`, so the mix per 100 runs holds whatever the conversations' shapes.
+    """
     rng = random.Random(seed)
-    deck = [kind for kind, count in MIX.items() for _ in range(count)]
-    weights = [a.weight for a in AGENTS]
+    deal = _dealer(rng)
+    # an agent's weight is its share of the runs: a conversation of a chatty agent holds more of them
+    planned = sum(n * w for n, w in LENGTHS.items()) / sum(LENGTHS.values())
+    weights = [a.weight / (planned if a.follow_ups else 1.0) for a in AGENTS]
     index = 0
+    number = 0
+    while True:
+        agent = rng.choices(AGENTS, weights)[0]
+        turns = _conversation(agent, rng, deal, seed)
+        tag = f"s{seed}c{number}"
+        script = tuple(s.name for s, _, _ in turns)
+        yield tuple(
+            RunPlan(index + n, f"s{seed}r{index + n}", s, tag, n, message, act, script)
+            for n, (s, message, act) in enumerate(turns)
+        )
+        index += len(turns)
+        number += 1
+
+
+def _dealer(rng: random.Random) -> Iterator[Kind]:
+    deck = [kind for kind, count in MIX.items() for _ in range(count)]
     while True:
         rng.shuffle(deck)
-        for kind in deck:
-            agent = rng.choices(AGENTS, weights)[0]
-            sc = scenario(agent.name, kind, rng.randrange(VARIANTS), seed)
-            yield RunPlan(index, f"s{seed}r{index}", sc)
-            index += 1
+        yield from deck
+
+
+def _conversation(
+    agent: AgentSpec, rng: random.Random, deal: Iterator[Kind], seed: int
+) -> list[tuple[Scenario, str, Act]]:
+    """One conversation of ``agent``: ``(scenario, user message, act)`` per turn."""
+    first = scenario(agent.name, next(deal), rng.randrange(VARIANTS), seed)
+    turns = [(first, first.prompt, Act.OPEN)]
+    if not agent.follow_ups:
+        return turns
+    planned = rng.choices(list(LENGTHS), list(LENGTHS.values()))[0]
+    questions = rng.sample(agent.follow_ups, min(planned - 1, len(agent.follow_ups)))
+    questions.sort(key=lambda q: q == agent.follow_ups[-1])  # the closing thanks comes last
+    question = first.prompt  # the question the user would ask again
+    while len(turns) < MAX_CONVERSATION_TURNS:
+        last = turns[-1][0]
+        act = _reaction(last, rng)
+        if act is None and failed(last):
+            break  # gave up: abandoned
+        if act is None:
+            if not questions:
+                break
+            question = questions.pop(0)
+            act, message = Act.FOLLOW_UP, question
+        elif act is Act.REASK:
+            message = rng.choice(REPHRASES).format(q=question, lq=question[0].lower() + question[1:])
+        else:
+            message = rng.choice(HUMAN_REQUESTS)
+        turns.append((scenario(agent.name, next(deal), rng.randrange(VARIANTS), seed), message, act))
+        if act is Act.HUMAN:
+            break  # the user waits for a person
+    return turns
+
+
+def _reaction(s: Scenario, rng: random.Random) -> Act | None:
+    """What the user does after a turn of ``s``: re-ask, ask for a human, or (None) go on or give up."""
+    if failed(s):
+        choices = (
+            dict(AFTER_FAILURE) if answered(s) else {None: AFTER_FAILURE[None], Act.HUMAN: AFTER_FAILURE[Act.HUMAN]}
+        )
+        return rng.choices(list(choices), list(choices.values()))[0]
+    if s.feedback == "thumbs_down" and rng.random() < AFTER_THUMBS_DOWN:
+        return Act.REASK
+    return None
+
+
+def session_truth(turns: Sequence[RunPlan]) -> dict[str, Any]:
+    """The session signals Vigil should find in a conversation whose turns ``turns`` were played (in order):
+    ``{turns, reask, human_request, thumbs_down}`` (lists of 1-based turn positions) and ``abandoned``
+    (the last turn played failed)."""
+    truth: dict[str, Any] = {"turns": len(turns), "reask": [], "human_request": [], "thumbs_down": []}
+    for position, plan in enumerate(turns, 1):
+        for signal in plan.signals:
+            truth[signal].append(position)
+    truth["abandoned"] = bool(turns) and failed(turns[-1].scenario)
+    return truth
+
+
+def planner(seed: int) -> Iterator[RunPlan]:
+    """The endless sequence of runs for ``seed``: the turns of :func:`conversations`, in order."""
+    for conversation in conversations(seed):
+        yield from conversation
 
 
 def plan_runs(seed: int, count: int) -> list[RunPlan]:

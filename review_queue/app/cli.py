@@ -69,9 +69,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.demo:  # the fleet's OpenAI client would log every request at info
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)
+        settings = demo_settings(settings)
     emb = build(settings)
     drained = asyncio.run(serve(emb, demo_rate=args.demo_rate if args.demo else None))
     return 0 if drained else 1
+
+
+def demo_settings(settings: Settings) -> Settings:
+    """``vigil run --demo``'s settings: the demo's conversations close a minute after their last turn
+    (:data:`collector.demo.plan.SESSION_IDLE_S`) unless ``session_idle_s`` was set (file or environment)."""
+    from collector.demo.plan import SESSION_IDLE_S
+
+    if "session_idle_s" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"session_idle_s": SESSION_IDLE_S})
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -7,6 +7,8 @@ agree: the plan's ground truth, what the agent observed, and what the fake serve
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections import Counter
 from collections.abc import Iterator
 
@@ -17,26 +19,32 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.demo.agent import DemoAgent, latency_client
-from collector.demo.fakeopenai import ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
-from collector.demo.fleet import DemoFleet, openai_capture_content
+from collector.demo.fakeopenai import MARKER, ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
+from collector.demo.fleet import DemoFleet, DemoRun, openai_capture_content, session_truths
 from collector.demo.plan import (
     AGENTS,
     DECK,
     MIX,
+    Act,
     Fault,
     Kind,
     RunPlan,
     Scenario,
+    answered,
+    conversations,
     expected,
+    failed,
     plan_runs,
     scenario,
     scenarios,
+    session_truth,
 )
 from collector.demo.progress import FleetStats
 from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from collector.otlp import decode_protobuf
 from review_queue.details import build_details
-from scorers.model import ScoredRun
+from review_queue.sessions import SessionConfig, Turn, session_signals, turn_features
+from scorers.model import Message, Run, ScoredRun
 from scorers.normalise import normalise
 from scorers.redact import Redactor
 
@@ -83,10 +91,19 @@ class TestMix:
             assert abs(agent.weight / total - counts[agent.name] / 2000) < 0.04
 
     def test_tags_unique_and_markers_parse(self) -> None:
-        """Every run has its own tag; the marker names the scenario and the tag."""
+        """Every run has its own tag; a lone run's marker names its scenario and tag, a conversation's
+        names every turn's scenario and the conversation (its session id)."""
         plans = plan_runs(SEED, 300)
         assert 300 == len({p.tag for p in plans})
-        assert f"[[scenario:{plans[0].scenario.name}#{plans[0].tag}]]" == plans[0].marker
+        lone = RunPlan(0, "t0", plans[0].scenario)
+        assert f"[[scenario:{lone.scenario.name}#t0]]" == lone.marker
+        assert ("t0", "t0") == (lone.session_id, lone.user_message.removesuffix(lone.scenario.prompt) or "t0")
+        first = plans[0]
+        turns = [p for p in plans if p.conversation == first.conversation]
+        found = MARKER.fullmatch(first.marker)
+        assert found is not None
+        assert ([p.scenario.name for p in turns], first.conversation) == (found.group(1).split(","), found.group(2))
+        assert {first.marker} == {p.marker for p in turns}
 
 
 class TestGroundTruth:
@@ -307,3 +324,170 @@ class TestFleet:
         assert ({Kind.GOOD: 2, Kind.ERROR: 1}, {Kind.ERROR: 1}, 1, 10.0) == (sent, done, raised, elapsed)
         assert 2.0 == stats.rate()
         assert stats.summary().startswith("3 runs sent at 2.00/s, 1 finished (1 raised) in 10.0 s: good 2")
+
+
+def _conversations(count: int) -> list[tuple[RunPlan, ...]]:
+    found = conversations(SEED)
+    return [next(found) for _ in range(count)]
+
+
+def _vigil_signals(turns: tuple[RunPlan, ...]) -> dict[str, object]:
+    """What Vigil's session rules (review_queue.sessions) find in the planned conversation, each turn
+    read as Vigil reads it: the user message (none when an input guardrail stops the turn before any
+    model call), an answer unless the turn errors, its status and thumbs-down."""
+    out: list[Turn] = []
+    for position, plan in enumerate(turns, 1):
+        said = () if plan.scenario.guardrail == "input" else (Message("user", plan.user_message),)
+        truth = expected(plan.scenario)
+        run = Run(
+            trace_id=f"{position:032x}", session_id=plan.session_id, messages=said,
+            final_output="" if truth["errored"] else "an answer",
+        )  # fmt: skip
+        status = "error" if failed(plan.scenario) else "ok"
+        down = plan.scenario.feedback == "thumbs_down"
+        out.append(Turn(run.trace_id, position, status, True, down, turn_features(run, SessionConfig())))
+    found: dict[str, object] = {"turns": len(turns), "reask": [], "human_request": [], "thumbs_down": []}
+    signals = session_signals(out, SessionConfig().reask_threshold, closed=True)
+    for signal in signals:
+        if signal["signal"] != "abandoned":
+            found[signal["signal"]].append(signal["turn"])  # type: ignore[attr-defined]
+    found["abandoned"] = any(s["signal"] == "abandoned" for s in signals)
+    return found
+
+
+class TestConversations:
+    """Runs come as conversations: shapes, proportions, and the session signals Vigil should find."""
+
+    def test_turns_share_a_session(self) -> None:
+        """A conversation's turns are consecutive runs of one agent sharing a session id, numbered from 0;
+        triage (a ticket filer) has one-turn sessions; session ids are unique."""
+        convs = _conversations(300)
+        assert list(range(sum(len(c) for c in convs))) == [p.index for c in convs for p in c]
+        for conv in convs:
+            assert 1 == len({(p.session_id, p.scenario.agent.name) for p in conv})
+            assert list(range(len(conv))) == [p.turn for p in conv]
+            assert Act.OPEN is conv[0].act
+            assert all(p.act is not Act.OPEN for p in conv[1:])
+        assert 300 == len({c[0].session_id for c in convs})
+        assert {1} == {len(c) for c in convs if c[0].scenario.agent.name == "triage"}
+
+    def test_realistic_shapes(self) -> None:
+        """Over 2000 conversations: most see no signal; about half have several turns; re-asks, requests
+        for a human and abandonment each happen in a few percent to a fifth of them."""
+        truths = [session_truth(c) for c in _conversations(2000)]
+        share = {
+            "fine": sum(not (t["reask"] or t["human_request"] or t["thumbs_down"] or t["abandoned"]) for t in truths),
+            "multi": sum(t["turns"] > 1 for t in truths),
+            "reask": sum(bool(t["reask"]) for t in truths),
+            "human_request": sum(bool(t["human_request"]) for t in truths),
+            "abandoned": sum(t["abandoned"] for t in truths),
+        }
+        share = {k: v / len(truths) for k, v in share.items()}
+        assert share["fine"] >= 0.65, share
+        assert 0.35 <= share["multi"] <= 0.75, share
+        assert 0.02 <= share["reask"] <= 0.15, share
+        assert 0.02 <= share["human_request"] <= 0.12, share
+        assert 0.05 <= share["abandoned"] <= 0.25, share
+
+    def test_users_react_to_what_they_saw(self) -> None:
+        """Re-asks and requests for a human follow a failed turn (or a thumbs-down, for a re-ask); a re-ask
+        repeats an earlier question of the conversation; a conversation ends after a request for a
+        human, and ends early only after a failed turn."""
+        for conv in _conversations(2000):
+            for before, plan in itertools.pairwise(conv):
+                if plan.act is Act.REASK:
+                    assert failed(before.scenario) or before.scenario.feedback == "thumbs_down"
+                    assert answered(before.scenario)
+                    earlier = {p.user_message.lower().rstrip("?.") for p in conv[: plan.turn] if p.act is not Act.REASK}
+                    assert any(q in plan.user_message.lower() for q in earlier), plan.user_message
+                if plan.act is Act.HUMAN:
+                    assert failed(before.scenario)
+                    assert plan is conv[-1]
+            messages = [p.user_message for p in conv if p.act in (Act.OPEN, Act.FOLLOW_UP)]
+            assert len(messages) == len(set(messages))  # new questions are new
+
+    def test_vigil_finds_what_was_planned(self) -> None:
+        """Vigil's own session rules over each planned conversation find exactly the planned signals:
+        follow-up questions are never re-asks nor requests for a human, every planned one is."""
+        wrong = [
+            (c[0].session_id, session_truth(c), _vigil_signals(c))
+            for c in _conversations(1500)
+            if session_truth(c) != _vigil_signals(c)
+        ]
+        assert [] == wrong
+
+    def test_session_truths_from_played_runs(self) -> None:
+        """The fleet's per-session truth from its run records equals the plan's, also for a cut conversation."""
+        conv = next(c for c in _conversations(500) if len(c) >= 3 and session_truth(c)["reask"])
+        runs = [
+            DemoRun(f"{p.index:032x}", p.scenario.agent.name, p.scenario.kind.value, {}, session_id=p.session_id,
+                    turn=p.turn + 1, act=p.act.value, signals=p.signals, failed=failed(p.scenario))
+            for p in reversed(conv)
+        ]  # fmt: skip
+        assert {conv[0].session_id: session_truth(conv)} == session_truths(runs)
+        assert session_truth(conv[:2]) == session_truths([r for r in runs if r.turn <= 2])[conv[0].session_id]
+
+
+class TestConversationsPlayed:
+    """A conversation played by the agent against the fake model: each turn gets its own script."""
+
+    def test_history_and_scripts(self, fake: FakeOpenAI, spans: InMemorySpanExporter) -> None:
+        """Each turn's requests are served from that turn's scenario with the turn's own step numbers
+        (so tokens and calls match each run's truth), the later turns resend the history, and every run
+        carries the conversation's gen_ai.conversation.id."""
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        agent = DemoAgent(
+            latency_client(fake.base_url, 0.0), pace=0.0, tracer_provider=provider, llm_spans=True, capture_content=True
+        )
+        conv = next(c for c in _conversations(800) if len(c) >= 4 and any(p.act is Act.REASK for p in c))
+        history: list[dict[str, str]] = []
+        for plan in conv:
+            before = len(fake.served())
+            seen = agent.run(plan, history)
+            truth = expected(plan.scenario)
+            served = fake.served()[before:]
+            assert {plan.scenario.name} >= {e.scenario for e in served}, plan
+            assert (truth["llm_calls"], truth["input_tokens"]) == (len(served), sum(e.prompt_tokens for e in served))
+            assert {plan.conversation} >= {e.tag for e in served}
+            trace = [x for x in spans.get_finished_spans() if format(x.context.trace_id, "032x") == seen.trace_id]
+            root = next(x for x in trace if x.parent is None)
+            assert plan.session_id == (root.attributes or {})["gen_ai.conversation.id"]
+            chats = [x for x in trace if x.name.startswith("chat ")]
+            if chats:
+                said = json.loads(str((chats[0].attributes or {})["gen_ai.input.messages"]))
+                users = [m["parts"][0]["content"] for m in said if m["role"] == "user"]
+                assert [*(m["content"] for m in history if m["role"] == "user"), plan.user_message] == users
+                assert plan.marker in said[0]["parts"][0]["content"]  # the system message
+            history.append({"role": "user", "content": plan.user_message})
+            if seen.output:
+                history.append({"role": "assistant", "content": seen.output})
+
+
+class TestConversationMarker:
+    """FakeOpenAI's conversation marker, without HTTP."""
+
+    def test_script_per_user_message(self) -> None:
+        """The n-th user message plays the n-th script, counting assistant turns since it; beyond the list
+        the last script plays; a name with a comma cannot be registered."""
+        scripts = {"one": [ToolCallTurn.of("a"), TextTurn("first")], "two": [TextTurn("second")]}
+        fake = FakeOpenAI(scripts)
+        system = {"role": "system", "content": "[[scenario:one,two#c1]]"}
+        user1, user2 = {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}
+        call = {"role": "assistant", "content": None, "tool_calls": []}
+        tool = {"role": "tool", "tool_call_id": "x", "content": "ok"}
+        answer = {"role": "assistant", "content": "first"}
+
+        def served(*messages: dict[str, object]) -> tuple[str, int, str]:
+            status, _body = fake.answer("/v1/chat/completions", {"model": "m", "messages": [system, *messages]})
+            assert 200 == status
+            entry = fake.served()[-1]
+            return entry.scenario, entry.turn, entry.kind
+
+        assert ("one", 0, "tool_calls") == served(user1)
+        assert ("one", 1, "text") == served(user1, call, tool)
+        assert ("two", 0, "text") == served(user1, call, tool, answer, user2)
+        assert ("two", 0, "text") == served(user1, answer, user2, answer, {"role": "user", "content": "q3"})
+        assert "c1" == fake.served()[-1].tag
+        with pytest.raises(ValueError, match="must match"):
+            fake.register("a,b", [TextTurn("x")])

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from collector.demo.fleet import DemoFleet, DemoRun
+from collector.demo.fleet import DemoFleet, DemoRun, session_truths
 from collector.demo.plan import Kind
 from review_queue.app.process import VigilProcess, spawn_vigil, start_vigil
 from review_queue.store import SqlStore
@@ -38,8 +38,9 @@ RUNS = 150
 
 @pytest.fixture(scope="module")
 def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
-    """``vigil run`` with a short quiet period and a 20 % random sample."""
-    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": str(SAMPLE_RATE)}
+    """``vigil run`` with a short quiet period, a 20 % random sample and sessions closed 3 s after their
+    last turn (the fleet's users pause at most 0.3 s at pace 0.05)."""
+    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": str(SAMPLE_RATE), "VIGIL_SESSION_IDLE_S": "3"}
     with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
         yield running
 
@@ -140,14 +141,55 @@ class TestDemoAgainstVigil:
             assert "user_thumbs_down" in flag["reasons"], run
 
     def test_good_runs_only_sampled(self, truth: list[DemoRun], records: dict[str, dict[str, Any]]) -> None:
-        """Good runs are flagged by nothing but the random sample."""
+        """Good runs are flagged by nothing but the random sample — or, as the last turn of a session a
+        session rule flagged, by that rule (the session's review item is its last turn's)."""
         reasons = Counter(
             reason
             for r in truth
             if r.kind == Kind.GOOD.value
             for reason in (records[r.trace_id]["flag"] or {}).get("reasons", [])
         )
-        assert set(reasons) <= {"random_sample"}
+        assert {r for r in reasons if not r.startswith("session_")} <= {"random_sample"}
+
+
+class TestDemoSessions:
+    """The fleet's conversations as Vigil's sessions: grouped exactly, with exactly the planned signals."""
+
+    def test_sessions_match_truth(self, vigil: VigilProcess, truth: list[DemoRun], records: dict[str, Any]) -> None:
+        """Every session closes with the fleet's turns in order and the re-asks, requests for a human,
+        thumbs-down and abandonment the fleet planned (a run cut by the run limit ends its session there);
+        several are multi-turn and each signal occurs."""
+        want = session_truths(truth)
+        got: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + 40
+        with httpx.Client(base_url=vigil.api) as client:
+            while time.monotonic() < deadline and len(got) < len(want):
+                for session_id in want:
+                    r = client.get(f"/api/v1/sessions/{session_id}")
+                    if session_id not in got and r.status_code == 200 and r.json()["session"]["status"] == "closed":
+                        got[session_id] = r.json()
+                time.sleep(0.5)
+        assert sorted(want) == sorted(got), vigil.log_tail()
+        turns = {r.trace_id: (r.session_id, r.turn) for r in truth}
+        wrong = []
+        for session_id, doc in got.items():
+            found: dict[str, Any] = {"turns": doc["session"]["turns"], "reask": [], "human_request": []}
+            found |= {"thumbs_down": [], "abandoned": False}
+            for signal in doc["session"]["signals"]:
+                if signal["signal"] == "abandoned":
+                    found["abandoned"] = True
+                else:
+                    found[signal["signal"]].append(signal["turn"])
+            if found != want[session_id]:
+                wrong.append((session_id, want[session_id], found))
+            assert [turns[t["trace_id"]] for t in doc["turns"]] == [
+                (session_id, n) for n in range(1, len(doc["turns"]) + 1)
+            ]
+        assert [] == wrong
+        assert sum(1 for t in want.values() if t["turns"] > 1) >= 10
+        for signal in ("reask", "human_request", "thumbs_down"):
+            assert any(t[signal] for t in want.values()), signal
+        assert any(t["abandoned"] for t in want.values())
 
 
 class TestDemoCommand:
@@ -193,7 +235,10 @@ class TestRunDemo:
         assert docs, vigil.log_tail()
         said = [e for d in docs for e in d.get("conversation") or () if e.get("role") == "user"]
         assert said, "no demo run's details hold the user's input (content capture off?)"
-        assert all(e["content"].startswith("[[scenario:") for e in said)  # the demo's prompts carry their marker
+        assert not any("[[scenario:" in e["content"] for e in said)  # the user's words are clean
+        system = [e for d in docs for e in d["conversation"] if e.get("role") == "system"]
+        assert all("[[scenario:" in e["content"] for e in system)  # the conversation's marker is there
+        assert any(sum(e.get("role") == "user" for e in d["conversation"]) > 1 for d in docs)  # later turns
         assert any(e.get("role") == "assistant" or e["kind"] == "final" for d in docs for e in d["conversation"])
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.demo.plan import SESSION_IDLE_S
+from review_queue.app.cli import demo_settings
 from review_queue.app.settings import Settings, SettingsError
 from review_queue.sessions import DEFAULT_IDLE_S
 
@@ -82,3 +84,12 @@ def test_the_readme_example_is_valid(tmp_path: Path) -> None:
     s = _load(tmp_path, readme[start : readme.index("```", start)])
     assert "long_conversation" in [r.name for r in s.session_rules()]
     assert "get me a manager" in s.session_config().human_phrases
+
+
+def test_demo_closes_sessions_after_a_minute_unless_set(tmp_path: Path) -> None:
+    """``vigil run --demo`` closes sessions after the demo's idle time, unless the file or the environment
+    set ``session_idle_s``."""
+    assert SESSION_IDLE_S == demo_settings(_load(tmp_path, "{}\n")).session_config().idle_s
+    assert 600 == demo_settings(_load(tmp_path, "session_idle_s: 600\n")).session_config().idle_s
+    from_env = Settings.load({"VIGIL_SESSION_IDLE_S": "5"}, config_file=tmp_path / "vigil.yaml")
+    assert 5 == demo_settings(from_env).session_config().idle_s
