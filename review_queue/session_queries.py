@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql
 
 from review_queue.explorer import decode_cursor, encode_cursor
 from review_queue.queries import run_document
-from review_queue.tables import review_items, runs, sessions
+from review_queue.tables import review_items, runs, session_judge_results, sessions
 
 __all__ = [
     "MAX_PAGE",
@@ -37,6 +37,7 @@ __all__ = [
     "fresh_entries",
     "get_session",
     "list_sessions",
+    "session_results_for",
     "turn_position",
 ]
 
@@ -143,13 +144,14 @@ def list_sessions(
 
 
 def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
-    """One session, ``{session, turns, turns_truncated}``, or ``None`` when it is unknown.
+    """One session, ``{session, turns, turns_truncated, judges}``, or ``None`` when it is unknown.
 
     Each turn is the run's summary (the ``/api/v1/runs`` shape: scores, flag, evidence) with its
     ``turn`` number, its ``review_item_id`` (``None`` when never flagged) and the session
     ``signals`` that name it. A session whose row is not written yet (its first turn is being
     stored) is summed from its turns, ``status`` ``open``. The id of a run without a session id
-    (its trace id) answers that run as a session of one.
+    (its trace id) answers that run as a session of one. ``judges``: its session judges' verdicts
+    (:func:`session_results_for`).
     """
     row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
     found = conn.execute(_turns(runs.c.session_id == session_id)).mappings().all()
@@ -169,7 +171,21 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
             signals=[s for s in signals if s.get("trace_id") == run["trace_id"]],
         )
         turns.append(turn)
-    return {"session": doc, "turns": turns, "turns_truncated": len(found) > MAX_TURNS}
+    judges = session_results_for(conn, session_id) if row is not None else []
+    return {"session": doc, "turns": turns, "turns_truncated": len(found) > MAX_TURNS, "judges": judges}
+
+
+def session_results_for(conn: sa.Connection, session_id: str) -> list[dict[str, Any]]:
+    """The session's judge verdicts in the API shape, by judge name."""
+    t = session_judge_results
+    query = sa.select(t).where(t.c.session_id == session_id).order_by(t.c.judge)
+    out = []
+    for row in conn.execute(query).mappings():
+        doc = {c.name: row[c.name] for c in t.c if c.name not in ("session_id", "created_at", "updated_at")}
+        doc["created_at"] = datetime.fromtimestamp(row["created_at"], tz=UTC)
+        doc["updated_at"] = datetime.fromtimestamp(row["updated_at"], tz=UTC)
+        out.append(doc)
+    return out
 
 
 def _turns(where: sa.ColumnElement[bool]) -> sa.Select[Any]:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from scorers.model import Flag, ScoredRun
+from scorers.model import Flag, Priority, ScoredRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,11 @@ class JudgeSink(Protocol):
 class SessionJudgeSink(Protocol):
     """Where session judges' verdicts go (``review_queue.session_judges.SqlSessionJudgeSink``)."""
 
-    def write_session_judgement(self, session_id: str, result: JudgeResult, reason: str | None) -> None:
-        """Upsert ``result`` keyed by (session id, judge); with ``reason``, add it to the session's review item.
+    def write_session_judgement(
+        self, session_id: str, result: JudgeResult, reason: str | None, priority: Priority
+    ) -> None:
+        """Upsert ``result`` keyed by (session id, judge); with ``reason``, add it (at ``priority``) to
+        the session's review item, creating the item when the session was not flagged.
 
         ``result.trace_id`` is the session's last turn (the run whose item is the session's item).
 

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -52,6 +52,7 @@ STORE_ATTEMPTS = 5
 """Writes of one verdict tried while the store is unavailable before it is dropped."""
 
 _Item = TypeVar("_Item")
+_T = TypeVar("_T")
 _RunItem = tuple[int, ScoredRun, int]
 """A queued run: ``(submission sequence, the run, its estimated bytes)``."""
 
@@ -231,6 +232,11 @@ class JudgeService:
         """The judge names."""
         return tuple(j.name for j in self._judges)
 
+    @property
+    def metrics(self) -> JudgeMetrics:
+        """The judge metrics (the process's session judges count into the same ones)."""
+        return self._metrics
+
     def start(self) -> None:
         """Start every judge's worker threads."""
         for judge in self._judges:
@@ -387,17 +393,23 @@ class JudgeService:
         return decision if set(decision.reasons) - known else None
 
     def _write(self, judge: JudgeRuntime[_RunItem], result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
-        backoff = 0.2
-        for _ in range(STORE_ATTEMPTS):
-            try:
-                return self._sink.write_judgement(result, scored, flag)
-            except BackpressureError as exc:
-                log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
-                if self._stop.wait(backoff):
-                    break
-                backoff = min(backoff * 2, 5.0)
-        self._metrics.dropped.labels(judge.name, "store_unavailable").inc()
-        return False
+        return store_with_retries(lambda: self._sink.write_judgement(result, scored, flag), judge, self._stop) is True
+
+
+def store_with_retries(write: Callable[[], _T], judge: JudgeRuntime[Any], stop: threading.Event) -> _T | None:
+    """``write()`` retried with backoff while the store is unavailable (:data:`STORE_ATTEMPTS` times,
+    or until shutdown); then None, counted as ``store_unavailable``."""
+    backoff = 0.2
+    for _ in range(STORE_ATTEMPTS):
+        try:
+            return write()
+        except BackpressureError as exc:
+            log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
+            if stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, 5.0)
+    judge.metrics.dropped.labels(judge.name, "store_unavailable").inc()
+    return None
 
 
 def _reused(cached: JudgeResult, trace_id: str) -> JudgeResult:
