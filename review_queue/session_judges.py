@@ -74,13 +74,19 @@ class SqlSessionJudgeSink:
     ) -> None:
         """Upsert the verdict; with ``reason``, flag the session as its last turn's item (one transaction).
 
-        A session deleted meanwhile (retention) stores nothing.
+        A session deleted meanwhile (retention) stores nothing. On PostgreSQL the last turn's run row is
+        locked first, so concurrent verdicts on one session merge their reasons (SQLite: ``BEGIN IMMEDIATE``).
 
         Raises:
             StoreUnavailableError: the database cannot be reached; nothing was written.
         """
         now = self._clock()
         with guard("session_judgement", self._retry_after), self._engine.connect() as conn, write_transaction(conn):
+            if reason is not None and conn.dialect.name == "postgresql":
+                # Judges of one session flag the same item concurrently: lock its run row first (the
+                # order every writer takes, run then item), so no judge's reason overwrites another's.
+                last = sa.select(runs.c.trace_id).where(runs.c.trace_id == result.trace_id)
+                conn.execute(last.with_for_update())
             row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
             if row is None:
                 return
