@@ -106,7 +106,9 @@ class Scoring:
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
         """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
         chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-        specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
+        env = os.environ if environ is None else environ
+        specs = tuple(parse_judges(settings.judges, env))
+        settings.session_judge_specs(env)  # refuse a bad session judge at start-up (session_closer builds them)
         configured = judge_rules(specs, settings.rules)
         online = None
         if settings.eval_sets:
