@@ -172,16 +172,12 @@ def render_session(agent: str, turns: Sequence[TranscriptTurn], rubric: Rubric, 
 def session_document(agent: str, turns: Sequence[TranscriptTurn], max_chars: int) -> dict[str, Any]:
     """The conversation a session judge reads, bounded to about ``max_chars`` characters of text.
 
-    At most ``max_chars // 400`` turns are sent (at least two): past that, the first and the last
-    halves are kept and ``turns_omitted`` says how many were left out between them. Each turn's user
-    text and answer are cut to an even share of ``max_chars``.
+    At most ``max_chars // 400`` turns are sent (:func:`sent_turns`) and ``turns_omitted`` says how
+    many of the session's turns (numbered from 1) were left out. Each turn's user text and answer are
+    cut to an even share of ``max_chars``.
     """
-    limit = max(2, max_chars // 400)
-    kept = list(turns)
-    omitted = 0
-    if len(kept) > limit:
-        omitted = len(kept) - limit
-        kept = kept[: limit // 2] + kept[len(kept) - (limit - limit // 2) :]
+    kept = sent_turns(turns, max_chars)
+    omitted = (turns[-1].number - len(kept)) if turns else 0
     cap = max(100, max_chars // (2 * len(kept) + 1)) if kept else max_chars
     doc: dict[str, Any] = {
         "agent": agent,
@@ -193,6 +189,16 @@ def session_document(agent: str, turns: Sequence[TranscriptTurn], max_chars: int
     if omitted:
         doc["turns_omitted"] = omitted
     return doc
+
+
+def sent_turns(turns: Sequence[TranscriptTurn], max_chars: int) -> list[TranscriptTurn]:
+    """The turns a judge with ``max_chars`` is sent: all up to ``max(2, max_chars // 400)``, past that the
+    first and the last halves of that many. Trimming with a larger ``max_chars`` first changes nothing."""
+    limit = max(2, max_chars // 400)
+    kept = list(turns)
+    if len(kept) > limit:
+        kept = kept[: limit // 2] + kept[len(kept) - (limit - limit // 2) :]
+    return kept
 
 
 def transcript_has_content(turns: Sequence[TranscriptTurn]) -> bool:

@@ -35,7 +35,7 @@ import structlog
 from scorers.judge.config import JudgeSpec
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, SessionJudgeSink, TranscriptTurn
-from scorers.judge.rubrics import render_session, transcript_has_content
+from scorers.judge.rubrics import render_session, sent_turns, transcript_has_content
 from scorers.judge.service import JudgeRuntime, base_result, store_with_retries
 from scorers.rules import EVAL_ERRORS
 
@@ -77,10 +77,15 @@ class _Closed:
         self._loaded = False
         self._conversation: Conversation | None = None
 
-    def conversation(self, load: ConversationSource) -> Conversation | None:
+    def conversation(self, load: ConversationSource, max_chars: int) -> Conversation | None:
+        """Loaded by the first judge to ask, then shared; only the turns a judge can be sent are kept
+        (``max_chars``: the largest ``max_content_chars``), so a queued session holds a bounded text."""
         with self._lock:
             if not self._loaded:
-                self._conversation = load(self.session_id)
+                found = load(self.session_id)
+                if found is not None:
+                    found = Conversation(found.agent, tuple(sent_turns(found.turns, max_chars)))
+                self._conversation = found
                 self._loaded = True
             return self._conversation
 
@@ -108,6 +113,7 @@ class SessionJudgeService:
         self._sink = sink
         self._load = load
         self._judges = [JudgeRuntime[_Closed](spec, metrics, clock) for spec in specs]
+        self._max_chars = max((spec.config.max_content_chars for spec in specs), default=0)
         self._stop = threading.Event()
         self._accepting = True
         for judge in self._judges:
@@ -200,7 +206,7 @@ class SessionJudgeService:
                 judge.queue.task_done()
 
     def _judge_one(self, judge: JudgeRuntime[_Closed], closed: _Closed) -> None:
-        loaded = store_with_retries(lambda: (closed.conversation(self._load),), judge, self._stop)
+        loaded = store_with_retries(lambda: (closed.conversation(self._load, self._max_chars),), judge, self._stop)
         if loaded is None:  # the store stayed unavailable (counted)
             return
         conversation = loaded[0]

@@ -13,6 +13,7 @@ from scorers.judge.rubrics import (
     has_content,
     render,
     render_session,
+    sent_turns,
     transcript_has_content,
 )
 from scorers.model import Message, Run, ToolCall
@@ -125,6 +126,15 @@ class TestRenderSession:
         doc = _session_doc(render_session("support", _turns(40), SESSION_RUBRICS["contradiction"], 4000).user)
         assert [1, 2, 3, 4, 5, 36, 37, 38, 39, 40] == [t["turn"] for t in doc["turns"]]
         assert 30 == doc["turns_omitted"]
+
+    def test_trimming_first_changes_nothing(self) -> None:
+        """The service keeps only the turns the largest judge can be sent: every judge's request is unchanged."""
+        full = _turns(100)
+        for chars in (4000, 12_000):
+            kept = sent_turns(full, 12_000)
+            rubric = SESSION_RUBRICS["contradiction"]
+            assert render_session("a", full, rubric, chars) == render_session("a", kept, rubric, chars)
+        assert 30 == len(sent_turns(full, 12_000))
 
     def test_long_texts_are_cut_within_the_bound(self) -> None:
         """One huge message cannot crowd out the others: every text is cut to an even share."""
