@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from review_queue import details as run_details_doc
+from review_queue.judges import result_row
 from review_queue.session_close import flag_session
 from review_queue.session_queries import fresh_entries
 from review_queue.sessions import ClosedSession
@@ -90,33 +91,11 @@ class SqlSessionJudgeSink:
             row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
             if row is None:
                 return
-            conn.execute(self._upsert, [_result_row(session_id, result, now)])
+            conn.execute(self._upsert, [{**result_row(result, now), "session_id": session_id}])
             if reason is not None:
                 flag_session(
                     conn, ClosedSession(dict(row), result.trace_id), [reason], priority, rate=self._rate, now=now
                 )
-
-
-def _result_row(session_id: str, result: JudgeResult, now: float) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "trace_id": result.trace_id,
-        "judge": result.judge[:64],
-        "rubric_version": result.rubric_version[:128],
-        "model": result.model[:256],
-        "score": result.score,
-        "passed": result.passed,
-        "reasoning": result.reasoning.replace("\x00", "\ufffd"),
-        "error": None if result.error is None else result.error.replace("\x00", "\ufffd"),
-        "input_tokens": result.input_tokens,
-        "output_tokens": result.output_tokens,
-        "cost_usd": result.cost_usd,
-        "latency_s": result.latency_s,
-        "content_hash": result.content_hash[:64],
-        "cached": result.cached,
-        "created_at": now,
-        "updated_at": now,
-    }
 
 
 class ConversationLoader:

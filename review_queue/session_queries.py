@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from review_queue.explorer import decode_cursor, encode_cursor
+from review_queue.judges import verdict_documents
 from review_queue.queries import run_document
 from review_queue.tables import review_items, runs, session_judge_results, sessions
 
@@ -178,14 +179,7 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
 def session_results_for(conn: sa.Connection, session_id: str) -> list[dict[str, Any]]:
     """The session's judge verdicts in the API shape, by judge name."""
     t = session_judge_results
-    query = sa.select(t).where(t.c.session_id == session_id).order_by(t.c.judge)
-    out = []
-    for row in conn.execute(query).mappings():
-        doc = {c.name: row[c.name] for c in t.c if c.name not in ("session_id", "created_at", "updated_at")}
-        doc["created_at"] = datetime.fromtimestamp(row["created_at"], tz=UTC)
-        doc["updated_at"] = datetime.fromtimestamp(row["updated_at"], tz=UTC)
-        out.append(doc)
-    return out
+    return verdict_documents(conn, t, t.c.session_id == session_id, "session_id")
 
 
 def _turns(where: sa.ColumnElement[bool]) -> sa.Select[Any]:
