@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from review_queue import session_queries as sessions
 from review_queue.access import READERS
-from review_queue.api import EvidenceOut, RunOut
+from review_queue.api import EvidenceOut, JudgeResultOut, RunOut
 from review_queue.api_review import ErrorOut
 from review_queue.services import ReviewServices
 from review_queue.store import guard
@@ -77,12 +77,21 @@ class TurnOut(RunOut):
     signals: list[SessionSignalOut] = Field(description="The session signals read on this turn.")
 
 
+class SessionJudgeOut(JudgeResultOut):
+    """One session judge's latest verdict on the closed session (``score`` null when ``error`` says why)."""
+
+    trace_id: str = Field(description="The session's last turn when it was judged (its review item's run).")
+
+
 class SessionDetailOut(BaseModel):
     """A session and its turns in start order."""
 
     session: SessionOut
     turns: list[TurnOut]
     turns_truncated: bool = Field(description=f"True when the session has more than {sessions.MAX_TURNS} turns.")
+    judges: list[SessionJudgeOut] = Field(
+        default_factory=list, description="Session judge verdicts (session_judges in vigil.yaml), by judge name."
+    )
 
 
 _ = EvidenceOut  # the turns' evidence entries (through RunOut)

@@ -27,7 +27,7 @@ from review_queue.tables import judge_results, review_items, review_verdicts, ru
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
 
-__all__ = ["SqlJudgeSink", "SqlVerdictPairSource", "merge_reasons", "results_for"]
+__all__ = ["SqlJudgeSink", "SqlVerdictPairSource", "merge_reasons", "result_row", "results_for", "verdict_documents"]
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +113,7 @@ class SqlJudgeSink:
                 conn.execution_options(**{_SQLITE_BEGIN: "BEGIN IMMEDIATE"})
                 with conn.begin():
                     revoke = result.passed is False and _first_failure(conn, result.trace_id)
-                    conn.execute(self._upsert_result, [_result_row(result, now)])
+                    conn.execute(self._upsert_result, [result_row(result, now)])
                     new_flag = flag is not None and self._merge_flag(conn, scored, flag, now)
             if revoke and self._on_revoked is not None:
                 self._on_revoked(scored.run.agent)
@@ -167,7 +167,8 @@ def _first_failure(conn: sa.Connection, trace_id: str) -> bool:
     return conn.execute(judged.union_all(reviewed).limit(1)).first() is None
 
 
-def _result_row(result: JudgeResult, now: float) -> dict[str, Any]:
+def result_row(result: JudgeResult, now: float) -> dict[str, Any]:
+    """A verdict as a ``judge_results`` row (bounded, NUL-free: PostgreSQL text holds none)."""
     return {
         "trace_id": result.trace_id,
         "judge": result.judge[:64],
@@ -190,10 +191,17 @@ def _result_row(result: JudgeResult, now: float) -> dict[str, Any]:
 
 def results_for(conn: sa.Connection, trace_id: str) -> list[dict[str, Any]]:
     """The run's verdicts in the API shape, by judge name."""
-    query = sa.select(judge_results).where(judge_results.c.trace_id == trace_id).order_by(judge_results.c.judge)
+    return verdict_documents(conn, judge_results, judge_results.c.trace_id == trace_id, "trace_id")
+
+
+def verdict_documents(
+    conn: sa.Connection, table: sa.Table, where: sa.ColumnElement[bool], key: str
+) -> list[dict[str, Any]]:
+    """Verdict rows of ``table`` (``judge_results``, ``session_judge_results``) in the API shape, by judge
+    name: every column but the subject ``key``, times as datetimes."""
     out = []
-    for row in conn.execute(query).mappings():
-        doc = {c.name: row[c.name] for c in judge_results.c if c.name not in ("trace_id", "created_at", "updated_at")}
+    for row in conn.execute(sa.select(table).where(where).order_by(table.c.judge)).mappings():
+        doc = {c.name: row[c.name] for c in table.c if c.name not in (key, "created_at", "updated_at")}
         doc["created_at"] = datetime.fromtimestamp(row["created_at"], tz=UTC)
         doc["updated_at"] = datetime.fromtimestamp(row["updated_at"], tz=UTC)
         out.append(doc)

@@ -41,6 +41,7 @@ from review_queue.tables import (
     review_verdicts,
     run_details,
     runs,
+    session_judge_results,
     sessions,
 )
 
@@ -67,18 +68,23 @@ def _delete_traces(conn: sa.Connection, trace_ids: Sequence[str]) -> dict[str, i
     }
     deleted = {table: int(result.rowcount or 0) for table, result in counts.items()}
     if session_ids:
-        deleted["sessions"] = _refresh_sessions(conn, session_ids)
+        deleted["session_judge_results"], deleted["sessions"] = _refresh_sessions(conn, session_ids)
     return deleted
 
 
-def _refresh_sessions(conn: sa.Connection, session_ids: list[str]) -> int:
-    """Recompute the sessions of deleted turns from the turns left; delete those left with none (returns how many)."""
+def _refresh_sessions(conn: sa.Connection, session_ids: list[str]) -> tuple[int, int]:
+    """Recompute the sessions of deleted turns from the turns left; delete those left with none, and their
+    session judge verdicts (returns how many of each)."""
     refresher = SessionRefresher(conn.dialect.name)
     rows, _ = refresher.refresh(conn, session_ids, time.time())
     if rows:
         conn.execute(refresher.upsert, rows)
     gone = sorted(set(session_ids) - {str(row["session_id"]) for row in rows})
-    return int(conn.execute(sa.delete(sessions).where(sessions.c.session_id.in_(gone))).rowcount or 0) if gone else 0
+    if not gone:
+        return 0, 0
+    verdicts = conn.execute(sa.delete(session_judge_results).where(session_judge_results.c.session_id.in_(gone)))
+    dropped = conn.execute(sa.delete(sessions).where(sessions.c.session_id.in_(gone)))
+    return int(verdicts.rowcount or 0), int(dropped.rowcount or 0)
 
 
 def _chunks(conn: sa.Connection, query: sa.Select[Any]) -> Iterator[list[str]]:
@@ -179,6 +185,7 @@ def deletion_counter(registry: CollectorRegistry) -> Callable[[dict[str, int]], 
         "judge_results",
         "feedback",
         "run_details",
+        "session_judge_results",
     ):
         counter.labels(table)
 

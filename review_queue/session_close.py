@@ -18,6 +18,10 @@ removes). Variables: ``agent``, ``user_id`` (``""`` when unknown), ``turns``, ``
 one per trace id). Its reasons gain the session rules that matched and its snapshot gains
 ``subject: "session"`` and ``session_id`` — the page shows the whole session from there. A last turn
 already in the queue keeps its item (state, claims) and gains the session's reasons.
+
+**Session judges** (optional, ``session_judges`` in ``vigil.yaml``; :mod:`scorers.judge.session`): once a
+sweep is committed, each closed session is offered to them with its rule variables; they judge it on their
+own threads and a failing verdict adds ``judge_<name>`` to the session's item the same way.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ from review_queue.store import SqlStore, guard, write_transaction
 from review_queue.tables import review_events, review_items, runs, sessions
 from scorers import cel_core as cel
 from scorers.errors import RuleError
+from scorers.judge import SessionJudgeService
 from scorers.metrics import DEFAULT_MAX_AGENTS, LabelCap
 from scorers.model import Priority
 from scorers.rules import DEFAULT_SAMPLE_RATE, merge_rule_specs, rule_expr_priority, sample_point
 
 __all__ = [
     "DEFAULT_SESSION_RULES",
+    "SAMPLE_SESSION_VARIABLES",
     "SessionCloser",
     "SessionMetrics",
     "SessionRule",
@@ -66,11 +72,12 @@ DEFAULT_SESSION_RULES: Mapping[str, Mapping[str, str]] = {
 }
 """Session rules in force when none are configured."""
 
-_SAMPLE_VARIABLES: Mapping[str, Any] = {
+SAMPLE_SESSION_VARIABLES: Mapping[str, Any] = {
     "agent": "sample", "user_id": "", "turns": 1, "duration_s": 0.0, "input_tokens": 0, "output_tokens": 0,
     "cost_usd": 0.0, "turns_flagged": 0, "limit_hits": 0, "blocks": 0, "errors": 0, "thumbs_down": 0,
     "reasks": 0, "human_requests": 0, "abandoned": False, "signals": [], "random_sample": False,
 }  # fmt: skip
+"""The variables of a sample closed session: rules and session judge selectors are dry-run on them."""
 _RANK = {"low": 0, "normal": 1, "high": 2}
 _SUMMARY = (
     "trace_id", "agent", "service", "dialect", "status", "complete", "start_ns", "end_ns", "duration_s", "llm_calls",
@@ -102,7 +109,7 @@ def compile_session_rules(config: Mapping[str, Any] | None) -> tuple[SessionRule
         expr, priority = rule_expr_priority(name, spec)
         try:
             program = cel.compile(expr)
-            result = program.execute(dict(_SAMPLE_VARIABLES))
+            result = program.execute(dict(SAMPLE_SESSION_VARIABLES))
         except (ValueError, RuntimeError, TypeError) as exc:
             first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise RuleError(name, f"invalid session rule: {first}") from exc
@@ -190,6 +197,7 @@ class SessionCloser:
         idle_s: seconds without a new turn after which a session closes.
         metrics: counts closed sessions (``None``: not counted).
         clock: Unix epoch seconds.
+        judges: the session judges, offered each closed session after the sweep commits (``None``: none).
     """
 
     def __init__(
@@ -201,13 +209,20 @@ class SessionCloser:
         idle_s: float | None = None,
         metrics: SessionMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        judges: SessionJudgeService | None = None,
     ) -> None:
         self._store = store
+        self._judges = judges
         self._rules = tuple(rules)
         self._rate = sample_rate
         self._idle_s = store.sessions.config.idle_s if idle_s is None else idle_s
         self._metrics = metrics
         self._clock = clock
+
+    @property
+    def judges(self) -> SessionJudgeService | None:
+        """The session judges closed sessions are offered to (a component of the process), or None."""
+        return self._judges
 
     def close_idle(self) -> list[ClosedSession]:
         """Close up to :data:`CLOSE_BATCH` idle sessions in one transaction; returns them.
@@ -237,6 +252,10 @@ class SessionCloser:
         for one in closed:
             if self._metrics is not None:
                 self._metrics.session_closed(one)
+            if self._judges is not None:
+                self._judges.submit(
+                    str(one.row["session_id"]), one.last_trace_id, session_variables(one.row, self._rate)
+                )
         if closed:
             log.info("sessions_closed", sessions=len(closed))
         return closed

@@ -23,8 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from review_queue.explorer import decode_cursor, encode_cursor
+from review_queue.judges import verdict_documents
 from review_queue.queries import run_document
-from review_queue.tables import review_items, runs, sessions
+from review_queue.tables import review_items, runs, session_judge_results, sessions
 
 __all__ = [
     "MAX_PAGE",
@@ -37,6 +38,7 @@ __all__ = [
     "fresh_entries",
     "get_session",
     "list_sessions",
+    "session_results_for",
     "turn_position",
 ]
 
@@ -143,13 +145,14 @@ def list_sessions(
 
 
 def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
-    """One session, ``{session, turns, turns_truncated}``, or ``None`` when it is unknown.
+    """One session, ``{session, turns, turns_truncated, judges}``, or ``None`` when it is unknown.
 
     Each turn is the run's summary (the ``/api/v1/runs`` shape: scores, flag, evidence) with its
     ``turn`` number, its ``review_item_id`` (``None`` when never flagged) and the session
     ``signals`` that name it. A session whose row is not written yet (its first turn is being
     stored) is summed from its turns, ``status`` ``open``. The id of a run without a session id
-    (its trace id) answers that run as a session of one.
+    (its trace id) answers that run as a session of one. ``judges``: its session judges' verdicts
+    (:func:`session_results_for`).
     """
     row = conn.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
     found = conn.execute(_turns(runs.c.session_id == session_id)).mappings().all()
@@ -169,7 +172,14 @@ def get_session(conn: sa.Connection, session_id: str) -> dict[str, Any] | None:
             signals=[s for s in signals if s.get("trace_id") == run["trace_id"]],
         )
         turns.append(turn)
-    return {"session": doc, "turns": turns, "turns_truncated": len(found) > MAX_TURNS}
+    judges = session_results_for(conn, session_id) if row is not None else []
+    return {"session": doc, "turns": turns, "turns_truncated": len(found) > MAX_TURNS, "judges": judges}
+
+
+def session_results_for(conn: sa.Connection, session_id: str) -> list[dict[str, Any]]:
+    """The session's judge verdicts in the API shape, by judge name."""
+    t = session_judge_results
+    return verdict_documents(conn, t, t.c.session_id == session_id, "session_id")
 
 
 def _turns(where: sa.ColumnElement[bool]) -> sa.Select[Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "review_verdicts",
     "run_details",
     "runs",
+    "session_judge_results",
     "sessions",
     "ui_sessions",
     "verdict_run",
@@ -157,25 +158,33 @@ sa.Index(
     review_items.c.id,
 )
 
+
+def _verdict_columns() -> list[sa.Column[object]]:
+    """The columns of an LLM judge verdict (:class:`scorers.judge.model.JudgeResult`) after its subject's key."""
+    return [
+        sa.Column("judge", sa.String(64), nullable=False),
+        sa.Column("rubric_version", sa.String(128), nullable=False),
+        sa.Column("model", sa.String(256), nullable=False),
+        sa.Column("score", sa.Double(), nullable=True),
+        sa.Column("passed", sa.Boolean(), nullable=True),
+        sa.Column("reasoning", sa.Text(), nullable=False),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("input_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("output_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("cost_usd", sa.Double(), nullable=False),
+        sa.Column("latency_s", sa.Double(), nullable=False),
+        sa.Column("content_hash", sa.String(64), nullable=False),
+        sa.Column("cached", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.Double(), nullable=False),
+        sa.Column("updated_at", sa.Double(), nullable=False),
+    ]
+
+
 judge_results = sa.Table(
     "judge_results",
     metadata,
     sa.Column("trace_id", sa.String(32), sa.ForeignKey("runs.trace_id", ondelete="CASCADE"), nullable=False),
-    sa.Column("judge", sa.String(64), nullable=False),
-    sa.Column("rubric_version", sa.String(128), nullable=False),
-    sa.Column("model", sa.String(256), nullable=False),
-    sa.Column("score", sa.Double(), nullable=True),
-    sa.Column("passed", sa.Boolean(), nullable=True),
-    sa.Column("reasoning", sa.Text(), nullable=False),
-    sa.Column("error", sa.Text(), nullable=True),
-    sa.Column("input_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("output_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("cost_usd", sa.Double(), nullable=False),
-    sa.Column("latency_s", sa.Double(), nullable=False),
-    sa.Column("content_hash", sa.String(64), nullable=False),
-    sa.Column("cached", sa.Boolean(), nullable=False),
-    sa.Column("created_at", sa.Double(), nullable=False),
-    sa.Column("updated_at", sa.Double(), nullable=False),
+    *_verdict_columns(),
     sa.PrimaryKeyConstraint("trace_id", "judge"),
     sa.Index("ix_judge_results_judge", "judge", "rubric_version"),
 )
@@ -315,3 +324,17 @@ turns), ``thumbs_down`` (turns with negative feedback). ``agent``/``user_id``: o
 1-based position of the turn by start time) — the session signals with the turn and span that show them.
 ``status``: ``open`` while turns may arrive, ``closed`` after the idle time (``closed_at`` set).
 Runs without a session id are sessions of one and have no row here."""
+
+session_judge_results = sa.Table(
+    "session_judge_results",
+    metadata,
+    sa.Column("session_id", sa.String(256), sa.ForeignKey("sessions.session_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    *_verdict_columns(),
+    sa.PrimaryKeyConstraint("session_id", "judge"),
+    sa.Index("ix_session_judge_results_judge", "judge", "rubric_version"),
+)
+"""The latest verdict of each session judge on each closed session (migration ``0012``;
+:mod:`scorers.judge.session`): the columns of :data:`judge_results`, keyed by session id instead of
+a run. ``trace_id`` is the session's last turn when it was judged (where its review item is); it is
+no foreign key, a retention sweep may delete that turn while the session stays."""

@@ -113,7 +113,7 @@ def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | 
 
     ``session`` (the row), ``turns`` (the first :data:`PAGE_TURNS`, each with its run ``view``, the
     ``fresh`` conversation entries and the ``repeated`` count, its evidence by signal ``why``, ``open``),
-    ``truncated`` and ``details_policy``.
+    ``truncated``, ``judges`` (the session judges' verdicts) and ``details_policy``.
     """
     from review_queue.web import run_view
 
@@ -134,6 +134,7 @@ def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | 
         previous = view["conversation"] or previous
     return {
         "session": found["session"],
+        "judges": found["judges"],
         "turns": shown,
         "truncated": found["turns_truncated"] or len(turns) > len(shown),
         "details_policy": services.details,

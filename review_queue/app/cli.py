@@ -249,6 +249,9 @@ def _cmd_rules_check(args: argparse.Namespace) -> int:
     )
     for rule in rules:
         print(f"{rule.name:24} {rule.priority.value:7} {rule.expr}")
+    for spec in settings.session_judge_specs(os.environ):  # also validates the session_judges section
+        print(f"{'judge_' + spec.name:24} {spec.config.priority.value:7} session judge {spec.rubric.label}: "
+              f"score < {spec.config.flag_below} ({spec.config.select})")  # fmt: skip
     return 0
 
 

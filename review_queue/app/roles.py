@@ -417,6 +417,8 @@ async def serve_review(s: Settings) -> bool:
     # Lease expiry and late feedback joins (feedback that arrived before its run was scored by a
     # vigil scorer) run beside the API.
     closer = session_closer(s, store, registry)
+    if closer.judges is not None:  # started before the closer offers it sessions, stopped after
+        c.add("session_judges", closer.judges, UPKEEP_STOP_S)
     c.add("maintenance", Maintenance(services.workbench, services.feedback, sessions=closer), UPKEEP_STOP_S)
     c.add("http", Together(api, probes), max(api.stop_budget_s, probes.stop_budget_s))
     started = {"api": s.http_port, "metrics": s.metrics_port, "database": _redact(s.database_url)}
@@ -442,8 +444,8 @@ def stop_budget_s(role: str, shutdown_delay_s: float = 0.0) -> float:
     return {
         "collector": shutdown_delay_s + receivers + DRAIN_TIMEOUT_S + probes,
         "scorer": DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + UPKEEP_STOP_S + probes,  # + the details writer
-        "review": max(http, probes) + 2 * UPKEEP_STOP_S,
-        "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 3 * UPKEEP_STOP_S + max(http, probes),
+        "review": max(http, probes) + 3 * UPKEEP_STOP_S,  # + the session judges, when configured
+        "run": receivers + DRAIN_TIMEOUT_S + JUDGE_DRAIN_S + 4 * UPKEEP_STOP_S + max(http, probes),
     }[role]
 
 

@@ -415,7 +415,9 @@ async def run_components(
     c.add("store", Closing(emb.store))
     c.add("http", Together(api, metrics), max(api.stop_budget_s, metrics.stop_budget_s))
     c.add("retention", retention, UPKEEP_STOP_S)
-    closer = session_closer(s, emb.store, emb.registry)
+    closer = session_closer(s, emb.store, emb.registry, judge_metrics=emb.judges.metrics if emb.judges else None)
+    if closer.judges is not None:  # started before the closer offers it sessions, stopped after
+        c.add("session_judges", closer.judges, UPKEEP_STOP_S)
     c.add("maintenance", Maintenance(emb.services.workbench, emb.services.feedback, sessions=closer), UPKEEP_STOP_S)
     if emb.details is not None:
         c.add("details", emb.details, UPKEEP_STOP_S)

@@ -24,13 +24,22 @@ from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
 from review_queue.services import ReviewServices, build_services
 from review_queue.session_close import SessionCloser, SessionMetrics
+from review_queue.session_judges import ConversationLoader, SqlSessionJudgeSink
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore
 from scorers.assemble import Assembler
 from scorers.detect import DetectionConfig, Detector
 from scorers.eval.model import load_eval_config
 from scorers.eval.online import EVAL_RULE, OnlineEval
-from scorers.judge import AgreementCollector, JudgeMetrics, JudgeService, JudgeSpec, judge_rules, parse_judges
+from scorers.judge import (
+    AgreementCollector,
+    JudgeMetrics,
+    JudgeService,
+    JudgeSpec,
+    SessionJudgeService,
+    judge_rules,
+    parse_judges,
+)
 from scorers.metrics import RunMetrics
 from scorers.model import RunSink, ScoredRun, Scorer
 from scorers.pipeline import Pipeline
@@ -97,7 +106,9 @@ class Scoring:
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Scoring:
         """Compile the scoring configuration; ``environ`` holds the judges' ``api_key_env`` variables."""
         chain = build_chain(settings.scorers, optimal_steps=settings.optimal_steps)
-        specs = tuple(parse_judges(settings.judges, os.environ if environ is None else environ))
+        env = os.environ if environ is None else environ
+        specs = tuple(parse_judges(settings.judges, env))
+        settings.session_judge_specs(env)  # refuse a bad session judge at start-up (session_closer builds them)
         configured = judge_rules(specs, settings.rules)
         online = None
         if settings.eval_sets:
@@ -226,13 +237,37 @@ def open_store(settings: Settings) -> SqlStore:
     return SqlStore(settings.database_url, prices=PriceTable(settings.model_prices), sessions=settings.session_config())
 
 
-def session_closer(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> SessionCloser:
-    """The idle-session closer of a process running the review upkeep, with its metrics on ``registry``."""
+def session_closer(
+    settings: Settings,
+    store: SqlStore,
+    registry: CollectorRegistry,
+    *,
+    judge_metrics: JudgeMetrics | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SessionCloser:
+    """The idle-session closer of a process running the review upkeep, with its metrics on ``registry``,
+    and its session judges (not started: :attr:`SessionCloser.judges`) when ``session_judges`` are
+    configured; they count into ``judge_metrics`` when the process has run judges (one registry).
+
+    Raises:
+        scorers.errors.JudgeConfigError: a bad session judge.
+    """
+    rate = settings.session_sample_rate()
+    specs = settings.session_judge_specs(os.environ if environ is None else environ)
+    judges = None
+    if specs:
+        judges = SessionJudgeService(
+            specs,
+            SqlSessionJudgeSink(store.engine, sample_rate=rate, retry_after_s=store.retry_after_s),
+            ConversationLoader(store.engine, retry_after_s=store.retry_after_s),
+            metrics=judge_metrics if judge_metrics is not None else JudgeMetrics(registry),
+        )
     return SessionCloser(
         store,
         settings.session_rules(),
-        sample_rate=settings.session_sample_rate(),
+        sample_rate=rate,
         metrics=SessionMetrics(registry, max_agents=settings.max_agent_labels),
+        judges=judges,
     )
 
 

@@ -23,7 +23,7 @@ from review_queue.app.connections import DEFAULT_LIMITS, ConnectionLimits
 from review_queue.details import DEFAULT_DETAILS_RETENTION_DAYS, DEFAULT_DETAILS_SAMPLE_RATE
 from review_queue.feedback import DEFAULT_PENDING_MAX, DEFAULT_PENDING_S
 from review_queue.model import DEFAULT_CATEGORIES
-from review_queue.session_close import SessionRule, compile_session_rules
+from review_queue.session_close import SAMPLE_SESSION_VARIABLES, SessionRule, compile_session_rules
 from review_queue.sessions import DEFAULT_IDLE_S, SessionConfig
 from review_queue.workbench import DEFAULT_LEASE_S
 from scorers.assemble import (
@@ -34,6 +34,7 @@ from scorers.assemble import (
     DEFAULT_MAX_SPANS_PER_RUN,
     DEFAULT_QUIET_PERIOD_S,
 )
+from scorers.judge import JudgeSpec, parse_session_judges
 from scorers.metrics import DEFAULT_MAX_AGENTS, DEFAULT_MAX_TOOLS
 from scorers.redact import BUILTIN_PATTERNS, DEFAULT_DENY
 from scorers.rules import DEFAULT_REPEAT_THRESHOLD, DEFAULT_SAMPLE_RATE
@@ -217,6 +218,11 @@ class Settings(BaseModel):
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
     )
+    session_judges: Mapping[str, Any] | None = Field(
+        None,
+        description="Optional session-level LLM judges {name: {rubric: contradiction|conversation_completeness|"
+        "knowledge_retention, model, ...}} run when a session closes; YAML only (see scorers.judge.session).",
+    )
     eval_sets: tuple[str, ...] = Field(
         (),
         description="Eval set files (ADK EvalSet JSON) production runs are matched and scored against, reloaded "
@@ -393,6 +399,16 @@ class Settings(BaseModel):
     def session_rules(self) -> tuple[SessionRule, ...]:
         """The compiled session rules (``session_signals.rules`` over the defaults)."""
         return compile_session_rules((self.session_signals or {}).get("rules"))
+
+    def session_judge_specs(self, environ: Mapping[str, str]) -> tuple[JudgeSpec, ...]:
+        """The validated ``session_judges`` (none when unset).
+
+        Raises:
+            scorers.errors.JudgeConfigError: naming the judge and key of the first bad value.
+        """
+        return parse_session_judges(
+            self.session_judges, environ, sample=SAMPLE_SESSION_VARIABLES, taken=tuple(self.judges or ())
+        )
 
     def session_sample_rate(self) -> float:
         """The share of closed sessions sampled into review: ``session_signals.sample_rate``, else ``sample_rate``."""

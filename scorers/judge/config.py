@@ -15,6 +15,11 @@ Example::
         price: {input_per_mtok: 0.15, output_per_mtok: 0.6}
         budget: {tokens_per_hour: 2000000, usd_per_hour: 1.0}
 
+Session judges (``session_judges:``, same keys) judge a closed session's conversation instead of
+one run: ``rubric`` is a session rubric (``contradiction``, ``conversation_completeness``,
+``knowledge_retention``) or your own, ``select`` is CEL over the session rule variables
+(default ``turns >= 2``) and a score below ``flag_below`` (default 0.5) flags the session.
+
 A bad judge refuses to start with :class:`~scorers.errors.JudgeConfigError` naming the judge
 and the key.
 """
@@ -22,9 +27,9 @@ and the key.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,7 +37,7 @@ from scorers import cel_core as cel
 from scorers.errors import JudgeConfigError
 from scorers.judge.budget import Price
 from scorers.judge.model import Rubric
-from scorers.judge.rubrics import BUILTIN_RUBRICS, PREAMBLE
+from scorers.judge.rubrics import BUILTIN_RUBRICS, PREAMBLE, SESSION_PREAMBLE, SESSION_RUBRICS
 from scorers.model import Priority, Run
 from scorers.rules import RUN_FIELDS, activation
 
@@ -40,6 +45,8 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 """Judge names are CEL identifiers (``judge.<name>`` in rules) and metric label values."""
 
 DEFAULT_SELECT = "flagged"
+DEFAULT_SESSION_SELECT = "turns >= 2"
+"""Session judges judge every closed conversation of two turns or more by default (then ``sample_rate``)."""
 SELECTOR_EXTRA = ("flagged", "priority", "reasons")
 """Variables a selector sees besides the rule variables: the run's flag decision."""
 
@@ -89,6 +96,17 @@ class JudgeConfig(BaseModel):
     price: _PriceIn = Field(_PriceIn(), description="USD per million tokens.")
     budget: _BudgetIn = Field(_BudgetIn(), description="Spend limits per hour.")
     cache_size: int = Field(10_000, ge=0, description="Verdicts cached by (rubric, model, content hash).")
+
+
+class SessionJudgeConfig(JudgeConfig):
+    """One session judge's ``vigil.yaml`` entry: a judge's keys, with session defaults."""
+
+    select: str = Field(DEFAULT_SESSION_SELECT, description="CEL selector over the closed session's rule variables.")
+    sample_rate: float = Field(1.0, ge=0, le=1, description="Share of selected sessions judged (deterministic).")
+    flag_below: float | None = Field(0.5, ge=0, le=1, description="Flag sessions whose score is below this.")
+
+
+_C = TypeVar("_C", bound=JudgeConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +159,40 @@ def parse_judges(config: Mapping[str, Any] | None, environ: Mapping[str, str]) -
     return tuple(specs)
 
 
+def parse_session_judges(
+    config: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    *,
+    sample: Mapping[str, Any],
+    taken: Collection[str] = (),
+) -> tuple[JudgeSpec, ...]:
+    """Validate the ``session_judges:`` mapping.
+
+    Args:
+        config: ``{name: {...}}`` from ``vigil.yaml`` (None: no session judges).
+        environ: where ``api_key_env`` variables are read.
+        sample: the session rule variables of a sample session (a selector is dry-run on them).
+        taken: the run judges' names (a session judge may not reuse one: they share the metric label).
+
+    Raises:
+        JudgeConfigError: naming the judge and key of the first bad value.
+    """
+    specs = []
+    for name, entry in (config or {}).items():
+        if not isinstance(name, str) or not NAME.match(name):
+            raise JudgeConfigError(str(name), "name", "must match [a-z][a-z0-9_]*")
+        if name in taken:
+            raise JudgeConfigError(name, "name", "a run judge has this name (they share the judge metrics)")
+        if not isinstance(entry, Mapping):
+            raise JudgeConfigError(name, "session_judges", "a judge must be a mapping")
+        cfg = _validated(name, SessionJudgeConfig, entry)
+        rubric = _rubric(name, cfg.rubric, SESSION_RUBRICS, SESSION_PREAMBLE)
+        program = _compiled(name, cfg.select)
+        _dry_run(name, program, sample)
+        specs.append(JudgeSpec(name, cfg, rubric, _api_key(name, cfg, environ), program, _price(cfg)))
+    return tuple(specs)
+
+
 def judge_rules(specs: Sequence[JudgeSpec], rules: Mapping[str, Any] | None) -> dict[str, Any]:
     """The configured rules plus each judge's ``flag_below`` rule (a configured rule of that name wins)."""
     merged: dict[str, Any] = {}
@@ -153,47 +205,65 @@ def judge_rules(specs: Sequence[JudgeSpec], rules: Mapping[str, Any] | None) -> 
 
 
 def _spec(name: str, entry: Mapping[str, Any], environ: Mapping[str, str]) -> JudgeSpec:
+    cfg = _validated(name, JudgeConfig, entry)
+    rubric = _rubric(name, cfg.rubric, BUILTIN_RUBRICS, PREAMBLE)
+    selector = None if cfg.select.strip() == DEFAULT_SELECT else _selector(name, cfg.select)
+    return JudgeSpec(name, cfg, rubric, _api_key(name, cfg, environ), selector, _price(cfg))
+
+
+def _validated(name: str, model: type[_C], entry: Mapping[str, Any]) -> _C:
     try:
-        cfg = JudgeConfig.model_validate(entry)
+        return model.model_validate(entry)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "?"
         raise JudgeConfigError(name, key, err["msg"]) from exc
-    rubric = _rubric(name, cfg.rubric)
-    api_key = "unused"  # local OpenAI-compatible servers (vLLM, Ollama) take any key
-    if cfg.api_key_env is not None:
-        if not environ.get(cfg.api_key_env):
-            raise JudgeConfigError(name, "api_key_env", f"environment variable {cfg.api_key_env} is not set")
-        api_key = environ[cfg.api_key_env]
-    selector = None if cfg.select.strip() == DEFAULT_SELECT else _selector(name, cfg.select)
-    price = Price(cfg.price.input_per_mtok, cfg.price.output_per_mtok)
-    return JudgeSpec(name, cfg, rubric, api_key, selector, price)
 
 
-def _rubric(name: str, value: str | _RubricIn) -> Rubric:
+def _api_key(name: str, cfg: JudgeConfig, environ: Mapping[str, str]) -> str:
+    if cfg.api_key_env is None:
+        return "unused"  # local OpenAI-compatible servers (vLLM, Ollama) take any key
+    if not environ.get(cfg.api_key_env):
+        raise JudgeConfigError(name, "api_key_env", f"environment variable {cfg.api_key_env} is not set")
+    return environ[cfg.api_key_env]
+
+
+def _price(cfg: JudgeConfig) -> Price:
+    return Price(cfg.price.input_per_mtok, cfg.price.output_per_mtok)
+
+
+def _rubric(name: str, value: str | _RubricIn, builtin: Mapping[str, Rubric], preamble: str) -> Rubric:
     if isinstance(value, _RubricIn):
-        return Rubric(value.name, value.version, PREAMBLE + value.instructions)
-    if value not in BUILTIN_RUBRICS:
-        known = ", ".join(sorted(BUILTIN_RUBRICS))
+        return Rubric(value.name, value.version, preamble + value.instructions)
+    if value not in builtin:
+        known = ", ".join(sorted(builtin))
         raise JudgeConfigError(name, "rubric", f"unknown rubric {value!r}; built-in: {known}")
-    return BUILTIN_RUBRICS[value]
+    return builtin[value]
+
+
+def _compiled(name: str, expr: str) -> cel.Program:
+    try:
+        return cel.compile(expr)
+    except (ValueError, RuntimeError) as exc:
+        raise JudgeConfigError(name, "select", f"CEL syntax error: {exc}") from exc
 
 
 def _selector(name: str, expr: str) -> cel.Program:
-    try:
-        program = cel.compile(expr)
-    except (ValueError, RuntimeError) as exc:
-        raise JudgeConfigError(name, "select", f"CEL syntax error: {exc}") from exc
-    sample = selector_activation(Run(trace_id="0" * 32, agent="sample"), {}, None)
+    program = _compiled(name, expr)
+    _dry_run(name, program, selector_activation(Run(trace_id="0" * 32, agent="sample"), {}, None))
+    return program
+
+
+def _dry_run(name: str, program: cel.Program, sample: Mapping[str, Any]) -> None:
+    """Evaluate a selector on a sample: a syntax-valid selector that cannot run on one refuses to start."""
     try:
         result = program.execute({k: sample[k] for k in program.variables() if k in sample})
     except (LookupError, ArithmeticError):
-        return program  # data-dependent on the empty sample run
+        return  # data-dependent on the empty sample
     except (RuntimeError, ValueError, TypeError) as exc:
-        raise JudgeConfigError(name, "select", f"evaluation failed on a sample run: {exc}") from exc
+        raise JudgeConfigError(name, "select", f"evaluation failed on a sample: {exc}") from exc
     if not isinstance(result, bool):
         raise JudgeConfigError(name, "select", f"must evaluate to a boolean, got {type(result).__name__}")
-    return program
 
 
 def selector_activation(

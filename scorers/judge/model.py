@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from scorers.model import Flag, ScoredRun
+from scorers.model import Flag, Priority, ScoredRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,23 @@ class JudgeResult:
     cached: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class TranscriptTurn:
+    """One turn of a session as a session judge reads it (already redacted, as the run page shows it).
+
+    Attributes:
+        number: the turn's 1-based position in the session.
+        trace_id: the turn's run.
+        user: what the user said in this turn (the messages the turn added, in order).
+        answer: the assistant's answer of the turn, or None when it gave none.
+    """
+
+    number: int
+    trace_id: str
+    user: tuple[str, ...]
+    answer: str | None
+
+
 class JudgeSink(Protocol):
     """Where judge results go: stored with the run, and the run's flag updated.
 
@@ -83,6 +100,23 @@ class JudgeSink(Protocol):
 
         Returns:
             True when the run was not flagged before and is now (count it as a new flag).
+
+        Raises:
+            collector.errors.BackpressureError: the database cannot be reached; nothing written.
+        """
+        ...
+
+
+class SessionJudgeSink(Protocol):
+    """Where session judges' verdicts go (``review_queue.session_judges.SqlSessionJudgeSink``)."""
+
+    def write_session_judgement(
+        self, session_id: str, result: JudgeResult, reason: str | None, priority: Priority
+    ) -> None:
+        """Upsert ``result`` keyed by (session id, judge); with ``reason``, add it (at ``priority``) to
+        the session's review item, creating the item when the session was not flagged.
+
+        ``result.trace_id`` is the session's last turn (the run whose item is the session's item).
 
         Raises:
             collector.errors.BackpressureError: the database cannot be reached; nothing written.

@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -41,7 +42,7 @@ from scorers.judge.client import JudgeClient, Judgement
 from scorers.judge.config import JudgeSpec, selector_activation
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, JudgeSink
-from scorers.judge.rubrics import has_content, render
+from scorers.judge.rubrics import JudgeInput, has_content, render
 from scorers.model import Flag, Run, ScoredRun, run_bytes
 from scorers.rules import EVAL_ERRORS, Rule, decide, reason_evidence, sample_point
 
@@ -50,15 +51,25 @@ log = structlog.get_logger(__name__)
 STORE_ATTEMPTS = 5
 """Writes of one verdict tried while the store is unavailable before it is dropped."""
 
+_Item = TypeVar("_Item")
+_T = TypeVar("_T")
+_RunItem = tuple[int, ScoredRun, int]
+"""A queued run: ``(submission sequence, the run, its estimated bytes)``."""
 
-class _Judge:
-    """One configured judge at run time: its queue, client, budget, cache and threads."""
+
+class JudgeRuntime(Generic[_Item]):
+    """One configured judge at run time: its queue, client, budget, cache and threads.
+
+    The queue holds what its service judges (runs here, sessions in :mod:`scorers.judge.session`);
+    :meth:`ask` is the part every judge shares: the cache, else the budget, else the model.
+    """
 
     def __init__(self, spec: JudgeSpec, metrics: JudgeMetrics, clock: Callable[[], float]) -> None:
         cfg = spec.config
         self.spec = spec
         self.name = spec.name
-        self.queue: queue.Queue[tuple[int, ScoredRun, int]] = queue.Queue(cfg.queue_size)
+        self.metrics = metrics
+        self.queue: queue.Queue[_Item] = queue.Queue(cfg.queue_size)
         self.budget = SpendBudget(cfg.budget.tokens_per_hour, cfg.budget.usd_per_hour, clock=clock)
         self.cache = VerdictCache(cfg.cache_size)
         attempts = metrics.attempts
@@ -94,8 +105,72 @@ class _Judge:
             except Exception:  # CEL boundary on the stream thread: never raise into the stream (logged)
                 log.warning("judge_selector_failed", judge=self.name, trace_id=scored.run.trace_id, exc_info=True)
                 chosen = False
+        return chosen and self.sampled(scored.run.trace_id)
+
+    def sampled(self, key: str) -> bool:
+        """The deterministic ``sample_rate`` draw for ``key`` (a trace id, a session id)."""
         rate = self.spec.config.sample_rate
-        return chosen and (rate >= 1.0 or sample_point(f"{self.name}:{scored.run.trace_id}") < rate)
+        return rate >= 1.0 or sample_point(f"{self.name}:{key}") < rate
+
+    def ask(self, request: JudgeInput, base: JudgeResult, stop: threading.Event) -> JudgeResult | None:
+        """The verdict on ``request``: from the cache, else (budget permitting) from the model.
+
+        ``base`` carries the subject's identity (trace id, judge, rubric, model, content hash).
+        Returns None when not judged: the budget is spent (counted) or shutdown cut the request
+        short (counted as dropped). A failed request is a result with ``error`` set (counted).
+        """
+        spec, cfg, metrics = self.spec, self.spec.config, self.metrics
+        key = (spec.rubric.label, cfg.model, request.content_hash)
+        cached = self.cache.get(key)
+        if cached is not None:
+            metrics.requests.labels(self.name, "cached").inc()
+            return _reused(cached, base.trace_id)
+        estimate = request.estimated_tokens
+        reservation = self.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
+        if reservation is None:
+            self._exhausted()
+            return None
+        try:
+            judgement = self.client.judge(request, stop.wait)
+        except JudgeCallError as exc:
+            cost = self._charge(reservation, exc.input_tokens, exc.output_tokens)
+            if stop.is_set():  # cut short by shutdown: not the judge's error
+                metrics.dropped.labels(self.name, "shutdown").inc()
+                return None
+            metrics.requests.labels(self.name, exc.outcome).inc()
+            log.warning("judge_error", judge=self.name, trace_id=base.trace_id, outcome=exc.outcome, error=str(exc))
+            return dataclasses.replace(
+                base,
+                error=str(exc)[:1000],
+                input_tokens=exc.input_tokens,
+                output_tokens=exc.output_tokens,
+                cost_usd=cost,
+            )
+        cost = self._charge(reservation, judgement.input_tokens, judgement.output_tokens)
+        result = _verdict_result(base, judgement, cost, cfg.pass_threshold)
+        self.cache.put(key, result)
+        metrics.requests.labels(self.name, "ok").inc()
+        metrics.score.labels(self.name).observe(judgement.verdict.score)
+        return result
+
+    def _exhausted(self) -> None:
+        self.metrics.budget_exhausted.labels(self.name).inc()
+        if self.budget.window != self.exhausted_window:  # log once per window
+            self.exhausted_window = self.budget.window
+            log.warning("judge_budget_exhausted", judge=self.name, spent=self.budget.spent)
+
+    def _charge(self, reservation: Reservation, input_tokens: int, output_tokens: int) -> float:
+        """Settle the budget with the real usage, count tokens and cost; return the cost."""
+        cost = self.spec.price.cost(input_tokens, output_tokens)
+        self.budget.settle(reservation, input_tokens + output_tokens, cost)
+        m = self.metrics
+        if input_tokens:
+            m.tokens.labels(self.name, "input").inc(input_tokens)
+        if output_tokens:
+            m.tokens.labels(self.name, "output").inc(output_tokens)
+        if cost:
+            m.cost.labels(self.name).inc(cost)
+        return cost
 
 
 class JudgeService:
@@ -141,7 +216,7 @@ class JudgeService:
         self._sample_rate = sample_rate
         self._metrics = metrics
         self._on_new_flag = on_new_flag
-        self._judges = [_Judge(spec, metrics, clock) for spec in specs]
+        self._judges = [JudgeRuntime[_RunItem](spec, metrics, clock) for spec in specs]
         self._stop = threading.Event()
         self._accepting = True
         self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
@@ -156,6 +231,11 @@ class JudgeService:
     def names(self) -> tuple[str, ...]:
         """The judge names."""
         return tuple(j.name for j in self._judges)
+
+    @property
+    def metrics(self) -> JudgeMetrics:
+        """The judge metrics (the process's session judges count into the same ones)."""
+        return self._metrics
 
     def start(self) -> None:
         """Start every judge's worker threads."""
@@ -232,7 +312,7 @@ class JudgeService:
             judge.client.close()
         return done
 
-    def _work(self, judge: _Judge) -> None:
+    def _work(self, judge: JudgeRuntime[_RunItem]) -> None:
         while not self._stop.is_set():
             try:
                 seq, scored, size = judge.queue.get(timeout=0.1)
@@ -250,72 +330,16 @@ class JudgeService:
         with self._account_lock:
             self.account.sub(size)
 
-    def _judge_one(self, judge: _Judge, scored: ScoredRun, seq: int) -> None:
+    def _judge_one(self, judge: JudgeRuntime[_RunItem], scored: ScoredRun, seq: int) -> None:
         """Cache, else budget, else ask the model; then record whatever came out."""
         if self._superseded(scored.run.trace_id, judge.name, seq):  # a newer version is queued: skip the request
             self._metrics.dropped.labels(judge.name, "superseded").inc()
             return
-        spec, cfg = judge.spec, judge.spec.config
         run = scored.run if self._prepare is None else self._prepare(scored.run)
-        request = render(run, spec.rubric, cfg.max_content_chars)
-        key = (spec.rubric.label, cfg.model, request.content_hash)
-        cached = judge.cache.get(key)
-        if cached is not None:
-            self._metrics.requests.labels(judge.name, "cached").inc()
-            self._record(judge, _reused(cached, scored.run.trace_id), scored, seq)
-            return
-        estimate = request.estimated_tokens
-        reservation = judge.budget.try_reserve(estimate + cfg.max_tokens, spec.price.cost(estimate, cfg.max_tokens))
-        if reservation is None:
-            self._exhausted(judge)
-            return
-        base = _base_result(judge, scored, request.content_hash)
-        try:
-            judgement = judge.client.judge(request, self._stop.wait)
-        except JudgeCallError as exc:
-            cost = self._charge(judge, reservation, exc.input_tokens, exc.output_tokens)
-            if self._stop.is_set():  # cut short by shutdown: not the judge's error
-                self._metrics.dropped.labels(judge.name, "shutdown").inc()
-                return
-            self._metrics.requests.labels(judge.name, exc.outcome).inc()
-            log.warning("judge_error", judge=judge.name, trace_id=base.trace_id, outcome=exc.outcome, error=str(exc))
-            failed = dataclasses.replace(
-                base,
-                error=str(exc)[:1000],
-                input_tokens=exc.input_tokens,
-                output_tokens=exc.output_tokens,
-                cost_usd=cost,
-            )
-            self._record(judge, failed, scored, seq)
-            return
-        cost = self._charge(judge, reservation, judgement.input_tokens, judgement.output_tokens)
-        result = _verdict_result(base, judgement, cost, cfg.pass_threshold)
-        judge.cache.put(key, result)
-        self._metrics.requests.labels(judge.name, "ok").inc()
-        self._metrics.score.labels(judge.name).observe(judgement.verdict.score)
-        self._record(judge, result, scored, seq)
-
-    def _exhausted(self, judge: _Judge) -> None:
-        self._metrics.budget_exhausted.labels(judge.name).inc()
-        if judge.budget.window != judge.exhausted_window:  # log once per window
-            judge.exhausted_window = judge.budget.window
-            log.warning("judge_budget_exhausted", judge=judge.name, spent=judge.budget.spent)
-
-    def _charge(self, judge: _Judge, reservation: Reservation, input_tokens: int, output_tokens: int) -> float:
-        """Settle the budget with the real usage, count tokens and cost; return the cost."""
-        cost = judge.spec.price.cost(input_tokens, output_tokens)
-        judge.budget.settle(reservation, input_tokens + output_tokens, cost)
-        self._spent(judge.name, input_tokens, output_tokens, cost)
-        return cost
-
-    def _spent(self, judge: str, input_tokens: int, output_tokens: int, cost: float) -> None:
-        m = self._metrics
-        if input_tokens:
-            m.tokens.labels(judge, "input").inc(input_tokens)
-        if output_tokens:
-            m.tokens.labels(judge, "output").inc(output_tokens)
-        if cost:
-            m.cost.labels(judge).inc(cost)
+        request = render(run, judge.spec.rubric, judge.spec.config.max_content_chars)
+        result = judge.ask(request, base_result(judge.spec, scored.run.trace_id, request.content_hash), self._stop)
+        if result is not None:
+            self._record(judge, result, scored, seq)
 
     def _newest(self, trace_id: str, judge: str, seq: int) -> None:
         """Remember the newest accepted submission of (run, judge): older verdicts must not overwrite it."""
@@ -329,7 +353,7 @@ class JudgeService:
         with self._lock:
             return self._latest.get((trace_id, judge), seq) > seq
 
-    def _record(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, seq: int) -> None:
+    def _record(self, judge: JudgeRuntime[_RunItem], result: JudgeResult, scored: ScoredRun, seq: int) -> None:
         """Store the verdict and, when the judge scores add flag reasons, the new flag.
 
         A verdict on an older version of the run (re-scored after late spans, and queued again
@@ -368,18 +392,24 @@ class JudgeService:
         known = set(scored.flag.reasons) if scored.flag is not None else set()
         return decision if set(decision.reasons) - known else None
 
-    def _write(self, judge: _Judge, result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
-        backoff = 0.2
-        for _ in range(STORE_ATTEMPTS):
-            try:
-                return self._sink.write_judgement(result, scored, flag)
-            except BackpressureError as exc:
-                log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
-                if self._stop.wait(backoff):
-                    break
-                backoff = min(backoff * 2, 5.0)
-        self._metrics.dropped.labels(judge.name, "store_unavailable").inc()
-        return False
+    def _write(self, judge: JudgeRuntime[_RunItem], result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
+        return store_with_retries(lambda: self._sink.write_judgement(result, scored, flag), judge, self._stop) is True
+
+
+def store_with_retries(write: Callable[[], _T], judge: JudgeRuntime[Any], stop: threading.Event) -> _T | None:
+    """``write()`` retried with backoff while the store is unavailable (:data:`STORE_ATTEMPTS` times,
+    or until shutdown); then None, counted as ``store_unavailable``."""
+    backoff = 0.2
+    for _ in range(STORE_ATTEMPTS):
+        try:
+            return write()
+        except BackpressureError as exc:
+            log.warning("judge_store_unavailable", judge=judge.name, retry_in=backoff, error=str(exc))
+            if stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, 5.0)
+    judge.metrics.dropped.labels(judge.name, "store_unavailable").inc()
+    return None
 
 
 def _reused(cached: JudgeResult, trace_id: str) -> JudgeResult:
@@ -403,12 +433,13 @@ def _verdict_result(base: JudgeResult, judgement: Judgement, cost: float, pass_t
     )
 
 
-def _base_result(judge: _Judge, scored: ScoredRun, content_hash: str) -> JudgeResult:
+def base_result(spec: JudgeSpec, trace_id: str, content_hash: str) -> JudgeResult:
+    """A result of ``spec`` on ``trace_id`` with no verdict yet (what :meth:`JudgeRuntime.ask` fills in)."""
     return JudgeResult(
-        trace_id=scored.run.trace_id,
-        judge=judge.name,
-        rubric_version=judge.spec.rubric.label,
-        model=judge.spec.config.model,
+        trace_id=trace_id,
+        judge=spec.name,
+        rubric_version=spec.rubric.label,
+        model=spec.config.model,
         score=None,
         passed=None,
         reasoning="",

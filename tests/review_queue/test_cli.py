@@ -54,6 +54,18 @@ class TestCli:
         assert "'mine'" in err
         assert "rubric" in err
 
+    def test_rules_check_lists_session_judges(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A session judge shows up with the reason it adds; a bad one refuses to start naming it."""
+        config = "session_judges:\n  memory: {rubric: knowledge_retention, model: m, select: 'turns >= 3'}\n"
+        assert 0 == _vigil(tmp_path, config, "rules", "check")
+        out = capsys.readouterr().out
+        assert "judge_memory             normal  session judge knowledge_retention@1: score < 0.5 (turns >= 3)" in out
+        bad = "session_judges:\n  memory: {rubric: groundedness, model: m}\n"
+        assert EXIT_CONFIG == _vigil(tmp_path, bad, "rules", "check")
+        err = capsys.readouterr().err
+        assert "'memory'" in err
+        assert "knowledge_retention" in err
+
 
 def _vigil(tmp_path: Path, config: str, *args: str) -> int:
     """Run ``vigil --config <tmp_path>/vigil.yaml ARGS`` with ``config`` as that file; its exit status."""

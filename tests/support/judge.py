@@ -9,7 +9,7 @@ from collector.errors import BackpressureError
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
 
-__all__ = ["InMemoryJudgeSink", "ListPairSource", "merge_flags"]
+__all__ = ["InMemoryJudgeSink", "InMemorySessionJudgeSink", "ListPairSource", "merge_flags"]
 
 
 def merge_flags(old: Flag | None, new: Flag) -> Flag:
@@ -73,3 +73,35 @@ class ListPairSource:
         """The pairs (counts the calls)."""
         self.calls += 1
         return list(self.pairs)
+
+
+class InMemorySessionJudgeSink:
+    """A thread-safe in-memory :class:`~scorers.judge.model.SessionJudgeSink`, plus failure injection.
+
+    Attributes:
+        results: the latest result per (session id, judge).
+        reasons: the flag reasons added per session id, with their priority, in order.
+    """
+
+    def __init__(self) -> None:
+        self.results: dict[tuple[str, str], JudgeResult] = {}
+        self.reasons: dict[str, list[tuple[str, Priority]]] = {}
+        self._failures = 0
+        self._lock = threading.Lock()
+
+    def fail_next(self, count: int = 1) -> None:
+        """Make the next ``count`` writes raise :class:`BackpressureError` (nothing written)."""
+        with self._lock:
+            self._failures = count
+
+    def write_session_judgement(
+        self, session_id: str, result: JudgeResult, reason: str | None, priority: Priority
+    ) -> None:
+        """Store ``result``; remember ``reason``."""
+        with self._lock:
+            if self._failures > 0:
+                self._failures -= 1
+                raise BackpressureError(0.01)
+            self.results[(session_id, result.judge)] = result
+            if reason is not None:
+                self.reasons.setdefault(session_id, []).append((reason, priority))

@@ -93,3 +93,56 @@ def test_demo_closes_sessions_after_a_minute_unless_set(tmp_path: Path) -> None:
     assert 600 == demo_settings(_load(tmp_path, "session_idle_s: 600\n")).session_config().idle_s
     from_env = Settings.load({"VIGIL_SESSION_IDLE_S": "5"}, config_file=tmp_path / "vigil.yaml")
     assert 5 == demo_settings(from_env).session_config().idle_s
+
+
+class TestSessionJudges:
+    """``session_judges``: validated by the settings, wired into the closer by the app (off when unset)."""
+
+    def test_readme_example(self, tmp_path: Path) -> None:
+        """The README's session judges example is valid configuration."""
+        import re
+
+        readme = (Path(__file__).parents[3] / "README.md").read_text()
+        block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("session_judges:"))
+        specs = _load(tmp_path, block).session_judge_specs({"OPENAI_API_KEY": "sk-x"})
+        assert [("contradiction", "contradiction@1"), ("completeness", "conversation_completeness@1"),
+                ("memory", "knowledge_retention@1")] == [(s.name, s.rubric.label) for s in specs]  # fmt: skip
+        assert (0.2, "turns >= 3", 0.5) == (
+            specs[0].config.sample_rate, specs[1].config.select, specs[1].config.budget.usd_per_hour,
+        )  # fmt: skip
+
+    def test_off_by_default_and_wired_when_set(self, tmp_path: Path) -> None:
+        """No session judge unless configured; configured, the closer offers sessions to them and they
+        count into the run judges' metrics of the process (one registry)."""
+        from prometheus_client import CollectorRegistry
+
+        from review_queue.app.scoring import session_closer
+        from review_queue.store import SqlStore, upgrade_database
+        from scorers.judge import JudgeMetrics
+
+        url = f"sqlite:///{tmp_path / 'vigil.db'}"
+        upgrade_database(url)
+        store = SqlStore(url)
+        try:
+            assert session_closer(_load(tmp_path, "{}\n"), store, CollectorRegistry()).judges is None
+            settings = _load(tmp_path, "session_judges:\n  memory: {rubric: knowledge_retention, model: m}\n")
+            registry = CollectorRegistry()
+            shared = JudgeMetrics(registry)  # the run judges' metrics of a vigil run process
+            closer = session_closer(settings, store, registry, judge_metrics=shared, environ={})
+            assert closer.judges is not None
+            assert ("memory",) == closer.judges.names
+            assert 0 == registry.get_sample_value("vigil_judge_requests_total", {"judge": "memory", "outcome": "ok"})
+        finally:
+            store.close()
+
+    def test_a_run_judge_name_is_refused(self, tmp_path: Path) -> None:
+        """A session judge may not take a run judge's name (they share the judge label)."""
+        from scorers.errors import JudgeConfigError
+
+        settings = _load(
+            tmp_path,
+            "judges:\n  memory: {rubric: safety, model: m}\n"
+            "session_judges:\n  memory: {rubric: knowledge_retention, model: m}\n",
+        )
+        with pytest.raises(JudgeConfigError, match="a run judge has this name"):
+            settings.session_judge_specs({})

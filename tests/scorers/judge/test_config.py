@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from scorers.errors import JudgeConfigError
-from scorers.judge.config import judge_rules, parse_judges
-from scorers.judge.rubrics import BUILTIN_RUBRICS
+from scorers.judge.config import judge_rules, parse_judges, parse_session_judges
+from scorers.judge.rubrics import BUILTIN_RUBRICS, SESSION_PREAMBLE, SESSION_RUBRICS
 from scorers.model import Priority
 from scorers.rules import compile_rules
 
@@ -110,3 +110,79 @@ class TestReadmeExample:
         assert "concise@2" == specs[2].rubric.label
         names = {r.name for r in compile_rules(judge_rules(specs, None), judge_names=[s.name for s in specs])}
         assert "judge_groundedness" in names
+
+
+SESSION_BASE: dict[str, Any] = {"rubric": "contradiction", "model": "gpt-4o-mini"}
+SAMPLE_SESSION_VARIABLES: dict[str, Any] = {"turns": 1, "agent": "sample", "abandoned": False, "signals": []}
+"""A sample session's variables (review_queue.session_close passes its own)."""
+
+
+class TestParseSessionJudges:
+    """Session judges: a judge's keys with session rubrics, a selector over the session, and their defaults."""
+
+    def test_defaults(self) -> None:
+        """Sessions of two turns or more, all of them, a score below 0.5 flags; rubric by name."""
+        (spec,) = parse_session_judges({"contradiction": SESSION_BASE}, {}, sample=SAMPLE_SESSION_VARIABLES)
+        assert SESSION_RUBRICS["contradiction"] == spec.rubric
+        assert "turns >= 2" == spec.config.select
+        assert spec.selector is not None
+        assert spec.selector.execute({"turns": 2}) is True
+        assert spec.selector.execute({"turns": 1}) is False
+        assert 1.0 == spec.config.sample_rate
+        assert 0.5 == spec.config.flag_below
+        assert spec.config.budget.tokens_per_hour is None
+
+    def test_budget_sample_and_selector(self) -> None:
+        """The run judges' budget, price, sample and cache keys apply; the selector sees the session variables."""
+        entry = {
+            **SESSION_BASE,
+            "rubric": "knowledge_retention",
+            "select": "turns >= 3 && agent == 'support' && !abandoned",
+            "sample_rate": 0.1,
+            "budget": {"tokens_per_hour": 5000, "usd_per_hour": 0.5},
+            "price": {"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+            "cache_size": 10,
+            "flag_below": 0.3,
+        }
+        (spec,) = parse_session_judges({"memory": entry}, {}, sample=SAMPLE_SESSION_VARIABLES)
+        assert spec.selector is not None
+        assert spec.selector.execute({"turns": 3, "agent": "support", "abandoned": False}) is True
+        assert (0.1, 5000, 10, 0.3) == (
+            spec.config.sample_rate,
+            spec.config.budget.tokens_per_hour,
+            spec.config.cache_size,
+            spec.config.flag_below,
+        )
+        assert spec.price.cost(1_000_000, 0) == pytest.approx(0.15)
+
+    @pytest.mark.parametrize(
+        ("name", "entry", "taken", "key"),
+        [
+            ("ground", SESSION_BASE, ("ground",), "name"),
+            ("c", {**SESSION_BASE, "rubric": "groundedness"}, (), "rubric"),
+            ("c", {**SESSION_BASE, "select": "turns >="}, (), "select"),
+            ("c", {**SESSION_BASE, "select": "turns"}, (), "select"),
+            ("c", {**SESSION_BASE, "select": "turnz >= 2"}, (), "select"),
+            ("c", {**SESSION_BASE, "sample_rate": 2}, (), "sample_rate"),
+            ("c", {**SESSION_BASE, "api_key_env": "NOT_SET_ANYWHERE"}, (), "api_key_env"),
+            ("Bad-Name", SESSION_BASE, (), "name"),
+        ],
+    )
+    def test_refusals(self, name: str, entry: dict[str, Any], taken: tuple[str, ...], key: str) -> None:
+        """A run rubric, a bad selector, a name a run judge has (they share metric labels) refuse to start."""
+        with pytest.raises(JudgeConfigError) as err:
+            parse_session_judges({name: entry}, {}, sample=SAMPLE_SESSION_VARIABLES, taken=taken)
+        assert (name, key) == (err.value.judge, err.value.key)
+
+    def test_unknown_rubric_lists_the_session_rubrics(self) -> None:
+        """The error names the session rubrics one can choose."""
+        with pytest.raises(JudgeConfigError, match="contradiction, conversation_completeness, knowledge_retention"):
+            parse_session_judges({"c": {**SESSION_BASE, "rubric": "nope"}}, {}, sample=SAMPLE_SESSION_VARIABLES)
+
+    def test_custom_session_rubric_gets_the_session_preamble(self) -> None:
+        """Your own instructions follow the session preamble (the conversation is data)."""
+        rubric = {"name": "tone", "version": "2", "instructions": "Score 1 when the agent stays polite throughout."}
+        entry = {**SESSION_BASE, "rubric": rubric}
+        (spec,) = parse_session_judges({"tone": entry}, {}, sample=SAMPLE_SESSION_VARIABLES)
+        assert "tone@2" == spec.rubric.label
+        assert spec.rubric.instructions.startswith(SESSION_PREAMBLE)
