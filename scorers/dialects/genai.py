@@ -209,7 +209,7 @@ def _compiled_pairs() -> _Pairs:
         from scorers import _redact_fast
     except ImportError:  # no C compiler where it was installed
         return _pairs_py
-    return _redact_fast.genai_pairs
+    return getattr(_redact_fast, "genai_pairs", _pairs_py)  # (an extension built before it had none)
 
 
 _pairs: Final = _compiled_pairs()
