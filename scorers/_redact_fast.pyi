@@ -5,7 +5,6 @@ VERSION: int
 def scan(
     text: str, /
 ) -> tuple[bool, list[tuple[int, int]] | None, list[tuple[int, int]] | None, list[tuple[int, int]] | None] | None: ...
-
 def stored_attributes(
     attrs: dict[str, object],
     keys: dict[str, str],
