@@ -52,7 +52,10 @@ from collector.model import AttrValue, SpanEvent
 from scorers import content
 from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
 from scorers.pricing import PriceTable
-from scorers.redact import Redactor
+from scorers.redact import Redactor, compiled
+
+_STORED: Final = getattr(compiled(), "stored_attributes", None)
+"""The compiled :func:`_attributes` (``scorers/_redact_fast.c``), ``None`` where it was not built."""
 
 __all__ = [
     "DEFAULT_DETAILS_RETENTION_DAYS",
@@ -259,7 +262,7 @@ class Texts:
     at each of them (:func:`_attributes`). Not thread-safe: one per writer thread.
     """
 
-    __slots__ = ("_redactor", "clean_keys", "clean_values", "keys", "values")
+    __slots__ = ("_redactor", "builtins_only", "clean_keys", "clean_values", "keys", "redact", "values")
 
     CACHE_ENTRIES: Final = 8192
     """Entries of each memory before it starts afresh. The values that repeat (models, tools, span names,
@@ -269,6 +272,10 @@ class Texts:
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
+        self.builtins_only = redactor.builtins_only
+        self.redact = redactor.text
+        """The redactor's :meth:`~scorers.redact.Redactor.text`."""
+        """Whether a text the compiled scan finds nothing in is stored unchanged (no custom pattern)."""
         self.values: dict[str, str] = {}
         """Short value → its stored form."""
         self.keys: dict[str, str] = {}
@@ -339,7 +346,7 @@ def _value(value: AttrValue, text: Texts, depth: int = 0) -> Any:
             items.append(f"… {len(value) - MAX_LIST_ITEMS} more")
         return items
     if isinstance(value, Mapping) and depth < 3:
-        return _attributes(value, text, depth + 1)[0]
+        return _attributes_py(value, text, depth + 1)[0]
     return text(str(value))
 
 
@@ -348,6 +355,21 @@ _FLAT: Final = (str, int, float)
 
 def _attributes(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[Mapping[str, Any], int]:
     """The stored attributes of a span (redacted, filtered, bounded) and how many were dropped.
+
+    Compiled (``stored_attributes`` of ``scorers/_redact_fast.c``) for a span's own dict where the
+    extension was built: the same result, values looked at in C and handed to :class:`Texts` /
+    :func:`_value` only when they may change; else :func:`_attributes_py`.
+    """
+    if _STORED is not None and depth == 0 and attrs.__class__ is dict:
+        return _STORED(  # type: ignore[no-any-return]
+            attrs, text.keys, text.values, text, text.key, _value, _DROPPED, text.builtins_only,
+            MAX_ATTRIBUTES, MAX_LIST_ITEMS, Texts.CACHED_CHARS, MAX_VALUE_CHARS, Texts.CACHE_ENTRIES, text.redact,
+        )  # fmt: skip
+    return _attributes_py(attrs, text, depth)
+
+
+def _attributes_py(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) -> tuple[Mapping[str, Any], int]:
+    """The pure-Python :func:`_attributes` (its twin in C is checked against it by the tests).
 
     When every key and every scalar value is known to be stored unchanged (flat lists of such
     values too), the mapping itself is returned: nothing is copied.
@@ -444,7 +466,7 @@ def _span(step: Step, text: Texts, prices: PriceTable | None) -> list[Any]:
 def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     """The run as a reviewer reads it, in order: the input, each model turn, each tool call, guardrails, the answer.
 
-    Messages come from each LLM span in start order (:func:`scorers.content.messages_of`: OTel
+    Messages come from each LLM span in start order (:func:`scorers.content.message_pairs`: OTel
     GenAI, OpenInference, Traceloop, Vercel); a message already shown (the history each call
     repeats) is not shown again. Tool calls come from the tool spans, between the model turns.
     """
@@ -455,7 +477,7 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     shown_results: set[str] = set()
     for step in run.steps if len(run.steps) <= MAX_SPANS else run.steps[:MAX_SPANS]:
         if step.kind is StepKind.LLM:
-            found = [(m.role, m.content) for m in content.messages_of(step.attributes)]
+            found = content.message_pairs(step.attributes)
             if not found:  # content not captured on this call
                 history = found
                 continue
@@ -589,6 +611,10 @@ class DetailsWriter:
     ) -> None:
         self._write = write
         self._redactor = redactor
+        self.builtins_only = redactor.builtins_only
+        self.redact = redactor.text
+        """The redactor's :meth:`~scorers.redact.Redactor.text`."""
+        """Whether a text the compiled scan finds nothing in is stored unchanged (no custom pattern)."""
         self._prices = prices
         self._keep_unflagged = keep_unflagged
         self._sample_rate = sample_rate if keep_unflagged else 0.0

@@ -23,6 +23,7 @@ from scorers.dialects import (
     STATE_READERS,
     as_json,
     first,
+    message_pairs,
     messages_of,
 )
 from scorers.dialects.base import MAX_MESSAGES, MAX_TEXT, as_str, as_text, clip, content_text, dumps, loads
@@ -43,6 +44,7 @@ __all__ = [
     "content_text",
     "final_output",
     "last_assistant",
+    "message_pairs",
     "messages_of",
 ]
 

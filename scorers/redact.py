@@ -25,13 +25,13 @@ import fnmatch
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
+from types import EllipsisType, ModuleType
 from typing import Final, cast
 
 from scorers.errors import ScorersError
 from scorers.model import Evidence, Message, Run, Step, ToolCall
 
-__all__ = ["BUILTIN_PATTERNS", "DEFAULT_DENY", "RedactionConfigError", "Redactor", "luhn_ok", "scan"]
+__all__ = ["BUILTIN_PATTERNS", "DEFAULT_DENY", "RedactionConfigError", "Redactor", "compiled", "luhn_ok", "scan"]
 
 BUILTIN_PATTERNS: Mapping[str, str] = {
     "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
@@ -109,10 +109,12 @@ class Redactor:
             for name, regex in sources.items()
         )
         self._only_builtins = all(kind is not None for _, _, kind in self._passes)
+        self.builtins_only = self._only_builtins
+        """Whether only built-in patterns apply: a text :data:`scan` finds nothing in is returned as it is."""
         self._deny = tuple(deny)
         self._allow = tuple(allow)
 
-    def text(self, value: str) -> str:
+    def text(self, value: str, scanned: Scan | EllipsisType = ...) -> str:
         """``value`` with every match replaced by ``[REDACTED:<pattern name>]``.
 
         Patterns run one after the other (keys, emails, cards, phones, then custom ones). The
@@ -120,18 +122,19 @@ class Redactor:
         match: the key pattern over the whole text when one of its literals occurs; emails, cards
         and phones on their candidate runs only, each with one character of context either side,
         which gives exactly what the expression gives over the whole text. Text where no built-in
-        can match costs that one pass.
+        can match costs that one pass. ``scanned``: :data:`scan` of ``value`` when the caller has
+        it already (the run details' compiled attribute loop), not computed again.
         """
         if not value:
             return value
-        found: Scan = None
-        scanned = False  # since the text last changed
+        found: Scan = None if isinstance(scanned, EllipsisType) else scanned
+        fresh = not isinstance(scanned, EllipsisType)  # found is the scan of value (since it last changed)
         for regex, replace, kind in self._passes:
             if kind is None:  # a custom pattern: over the whole text
                 new = regex.sub(replace, value)
             else:
-                if not scanned:
-                    found, scanned = scan(value), True
+                if not fresh:
+                    found, fresh = scan(value), True
                     if found is None and self._only_builtins:
                         return value
                 if found is None:
@@ -146,7 +149,7 @@ class Redactor:
                         continue
                     new = _sub_runs(regex, replace, value, runs)
             if new != value:
-                value, scanned = new, False
+                value, fresh = new, False
         return value
 
     def maybe(self, value: str | None) -> str | None:
@@ -261,6 +264,13 @@ def _compiled() -> ModuleType | None:
 
 
 _FAST = _compiled()
+
+
+def compiled() -> ModuleType | None:
+    """The compiled module (``scorers._redact_fast``: the scan, the run details' attribute loop), if built."""
+    return _FAST
+
+
 scan: Callable[[str], Scan] = _FAST.scan if _FAST is not None else _scan_py
 """``scan(text)``: where the built-in patterns can match, in one pass — ``None`` when nowhere, else
 ``(key_marker, email_runs, card_runs, phone_runs)``: whether a literal every key match holds occurs

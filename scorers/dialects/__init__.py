@@ -96,6 +96,7 @@ __all__ = [
     "first",
     "first_str",
     "lift_events",
+    "message_pairs",
     "messages_of",
     "raised_in",
     "service_name",
@@ -182,6 +183,9 @@ _MESSAGES: Final = tuple(
     (frozenset(a.message_keys), a.messages) for a in ADAPTERS if overrides(a, "messages") and a.message_keys
 )
 _NOT_NAMING: Final = frozenset(a.name for a in ADAPTERS if not a.names_agents)
+_GENAI: Final = next(a for a in ADAPTERS if isinstance(a, GenAI))
+_GENAI_MESSAGE_KEYS: Final = frozenset(_GENAI.message_keys)
+assert _MESSAGES[0][1] == _GENAI.messages, "message_pairs reads GenAI first, as messages_of does"
 
 
 def _by_scope(wanted: Callable[[Adapter], bool]) -> dict[str, Adapter]:
@@ -293,6 +297,17 @@ def messages_of(attributes: Attributes) -> list[Message]:
         if not keys.isdisjoint(attributes) and (found := read(attributes)):
             return found
     return []
+
+
+def message_pairs(attributes: Attributes) -> list[tuple[str, str]]:
+    """:func:`messages_of` as ``(role, content)`` pairs: the same messages, the GenAI ones read without a
+    :class:`~scorers.model.Message` each (the run details read every model call's, the repeated history
+    included)."""
+    if MESSAGE_KEYS.isdisjoint(attributes):
+        return []
+    if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := _GENAI.message_pairs(attributes)):
+        return found  # GenAI's reader comes first in messages_of
+    return [(m.role, m.content) for m in messages_of(attributes)]
 
 
 MAX_AGENT_NAME: Final = 256

@@ -286,10 +286,12 @@ def clip(text: str) -> str:
 _CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
-_NOT_ORJSON: Final = re.compile(rb"[0-9][.eE]|null|\x7f")
+_NOT_ORJSON: Final = re.compile(rb"|".join([b"%d[.eE]" % digit for digit in range(10)] + [b"null", b"\x7f"]))
 """Where orjson's text may differ from the standard library's: floats (``6.1e-05`` / ``0.000061``,
 ``1e16`` / ``1e+16``; matched wherever a digit meets a point or an exponent, strings included), NaN and
-infinities (``null`` / ``NaN``), DEL (escaped by ``ensure_ascii``)."""
+infinities (``null`` / ``NaN``), DEL (escaped by ``ensure_ascii``). Spelled ``0[.eE]|1[.eE]|…|null|\x7f``
+(what ``[0-9][.eE]|null|\x7f`` matches): every branch opens with a literal, so the search skips to the
+characters that can begin a match instead of trying every position (half the time on message JSON)."""
 
 
 def dumps(obj: object) -> str | None:

@@ -34,12 +34,13 @@ span already has always wins: the events only fill what the attributes lack. Onl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, cast
 
 from collector.model import Attributes, Span, SpanEvent
 from scorers.dialects.base import (
     MAX_MESSAGES,
+    MAX_TEXT,
     Adapter,
     Found,
     Naming,
@@ -150,6 +151,16 @@ class GenAI(Adapter):
                 found.extend(m for item in decoded[-MAX_MESSAGES:] if (m := message_of(item)) is not None)
         return found
 
+    def message_pairs(self, attributes: Attributes) -> list[tuple[str, str]]:
+        """:meth:`messages` as ``(role, content)`` pairs (the run details read these, for every model call):
+        the common message shape is read in C (``genai_pairs`` of ``scorers/_redact_fast.c``) where built."""
+        found: list[tuple[str, str]] = []
+        for key in self.message_keys:
+            decoded = as_json(attributes.get(key))
+            if isinstance(decoded, list):
+                found.extend(_pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT))
+        return found
+
     def final_answer(self, attributes: Attributes) -> str | None:
         decoded = as_json(attributes.get(OUTPUT_MESSAGES))
         if not isinstance(decoded, list):
@@ -178,6 +189,30 @@ def message_of(item: object) -> Message | None:
     parts = item.get("parts")
     content = _parts_text(parts) if isinstance(parts, list) else content_text(item.get("content"))
     return Message(role=role, content=clip(content or ""))
+
+
+def _pairs_py(
+    items: list[object], read: Callable[[object], Message | None], text: Callable[[object], str | None], max_text: int
+) -> list[tuple[str, str]]:
+    """``(role, content)`` of each message :func:`message_of` reads (the pure-Python twin of ``genai_pairs``;
+    ``text`` and ``max_text`` are :func:`as_text` and :data:`MAX_TEXT`, which the compiled one applies)."""
+    return [(m.role, m.content) for item in items if (m := read(item)) is not None]
+
+
+_Pairs = Callable[
+    [list[object], Callable[[object], Message | None], Callable[[object], str | None], int], list[tuple[str, str]]
+]
+
+
+def _compiled_pairs() -> _Pairs:
+    try:
+        from scorers import _redact_fast
+    except ImportError:  # no C compiler where it was installed
+        return _pairs_py
+    return getattr(_redact_fast, "genai_pairs", _pairs_py)  # (an extension built before it had none)
+
+
+_pairs: Final = _compiled_pairs()
 
 
 def _parts_text(parts: list[object]) -> str:
