@@ -49,6 +49,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zlib import crc32
 
 import orjson
 import sqlalchemy as sa
@@ -316,11 +317,11 @@ def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
     root = next((s for s in run.steps if s.parent_id is None), run.steps[0] if run.steps else None)
     llm, user = _user_message(run)
     llm = llm or root
-    normalised = _normalise(user[:MAX_USER_CHARS])
-    words = sorted({w for w in normalised.split() if len(w) > 1} - _STOP)[:MAX_TERMS]  # word_set's words
-    padded = f" {normalised} "
+    found = _ANY_WORD.findall(user[:MAX_USER_CHARS].lower())  # _normalise's words, kept for word_set's
+    words = sorted({w for w in found if len(w) > 1} - _STOP)[:MAX_TERMS]
+    padded = f" {' '.join(found)} "
     return {
-        "terms": sorted({_hash(w) for w in words}),
+        "terms": sorted({crc32(w.encode()) for w in words}),  # each word's _hash, inlined (a call a word)
         "human": _phrase_in(padded, config.human_phrases) if user else None,
         "repair": _phrase_in(padded, config.reask_markers) if user else None,
         "span": [llm.span_id, llm.name] if llm is not None else ["", ""],
@@ -486,7 +487,9 @@ class SessionRefresher:
             conn.execute(_PG_LOCK, {"ids": ids, "cls": _LOCK_CLASS})
         by_session: dict[str, list[Any]] = {}
         for start in range(0, len(ids), 900):
-            for turn in conn.execute(self._turns, {"ids": ids[start : start + 900]}):
+            chunk = ids[start : start + 900]
+            bound = chunk if self._dialect == "postgresql" else orjson.dumps(chunk).decode()
+            for turn in conn.execute(self._turns, {"ids": bound}):
                 by_session.setdefault(turn.session_id, []).append(turn)
         rows: list[dict[str, Any]] = []
         closed: list[ClosedSession] = []
@@ -582,8 +585,10 @@ def _turns_query(dialect: str) -> sa.Select[Any]:
     stored ``status``/``last_ns``/``closed_at`` (``s_status``, ``s_last``, ``s_closed``; NULL when new)."""
     if dialect == "postgresql":
         where = runs.c.session_id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
-    else:
-        where = runs.c.session_id.in_(sa.bindparam("ids", expanding=True))
+    else:  # one JSON text parameter: an expanding IN list re-renders the statement for every batch size
+        where = runs.c.session_id.in_(
+            sa.select(sa.column("value", sa.String)).select_from(sa.func.json_each(sa.bindparam("ids")))
+        )
     down = sa.exists().where(
         feedback.c.trace_id == runs.c.trace_id, feedback.c.kind == "thumbs", feedback.c.score < 0.5
     )
