@@ -48,7 +48,7 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from zlib import crc32
 
 import orjson
@@ -466,6 +466,10 @@ class SessionRefresher:
             set_={c.name: stmt.excluded[c.name] for c in sessions.c if c.name != "session_id"},
         )
         self._turns = _turns_query(dialect)
+        self._stored = sa.select(sessions.c.session_id).where(_in_ids(sessions.c.session_id, dialect))
+        self._down = (
+            sa.select(feedback.c.trace_id).distinct().where(_in_ids(feedback.c.trace_id, dialect), *_THUMBS_DOWN)
+        )
 
     @property
     def config(self) -> SessionConfig:
@@ -473,12 +477,24 @@ class SessionRefresher:
         return self._config
 
     def refresh(
-        self, conn: sa.Connection, session_ids: Sequence[str], now: float, *, close_before_ns: int | None = None
+        self,
+        conn: sa.Connection,
+        session_ids: Sequence[str],
+        now: float,
+        *,
+        close_before_ns: int | None = None,
+        inserted: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> tuple[list[dict[str, Any]], list[ClosedSession]]:
         """Recompute the rows of ``session_ids`` from their runs; ``(rows to upsert, sessions closed now)``.
 
         A session whose last turn ended before ``close_before_ns`` (the close sweep) is closed now.
         The caller upserts the rows (``self.upsert``) in the same transaction.
+
+        ``inserted``: the ``runs`` rows this transaction inserted (as written), by session id. A session
+        with no stored row has no other runs (every run write stores its session's row in the same
+        transaction), so its turns are exactly those rows: the turns query's rows are made from them
+        (:func:`_fresh_turns`) instead of read back, and the same :meth:`_row` builds the session. The
+        caller leaves out any session with a run updated (not inserted) in the transaction.
         """
         ids = sorted(set(session_ids))
         if not ids:
@@ -486,11 +502,19 @@ class SessionRefresher:
         if self._dialect == "postgresql":
             conn.execute(_PG_LOCK, {"ids": ids, "cls": _LOCK_CLASS})
         by_session: dict[str, list[Any]] = {}
-        for start in range(0, len(ids), 900):
-            chunk = ids[start : start + 900]
-            bound = chunk if self._dialect == "postgresql" else orjson.dumps(chunk).decode()
-            for turn in conn.execute(self._turns, {"ids": bound}):
-                by_session.setdefault(turn.session_id, []).append(turn)
+        if inserted:
+            fresh = [sid for sid in ids if sid in inserted]
+            if fresh:
+                stored = {sid for (sid,) in self._select_ids(conn, self._stored, fresh)}
+                fresh = [sid for sid in fresh if sid not in stored]
+            if fresh:
+                traces = [str(row["trace_id"]) for sid in fresh for row in inserted[sid]]
+                down = {tid for (tid,) in self._select_ids(conn, self._down, traces)}
+                for sid in fresh:
+                    by_session[sid] = _fresh_turns(inserted[sid], down)
+        rest = [sid for sid in ids if sid not in by_session]
+        for turn in self._select_ids(conn, self._turns, rest):
+            by_session.setdefault(turn.session_id, []).append(turn)
         rows: list[dict[str, Any]] = []
         closed: list[ClosedSession] = []
         long = [sid for sid, turn_rows in by_session.items() if turn_rows[0].s_status and turn_rows[0].n > WINDOW]
@@ -501,6 +525,16 @@ class SessionRefresher:
             if now_closed:
                 closed.append(ClosedSession(row, turn_rows[-1].trace_id))
         return rows, closed
+
+    def _select_ids(self, conn: sa.Connection, query: sa.Select[Any], ids: Sequence[str]) -> list[Any]:
+        """The rows of ``query`` for ``ids`` (its ``:ids`` parameter), 900 ids a statement."""
+        out: list[Any] = []
+        for start in range(0, len(ids), 900):
+            chunk = list(ids[start : start + 900])
+            out.extend(
+                conn.execute(query, {"ids": chunk if self._dialect == "postgresql" else orjson.dumps(chunk).decode()})
+            )
+        return out
 
     def _row(
         self, session_id: str, turn_rows: list[Any], stored_signals: list[Any], now: float, close_before_ns: int | None
@@ -555,10 +589,11 @@ class SessionRefresher:
         return row, now_closed
 
 
-def _features(text: str | None) -> Mapping[str, Any] | None:
-    """A stored ``session_turn`` read as text (cheaper than the driver's JSON decoding of every row)."""
-    if text is None:
-        return None
+def _features(text: str | Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A stored ``session_turn`` read as text (cheaper than the driver's JSON decoding of every row), or the
+    features themselves (a run row written through SQLAlchemy keeps its value)."""
+    if text is None or isinstance(text, Mapping):
+        return text
     found = orjson.loads(text)
     return found if isinstance(found, dict) else None
 
@@ -576,6 +611,84 @@ _PG_LOCK = sa.text(
 """Lock each session id (its hash) for the transaction, in one order so writers never deadlock."""
 
 
+_THUMBS_DOWN: Final = (feedback.c.kind == "thumbs", feedback.c.score < 0.5)
+"""A turn's feedback that is a thumbs-down (the ``thumbs_down`` signal and count)."""
+
+
+def _in_ids(column: sa.ColumnElement[str], dialect: str) -> sa.ColumnElement[bool]:
+    """``column`` is one of the ``:ids`` parameter: a text array on PostgreSQL; one JSON text on SQLite
+    (``json_each``: an expanding IN list would re-render the statement for every batch size)."""
+    if dialect == "postgresql":
+        return column == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
+    return column.in_(sa.select(sa.column("value", sa.String)).select_from(sa.func.json_each(sa.bindparam("ids"))))
+
+
+@dataclass(frozen=True, slots=True)
+class _FreshTurn:
+    """A turns-query row made from a run row this transaction inserted (same names, see :func:`_turns_query`)."""
+
+    session_id: str
+    trace_id: str
+    agent: str
+    user_id: str | None
+    status: str
+    complete: bool
+    turn_json: str | Mapping[str, Any] | None
+    down: int
+    rn: int
+    n: int
+    any_user: str | None
+    first_ns: int
+    last_ns: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    turns_flagged: int
+    limit_hits: int
+    blocks: int
+    errors: int
+    thumbs_down: int
+    s_status: None = None
+    s_last: None = None
+    s_closed: None = None
+
+
+def _fresh_turns(inserted: Sequence[Mapping[str, Any]], down: set[str]) -> list[Any]:
+    """What :func:`_turns_query` reads for a new session whose runs are ``inserted`` (the rows as written,
+    JSON columns as text): the latest :data:`WINDOW` turns, each with the session's totals."""
+    order = sorted(inserted, key=lambda r: (r["start_ns"], r["trace_id"]), reverse=True)
+    users = [r["user_id"] for r in order if r["user_id"] is not None]
+    totals: dict[str, Any] = {
+        "n": len(order),
+        "any_user": max(users) if users else None,
+        "first_ns": min(r["start_ns"] for r in order),
+        "last_ns": max(r["end_ns"] for r in order),
+        "input_tokens": sum(r["input_tokens"] for r in order),
+        "output_tokens": sum(r["output_tokens"] for r in order),
+        "cost_usd": sum(r["cost_usd"] or 0.0 for r in order),
+        "turns_flagged": sum(r["flagged"] is True for r in order),
+        "limit_hits": sum(r["hit_max_iterations"] is True for r in order),
+        "blocks": sum(r["safety_blocked"] is True for r in order),
+        "errors": sum(r["errored"] is True for r in order),
+        "thumbs_down": sum(r["trace_id"] in down for r in order),
+    }
+    return [
+        _FreshTurn(
+            session_id=r["session_id"],
+            trace_id=r["trace_id"],
+            agent=r["agent"],
+            user_id=r["user_id"],
+            status=r["status"],
+            complete=r["complete"],
+            turn_json=r["session_turn"],
+            down=int(r["trace_id"] in down),
+            rn=rn,
+            **totals,
+        )
+        for rn, r in enumerate(order[:WINDOW], start=1)
+    ]
+
+
 def _count(column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
     return sa.case((column.is_(True), 1), else_=0)
 
@@ -583,15 +696,8 @@ def _count(column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
 def _turns_query(dialect: str) -> sa.Select[Any]:
     """The latest :data:`WINDOW` turns of each session in ``:ids``, each with its session's totals and its
     stored ``status``/``last_ns``/``closed_at`` (``s_status``, ``s_last``, ``s_closed``; NULL when new)."""
-    if dialect == "postgresql":
-        where = runs.c.session_id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)))
-    else:  # one JSON text parameter: an expanding IN list re-renders the statement for every batch size
-        where = runs.c.session_id.in_(
-            sa.select(sa.column("value", sa.String)).select_from(sa.func.json_each(sa.bindparam("ids")))
-        )
-    down = sa.exists().where(
-        feedback.c.trace_id == runs.c.trace_id, feedback.c.kind == "thumbs", feedback.c.score < 0.5
-    )
+    where = _in_ids(runs.c.session_id, dialect)
+    down = sa.exists().where(feedback.c.trace_id == runs.c.trace_id, *_THUMBS_DOWN)
     inner = (
         sa.select(
             runs.c.session_id,

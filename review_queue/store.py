@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from operator import itemgetter
 from pathlib import Path
@@ -187,15 +187,27 @@ class SqlStore:
             return []
         now = self._clock()
         outcomes: list[WriteOutcome | None] = [None] * len(runs)
+        written: dict[str, dict[str, Any]] = {}  # trace id -> its run row as written, when it has a session
+        updated: set[str] = set()  # sessions with a run updated (not inserted) here, or written twice
         with self._guard("write"), self._engine.connect() as conn:
             conn.execution_options(**{_SQLITE_BEGIN: "BEGIN IMMEDIATE"})
             with conn.begin():
                 for batch in _rounds(runs):
-                    for position, outcome in self._write_round(conn, batch, now):
+                    for position, outcome, row in self._write_round(conn, batch, now):
                         outcomes[position] = outcome
-                session_ids = {s.run.session_id for s in runs if s.run.session_id is not None}
-                if session_ids:
-                    self.refresh_sessions(conn, sorted(session_ids), now)
+                        session_id = row["session_id"]
+                        if session_id is None:
+                            continue
+                        if not outcome.new_run or row["trace_id"] in written:
+                            updated.add(session_id)
+                        written[row["trace_id"]] = row
+                if written:
+                    inserted: dict[str, list[dict[str, Any]]] = {}
+                    for row in written.values():
+                        if row["session_id"] not in updated:
+                            inserted.setdefault(row["session_id"], []).append(row)
+                    session_ids = sorted({row["session_id"] for row in written.values()})
+                    self.refresh_sessions(conn, session_ids, now, inserted=inserted)
         return [outcome for outcome in outcomes if outcome is not None]
 
     @property
@@ -204,11 +216,20 @@ class SqlStore:
         return self._sessions
 
     def refresh_sessions(
-        self, conn: sa.Connection, session_ids: Sequence[str], now: float, *, close_before_ns: int | None = None
+        self,
+        conn: sa.Connection,
+        session_ids: Sequence[str],
+        now: float,
+        *,
+        close_before_ns: int | None = None,
+        inserted: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> list[ClosedSession]:
         """Recompute and upsert the ``sessions`` rows of ``session_ids`` in ``conn``'s transaction;
-        returns the sessions closed now (``close_before_ns``, see :meth:`SessionRefresher.refresh`)."""
-        rows, closed = self._sessions.refresh(conn, session_ids, now, close_before_ns=close_before_ns)
+        returns the sessions closed now (``close_before_ns`` and ``inserted``: see
+        :meth:`SessionRefresher.refresh`)."""
+        rows, closed = self._sessions.refresh(
+            conn, session_ids, now, close_before_ns=close_before_ns, inserted=inserted
+        )
         if rows:  # copies: the raw upsert encodes JSON values in place, the closed rows are read on
             self._execute_many(conn, self._sessions.upsert, sessions, sorted(map(dict, rows), key=_by_session_id))
         return closed
@@ -378,8 +399,10 @@ class SqlStore:
 
     def _write_round(
         self, conn: sa.Connection, batch: list[tuple[int, ScoredRun]], now: float
-    ) -> list[tuple[int, WriteOutcome]]:
-        run_rows = sorted((self._run_row(scored, now) for _, scored in batch), key=_by_trace_id)
+    ) -> list[tuple[int, WriteOutcome, dict[str, Any]]]:
+        """Upsert one round's runs and items; each run's position, outcome and row as written."""
+        by_trace = {scored.run.trace_id: self._run_row(scored, now) for _, scored in batch}
+        run_rows = sorted(by_trace.values(), key=_by_trace_id)
         trace_ids = [row["trace_id"] for row in run_rows]
         self._execute_many(conn, self._upsert_runs, runs, run_rows)
         flagged = [scored for _, scored in batch if scored.flag is not None]
@@ -397,7 +420,8 @@ class SqlStore:
         for position, scored in batch:
             run_version, item_version = versions[scored.run.trace_id]
             new_flag = scored.run.trace_id in written_items and item_version == 1
-            outcomes.append((position, WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)))
+            outcome = WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)
+            outcomes.append((position, outcome, by_trace[scored.run.trace_id]))
         return outcomes
 
     def _run_row(self, scored: ScoredRun, now: float) -> dict[str, Any]:

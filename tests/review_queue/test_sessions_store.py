@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
+import review_queue.sessions
 from review_queue.feedback import FeedbackStore
 from review_queue.model import FeedbackIn
 from review_queue.session_close import SessionCloser, SessionMetrics, compile_session_rules
@@ -330,3 +331,57 @@ def test_closing_while_last_turns_are_rescored_never_deadlocks(database_url: str
 def test_a_session_keeps_its_user_when_the_latest_turn_names_none(store: SqlStore) -> None:
     store.write([turn(1, "s", start=0), turn(3, "s", start=10, user_id=None)])
     assert ("u-1", 2) == (_session(store, "s")["user_id"], _session(store, "s")["turns"])
+
+
+def _recomputed(store: SqlStore, session_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The rows the turns query gives for ``session_ids`` (the full recompute), without writing them."""
+    with store.engine.connect() as conn:
+        rows, _ = store.sessions.refresh(conn, session_ids, 0.0)
+        conn.rollback()
+    return {row["session_id"]: {k: v for k, v in row.items() if k != "updated_at"} for row in rows}
+
+
+def test_new_sessions_built_from_their_inserted_runs_equal_the_recompute(
+    priced: SqlStore, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session new in a write is built from the runs the write inserted, not read back: the stored row
+    equals what the turns query recomputes, for every aggregate, user, signal and turn order, whether the
+    session is new, continued, holds a thumbs-down recorded before its run, or a run written twice."""
+    fb = FeedbackStore(priced.engine, (), 0.0, clock=clock, sessions=priced)
+    fb.record(FeedbackIn(_tid(21), "thumbs", 0.0, "", "app", "f-early"))  # before its run arrives
+    priced.write([turn(1, "old", start=0)])
+    batch = [
+        turn(3, "old", start=30, user="topic1 x1"),  # continues a stored session (read back)
+        turn(5, "a", start=0, user_id=None),
+        turn(7, "a", start=40, status=RunStatus.ERROR, reasons=("errored",), user_id="u-7"),
+        turn(9, "a", start=20, user="topic5 x5", user_id="u-2"),  # between the others: a re-ask of turn 1
+        turn(11, "a", start=40, status=RunStatus.BLOCKED),  # same start as turn 7: ordered by trace id
+        turn(13, "b", start=5, status=RunStatus.LIMIT_HIT, user="can i talk to a human please"),
+        turn(15, "c", start=0),
+        turn(15, "c", start=0),  # the same trace twice in one call
+        turn(17, None, start=0),
+        turn(21, "d", start=3),
+    ]
+    built: list[str] = []
+    fresh_turns = review_queue.sessions._fresh_turns
+
+    def spy(inserted: Any, down: set[str]) -> list[Any]:
+        built.append(inserted[0]["session_id"])
+        return fresh_turns(inserted, down)
+
+    monkeypatch.setattr(review_queue.sessions, "_fresh_turns", spy)
+    priced.write(batch)
+    assert ["a", "b", "d"] == sorted(built)  # "old" is stored, "c" had a run written twice: read back
+    ids = ["a", "b", "c", "d", "old"]
+    recomputed = _recomputed(priced, ids)
+    assert set(ids) == set(recomputed)
+    for session_id in ids:
+        stored = {k: v for k, v in _session(priced, session_id).items() if k != "updated_at"}
+        assert recomputed[session_id] == stored, session_id
+    a = _session(priced, "a")
+    assert (4, "u-1", 1, 1, 1) == (a["turns"], a["user_id"], a["errors"], a["blocks"], a["turns_flagged"])
+    assert [("reask", _tid(9), 2)] == _signals(a)
+    assert [("human_request", _tid(13), 1)] == _signals(_session(priced, "b"))
+    assert 1 == _session(priced, "c")["turns"]
+    assert [("thumbs_down", _tid(21), 1)] == _signals(_session(priced, "d"))
+    assert 2 == _session(priced, "old")["turns"]
