@@ -56,6 +56,7 @@ typedef struct {
     PyObject *kind_default;
     PyObject *code_default;
     PyObject *empty_tuple;
+    PyObject *ids;         /* dict: hex id -> itself, one str per distinct id in this body */
     long max_depth;
     Py_ssize_t max_value;  /* string/bytes attribute values are cut to this many bytes */
     Py_ssize_t truncated;  /* values cut so far */
@@ -195,6 +196,25 @@ hex(const uint8_t *data, Py_ssize_t len)
         out[2 * i + 1] = (Py_UCS1)digits[data[i] & 15];
     }
     return s;
+}
+
+/* The hex form of an id, one str object per distinct id in the body: the spans of a trace
+ * (interleaved with other traces' in a batch) share their trace id, siblings share their parent's
+ * id and a parent's own span id is the one its children carry (~200 bytes a span less held). */
+static PyObject *
+shared_hex(PyObject *ids, const uint8_t *data, Py_ssize_t len)
+{
+    PyObject *s = hex(data, len);
+    if (s == NULL)
+        return NULL;
+    PyObject *found = PyDict_SetDefault(ids, s, s); /* borrowed */
+    if (found == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    Py_INCREF(found);
+    Py_DECREF(s);
+    return found;
 }
 
 static int attributes_into(Ctx *c, PyObject *dict, const Field *f, long depth);
@@ -570,7 +590,7 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
             goto done;
     }
     /* Texts first: protobuf rejects a body with bad UTF-8 in them even for spans with bad ids. */
-    nm = text(name ? name : (const uint8_t *)"", name_len);
+    nm = cached_text(name ? name : (const uint8_t *)"", name_len, 0); /* span names repeat */
     if (nm == NULL) {
         rc = PyErr_Occurred() ? ERR : ODD;
         goto done;
@@ -599,7 +619,7 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
     }
     if (!cur->have_trace || memcmp(cur->trace_id, trace_id, 16) != 0) {
         /* spans of one trace usually come together: hex and look up once */
-        PyObject *key = hex(trace_id, 16);
+        PyObject *key = shared_hex(c->ids, trace_id, 16);
         if (key == NULL) {
             rc = ERR;
             goto done;
@@ -626,13 +646,13 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
     }
     tid = cur->hex;
     Py_INCREF(tid);
-    sid = hex(span_id, 8);
+    sid = shared_hex(c->ids, span_id, 8);
     if (sid == NULL) {
         rc = ERR;
         goto done;
     }
     if (parent_len == 8 && memcmp(parent_id, zeros, 8) != 0) {
-        if ((pid = hex(parent_id, 8)) == NULL) {
+        if ((pid = shared_hex(c->ids, parent_id, 8)) == NULL) {
             rc = ERR;
             goto done;
         }
@@ -780,7 +800,7 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "traces, kinds and codes must be dicts");
         return NULL;
     }
-    Ctx c = {args[1], args[2], args[3], args[4], args[5], args[6], NULL, NULL, NULL, 0, 0, 0};
+    Ctx c = {args[1], args[2], args[3], args[4], args[5], args[6], NULL, NULL, NULL, NULL, 0, 0, 0};
     c.max_depth = PyLong_AsLong(args[7]);
     c.max_value = PyLong_AsSsize_t(args[8]);
     if ((c.max_depth == -1 || c.max_value == -1) && PyErr_Occurred()) {
@@ -789,7 +809,8 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *zero = PyLong_FromLong(0);
     c.empty_tuple = PyTuple_New(0);
-    int rc = (zero && c.empty_tuple) ? OK : ERR;
+    c.ids = PyDict_New();
+    int rc = (zero && c.empty_tuple && c.ids) ? OK : ERR;
     if (rc == OK) {
         c.kind_default = PyDict_GetItemWithError(c.kinds, zero);
         c.code_default = PyDict_GetItemWithError(c.codes, zero);
@@ -808,6 +829,7 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_XDECREF(zero);
     Py_XDECREF(c.empty_tuple);
+    Py_XDECREF(c.ids);
     PyBuffer_Release(&view);
     if (rc == ERR)
         return NULL;

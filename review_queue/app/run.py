@@ -160,6 +160,34 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def trim_malloc() -> bool:
+    """Give the C allocator's free pages back to the system (glibc ``malloc_trim(0)``); False where
+    there is none.
+
+    The decoded spans' large strings (captured messages, tool results) come from the C heaps of
+    the threads that decode them and are freed by the worker a few seconds later, interleaved
+    with longer-lived ones (the late-span cache): the heaps' free space grew by ~30 MiB over a
+    20,000-run flood and stayed resident. Trimming every :data:`YOUNG_GC_INTERVAL_S` releases the
+    free pages inside the heaps as well as at their tops (2–100 ms on a 130 MiB heap, measured;
+    BENCHMARKS.md, "issue 25: where the resident memory goes").
+    """
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
+
+
 class YoungCollector:
     """Collects the young generations every ``interval_s`` on a daemon thread.
 
@@ -176,8 +204,19 @@ class YoungCollector:
         collect: the collection function (``gc.collect``; injected in tests).
     """
 
-    def __init__(self, interval_s: float = YOUNG_GC_INTERVAL_S, collect: Callable[[int], int] = gc.collect) -> None:
-        self._periodic = Periodic("vigil-young-gc", partial(collect, 1), interval_s, event="young_gc_failed")
+    def __init__(
+        self,
+        interval_s: float = YOUNG_GC_INTERVAL_S,
+        collect: Callable[[int], int] = gc.collect,
+        trim: Callable[[], object] | None = None,
+    ) -> None:
+        self._collect = collect
+        self._trim = trim_malloc if trim is None else trim
+        self._periodic = Periodic("vigil-young-gc", self._tick, interval_s, event="young_gc_failed")
+
+    def _tick(self) -> None:
+        self._collect(1)
+        self._trim()
 
     def start(self) -> None:
         """Start collecting (idempotent)."""

@@ -212,3 +212,22 @@ def _to_json(body: bytes) -> bytes:
                 for key in ("traceId", "spanId"):
                     sp[key] = base64.b64decode(sp[key]).hex()
     return json.dumps(doc).encode()
+
+
+def test_repeated_ids_and_names_are_one_object_each() -> None:
+    """Memory: the spans of a body hold one str per distinct id, and names mostly shared, not one per span.
+    The heavy workload interleaves 16 runs a body: a trace's spans are not consecutive, siblings
+    carry their parent's id and a parent's own id is the one its children point to."""
+    from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+
+    body = next(iter(heavy_bodies(heavy_runs(40))))
+    result = _compiled(body)
+    assert result is not None
+    spans = [s for b in result.batches for s in b.spans]
+    assert len({id(s.trace_id) for s in spans}) == len({s.trace_id for s in spans}) < len(spans) // 4
+    ids = [s.span_id for s in spans] + [s.parent_span_id for s in spans if s.parent_span_id is not None]
+    assert len({id(i) for i in ids}) == len(set(ids)) < len(ids) * 2 // 3
+    assert len({id(s.name) for s in spans}) < len(spans) // 4  # names: the short-text cache (direct mapped)
+    for batch in result.batches:  # the record key is the spans' own trace id object
+        assert all(s.trace_id is batch.trace_id for s in batch.spans)
+    _same(result, _python(body))

@@ -55,6 +55,17 @@ def test_cyclic_garbage_is_freed_without_thresholds_being_reached() -> None:
 def test_collects_young_generations_until_stopped() -> None:
     """It collects generation 1 (0 and 1) periodically, and stops."""
     calls: list[int] = []
-    young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0)
+    young = YoungCollector(0.01, collect=lambda generation: calls.append(generation) or 0, trim=lambda: None)
     runs_until_shutdown(young, lambda: len(calls), 3)
     assert set(calls) == {1}
+
+
+def test_trims_the_c_heap_after_each_collection() -> None:
+    """Each tick collects, then gives the C allocator's free pages back (:func:`trim_malloc`)."""
+    order: list[str] = []
+    young = YoungCollector(
+        0.01, collect=lambda generation: order.append(f"collect {generation}") or 0, trim=lambda: order.append("trim")
+    )
+    runs_until_shutdown(young, lambda: len(order), 6)
+    pairs = len(order) // 2
+    assert ["collect 1", "trim"] * pairs == order[: 2 * pairs]
