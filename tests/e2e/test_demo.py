@@ -219,9 +219,13 @@ class TestRunDemo:
         vigil = spawn_vigil(tmp_path, {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5"}, ["--demo"])
         try:
             items = _wait_queue(vigil, timeout_s=30)
+            # the details must show a later turn: wait for one to be stored (a conversation's second turn
+            # comes a few seconds after its first, which may be later than the first flagged run)
+            later = _wait_later_turn(vigil, timeout_s=60) if items else False
         finally:
             code = vigil.stop()
         assert items, vigil.log_tail()
+        assert later, f"no session reached a second turn in 60 s\n{vigil.log_tail()}"
         assert {"high", "normal", "low"} >= {i["priority"] for i in items}
         assert 0 == code, vigil.log_tail()
         assert "demo_stopped" in vigil.log_tail()
@@ -251,6 +255,20 @@ def _wait_run(vigil: VigilProcess, trace_id: str, timeout_s: float = 15.0) -> di
             return dict(r.json())
         time.sleep(0.2)
     raise AssertionError(f"run {trace_id} never appeared\n{vigil.log_tail()}")
+
+
+def _wait_later_turn(vigil: VigilProcess, timeout_s: float) -> bool:
+    """Poll the sessions API until a session has two turns or more; whether one did in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and vigil.process.poll() is None:
+        try:
+            r = httpx.get(f"{vigil.api}/api/v1/sessions", params={"sort": "turns", "limit": 1}, timeout=2)
+            if r.status_code == 200 and any(s["turns"] >= 2 for s in r.json()["items"]):
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    return False
 
 
 def _wait_queue(vigil: VigilProcess, timeout_s: float) -> list[dict[str, Any]]:
