@@ -285,12 +285,7 @@ class JudgeService:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued run is judged and recorded; True if done within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self.pending():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return wait_idle(self.pending, timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> bool:
         """Stop accepting runs, judge what is queued within ``timeout_s``, drop (and count) the rest."""
@@ -394,6 +389,16 @@ class JudgeService:
 
     def _write(self, judge: JudgeRuntime[_RunItem], result: JudgeResult, scored: ScoredRun, flag: Flag | None) -> bool:
         return store_with_retries(lambda: self._sink.write_judgement(result, scored, flag), judge, self._stop) is True
+
+
+def wait_idle(pending: Callable[[], int], timeout_s: float) -> bool:
+    """Poll ``pending`` until it is 0; True if it got there within ``timeout_s`` (a judge service's flush)."""
+    deadline = time.monotonic() + timeout_s
+    while pending():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def store_with_retries(write: Callable[[], _T], judge: JudgeRuntime[Any], stop: threading.Event) -> _T | None:

@@ -36,7 +36,7 @@ from scorers.judge.config import JudgeSpec
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, SessionJudgeSink, TranscriptTurn
 from scorers.judge.rubrics import render_session, sent_turns, transcript_has_content
-from scorers.judge.service import JudgeRuntime, base_result, store_with_retries
+from scorers.judge.service import JudgeRuntime, base_result, store_with_retries, wait_idle
 from scorers.rules import EVAL_ERRORS
 
 log = structlog.get_logger(__name__)
@@ -153,12 +153,7 @@ class SessionJudgeService:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued session is judged and recorded; True if done within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self.pending():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return wait_idle(self.pending, timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> bool:
         """Stop accepting sessions, judge what is queued within ``timeout_s``, drop (and count) the rest."""
