@@ -369,6 +369,26 @@ stored_scalar(PyObject *v, const Memory *mem, PyObject **kept)
     return 0;
 }
 
+/* A new dict holding the first ``count`` items of ``attrs`` (those kept unchanged before the first
+ * change); NULL with an exception set on failure. */
+static PyObject *
+copy_prefix(PyObject *attrs, Py_ssize_t count)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t pos = 0, copied = 0;
+    PyObject *key, *value;
+    while (copied < count && PyDict_Next(attrs, &pos, &key, &value)) {
+        if (PyDict_SetItem(out, key, value) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        copied++;
+    }
+    return out;
+}
+
 /* stored_attributes(attrs, keys, values, text, key, value, dropped_marker, builtins, max_attributes,
  * max_list_items, cached_chars, max_value_chars, cache_entries, redact) -> (mapping, dropped): review_queue.details._attributes
  * (depth 0) of a dict. ``attrs`` itself when every key and value is stored as it is. */
@@ -452,15 +472,8 @@ stored_attributes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             same = key_same && rc == 1;
             if (!same && out == NULL) { /* the first change: copy what came before */
-                if ((out = PyDict_New()) == NULL)
+                if ((out = copy_prefix(attrs, count)) == NULL)
                     goto fail_item;
-                Py_ssize_t p2 = 0, copied = 0;
-                PyObject *k2, *v2;
-                while (copied < count && PyDict_Next(attrs, &p2, &k2, &v2)) {
-                    if (PyDict_SetItem(out, k2, v2) < 0)
-                        goto fail_item;
-                    copied++;
-                }
             }
             if (same && out == NULL)
                 count++;
@@ -469,15 +482,8 @@ stored_attributes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         else {
             if (out == NULL) {
-                if ((out = PyDict_New()) == NULL)
+                if ((out = copy_prefix(attrs, count)) == NULL)
                     goto fail_item;
-                Py_ssize_t p2 = 0, copied = 0;
-                PyObject *k2, *v2;
-                while (copied < count && PyDict_Next(attrs, &p2, &k2, &v2)) {
-                    if (PyDict_SetItem(out, k2, v2) < 0)
-                        goto fail_item;
-                    copied++;
-                }
             }
             dropped++;
         }
