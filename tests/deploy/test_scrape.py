@@ -71,7 +71,7 @@ GRAFANA_VARIABLES = {
     "$agent": ".*",
 }
 
-DEMO_RATE = "8"
+DEMO_RATE = "20"
 SCRAPE_TIMEOUT_S = 240.0
 
 _KEYWORDS = frozenset(
