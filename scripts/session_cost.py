@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 
+PINNED_NOW_NS = 1_795_000_000_000_000_000
+"""The generator's clock, pinned: every pass processes the same bytes (2026-11-18)."""
+
+
 def _work(n_runs: int, session_turns: int, process: bool) -> float:
     from prometheus_client import CollectorRegistry
 
@@ -41,7 +45,7 @@ def _work(n_runs: int, session_turns: int, process: bool) -> float:
 
     tune_gc()
     traces: dict[str, list] = {}
-    for body in heavy_bodies(heavy_runs(n_runs, session_turns=session_turns)):
+    for body in heavy_bodies(heavy_runs(n_runs, session_turns=session_turns, now_ns=PINNED_NOW_NS)):
         for batch in decode_protobuf(body).batches:
             traces.setdefault(batch.trace_id, []).extend(batch.spans)
     with tempfile.TemporaryDirectory() as tmp:

@@ -269,8 +269,12 @@ def _run(rng: random.Random, end_ns: int, conversation: str | None = _OWN) -> He
     return HeavyRun(trace_id.hex(), tuple(spans), capped, blocked, errors)
 
 
-def heavy_runs(n_runs: int, seed: int = 25, session_turns: int = 1) -> list[HeavyRun]:
-    """``n_runs`` generated runs (deterministic for a seed).
+def heavy_runs(n_runs: int, seed: int = 25, session_turns: int = 1, *, now_ns: int | None = None) -> list[HeavyRun]:
+    """``n_runs`` generated runs (deterministic for a seed; the same bytes for a seed and ``now_ns``).
+
+    ``now_ns``: the time the runs end before (None: now, as a sender's clock would; the instruction
+    counts of ``scripts/pipeline_instr.py`` and ``scripts/session_cost.py`` pin it, so that two passes
+    process the same bytes).
 
     ``session_turns``: how many consecutive runs share a ``gen_ai.conversation.id`` — 1 (the default):
     each run opens a session of its own, the worst case for the session write (one ``sessions`` row per
@@ -280,7 +284,7 @@ def heavy_runs(n_runs: int, seed: int = 25, session_turns: int = 1) -> list[Heav
     if session_turns < 0:
         raise ValueError(f"session_turns must be >= 0, got {session_turns}")
     rng = random.Random(seed)
-    now = time.time_ns()
+    now = time.time_ns() if now_ns is None else now_ns
 
     def conversation(i: int) -> str | None:
         if session_turns == 1:
