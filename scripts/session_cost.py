@@ -20,23 +20,19 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-PINNED_NOW_NS = 1_795_000_000_000_000_000
-"""The generator's clock, pinned: every pass processes the same bytes (2026-11-18)."""
+from review_queue.app.bench.eval_online import instructions_of
 
 
 def _work(n_runs: int, session_turns: int, process: bool) -> float:
     from prometheus_client import CollectorRegistry
 
-    from collector.otlp import decode_protobuf
-    from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+    from review_queue.app.bench.heavy import heavy_traces
     from review_queue.app.bench.pipeline import _settings
     from review_queue.app.run import build, tune_gc
     from review_queue.details import Texts, details_row
@@ -44,10 +40,7 @@ def _work(n_runs: int, session_turns: int, process: bool) -> float:
     from scorers.redact import Redactor
 
     tune_gc()
-    traces: dict[str, list] = {}
-    for body in heavy_bodies(heavy_runs(n_runs, session_turns=session_turns, now_ns=PINNED_NOW_NS)):
-        for batch in decode_protobuf(body).batches:
-            traces.setdefault(batch.trace_id, []).extend(batch.spans)
+    traces = heavy_traces(n_runs, session_turns=session_turns)
     with tempfile.TemporaryDirectory() as tmp:
         emb = build(_settings(Path(tmp) / "cost.db"), CollectorRegistry())
         redactor = Redactor()
@@ -67,19 +60,13 @@ def _work(n_runs: int, session_turns: int, process: bool) -> float:
     return spent
 
 
-_TOTAL = re.compile(rb"^summary:\s*(\d+)", re.MULTILINE)
-
-
 def _instructions(n_runs: int, session_turns: int, process: bool, out_dir: Path) -> int:
     out = out_dir / f"callgrind.{session_turns}.{int(process)}.out"
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__]
     args = ["--runs", str(n_runs), "--session-turns", str(session_turns), *([] if process else ["--setup-only"])]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     subprocess.run([*cmd, *args], env=env, check=True, capture_output=True)
-    found = _TOTAL.search(out.read_bytes())
-    if found is None:
-        raise SystemExit(f"session_cost: no summary line in {out}")
-    return int(found.group(1))
+    return instructions_of(out)
 
 
 def main() -> int:

@@ -44,7 +44,7 @@ from scorers.eval.online import OnlineEval
 from scorers.normalise import normalise
 from scorers.pipeline import Pipeline
 
-__all__ = ["SECTIONS", "bench_eval", "instruction_report", "instructions", "run_sections"]
+__all__ = ["SECTIONS", "bench_eval", "instruction_report", "instructions", "instructions_of", "run_sections"]
 
 
 _END_NS = 1_764_000_000_000_000_000
@@ -250,7 +250,7 @@ def _dumps(out: Path) -> list[Path]:
     return sorted(numbered, key=lambda p: int(p.suffix[1:]))
 
 
-def _instructions_of(dump: Path) -> int:
+def instructions_of(dump: Path) -> int:
     """The ``summary:`` (instructions executed, Ir) of one callgrind dump."""
     for line in dump.read_text(errors="replace").splitlines():
         if line.startswith(("summary:", "totals:")):
@@ -274,7 +274,7 @@ def instruction_report(out: Path) -> dict[str, float]:
     if len(dumps) != 2 * len(labels):
         raise ValueError(f"{out}: {len(dumps)} callgrind dumps for {len(labels)} sections (expected two each)")
     runs = int(meta["runs"])
-    result: dict[str, float] = {label: _instructions_of(dumps[2 * i + 1]) / runs for i, label in enumerate(labels)}
+    result: dict[str, float] = {label: instructions_of(dumps[2 * i + 1]) / runs for i, label in enumerate(labels)}
     result["process_overhead"] = result["process_on"] / result["process_off"] - 1.0
     result["embedded_overhead"] = result["embedded_on"] / result["embedded_off"] - 1.0
     result.update(runs=float(runs), matched=float(meta["matched"]), cases=float(meta["cases"]))

@@ -38,10 +38,25 @@ import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.model import Span as DecodedSpan
+from collector.otlp import decode_protobuf
 from review_queue.app.bench.synth import _kv, body
 from review_queue.app.process import cpu_seconds, spawn_vigil, status_mib
 
-__all__ = ["HeavyResult", "HeavyRun", "bench_heavy", "heavy_bodies", "heavy_runs", "main"]
+__all__ = [
+    "PINNED_NOW_NS",
+    "HeavyResult",
+    "HeavyRun",
+    "bench_heavy",
+    "heavy_bodies",
+    "heavy_runs",
+    "heavy_traces",
+    "main",
+]
+
+PINNED_NOW_NS: Final = 1_795_000_000_000_000_000
+"""A fixed ``now_ns`` for :func:`heavy_runs` (2026-11-18): the instruction counts of
+``scripts/pipeline_instr.py`` and ``scripts/session_cost.py`` process the same bytes on every pass."""
 
 AGENTS = ("support", "research", "billing", "travel", "triage", "coder")
 TOOLS = ("search_orders", "lookup_customer", "refund", "web_search", "fetch_url", "run_sql", "calculator", "send_email")
@@ -348,6 +363,16 @@ class HeavyResult:
     def spans_per_cpu_s(self) -> float:
         """Spans per CPU-second of the server process."""
         return self.spans / self.cpu_s if self.cpu_s else 0.0
+
+
+def heavy_traces(n_runs: int, *, session_turns: int = 1) -> dict[str, list[DecodedSpan]]:
+    """The spans of ``n_runs`` heavy runs (clock pinned, :data:`PINNED_NOW_NS`) as the receiver decodes
+    them from :func:`heavy_bodies`, by trace id: what the instruction scripts hand the pipeline."""
+    traces: dict[str, list[DecodedSpan]] = {}
+    for payload in heavy_bodies(heavy_runs(n_runs, session_turns=session_turns, now_ns=PINNED_NOW_NS)):
+        for batch in decode_protobuf(payload).batches:
+            traces.setdefault(batch.trace_id, []).extend(batch.spans)
+    return traces
 
 
 def _counts(db: Path) -> tuple[int, int, int, int, int]:
