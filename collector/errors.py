@@ -68,3 +68,8 @@ class BackpressureError(CollectorError):
     def __init__(self, retry_after: float, message: str | None = None) -> None:
         self.retry_after = retry_after
         super().__init__(message or f"downstream full, retry after {retry_after}s")
+
+
+class StreamFullError(BackpressureError):
+    """The in-process stream has no room (records, bytes, or the assembler's pressure): the body is
+    refused for the pipeline's room, not for memory or disk, and its retry will come back."""

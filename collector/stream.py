@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from collector.budget import ByteAccount, Pressure, batch_bytes
-from collector.errors import BackpressureError
+from collector.errors import StreamFullError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 
@@ -173,7 +173,7 @@ class InProcessStream:
         if self._metrics is not None:
             reason = "inflight" if pressed else "full" if not fits_count else "bytes"
             self._metrics.stream_full(sum(len(b.spans) for b in batches), reason)
-        raise BackpressureError(self._retry_after)
+        raise StreamFullError(self._retry_after)
 
     def check_room(self, size_hint: int = 0) -> None:
         """Refuse early when the stream is at capacity (or closed): any publish would be refused.
@@ -188,7 +188,7 @@ class InProcessStream:
             or len(self._items) >= self._max
             or (self._items and not self.account.fits(size_hint))
         ):
-            raise BackpressureError(self._retry_after)
+            raise StreamFullError(self._retry_after)
 
     def get_many(self, max_items: int, timeout_s: float) -> list[TraceBatch]:
         """Remove and return up to ``max_items`` records, oldest first.

@@ -31,6 +31,14 @@ sheds, in this order, what costs least:
    force-closed as incomplete (``evicted_inflight`` for the run cap, ``evicted_inflight_bytes``
    for the byte budget), as before.
 
+A run the intake refused spans of, after decoding them (a :class:`~collector.owed.OwedSpans`
+ledger, ``vigil run``), is *owed* them: its sender will retry them, possibly after the run's root
+arrived on another connection. While owed, it is not closed at its deadline unless the runs in
+flight are over their caps, it is closed early only after every run not owed, and once closed it
+is *pinned* in the closed-run cache: forgotten to make room only after every run not pinned
+(``pinned_evicted``). The spans arriving strike it off the ledger; the ledger gives up after its
+horizon (:mod:`collector.owed`).
+
 The run just fed is never the one closed for it (it would reopen at its next span). The clock is
 injected so tests never sleep. Not thread-safe: one assembler per worker (the pressure flag is
 the one thing read from another thread).
@@ -47,6 +55,7 @@ from typing import Protocol
 
 from collector.budget import ByteAccount, Pressure, batch_bytes
 from collector.model import Span, TraceBatch, fast_constructor
+from collector.owed import OwedSpans
 
 DEFAULT_QUIET_PERIOD_S = 2.0
 """Seconds without a new span after the root ended before a run is scored."""
@@ -124,7 +133,9 @@ class Assembler:
             intake asked to refuse), ``evicted_inflight`` (run cap) and ``evicted_inflight_bytes``
             (byte budget) (a rootless run force-closed, only without ``pressure``), ``late_spans``,
             ``late_evicted``, ``duplicate_spans``, ``closed_cache_evicted`` (a closed run
-            forgotten, by count or bytes).
+            forgotten, by count or bytes), ``pinned_evicted`` (a closed run still owed spans
+            forgotten, when only such runs were left to forget), ``held_owed`` (a run owed spans
+            kept in flight past its deadline).
         inflight_bytes: byte budget of the runs being assembled; 0: unbounded. An int, or a
             :class:`~collector.budget.ByteAccount` shared by several assemblers (one per Kafka
             partition), which then hold that budget together.
@@ -133,6 +144,8 @@ class Assembler:
         pressure: raised while the runs in flight stay over their caps; the intake refuses then
             instead of the assembler cutting runs still receiving spans. None: no intake to refuse
             (the Kafka consumer), such runs are force-closed (module doc).
+        owed: the ledger of spans the intake refused after decoding; runs owed spans are kept
+            (module doc). None: no such ledger (the Kafka consumer).
     """
 
     def __init__(
@@ -149,6 +162,7 @@ class Assembler:
         closed_cache_bytes: int | ByteAccount = 0,
         evict_idle_s: float = DEFAULT_EVICT_IDLE_S,
         pressure: Pressure | None = None,
+        owed: OwedSpans | None = None,
     ) -> None:
         self._quiet = quiet_period_s
         self._idle = max_idle_s
@@ -160,6 +174,8 @@ class Assembler:
         self._pending: dict[str, _Pending] = {}
         self._heap: list[tuple[float, str]] = []
         self._closed: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()
+        self._pinned: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()  # closed, still owed spans
+        self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
         self._rooted: OrderedDict[str, None] = OrderedDict()  # in flight, root ended: due soonest first
@@ -198,6 +214,9 @@ class Assembler:
         """:meth:`add`; ``force``: cut rootless runs still being fed rather than raise the pressure."""
         now = self._clock()
         trace_id = batch.trace_id
+        owed = self._owed
+        if owed is not None and trace_id in owed:
+            owed.arrived(trace_id, batch.spans)
         pending = self._pending.get(trace_id)
         if pending is None:
             pending = self._open(trace_id, batch, now)
@@ -234,12 +253,24 @@ class Assembler:
         now = self._clock()
         out: list[ClosedTrace] = []
         heap = self._heap
+        owed = self._owed
+        if owed is not None:
+            owed.expire()
+            self._unpin(owed)
+        held: list[tuple[str, _Pending]] = []
         while heap and heap[0][0] <= now:
             deadline, trace_id = heapq.heappop(heap)
             pending = self._pending.get(trace_id)
             if pending is None or pending.deadline != deadline:
                 continue  # stale heap entry: the run got newer spans
+            if owed is not None and trace_id in owed and not self._over():
+                held.append((trace_id, pending))  # its refused spans are coming back: wait for them
+                continue
             out.append(self._close(trace_id, pending))
+        for trace_id, pending in held:
+            self._count("held_owed")
+            pending.deadline = now + self._quiet
+            heapq.heappush(heap, (pending.deadline, trace_id))
         if self._over():
             out.extend(self._relieve(now, None, force=False))
         elif self.pressure is not None and self.pressure.raised:
@@ -266,7 +297,11 @@ class Assembler:
             (``size``: its estimated bytes).
         """
         in_flight = [TraceBatch(tid, tuple(p.spans.values()), 0, p.size) for tid, p in self._pending.items()]
-        closed = [TraceBatch(tid, spans, 0, size) for tid, (spans, size) in self._closed.items()]
+        closed = [
+            TraceBatch(tid, spans, 0, size)
+            for cache in (self._closed, self._pinned)
+            for tid, (spans, size) in cache.items()
+        ]
         return in_flight, closed
 
     def import_state(
@@ -289,8 +324,8 @@ class Assembler:
             self._remember_closed(batch.trace_id, batch.spans, batch_bytes(batch))
         forced: list[ClosedTrace] = []
         for batch in in_flight:
-            entry = self._closed.pop(batch.trace_id, None)  # taken back: in flight again, not a late span
-            if entry is not None:
+            entry = self._closed.pop(batch.trace_id, None) or self._pinned.pop(batch.trace_id, None)
+            if entry is not None:  # taken back: in flight again, not a late span
                 self.closed_account.sub(entry[1])
             self._recently_evicted.pop(batch.trace_id, None)
             forced.extend(self._add(batch, enforce, True))
@@ -302,6 +337,8 @@ class Assembler:
 
     def _open(self, trace_id: str, batch: TraceBatch, now: float) -> _Pending | None:
         entry = self._closed.pop(trace_id, None)
+        if entry is None and self._pinned:
+            entry = self._pinned.pop(trace_id, None)
         if entry is None:
             if trace_id in self._recently_evicted:
                 self._count("late_evicted", len(batch.spans))
@@ -359,12 +396,27 @@ class Assembler:
         out: list[ClosedTrace] = []
         pending = self._pending
         rooted = self._rooted
+        owed = self._owed
+        held: list[str] = []  # owed runs passed over, in order
         while rooted and self._over():  # 1. complete runs, due soonest first: closed early
             trace_id = next(iter(rooted))
             if trace_id == keep:  # the most recently fed: last in order
                 break
+            if owed is not None and trace_id in owed:  # closed only after every run not owed
+                held.append(trace_id)
+                rooted.move_to_end(trace_id)
+                if len(held) >= len(rooted):
+                    break
+                continue
             self._count("closed_early")
             out.append(self._close(trace_id, pending[trace_id]))
+        for trace_id in held:
+            if trace_id in rooted and trace_id != keep and self._over():
+                self._count("closed_early")
+                out.append(self._close(trace_id, pending[trace_id]))
+        for trace_id in reversed(held):  # back to their place, due soonest first
+            if trace_id in rooted:
+                rooted.move_to_end(trace_id, last=False)
         rootless = self._rootless
         idle_before = now - self._evict_idle
         while rootless and self._over():  # 2. rootless runs whose spans stopped coming
@@ -404,21 +456,45 @@ class Assembler:
 
     def _remember_closed(self, trace_id: str, spans: tuple[Span, ...], size: int) -> None:
         closed = self._closed
+        pinned = self._pinned
         account = self.closed_account
-        closed[trace_id] = (spans, size)
+        owed = self._owed
+        (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size)
         account.held += size
-        if len(closed) <= self._closed_size and (not account.budget or account.held <= account.budget):
+        if len(closed) + len(pinned) <= self._closed_size and (not account.budget or account.held <= account.budget):
             return
         evicted = 0
-        while closed and (len(closed) > self._closed_size or (account.over() and len(closed) > 1)):
-            old, (_, old_size) = closed.popitem(last=False)
+        unpinned = 0
+        while (closed or pinned) and (
+            len(closed) + len(pinned) > self._closed_size or (account.over() and len(closed) + len(pinned) > 1)
+        ):
+            if closed:  # runs not owed first, oldest first
+                old, entry = closed.popitem(last=False)
+                if owed is not None and old in owed:  # refused after it closed: its retry is coming
+                    pinned[old] = entry
+                    continue
+                old_size = entry[1]
+                evicted += 1
+            else:
+                old, (_, old_size) = pinned.popitem(last=False)
+                unpinned += 1
             account.held -= old_size
-            evicted += 1
             self._recently_evicted[old] = None
             if len(self._recently_evicted) > max(self._closed_size, len(closed)) * 4:
                 self._recently_evicted.popitem(last=False)
         if evicted:
             self._count("closed_cache_evicted", evicted)
+        if unpinned:
+            self._count("pinned_evicted", unpinned)
+
+    def _unpin(self, owed: OwedSpans) -> None:
+        """Move the oldest pinned runs no longer owed spans back among the others (newest)."""
+        pinned = self._pinned
+        while pinned:
+            trace_id = next(iter(pinned))
+            if trace_id in owed:
+                break
+            self._closed[trace_id] = pinned.pop(trace_id)
 
     def _count(self, event: str, count: int = 1) -> None:
         if self._observer is not None:

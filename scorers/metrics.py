@@ -34,6 +34,8 @@ ASSEMBLER_EVENTS = (
     "evicted_idle",
     "pressure_raised",
     "closed_cache_evicted",
+    "pinned_evicted",
+    "held_owed",
 )
 """The ``event`` values of ``vigil_assembler_events_total`` (created at zero up front, so that
 ``increase()`` and alerts count the first event too)."""

@@ -36,6 +36,7 @@ from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter, inta
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf
+from collector.owed import OwedMetrics, OwedPublisher, OwedSpans
 from collector.receiver import create_otlp_app
 from collector.spool import Spool, SpoolingPublisher, SpoolMetrics, stamp
 from collector.stream import InProcessStream, Publisher
@@ -93,6 +94,7 @@ class Embedded:
     spool: Spool | None = None
     details: DetailsWriter | None = None
     intake: IntakeBudget | None = None
+    owed: OwedSpans | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -257,7 +259,8 @@ def build(
     upgrade_database(settings.database_url)
     store = open_store(settings)
     run_metrics = scoring.run_metrics(registry)
-    assembler = scoring.assembler(run_metrics, pressure)
+    owed = OwedSpans(metrics=OwedMetrics(registry))  # refused spans whose runs the assembler keeps
+    assembler = scoring.assembler(run_metrics, pressure, owed)
     judges, agreement = scoring.judging(store, registry, run_metrics)
     if judges is not None:
         on_written = then(judges.submit, on_written)
@@ -305,6 +308,7 @@ def build(
         spool,
         details,
         intake,
+        owed,
     )
 
 
@@ -394,6 +398,8 @@ async def run_components(
     publisher: Publisher = LimitedPublisher(emb.stream, limiter, s.retry_after_s, emb.collector_metrics)
     if emb.spool is not None:
         publisher = SpoolingPublisher(publisher, emb.spool)
+    if emb.owed is not None:  # a body refused once decoded: its spans are recorded, their runs kept
+        publisher = OwedPublisher(publisher, emb.owed)
     otlp_app = create_otlp_app(
         publisher,
         emb.collector_metrics,

@@ -15,6 +15,7 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Counter
 
 from collector.budget import ByteAccount, Pressure
+from collector.owed import OwedSpans
 from review_queue.app.settings import Settings
 from review_queue.details import DetailsWriter
 from review_queue.details_status import DetailsPolicy
@@ -133,9 +134,12 @@ class Scoring:
             self.online.register(registry)
         return RunMetrics(registry, max_agents=s.max_agent_labels, max_tools=s.max_tool_labels, prices=s.model_prices)
 
-    def assembler(self, run_metrics: RunMetrics, pressure: Pressure | None = None) -> Assembler:
+    def assembler(
+        self, run_metrics: RunMetrics, pressure: Pressure | None = None, owed: OwedSpans | None = None
+    ) -> Assembler:
         """A fresh run assembler (one per process, or one per Kafka partition), bounded by the
-        ``inflight`` and ``late`` byte budgets of :meth:`Settings.memory_budgets`; ``pressure``: the
+        ``inflight`` and ``late`` byte budgets of :meth:`Settings.memory_budgets`; ``owed``: the ledger
+        of spans the intake refused after decoding (``vigil run``); ``pressure``: the
         flag the intake refuses on when the runs in flight stay over their caps (``vigil run``; None:
         such runs are force-closed, :mod:`scorers.assemble`)."""
         s = self.settings
@@ -151,6 +155,7 @@ class Scoring:
             closed_cache_bytes=ByteAccount(budgets.late),
             evict_idle_s=s.evict_idle_s,
             pressure=pressure,
+            owed=owed,
         )
 
     def judging(

@@ -48,3 +48,7 @@ def test_every_run_is_stored_complete_with_its_signals_under_memory_pressure(
     assert result.blocked_truth == result.blocked_stored
     assert result.events.get("closed_early", 0) > 0, "the in-flight budget was never passed: no pressure tested"
     assert dict.fromkeys(CUTS, 0.0) == {cut: result.events.get(cut) for cut in CUTS}
+    # Spans answered 200 are never dropped: a run whose spans were refused (and will be retried) is
+    # kept until they come back (collector.owed), even when its root came first on another connection.
+    assert 0.0 == result.events.get("late_evicted"), "spans answered 200 were dropped as late_evicted"
+    assert 0.0 == result.events.get("pinned_evicted")

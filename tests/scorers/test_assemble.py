@@ -6,6 +6,7 @@ from typing import Any
 
 from collector.budget import ByteAccount, Pressure
 from collector.model import Span, TraceBatch
+from collector.owed import OwedSpans
 from scorers.assemble import Assembler, ClosedTrace
 from tests.support.fixtures import Clock
 
@@ -411,3 +412,140 @@ class TestPressure:
         small = make(Clock(1000.0), inflight_bytes=1000, pressure=pressure)
         assert 7 == len(small.import_state(in_flight, closed))
         assert (3, 900, False) == (small.inflight, small.inflight_account.held, pressure.raised)
+
+
+class TestOwedRuns:
+    """Runs whose spans the intake refused after decoding (:class:`collector.owed.OwedSpans`): their
+    retry comes back, maybe after the root arrived on another connection, and must not find the run
+    forgotten (issue 25: spans answered 200 dropped as ``late_evicted`` on the 4-connection flood)."""
+
+    def ledger(self, clock: Clock) -> OwedSpans:
+        return OwedSpans(horizon_s=60.0, max_spans=1000, clock=clock)
+
+    def test_an_owed_run_waits_past_its_deadline_and_closes_once_whole(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed)
+        owed.record([batch(span("2"))])  # the child's body was refused: its retry is coming
+        asm.add(batch(span("1", None), span("3")))  # the root's body, on another connection
+        clock.now += 5
+        assert [] == asm.due()
+        assert 1 <= events.counts["held_owed"]
+        asm.add(batch(span("2")))  # the retry
+        assert TRACE not in owed
+        clock.now += 2.1
+        (closed,) = asm.due()
+        assert (3, True, False) == (len(closed.spans), closed.complete, closed.rescore)
+        assert "late_spans" not in events.counts
+
+    def test_an_owed_run_closes_at_its_deadline_when_over_the_caps(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, inflight_bytes=100, pressure=Pressure())
+        owed.record([batch(span("2"))])
+        asm.add(sized(150, span("1", None), span("3")))  # over the budget on its own
+        clock.now += 2.1
+        (closed,) = asm.due()
+        assert TRACE == closed.trace_id
+
+    def test_closed_early_only_after_every_run_not_owed(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, inflight_bytes=1000, pressure=Pressure())
+        owed.record([batch(span("9", trace=trace(0)))])
+        for i in range(3):  # trace(0) is due soonest, but owed
+            asm.add(sized(300, span("1", None, trace=trace(i))))
+            clock.now += 0.1
+        forced = asm.add(sized(300, span("1", None, trace=trace(3))))
+        assert [trace(1)] == [c.trace_id for c in forced]
+        forced = asm.add(sized(300, span("1", None, trace=trace(4))))
+        assert [trace(2)] == [c.trace_id for c in forced]
+        owed.arrived(trace(0), [span("9", trace=trace(0))])
+        forced = asm.add(sized(300, span("1", None, trace=trace(5))))
+        assert [trace(0)] == [c.trace_id for c in forced]  # no longer owed: due soonest again
+
+    def test_owed_runs_close_early_when_nothing_else_is_left(self) -> None:
+        clock, events, pressure = Clock(1000.0), Events(), Pressure()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, inflight_bytes=500, pressure=pressure)
+        owed.record([batch(span("9", trace=trace(i))) for i in range(2)])
+        asm.add(sized(300, span("1", None, trace=trace(0))))
+        forced = asm.add(sized(300, span("1", None, trace=trace(1))))
+        assert [trace(0)] == [c.trace_id for c in forced]
+        assert not pressure.raised
+
+    def test_a_closed_owed_run_is_pinned_and_its_retry_rescores_it(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, closed_cache_bytes=1000, inflight_bytes=100, pressure=Pressure())
+        owed.record([sized(10, span("9", trace=trace(0)))])
+        asm.add(sized(400, span("1", None, trace=trace(0))))
+        clock.now += 2.1
+        assert [trace(0)] == [c.trace_id for c in asm.due()]  # over the caps: not held
+        for i in range(1, 6):  # runs not owed fill the late cache past its budget
+            asm.add(sized(400, span("1", None, trace=trace(i))))
+            clock.now += 2.1
+            asm.due()
+        assert 4 == events.counts["closed_cache_evicted"]
+        assert "pinned_evicted" not in events.counts
+        asm.add(sized(10, span("9", trace=trace(0))))  # the retry
+        assert ("late_evicted" not in events.counts, 1) == (True, events.counts["late_spans"])
+        clock.now += 2.1
+        (closed,) = asm.due()
+        assert (trace(0), 2, True, True) == (closed.trace_id, len(closed.spans), closed.complete, closed.rescore)
+
+    def test_a_run_refused_after_it_closed_is_pinned_when_its_turn_to_go_comes(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, closed_cache_bytes=1000)
+        asm.add(sized(400, span("1", None, trace=trace(0))))
+        clock.now += 2.1
+        asm.due()
+        owed.record([sized(10, span("9", trace=trace(0)))])  # refused after the run closed
+        for i in range(1, 4):
+            asm.add(sized(400, span("1", None, trace=trace(i))))
+            clock.now += 2.1
+            asm.due()
+        asm.add(sized(10, span("9", trace=trace(0))))
+        assert 1 == events.counts["late_spans"]
+        assert "late_evicted" not in events.counts
+
+    def test_pinned_runs_stay_within_the_budget(self) -> None:
+        """Only pinned runs left and still over: the oldest pinned goes, counted."""
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, closed_cache_bytes=1000, inflight_bytes=100, pressure=Pressure())
+        owed.record([sized(10, span("9", trace=trace(i))) for i in range(4)])
+        for i in range(4):  # each over the in-flight caps: closed at its deadline though owed
+            asm.add(sized(400, span("1", None, trace=trace(i))))
+            clock.now += 2.1
+            asm.due()
+        assert 2 == events.counts["pinned_evicted"]
+        assert 800 == asm.closed_account.held
+
+    def test_a_run_given_up_on_is_unpinned_and_forgotten_first(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        owed = self.ledger(clock)
+        asm = make(clock, events, owed=owed, closed_cache_bytes=1000)
+        owed.record([sized(10, span("9", trace=trace(0)))])
+        asm.add(sized(400, span("1", None, trace=trace(0))))
+        clock.now += 61  # the ledger's horizon passes: the retry is not coming
+        asm.due()
+        assert trace(0) not in owed
+        for i in range(1, 3):
+            asm.add(sized(400, span("1", None, trace=trace(i))))
+            clock.now += 2.1
+            asm.due()
+        assert 1 == events.counts["closed_cache_evicted"]
+        asm.add(sized(10, span("9", trace=trace(0))))
+        assert 1 == events.counts["late_evicted"]
+
+    def test_pinned_runs_are_saved_with_the_state(self) -> None:
+        clock = Clock(1000.0)
+        owed = self.ledger(clock)
+        asm = make(clock, owed=owed, inflight_bytes=10, pressure=Pressure())
+        owed.record([batch(span("9"))])
+        asm.add(sized(100, span("1", None)))
+        clock.now += 2.1
+        asm.due()
+        assert ([], [TRACE]) == tuple([b.trace_id for b in part] for part in asm.export_state())
