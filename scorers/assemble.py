@@ -50,7 +50,7 @@ import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from collector.budget import ByteAccount, Pressure, batch_bytes
@@ -114,7 +114,7 @@ class _Pending:
     rescore: bool = False
     deadline: float = 0.0
     size: int = 0
-    extra: list[Span] = field(default_factory=list)
+    held: bool = False  # kept past its deadline for spans it is owed (counted once)
 
 
 class Assembler:
@@ -268,7 +268,9 @@ class Assembler:
                 continue
             out.append(self._close(trace_id, pending))
         for trace_id, pending in held:
-            self._count("held_owed")
+            if not pending.held:
+                pending.held = True
+                self._count("held_owed")
             pending.deadline = now + self._quiet
             heapq.heappush(heap, (pending.deadline, trace_id))
         if self._over():
