@@ -138,6 +138,14 @@ def _feedback_poster(base_url: str, token: str | None) -> Callable[[str, str], N
     return post
 
 
+def _env_setting(text: str) -> tuple[str, str]:
+    """``VIGIL_NAME=VALUE`` of ``--server-env``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("VIGIL_"):
+        raise argparse.ArgumentTypeError(f"expected VIGIL_NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -182,7 +190,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.heavy:
         from review_queue.app.bench.heavy import main as heavy_main
 
-        return heavy_main(args.runs, args.repeat, args.senders, args.tree, args.session_turns)
+        return heavy_main(
+            args.runs, args.repeat, args.senders, args.tree, args.session_turns, server_env=args.server_env
+        )
     from review_queue.app.bench.pipeline import main as bench_main
 
     return bench_main(args)
@@ -537,6 +547,15 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="append",
         default=[],
         help="--heavy: measure the vigil of this checkout too (repeatable; rounds interleaved; '.' is this one)",
+    )
+    bench.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        type=_env_setting,
+        metavar="VIGIL_NAME=VALUE",
+        help="--heavy: a setting of the measured vigil run (repeatable; e.g. VIGIL_RETRY_AFTER_S=10, the back-off "
+        "of an OpenTelemetry Collector in front)",
     )
     bench.add_argument("--kafka", action="store_true", help="measure the scale-out path (collector, Kafka, scorer)")
     bench.add_argument("--kafka-bootstrap", default=None, help="use this Kafka (default: start tansu)")

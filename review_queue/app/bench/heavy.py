@@ -489,10 +489,17 @@ def _tree(label: str) -> dict[str, Any]:
 
 
 def main(
-    n_runs: int, repeat: int, connections: int = 1, trees: Sequence[str] = (), session_turns: Sequence[int] = ()
+    n_runs: int,
+    repeat: int,
+    connections: int = 1,
+    trees: Sequence[str] = (),
+    session_turns: Sequence[int] = (),
+    *,
+    server_env: Sequence[tuple[str, str]] = (),
 ) -> int:
     """``vigil bench --heavy``: ``repeat`` rounds per tree (this one, or each of ``trees``) and per workload
-    variant (``session_turns``, see :func:`heavy_runs`; default: one session per run), all interleaved."""
+    variant (``session_turns``, see :func:`heavy_runs`; default: one session per run), all interleaved;
+    ``server_env``: settings of every measured ``vigil run`` (``VIGIL_*`` name, value)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -516,7 +523,9 @@ def main(
     results: dict[tuple[str, int], list[HeavyResult]] = {label: [] for label in labels}
     for _ in range(repeat):
         for tree, k in labels:
-            result = bench_heavy(workloads[k], payloads[k], connections=connections, **_tree(tree))
+            spawn = _tree(tree)
+            spawn["env"] = {**spawn.get("env", {}), **dict(server_env)}
+            result = bench_heavy(workloads[k], payloads[k], connections=connections, **spawn)
             results[tree, k].append(result)
             console.print(f"  {name(tree, k)}: {result.spans_per_cpu_s:,.0f} spans/CPU-s, {result}")
     table = Table(title=f"heavy-content row ({os.cpu_count()} cores, {n_runs:,} runs × {repeat}, medians)")

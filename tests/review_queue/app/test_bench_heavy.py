@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+from review_queue.app.cli import parser
 
 
 def _attrs(span: object) -> dict[str, object]:
@@ -103,3 +105,14 @@ def test_a_pinned_clock_gives_the_same_bytes() -> None:
     first = [bytes(b) for b in heavy_bodies(heavy_runs(20, seed=4, now_ns=10**18))]
     assert first == [bytes(b) for b in heavy_bodies(heavy_runs(20, seed=4, now_ns=10**18))]
     assert first != [bytes(b) for b in heavy_bodies(heavy_runs(20, seed=4, now_ns=10**18 + 1))]
+
+
+def test_server_settings_are_parsed_and_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--server-env VIGIL_NAME=VALUE`` reaches the measured vigil run; anything else is a usage error."""
+    args = parser().parse_args(
+        ["bench", "--heavy", "--server-env", "VIGIL_RETRY_AFTER_S=10", "--server-env", "VIGIL_SAMPLE_RATE=0"]
+    )
+    assert [("VIGIL_RETRY_AFTER_S", "10"), ("VIGIL_SAMPLE_RATE", "0")] == args.server_env
+    with pytest.raises(SystemExit):
+        parser().parse_args(["bench", "--heavy", "--server-env", "PATH=/tmp"])
+    assert "expected VIGIL_NAME=VALUE" in capsys.readouterr().err
