@@ -54,14 +54,14 @@ STRUCTURES: tuple[Structure, ...] = ("intake", "stream", "inflight", "late", "ju
 
 SHARES: dict[Structure, float] = {
     "intake": 0.25,
-    "stream": 0.05,
+    "stream": 0.025,
     "inflight": 0.06,
     "late": 0.04,
     "judge": 0.02,
     "spool": 0.03,
     "details": 0.03,
 }
-"""The fraction of the memory limit each structure may hold (48 % in all; see :class:`MemoryBudgets`)."""
+"""The fraction of the memory limit each structure may hold (45.5 % in all; see :class:`MemoryBudgets`)."""
 
 
 def span_bytes(body_bytes: int, spans: int) -> int:
@@ -82,9 +82,14 @@ class MemoryBudgets:
     Attributes:
         intake: request bodies being read, inflated and decoded by the receivers (25 %; reserved
             here, enforced by the receivers' admission).
-        stream: records waiting in the in-process stream for the worker (5 %): a few seconds of
-            traffic at the highest rate the worker sustains; when spent, publishes are refused
-            with 503 + Retry-After.
+        stream: records waiting in the in-process stream for the worker (2.5 %): a few seconds of
+            traffic at the highest rate the worker sustains (25 MiB at the default limit: ~60
+            bodies of 250 heavy-content spans, ~4 s of the worker's work on the development
+            machine); when spent, publishes are refused with 503 + Retry-After. Half the earlier
+            5 %: the worker was never starved for it, and the 4-connection heavy flood's peak RSS
+            is about 20–30 MB lower; it waited until the runs of refused bodies were kept for their
+            retries (:mod:`collector.owed`), as a smaller stream refuses more (BENCHMARKS.md,
+            sessions 11 and 12).
         inflight: spans of runs being assembled (6 %): runs waiting for their quiet period, and
             runs whose root has not arrived; when spent, the assembler closes the runs whose root
             has ended before their quiet period is over (complete), then force-closes runs whose
@@ -115,7 +120,7 @@ class MemoryBudgets:
     def from_limit(cls, limit_bytes: int) -> MemoryBudgets:
         """Split ``limit_bytes`` by :data:`SHARES`; a limit of 0 (or less) leaves every budget unbounded.
 
-        With the default limit of 1,024 MiB: intake 256 MiB, stream 51 MiB, in flight 61 MiB,
+        With the default limit of 1,024 MiB: intake 256 MiB, stream 25 MiB, in flight 61 MiB,
         late cache 40 MiB, judges 20 MiB, spool 30 MiB, details writer 30 MiB (rounded down).
         """
         if limit_bytes <= 0:
