@@ -71,6 +71,12 @@ LOWER_IS_BETTER: Final = frozenset(
     }
 )
 """Metric names that are better lower (efficiency); every other metric is better higher."""
+WALL_CLOCK: Final = frozenset({"latency_ms", "latency_s", "duration_ms", "duration_s"})
+"""Metrics read on the wall clock. Two reports' runs of a case are minutes apart, often on a shared CI
+runner: pairing removes the case's own variation, not the machine's load between the two reports, so
+a busier runner makes the same agent significantly "slower" (the example agent's latency rose 27 %,
+p 0.016, between two runs of one suite). They are tested and shown, but only ``--gate-wall-clock``
+lets them fail a gate."""
 
 _NOT_METRICS: Final = frozenset({"repeat", "passed", "eval_id", "eval_set_id"})
 
@@ -148,7 +154,9 @@ class MetricComparison:
         p_value / p_adjusted: raw and Holm-adjusted over the comparison's metrics.
         significant: ``p_adjusted < alpha``.
         worse: the change goes the wrong way for the metric.
-        drop: significant, worse, and beyond the tolerance.
+        gated: whether a drop of this metric fails the comparison (a :data:`WALL_CLOCK` metric only
+            with ``gate_wall_clock``).
+        drop: significant, worse, beyond the tolerance, and gated.
         cases: the cases that got worse, worst first (at most 10).
     """
 
@@ -162,6 +170,7 @@ class MetricComparison:
     p_adjusted: float
     significant: bool
     worse: bool
+    gated: bool
     drop: bool
     cases: tuple[str, ...]
 
@@ -199,11 +208,13 @@ def compare_runs(
     *,
     alpha: float = 0.05,
     tolerance: float = 0.0,
+    gate_wall_clock: bool = False,
     confidence: float = stats.CONFIDENCE,
     resamples: int = stats.RESAMPLES,
     seed: int = stats.SEED,
 ) -> Comparison:
-    """Pair ``base`` and ``new`` and test every metric (see the module docstring)."""
+    """Pair ``base`` and ``new`` and test every metric (see the module docstring); ``gate_wall_clock``: a
+    :data:`WALL_CLOCK` metric can drop too."""
     keys = [k for k in base if k in new]
     names: dict[str, None] = {PASS: None} if keys else {}
     for k in keys:
@@ -232,6 +243,7 @@ def compare_runs(
         worse = diff > 0 if lower else diff < 0
         significant = p_adj < alpha
         beyond = abs(diff) > tolerance * abs(boot.base_mean)
+        gated = gate_wall_clock or name not in WALL_CLOCK
         out.append(
             MetricComparison(
                 name,
@@ -244,7 +256,8 @@ def compare_runs(
                 p_adj,
                 significant,
                 worse,
-                significant and worse and beyond,
+                gated,
+                significant and worse and beyond and gated,
                 _worse_cases(ks, [y - x for x, y in zip(xs, ys, strict=True)], lower),
             )
         )
@@ -271,6 +284,8 @@ def print_comparison(cmp: Comparison, out: TextIO, *, base: str = "base", new: s
     for m in cmp.metrics:
         if m.drop:
             verdict = "DROP (significant)"
+        elif m.significant and m.worse and not m.gated:
+            verdict = "worse (significant, wall clock: not gated)"
         elif m.significant:
             verdict = ("worse" if m.worse else "better") + " (significant" + (", within tolerance)" if m.worse else ")")
         else:
@@ -313,6 +328,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
                 "high": m.difference.high,
                 "confidence": m.difference.confidence,
                 "p_value": m.p_value,
+                "gated": m.gated,
                 "p_adjusted": m.p_adjusted,
                 "significant": m.significant,
                 "worse": m.worse,
@@ -346,6 +362,12 @@ def _add_test_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="ignore significant drops smaller than this share of the base value (default 0)",
     )
+    p.add_argument(
+        "--gate-wall-clock",
+        action="store_true",
+        help="let wall-clock metrics (latency, duration) fail too; by default they are tested and shown but "
+        "not gated, as the machine's load between the two reports moves them",
+    )
 
 
 def add_compare_command(ev_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -373,7 +395,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not any(k in new for k in base):
         print(f"vigil eval compare: {args.base} and {args.new} share no (case, repeat)", file=sys.stderr)
         return EXIT_INPUT
-    cmp = compare_runs(base, new, alpha=args.alpha, tolerance=args.tolerance)
+    cmp = compare_runs(
+        base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=getattr(args, "gate_wall_clock", False)
+    )
     if args.compare_json:
         json.dump(comparison_json(cmp), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -399,6 +423,8 @@ def gate(args: argparse.Namespace, report: Mapping[str, Any], out: TextIO) -> in
     if not any(k in new for k in base):
         print(f"vigil eval: --baseline {name} shares no (case, repeat) with this run", file=sys.stderr)
         return EXIT_INPUT
-    cmp = compare_runs(base, new, alpha=args.alpha, tolerance=args.tolerance)
+    cmp = compare_runs(
+        base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=getattr(args, "gate_wall_clock", False)
+    )
     print_comparison(cmp, out, base=name, new="this run")
     return EXIT_DROP if cmp.drops else 0

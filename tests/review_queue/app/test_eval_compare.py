@@ -3,6 +3,7 @@ non-deterministic agent (fixed seeds), and the ``--repeat`` intervals in every r
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import xml.etree.ElementTree as ET
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from review_queue.app.cli import main
-from review_queue.app.eval_compare import compare_runs, runs_from_report
+from review_queue.app.eval_compare import compare_runs, print_comparison, runs_from_report
 from review_queue.app.eval_report import junit_xml, report_json
 from review_queue.app.eval_stats import case_intervals, markdown_intervals, statistics_json, summaries
 from scorers.eval.criteria import CriterionResult
@@ -120,6 +121,30 @@ class TestCompare:
         assert [] == compare_runs(base, fewer).drops
         assert ["steps"] == [m.name for m in compare_runs(base, more).drops]
         assert {"pass", "steps"} == {m.name for m in compare_runs(base, more).metrics}
+
+    def test_wall_clock_metrics_are_shown_but_gate_only_when_asked(self) -> None:
+        """The same agent's latency rising with the machine's load is significant, not a drop, unless
+        ``gate_wall_clock``; the other lower-is-better metrics gate as before."""
+
+        def doc(latency: float, steps: int) -> dict[str, Any]:
+            results = [
+                {"eval_id": f"c{i}", "repeat": 0, "passed": True, "steps": steps, "latency_ms": latency + i % 3}
+                for i in range(30)
+            ]
+            return {"results": results}
+
+        base = runs_from_report(doc(48.0, 2), "base")
+        slower = runs_from_report(doc(61.0, 2), "new")
+        cmp = compare_runs(base, slower)
+        latency = next(m for m in cmp.metrics if m.name == "latency_ms")
+        assert (latency.significant, latency.worse, latency.gated, latency.drop) == (True, True, False, False)
+        assert [] == cmp.drops
+        out = io.StringIO()
+        print_comparison(cmp, out)
+        assert "worse (significant, wall clock: not gated)" in out.getvalue()
+        assert ["latency_ms"] == [m.name for m in compare_runs(base, slower, gate_wall_clock=True).drops]
+        more_steps = runs_from_report(doc(48.0, 3), "new")
+        assert ["steps"] == [m.name for m in compare_runs(base, more_steps).drops]
 
     def test_unpaired_runs_are_counted(self) -> None:
         base = runs_from_report(_report(_agent(1)), "base")
