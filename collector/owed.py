@@ -39,8 +39,9 @@ __all__ = ["DEFAULT_HORIZON_S", "DEFAULT_MAX_OWED_SPANS", "OwedMetrics", "OwedPu
 
 DEFAULT_HORIZON_S = 60.0
 """Seconds the ledger waits for refused spans to come back: longer than an OpenTelemetry SDK
-exporter keeps retrying one body (its backoff gives up within about a minute), shorter than the
-assembler's idle timeout (``max_idle_s``, 300 s)."""
+exporter keeps retrying one body (the Python OTLP/HTTP exporter honours Retry-After and gives up
+after 10 s), shorter than an OpenTelemetry Collector may (up to 5 minutes, with back-off) and than
+the assembler's idle timeout (``max_idle_s``, 300 s)."""
 DEFAULT_MAX_OWED_SPANS = 50_000
 """Span ids the ledger holds at most (about 5 MB): two hundred refused bodies of 250 spans."""
 
@@ -107,9 +108,6 @@ class OwedSpans:
     def __contains__(self, trace_id: object) -> bool:
         """Whether ``trace_id`` is owed spans (a plain dict lookup: safe from any thread)."""
         return trace_id in self._traces
-
-    def __len__(self) -> int:
-        return len(self._traces)
 
     def full(self) -> bool:
         """Whether the ledger holds its maximum (the receivers then refuse before reading)."""
