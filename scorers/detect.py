@@ -201,6 +201,8 @@ _STOP_FIELD: Final = re.compile(
 ``RunResult.state``): the framework's own words for why the run stopped."""
 
 _PAST: Final = frozenset({"reached", "exceeded", "exhausted", "hit", "stopped", "exceeds"})
+_PAST_TEXT: Final = re.compile("|".join(sorted({w.removesuffix("ed").removesuffix("s") for w in _PAST})), re.I)
+"""Where a :data:`_PAST` token can be: each is a substring of the lower-cased text (a cheap test run first)."""
 
 _REFUSAL_JSON: Final = re.compile(r'"refusal"\s*:\s*"(?!")((?:[^"\\]|\\.){1,240})')
 """A JSON ``"refusal": "<non-empty>"`` (OpenAI messages carry ``"refusal": null`` when there is none)."""
@@ -712,7 +714,7 @@ class Detector:
             if message.role not in ("system", "developer", "tool"):
                 continue
             text = message.content[:2000]
-            if not (limit_words(text) and not _PAST.isdisjoint(tokens_of(text))):
+            if not _PAST_TEXT.search(text) or not (limit_words(text) and not _PAST.isdisjoint(tokens_of(text))):
                 continue
             if message.role == "tool":
                 if returned is None:

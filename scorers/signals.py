@@ -15,6 +15,7 @@ from typing import Final, NamedTuple
 from collector.model import Attributes, Span, StatusCode
 from scorers.dialects import (
     EXTRA_FINISH_KEYS,
+    FALLBACK_FINISH_KEYS,
     FINISH_KEYS,
     FINISH_READERS,
     INPUT_TOKEN_KEYS,
@@ -47,7 +48,9 @@ __all__ = [
 ]
 
 _FINISH_ALL_KEYS: Final = frozenset((*FINISH_KEYS, *EXTRA_FINISH_KEYS))
-_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {FINISH_REASONS}
+_FINISH_OTHER_KEYS: Final = _FINISH_ALL_KEYS - {FINISH_REASONS, *FALLBACK_FINISH_KEYS}
+"""Keys that can add to a one-reason ``gen_ai.response.finish_reasons`` (the fallback keys, such as the
+GenAI output messages every instrumented chat span carries, are read only when no finish key said anything)."""
 _ERROR: Final = StatusCode.ERROR  # a global: ``StatusCode.ERROR`` goes through the unspecialisable EnumType.__getattr__
 
 

@@ -62,6 +62,8 @@ class Adapter:
         last_resort_argument_keys: read for tool arguments after every adapter's ``argument_keys``.
         message_keys: attributes whose presence means :meth:`messages` may find content.
         extra_finish_keys: attributes whose presence means :meth:`finish_reasons` may find some.
+        fallback_finish_keys: those of :attr:`extra_finish_keys` that :meth:`finish_reasons` reads
+            only when no finish key said anything (so a span whose finish keys did need not read them).
         session_keys: attributes holding the id of the conversation (session, thread) a run is a
             turn of (read by :mod:`scorers.session_ids`).
         user_keys: attributes holding the id of the end user the run answered.
@@ -87,6 +89,7 @@ class Adapter:
     final_output_keys: ClassVar[tuple[str, ...]] = ()
     message_keys: ClassVar[tuple[str, ...]] = ()
     extra_finish_keys: ClassVar[tuple[str, ...]] = ()
+    fallback_finish_keys: ClassVar[tuple[str, ...]] = ()
     session_keys: ClassVar[tuple[str, ...]] = ()
     user_keys: ClassVar[tuple[str, ...]] = ()
 

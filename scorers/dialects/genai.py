@@ -111,6 +111,7 @@ class GenAI(Adapter):
     model_keys = ("gen_ai.response.model", "gen_ai.request.model")
     finish_keys = (FINISH_REASONS,)
     extra_finish_keys = (OUTPUT_MESSAGES,)
+    fallback_finish_keys = (OUTPUT_MESSAGES,)  # see finish_reasons below
     tool_name_keys = ("gen_ai.tool.name",)
     tool_call_id_keys = ("gen_ai.tool.call.id",)
     argument_keys = ("gen_ai.tool.call.arguments",)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from collector.model import SpanEvent, StatusCode
 from scorers.detect import (
+    _PAST,
+    _PAST_TEXT,
     BUILTIN_RULES,
     DetectionConfig,
     Detector,
@@ -409,6 +411,19 @@ class TestInjectedMessages:
             tool_result=text,
         )
         assert not run.hit_max_iterations
+
+    @given(
+        st.lists(
+            st.sampled_from(["Reached", "EXCEEDED", "maxHit", "hit_limit", "Stopped", "exhausts", "exceeds", "steps",
+                             "white", "LimitHIT", "reach", "_", " ", ".", "7", "Iterations"]),
+            max_size=12,
+        )
+    )  # fmt: skip
+    def test_past_prefilter_never_hides_a_past_token(self, words: list[str]) -> None:
+        """The cheap search run before tokenising a message finds every text whose tokens hold a past-tense mark."""
+        text = "".join(words)
+        if not _PAST.isdisjoint(tokens_of(text)):
+            assert _PAST_TEXT.search(text)
 
 
 class TestGuardDecisions:

@@ -131,6 +131,18 @@ class TestFinishReasons:
             ({"gen_ai.output.messages": [{"role": "assistant", "parts": [], "finish_reason": "stop"}]}, ("stop",)),
             ({"gen_ai.response.finish_reasons": ["FinishReason.PROHIBITED_CONTENT"]}, ("prohibited_content",)),
             ({"gen_ai.response.finish_reasons": 7}, ()),
+            # the output messages are read only when no finish key said anything (the one-reason fast path)
+            (
+                {
+                    "gen_ai.response.finish_reasons": ["stop"],
+                    "gen_ai.output.messages": '[{"role":"assistant","parts":[],"finish_reason":"length"}]',
+                },
+                ("stop",),
+            ),
+            (
+                {"gen_ai.response.finish_reasons": ["stop"], "gen_ai.completion.0.finish_reason": "length"},
+                ("stop", "length"),
+            ),
         ],
     )
     def test_sources(self, attributes: dict[str, Any], expected: tuple[str, ...]) -> None:
