@@ -228,8 +228,8 @@ def soft_error(result: str | None) -> bool:
     text = result.lstrip()
     if text.startswith(SOFT_ERROR_PREFIXES):
         return True
-    if not text.startswith("{"):
-        return False
+    if not text.startswith("{") or ('"status"' not in text and '"content"' not in text and "\\u" not in text):
+        return False  # (a key spelled with escapes, "\u0073tatus", is still read)
     decoded = as_json(text)
     if not isinstance(decoded, Mapping):
         return False

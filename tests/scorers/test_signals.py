@@ -310,6 +310,8 @@ class TestSoftError:
             ('{"content": "ok", "status": "error"}', True),
             ("42", False),
             ('{"content": "fine"}', False),
+            ('{"\\u0073tatus": "error"}', True),  # a key spelled with an escape is read too
+            ('{"temperature": 21, "unit": "C", "note": "Error: none"}', False),
             (None, False),
         ],
     )
