@@ -145,12 +145,7 @@ class GenAI(Adapter):
         return rest.strip() if space and head in NAME_PREFIXES else None
 
     def messages(self, attributes: Attributes) -> list[Message]:
-        found: list[Message] = []
-        for key in self.message_keys:
-            decoded = as_json(attributes.get(key))
-            if isinstance(decoded, list):
-                found.extend(m for item in decoded[-MAX_MESSAGES:] if (m := message_of(item)) is not None)
-        return found
+        return [Message(role, content) for role, content in self.message_pairs(attributes)]
 
     def message_pairs(self, attributes: Attributes) -> list[tuple[str, str]]:
         """:meth:`messages` as ``(role, content)`` pairs (the run details read these, for every model call):
