@@ -7,7 +7,7 @@ import json
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+from review_queue.app.bench.heavy import HeavyResult, heavy_bodies, heavy_runs
 from review_queue.app.cli import parser
 
 
@@ -116,3 +116,12 @@ def test_server_settings_are_parsed_and_checked(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         parser().parse_args(["bench", "--heavy", "--server-env", "PATH=/tmp"])
     assert "expected VIGIL_NAME=VALUE" in capsys.readouterr().err
+
+
+def test_late_dropped_reads_the_assemblers_late_evicted_spans() -> None:
+    """The table's loss column is the server's ``late_evicted`` count (0 when the server never said)."""
+    base = {"spans": 10, "runs": 1, "cpu_s": 1.0, "send_wall_s": 1.0, "peak_rss_mb": 1.0, "stored": 1, "complete": 1,
+            "with_details": 1, "capped_truth": 0, "capped_stored": 0, "blocked_truth": 0, "blocked_stored": 0,
+            "refused": 0}  # fmt: skip
+    assert HeavyResult(**base, events={"late_evicted": 44135.0, "late_spans": 9.0}).late_dropped == 44135
+    assert HeavyResult(**base).late_dropped == 0
