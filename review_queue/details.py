@@ -467,9 +467,11 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     """The run as a reviewer reads it, in order: the input, each model turn, each tool call, guardrails, the answer.
 
     Messages come from each LLM span in start order (:func:`scorers.content.message_pairs`: OTel
-    GenAI, OpenInference, Traceloop, Vercel); a message already shown (the history each call
+    GenAI, OpenInference, Traceloop, Vercel; the GenAI history each call resends parsed only where it
+    grew, :class:`scorers.content.MessageHistory`); a message already shown (the history each call
     repeats) is not shown again. Tool calls come from the tool spans, between the model turns.
     """
+    message_pairs = content.MessageHistory()
     tools: dict[str, ToolCall] = {t.span_id: t for t in run.tools}
     entries: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
@@ -477,7 +479,7 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
     shown_results: set[str] = set()
     for step in run.steps if len(run.steps) <= MAX_SPANS else run.steps[:MAX_SPANS]:
         if step.kind is StepKind.LLM:
-            found = content.message_pairs(step.attributes)
+            found = message_pairs(step.attributes)
             if not found:  # content not captured on this call
                 history = found
                 continue

@@ -46,7 +46,7 @@ from scorers.dialects.base import (
 )
 from scorers.dialects.crewai import CrewAI
 from scorers.dialects.dspy import DSPy
-from scorers.dialects.genai import GENAI, GenAI, lift_events
+from scorers.dialects.genai import GENAI, GenAI, History, lift_events
 from scorers.dialects.genai import agent_attribute as _genai_agent
 from scorers.dialects.genai import workflow_name as _genai_workflow
 from scorers.dialects.google_adk import GoogleADK
@@ -85,6 +85,7 @@ __all__ = [
     "USER_KEYS",
     "VERCEL",
     "Adapter",
+    "MessageHistory",
     "agent_name",
     "answer_tool",
     "as_bool",
@@ -309,6 +310,25 @@ def message_pairs(attributes: Attributes) -> list[tuple[str, str]]:
     if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := _GENAI.message_pairs(attributes)):
         return found  # GenAI's reader comes first in messages_of
     return [(m.role, m.content) for m in messages_of(attributes)]
+
+
+class MessageHistory:
+    """:func:`message_pairs` of one run's model calls read in start order: the GenAI input messages
+    each call resends are parsed only where they add to the previous call's (:class:`~scorers.dialects.genai.History`).
+    One per run; not thread-safe."""
+
+    __slots__ = ("_genai",)
+
+    def __init__(self) -> None:
+        self._genai = History()
+
+    def __call__(self, attributes: Attributes) -> list[tuple[str, str]]:
+        """What :func:`message_pairs` gives for ``attributes``."""
+        if MESSAGE_KEYS.isdisjoint(attributes):
+            return []
+        if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := self._genai.pairs(attributes)):
+            return found
+        return [(m.role, m.content) for m in messages_of(attributes)]
 
 
 MAX_AGENT_NAME: Final = 256

@@ -37,9 +37,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Final, cast
 
+import orjson
+
 from collector.model import Attributes, Span, SpanEvent
 from scorers.dialects.base import (
     MAX_MESSAGES,
+    MAX_PARSE_CHARS,
     MAX_TEXT,
     Adapter,
     Found,
@@ -209,6 +212,73 @@ def _compiled_pairs() -> _Pairs:
 
 
 _pairs: Final = _compiled_pairs()
+
+
+class History:
+    """:meth:`GenAI.message_pairs` of one run's model calls, read in order, each call's
+    ``gen_ai.input.messages`` parsed only where it adds to the previous call's.
+
+    A model call's input messages are the whole conversation so far (every framework resends the
+    history), so reading each call's from scratch parses a run's history once per call. When a call's
+    text is the previous call's with messages appended (``[A,B]`` then ``[A,B,C,D]``: the same text up
+    to the closing bracket, then a comma), only ``[C,D]`` is parsed and its messages are appended to
+    the previous call's. Anything else (a history rewritten or cut, another spelling, a value that is
+    not a JSON text) is read from scratch. The pairs are what :meth:`GenAI.message_pairs` gives for the
+    same attributes (``tests/scorers/dialects/test_genai_history.py``). One per run; not thread-safe.
+    """
+
+    __slots__ = ("_items", "_pairs", "_raw")
+
+    def __init__(self) -> None:
+        self._raw: str | None = None  # the previous call's input text, when it ends with "]" and parsed as a list
+        self._items: list[object] = []  # its messages, decoded
+        self._pairs: list[tuple[str, str]] | None = None  # their pairs (None: more than MAX_MESSAGES)
+
+    def pairs(self, attributes: Attributes) -> list[tuple[str, str]]:
+        """The ``(role, content)`` pairs of this call's input then output messages."""
+        found = self._input(attributes.get(INPUT))
+        decoded = as_json(attributes.get(OUTPUT_MESSAGES))
+        if isinstance(decoded, list):
+            found = found + _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
+        return found
+
+    def _input(self, raw: object) -> list[tuple[str, str]]:
+        prev = self._raw
+        self._raw = None
+        if type(raw) is not str or len(raw) > MAX_PARSE_CHARS:
+            decoded = as_json(raw)  # not a JSON text: as the reader takes it (an array value, or nothing)
+            return _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT) if isinstance(decoded, list) else []
+        if prev is not None and len(raw) > len(prev) and raw[len(prev) - 1] == "," and raw.startswith(prev[:-1]):
+            try:
+                new = orjson.loads("[" + raw[len(prev) :])
+            except orjson.JSONDecodeError:
+                new = None
+            if isinstance(new, list):
+                items = self._items
+                items.extend(new)
+                if self._pairs is not None and len(items) <= MAX_MESSAGES:
+                    found = self._pairs + _pairs(new, message_of, as_text, MAX_TEXT)
+                else:
+                    found = _pairs(items[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
+                self._remember(raw, items, found)
+                return found
+        if raw.lstrip()[:1] != "[":
+            return []  # not an array (as_json gives the text back, or an object)
+        try:
+            items = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # NaN, lone surrogates, not JSON: the reader's own way
+            decoded = as_json(raw)
+            return _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT) if isinstance(decoded, list) else []
+        if not isinstance(items, list):
+            return []
+        found = _pairs(items[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
+        self._remember(raw, items, found)
+        return found
+
+    def _remember(self, raw: str, items: list[object], found: list[tuple[str, str]]) -> None:
+        if raw.endswith("]"):
+            self._raw, self._items = raw, items
+            self._pairs = found if len(items) <= MAX_MESSAGES else None
 
 
 def _parts_text(parts: list[object]) -> str:
