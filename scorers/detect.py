@@ -540,6 +540,45 @@ class SpanFacts:
     reasons: tuple[str, ...]
 
 
+class GrowingText:
+    """Whether a marker is in a text, lower-cased, where each text may extend the last one looked at.
+
+    A model call's input is the conversation so far: the next call's text is the last one with
+    messages appended (a JSON array's text grows past its closing ``]``). When a text starts with the
+    last text (or, when the last ended with ``]``, with all of it but that), only the part after it —
+    and the marker's length before it, for a match across the join — is lower-cased and searched; the
+    rest is the last answer. Anything else is searched whole. Lower-casing works character by character
+    (a character never lowers to fewer than one), so the answer is exactly ``marker in text.lower()``
+    for an ASCII marker without ``]``. Safe to share between threads (a text of another run is searched
+    whole); remembers one text (any prefix remembered is a right answer for the texts that extend it).
+    """
+
+    __slots__ = ("_last", "_marker", "_short")
+
+    def __init__(self, marker: str, short: int = 4096) -> None:
+        """``short``: texts shorter than this are searched whole and not remembered (remembering costs
+        more than it saves on them)."""
+        if not marker.isascii() or "]" in marker or marker != marker.lower():
+            raise ValueError(f"marker must be lower-case ASCII without ']': {marker!r}")
+        self._marker = marker
+        self._short = short
+        self._last: tuple[str, bool] | None = None  # a prefix of the last text, and whether it holds the marker
+
+    def __call__(self, text: str) -> bool:
+        """``marker in text.lower()``."""
+        marker = self._marker
+        if len(text) < self._short:
+            return marker in text.lower()
+        last = self._last
+        if last is not None and text.startswith(last[0]):
+            joined = len(last[0]) - len(marker) + 1
+            found = last[1] or marker in text[max(0, joined) :].lower()
+        else:
+            found = marker in text.lower()
+        self._last = (text[:-1] if text.endswith("]") else text, found)
+        return found
+
+
 class Detector:
     """Applies the built-in and user rules; one per process, built from :class:`DetectionConfig`."""
 
@@ -553,6 +592,7 @@ class Detector:
             (*_GUARDRAIL_KEYS, "vigil.max_iterations_hit", "vigil.iterations", *self._user_keys)
         )
         self.watched: frozenset[str] = self.marker_keys | _TEXT_KEYS
+        self._grown = {key: GrowingText(CREWAI_FORCE_FINAL_ANSWER) for key in _INPUT_KEYS}
 
     def quiet(self, attrs: Attributes, error: bool, reasons: Sequence[str]) -> bool:
         """Whether no per-span rule can fire on a span — the cheap pre-check of the common case.
@@ -590,7 +630,7 @@ class Detector:
         if kind is _LLM_KIND:
             if self._on["block.refusal"]:
                 self._refusal(span, out)
-            if self._on["limit.output"] and _has_inputs(attrs) and _inputs_contain(attrs, CREWAI_FORCE_FINAL_ANSWER):
+            if self._on["limit.output"] and _has_inputs(attrs) and _inputs_contain(attrs, self._grown):
                 out.append(_ev(LIMIT, "limit.output", span, "input", "CrewAI forced final answer (max_iter reached)"))
         elif kind is not _TOOL_KIND:
             if not self.marker_keys.isdisjoint(attrs):
@@ -867,10 +907,13 @@ def _has_inputs(attrs: Attributes) -> bool:
     )
 
 
-def _inputs_contain(attrs: Attributes, marker: str) -> bool:
+def _inputs_contain(attrs: Attributes, grown: Mapping[str, GrowingText]) -> bool:
+    """Whether an input of the span holds :data:`CREWAI_FORCE_FINAL_ANSWER`, lower-cased (``grown``:
+    a :class:`GrowingText` of it per key of :data:`_INPUT_KEYS`)."""
+    marker = CREWAI_FORCE_FINAL_ANSWER
     for key in _INPUT_KEYS:
         value = attrs.get(key)
-        if isinstance(value, str) and marker in value.lower():
+        if isinstance(value, str) and grown[key](value):
             return True
     for prefix, suffix in _INDEXED_INPUTS:
         for i in range(_MAX_INDEXED):

@@ -5,7 +5,9 @@ Every framework sends a model call the conversation so far, so a run of N calls 
 copies of its history in ``gen_ai.input.messages``. This times, for one such run (a system prompt, a
 user request, then per call an assistant tool call and a ~700-character tool result), reading every
 call's messages from scratch (``scorers.content.message_pairs``, what the run details did) against
-reading them in order with ``scorers.content.MessageHistory`` (only what each call adds is parsed)::
+reading them in order with ``scorers.content.MessageHistory`` (only what each call adds is parsed),
+and the detector's search of every call's input for CrewAI's forced-final-answer prompt, lower-casing
+each input whole against :class:`scorers.detect.GrowingText`::
 
     PYTHONPATH=. .venv/bin/python scripts/history_cost.py --calls 10 30 60
 
@@ -19,6 +21,7 @@ import json
 import time
 
 from scorers import content
+from scorers.detect import CREWAI_FORCE_FINAL_ANSWER, GrowingText
 
 
 def _calls(n: int) -> list[dict[str, str]]:
@@ -56,8 +59,15 @@ def main() -> int:
         scratch = _best(lambda cs: [content.message_pairs(a) for a in cs], calls)
         incremental = _best(lambda cs: [h(a) for h in (content.MessageHistory(),) for a in cs], calls)
         size = len(calls[-1]["gen_ai.input.messages"])
-        print(f"{n:3d} calls (last input {size / 1024:5.1f} KiB): from scratch {scratch:7.0f} µs, "
+        print(f"{n:3d} calls (last input {size / 1024:5.1f} KiB): messages from scratch {scratch:7.0f} µs, "
               f"in order {incremental:6.0f} µs ({scratch / incremental:.1f}×)")  # fmt: skip
+        inputs = [a["gen_ai.input.messages"] for a in calls]
+        marker = CREWAI_FORCE_FINAL_ANSWER
+        grown = GrowingText(marker)
+        assert [grown(t) for t in inputs] == [marker in t.lower() for t in inputs]
+        whole = _best(lambda ts: [marker in t.lower() for t in ts], inputs)
+        searched = _best(lambda ts: [g(t) for g in (GrowingText(marker),) for t in ts], inputs)
+        print(f"{'':36s}force-answer check whole {whole:7.0f} µs, grown {searched:6.0f} µs ({whole / searched:.1f}×)")
     return 0
 
 

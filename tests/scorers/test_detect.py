@@ -14,8 +14,10 @@ from scorers.detect import (
     _PAST,
     _PAST_TEXT,
     BUILTIN_RULES,
+    CREWAI_FORCE_FINAL_ANSWER,
     DetectionConfig,
     Detector,
+    GrowingText,
     block_words,
     is_block_reason,
     limit_words,
@@ -542,3 +544,50 @@ class TestOutputChecks:
     def test_bad_rejection_pattern_is_one_line(self) -> None:
         with pytest.raises(DetectionConfigError, match=r"safety_blocked\.rejections\[0\]: invalid regular expression"):
             DetectionConfig.from_mapping({"safety_blocked": {"rejections": ["("]}})
+
+
+class TestGrowingText:
+    """The lower-cased marker search that reads only what a growing input added."""
+
+    _PIECES = st.sampled_from(
+        ["MUST give your", " absolute BEST", " Final answer", "must give your absolute best final answer", "]", ",",
+         '{"role":"user"}', "İ", "\u212a", "Σ", "ß", " ", "x"]
+    )  # fmt: skip
+
+    @given(st.lists(st.tuples(st.sampled_from(["grow", "grow-json", "new"]), st.lists(_PIECES, max_size=5)),
+                    max_size=10))  # fmt: skip
+    def test_same_as_lowering_every_text(self, steps: list[tuple[str, list[str]]]) -> None:
+        marker = CREWAI_FORCE_FINAL_ANSWER
+        search = GrowingText(marker, short=0)
+        text = ""
+        for how, pieces in steps:
+            added = "".join(pieces)
+            if how == "grow":
+                text += added
+            elif how == "grow-json":
+                text = (text[:-1] + "," if text.endswith("]") else text + "[") + added + "]"
+            else:
+                text = added
+            assert search(text) == (marker in text.lower()), text
+
+    def test_a_marker_split_across_the_join_is_found(self) -> None:
+        """The text grown past the last one completes a marker the last one began."""
+        search = GrowingText(CREWAI_FORCE_FINAL_ANSWER, short=0)
+        first = "Now it's time you MUST give your absolute"
+        assert not search(first)
+        assert search(first + " BEST Final Answer.")
+        assert search(first + " BEST Final Answer. More.")  # the last text held it: so does this one
+        assert not search("[1]")
+        assert not search("[1,2]")  # grown past its "]"
+
+    def test_short_texts_are_searched_whole_and_long_ones_remembered(self) -> None:
+        search = GrowingText(CREWAI_FORCE_FINAL_ANSWER, short=64)
+        long = "x" * 100 + " must give your absolute"
+        assert not search(long)
+        assert search(long + " best final answer")  # grown: only the join and what follows searched
+        assert not search("short, no marker")
+
+    @pytest.mark.parametrize("marker", ["Upper", "a]b", "é"])
+    def test_markers_it_cannot_search_are_refused(self, marker: str) -> None:
+        with pytest.raises(ValueError, match="marker"):
+            GrowingText(marker)
