@@ -35,13 +35,26 @@ from collector.errors import BackpressureError, StreamFullError
 from collector.model import Span, TraceBatch
 from collector.stream import BodyPublisher, Publisher, check_room
 
-__all__ = ["DEFAULT_HORIZON_S", "DEFAULT_MAX_OWED_SPANS", "OwedMetrics", "OwedPublisher", "OwedSpans"]
+__all__ = [
+    "DEFAULT_HORIZON_S",
+    "DEFAULT_MAX_DECODE_BYTES",
+    "DEFAULT_MAX_OWED_SPANS",
+    "OwedMetrics",
+    "OwedPublisher",
+    "OwedSpans",
+]
 
 DEFAULT_HORIZON_S = 60.0
 """Seconds the ledger waits for refused spans to come back: longer than an OpenTelemetry SDK
 exporter keeps retrying one body (the Python OTLP/HTTP exporter honours Retry-After and gives up
 after 10 s), shorter than an OpenTelemetry Collector may (up to 5 minutes, with back-off) and than
 the assembler's idle timeout (``max_idle_s``, 300 s)."""
+DEFAULT_MAX_DECODE_BYTES = 4 * 1024 * 1024
+"""Largest body decoded only to record its refusal: an SDK's batch of 512 spans with captured content
+is well under 1 MB, a Collector's default batch of 8,192 spans a few MB. A larger body is refused
+before it is decoded, as before the ledger: several near the size limit decoded at once only to be
+refused held hundreds of MiB (a burst of 48 gzip messages of 19.5 MiB over gRPC peaked at 508–536 MiB
+under a 512 MiB limit, against 281–299 MiB when refused undecoded; BENCHMARKS.md, "session 13")."""
 DEFAULT_MAX_OWED_SPANS = 50_000
 """Span ids the ledger holds at most (about 5 MB): two hundred refused bodies of 250 spans."""
 
@@ -176,11 +189,14 @@ class OwedPublisher:
     Args:
         inner: the publisher (the spool, the memory limiter, the in-process stream).
         owed: the ledger the run assembler reads.
+        max_decode_bytes: a body larger than this is refused before it is decoded, even while the
+            ledger has room (:data:`DEFAULT_MAX_DECODE_BYTES`).
     """
 
-    def __init__(self, inner: Publisher, owed: OwedSpans) -> None:
+    def __init__(self, inner: Publisher, owed: OwedSpans, max_decode_bytes: int = DEFAULT_MAX_DECODE_BYTES) -> None:
         self._inner = inner
         self._owed = owed
+        self._max_decode = max_decode_bytes
 
     def publish(self, batches: Sequence[TraceBatch]) -> None:
         """Publish through ``inner``; on refusal, record ``batches`` and re-raise.
@@ -211,9 +227,11 @@ class OwedPublisher:
             raise
 
     def check_room(self, size_hint: int = 0) -> None:
-        """Refuse before the body is read as ``inner`` would, except for a full in-process stream
-        (:class:`~collector.errors.StreamFullError`) while the ledger has room: that body is read and
-        decoded, so that its refusal is recorded. Memory, disk and a closed stream refuse as before.
+        """Refuse before the body is decoded as ``inner`` would, except for a full in-process stream
+        (:class:`~collector.errors.StreamFullError`) while the ledger has room and the body is no larger
+        than ``max_decode_bytes`` (``size_hint``: its size, 0 when not known yet — the receivers ask
+        again once it is read): that body is decoded, so that its refusal is recorded. Memory, disk and
+        a closed stream refuse as before.
 
         Raises:
             BackpressureError: a publish would be refused now.
@@ -221,7 +239,7 @@ class OwedPublisher:
         try:
             check_room(self._inner, size_hint)
         except StreamFullError:
-            if self._owed.full() or not self.ready():
+            if size_hint > self._max_decode or self._owed.full() or not self.ready():
                 raise
 
     def ready(self) -> bool:

@@ -219,6 +219,10 @@ class _Receiver:
         try:  # the body and its decoded spans are reserved until they are handed on
             await self._admit(request, encoding, reservation, covered)
             body = await self._read_body(request, reservation, covered, inflater)
+            try:  # its size is known now (inflated): refused here rather than after decoding
+                check_room(self._publisher, len(body))
+            except BackpressureError as exc:
+                raise self._backpressure(exc, spans=0) from exc
             if reservation.held > (cost := intake_cost(len(body))):  # keep what it holds, not the estimate
                 reservation.shrink(reservation.held - cost)
                 self._admission.wake()

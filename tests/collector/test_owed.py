@@ -72,13 +72,15 @@ class TestLedger:
 class Stack:
     """OwedPublisher → LimitedPublisher (a settable RSS, 150-byte ceiling) → InProcessStream."""
 
-    def __init__(self, capacity: int = 1, max_spans: int = 100) -> None:
+    def __init__(self, capacity: int = 1, max_spans: int = 100, max_decode_bytes: int = 1 << 20) -> None:
         self.rss = 0
         self.metrics = CollectorMetrics(CollectorRegistry())
         self.stream = InProcessStream(capacity, 1.0, self.metrics)
         limiter = MemoryLimiter(150, read_rss=lambda: self.rss, check_interval_s=0)
         self.owed = OwedSpans(max_spans=max_spans, clock=Clock())
-        self.publisher = OwedPublisher(LimitedPublisher(self.stream, limiter, 3, self.metrics), self.owed)
+        self.publisher = OwedPublisher(
+            LimitedPublisher(self.stream, limiter, 3, self.metrics), self.owed, max_decode_bytes=max_decode_bytes
+        )
 
 
 class TestPublisher:
@@ -100,6 +102,16 @@ class TestPublisher:
         stack = Stack()
         stack.publisher.publish([traced(A, "1" * 16)])
         stack.publisher.check_room(0)  # read and decode it: its refusal will be recorded
+
+    def test_a_body_too_large_to_decode_for_the_ledger_is_refused_undecoded(self) -> None:
+        """Only bodies up to max_decode_bytes are decoded to record their refusal; a larger one (its size
+        known once read) is refused before decoding, as without the ledger."""
+        stack = Stack(max_decode_bytes=1000)
+        stack.publisher.publish([traced(A, "1" * 16)])
+        stack.publisher.check_room(0)  # size not known yet: read it
+        stack.publisher.check_room(1000)
+        with pytest.raises(StreamFullError):
+            stack.publisher.check_room(1001)
 
     def test_a_full_ledger_refuses_before_reading_again(self) -> None:
         stack = Stack(max_spans=1)
