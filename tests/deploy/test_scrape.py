@@ -256,6 +256,9 @@ READY_QUERIES = (
     'count(environment_agent:vigil_safety_block_ratio:rate5m{environment="test"}) >= 1',
     "sum(vigil_flag_latency_seconds_count) > 0",
     'count(environment_agent:vigil_slo_error_budget_remaining:ratio{slo="task_completion"}) >= 4',
+    # the demo's sessions close a minute after their last turn: the session panels' rates need closes
+    # scraped twice within their 1m window (a close scraped once, just before the check, is no rate yet)
+    "sum(rate(vigil_sessions_closed_total[1m])) > 0",
 )
 """What the traffic must have produced, and Prometheus scraped and evaluated, before checking."""
 
