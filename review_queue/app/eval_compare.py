@@ -382,7 +382,7 @@ def add_compare_command(ev_sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def add_gate_arguments(p: argparse.ArgumentParser) -> None:
-    """``--alpha`` and ``--tolerance`` of the ``--baseline`` gate of ``vigil eval run|score``."""
+    """``--alpha``, ``--tolerance`` and ``--gate-wall-clock`` of the ``--baseline`` gate of ``vigil eval run|score``."""
     _add_test_arguments(p)
 
 
@@ -395,9 +395,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not any(k in new for k in base):
         print(f"vigil eval compare: {args.base} and {args.new} share no (case, repeat)", file=sys.stderr)
         return EXIT_INPUT
-    cmp = compare_runs(
-        base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=getattr(args, "gate_wall_clock", False)
-    )
+    cmp = compare_runs(base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=args.gate_wall_clock)
     if args.compare_json:
         json.dump(comparison_json(cmp), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -423,8 +421,6 @@ def gate(args: argparse.Namespace, report: Mapping[str, Any], out: TextIO) -> in
     if not any(k in new for k in base):
         print(f"vigil eval: --baseline {name} shares no (case, repeat) with this run", file=sys.stderr)
         return EXIT_INPUT
-    cmp = compare_runs(
-        base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=getattr(args, "gate_wall_clock", False)
-    )
+    cmp = compare_runs(base, new, alpha=args.alpha, tolerance=args.tolerance, gate_wall_clock=args.gate_wall_clock)
     print_comparison(cmp, out, base=name, new="this run")
     return EXIT_DROP if cmp.drops else 0

@@ -305,9 +305,15 @@ def message_pairs(attributes: Attributes) -> list[tuple[str, str]]:
     """:func:`messages_of` as ``(role, content)`` pairs: the same messages, the GenAI ones read without a
     :class:`~scorers.model.Message` each (the run details read every model call's, the repeated history
     included)."""
+    return _message_pairs(attributes, _GENAI.message_pairs)
+
+
+def _message_pairs(
+    attributes: Attributes, genai: Callable[[Attributes], list[tuple[str, str]]]
+) -> list[tuple[str, str]]:
     if MESSAGE_KEYS.isdisjoint(attributes):
         return []
-    if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := _GENAI.message_pairs(attributes)):
+    if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := genai(attributes)):
         return found  # GenAI's reader comes first in messages_of
     return [(m.role, m.content) for m in messages_of(attributes)]
 
@@ -324,11 +330,7 @@ class MessageHistory:
 
     def __call__(self, attributes: Attributes) -> list[tuple[str, str]]:
         """What :func:`message_pairs` gives for ``attributes``."""
-        if MESSAGE_KEYS.isdisjoint(attributes):
-            return []
-        if not _GENAI_MESSAGE_KEYS.isdisjoint(attributes) and (found := self._genai.pairs(attributes)):
-            return found
-        return [(m.role, m.content) for m in messages_of(attributes)]
+        return _message_pairs(attributes, self._genai.pairs)
 
 
 MAX_AGENT_NAME: Final = 256

@@ -155,9 +155,7 @@ class GenAI(Adapter):
         the common message shape is read in C (``genai_pairs`` of ``scorers/_redact_fast.c``) where built."""
         found: list[tuple[str, str]] = []
         for key in self.message_keys:
-            decoded = as_json(attributes.get(key))
-            if isinstance(decoded, list):
-                found.extend(_pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT))
+            found.extend(_latest_pairs(as_json(attributes.get(key))))
         return found
 
     def final_answer(self, attributes: Attributes) -> str | None:
@@ -214,6 +212,11 @@ def _compiled_pairs() -> _Pairs:
 _pairs: Final = _compiled_pairs()
 
 
+def _latest_pairs(decoded: object) -> list[tuple[str, str]]:
+    """The pairs of the latest :data:`MAX_MESSAGES` items of a decoded message array; none if not an array."""
+    return _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT) if isinstance(decoded, list) else []
+
+
 class History:
     """:meth:`GenAI.message_pairs` of one run's model calls, read in order, each call's
     ``gen_ai.input.messages`` parsed only where it adds to the previous call's.
@@ -237,17 +240,14 @@ class History:
     def pairs(self, attributes: Attributes) -> list[tuple[str, str]]:
         """The ``(role, content)`` pairs of this call's input then output messages."""
         found = self._input(attributes.get(INPUT))
-        decoded = as_json(attributes.get(OUTPUT_MESSAGES))
-        if isinstance(decoded, list):
-            found = found + _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
-        return found
+        output = _latest_pairs(as_json(attributes.get(OUTPUT_MESSAGES)))
+        return found + output if output else found
 
     def _input(self, raw: object) -> list[tuple[str, str]]:
         prev = self._raw
         self._raw = None
         if type(raw) is not str or len(raw) > MAX_PARSE_CHARS:
-            decoded = as_json(raw)  # not a JSON text: as the reader takes it (an array value, or nothing)
-            return _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT) if isinstance(decoded, list) else []
+            return _latest_pairs(as_json(raw))  # not a JSON text: as the reader takes it (an array value, or nothing)
         if prev is not None and len(raw) > len(prev) and raw[len(prev) - 1] == "," and raw.startswith(prev[:-1]):
             try:
                 new = orjson.loads("[" + raw[len(prev) :])
@@ -259,7 +259,7 @@ class History:
                 if self._pairs is not None and len(items) <= MAX_MESSAGES:
                     found = self._pairs + _pairs(new, message_of, as_text, MAX_TEXT)
                 else:
-                    found = _pairs(items[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
+                    found = _latest_pairs(items)
                 self._remember(raw, items, found)
                 return found
         if raw.lstrip()[:1] != "[":
@@ -267,11 +267,10 @@ class History:
         try:
             items = orjson.loads(raw)
         except orjson.JSONDecodeError:  # NaN, lone surrogates, not JSON: the reader's own way
-            decoded = as_json(raw)
-            return _pairs(decoded[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT) if isinstance(decoded, list) else []
+            return _latest_pairs(as_json(raw))
         if not isinstance(items, list):
             return []
-        found = _pairs(items[-MAX_MESSAGES:], message_of, as_text, MAX_TEXT)
+        found = _latest_pairs(items)
         self._remember(raw, items, found)
         return found
 
