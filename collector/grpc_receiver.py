@@ -83,7 +83,7 @@ from collector.metrics import CollectorMetrics, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_protobuf
 from collector.receiver import THREADPOOL_DECODE_BYTES, bearer_accepted
-from collector.stream import BodyPublisher, Publisher, check_room
+from collector.stream import Publisher, check_room, keeps_bodies
 
 __all__ = [
     "ADMISSION_WAIT_S",
@@ -383,7 +383,7 @@ class _GrpcReceiver:
         if not result.batches:
             return
         try:
-            if isinstance(self._publisher, BodyPublisher):  # spooled: answered once the body is on disk
+            if keeps_bodies(self._publisher):  # spooled: answered once the body is on disk
                 await self._publisher.publish_body(result.batches, body, "protobuf")
             else:
                 self._publisher.publish(result.batches)

@@ -33,7 +33,7 @@ from collector.budget import SHARES, MemoryBudgets
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
-from collector.stream import BodyPublisher, Publisher, check_room
+from collector.stream import Publisher, check_room, keeps_bodies
 
 __all__ = [
     "INTAKE_COST_FACTOR",
@@ -157,7 +157,7 @@ class LimitedPublisher:
             BackpressureError: memory is over the ceiling (nothing taken), or the inner one refused.
         """
         inner = self._inner
-        if not isinstance(inner, BodyPublisher):
+        if not keeps_bodies(inner):
             self.publish(batches)
             return
         self._refuse_over_limit(batches)

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collector.errors import BackpressureError, StreamFullError
 from collector.model import Span, TraceBatch
-from collector.stream import BodyPublisher, Publisher, check_room
+from collector.stream import Publisher, check_room, keeps_bodies
 
 __all__ = [
     "DEFAULT_HORIZON_S",
@@ -218,7 +218,7 @@ class OwedPublisher:
         """
         inner = self._inner
         try:
-            if isinstance(inner, BodyPublisher):
+            if keeps_bodies(inner):
                 await inner.publish_body(batches, body, encoding)
             else:
                 inner.publish(batches)

@@ -58,7 +58,7 @@ from collector.limits import IntakeBudget, Reservation, intake_cost
 from collector.metrics import CollectorMetrics, Encoding, RejectReason
 from collector.model import DecodeResult
 from collector.otlp import decode_json, decode_protobuf
-from collector.stream import BodyPublisher, Publisher, check_room
+from collector.stream import Publisher, check_room, keeps_bodies
 
 __all__ = ["INFLATE_STEP_BYTES", "THREADPOOL_DECODE_BYTES", "create_otlp_app"]
 
@@ -342,7 +342,7 @@ class _Receiver:
         if not result.batches:
             return
         try:
-            if isinstance(self._publisher, BodyPublisher):  # spooled: answered once the body is on disk
+            if keeps_bodies(self._publisher):  # spooled: answered once the body is on disk
                 await self._publisher.publish_body(result.batches, body, encoding)
             else:
                 self._publisher.publish(result.batches)

@@ -12,7 +12,7 @@ from collector.budget import SPAN_OVERHEAD_BYTES, Pressure
 from collector.errors import BackpressureError
 from collector.metrics import CollectorMetrics
 from collector.model import Span, TraceBatch
-from collector.stream import InProcessStream, Publisher
+from collector.stream import BodyPublisher, InProcessStream, Publisher, check_room, keeps_bodies
 
 
 def _batch(i: int, spans: int = 1) -> TraceBatch:
@@ -218,3 +218,28 @@ class TestPressure:
         stream = InProcessStream(100, 1.0)
         assert stream.pressure.raised is False
         stream.publish([_batch(0)])
+
+
+class TestProtocolChecks:
+    """``check_room`` / ``keeps_bodies`` answer by the publisher's class, as ``isinstance`` would."""
+
+    class _Plain:
+        def publish(self, batches: object) -> None: ...
+
+    class _Refusing(_Plain):
+        def check_room(self, size_hint: int = 0) -> None:
+            raise BackpressureError(f"full ({size_hint})")
+
+    class _Bodies(_Plain):
+        async def publish_body(self, batches: object, body: bytes, encoding: str) -> None: ...
+
+    def test_check_room_asks_a_publisher_that_can_refuse(self) -> None:
+        with pytest.raises(BackpressureError, match=r"full \(7\)"):
+            check_room(self._Refusing(), 7)
+        check_room(self._Plain(), 7)  # no check_room: never refuses
+
+    def test_keeps_bodies_matches_isinstance(self) -> None:
+        for publisher in (self._Plain(), self._Refusing(), self._Bodies()):
+            assert keeps_bodies(publisher) is isinstance(publisher, BodyPublisher)
+        assert keeps_bodies(self._Bodies())
+        assert not keeps_bodies(self._Plain())
