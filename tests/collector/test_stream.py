@@ -228,7 +228,7 @@ class TestProtocolChecks:
 
     class _Refusing(_Plain):
         def check_room(self, size_hint: int = 0) -> None:
-            raise BackpressureError(f"full ({size_hint})")
+            raise BackpressureError(1.0, f"full ({size_hint})")
 
     class _Bodies(_Plain):
         async def publish_body(self, batches: object, body: bytes, encoding: str) -> None: ...
