@@ -8,18 +8,19 @@ once at start-up. Writes are batched upserts keyed by trace id, one transaction 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import sqlalchemy as sa
 import structlog
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
@@ -49,6 +50,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+HEAD_REVISION: Final = "0012"
+"""The newest migration's revision (``review_queue/migrations/versions``; a test holds it to Alembic's
+head). A database already there is not handed to Alembic at start-up, so a long-lived process whose
+database is current never imports it."""
 """The Alembic script location shipped as package data."""
 
 _SQLITE_BEGIN = "vigil_sqlite_begin"
@@ -106,6 +111,61 @@ def upgrade_database(url: str) -> None:
         _upgrade(engine, retry_after=2.0)
     finally:
         engine.dispose()
+
+
+_MIGRATE_URL_ENV: Final = "VIGIL_MIGRATE_DATABASE_URL"
+_UNAVAILABLE_EXIT: Final = 3
+
+
+def upgrade_database_in_child(url: str, timeout_s: float = 600.0) -> bool:
+    """:func:`upgrade_database` in a short-lived child process unless the database is already current.
+
+    For long-lived processes (``vigil run``): Alembic, once imported, stays resident (~10 MB), and it
+    is needed only the few times a database is behind. A current database is checked here, with one
+    query; a database behind (or new) is migrated by ``python -c`` in a child that exits when done.
+    An in-memory SQLite database is migrated here (a child could not see it).
+
+    Returns:
+        True when a child migrated the database.
+
+    Raises:
+        StoreUnavailableError: the database cannot be reached (here or in the child).
+        ReviewQueueError: the child failed otherwise (its last line of error output).
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        upgrade_database(url)
+        return False
+    engine = create_store_engine(url)
+    try:
+        with engine.connect() as conn:
+            if schema_revision(conn) == HEAD_REVISION:
+                return False
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        raise StoreUnavailableError(2.0, f"cannot migrate: {_first_line(exc.orig or exc)}") from exc
+    finally:
+        engine.dispose()
+    code = "import review_queue.store as s; s._migrate_from_environment()"
+    env = {**os.environ, _MIGRATE_URL_ENV: url}  # not on the command line: ps would show a password
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if done.returncode == 0:
+        log.info("database_upgraded", backend=parsed.get_backend_name(), revision=HEAD_REVISION, process="child")
+        return True
+    said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    if done.returncode == _UNAVAILABLE_EXIT:
+        raise StoreUnavailableError(2.0, said)
+    raise ReviewQueueError(f"database migration failed: {said}")
+
+
+def _migrate_from_environment() -> None:
+    """The child of :func:`upgrade_database_in_child`: migrate, say why on stderr if it cannot."""
+    try:
+        upgrade_database(os.environ[_MIGRATE_URL_ENV])
+    except StoreUnavailableError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(_UNAVAILABLE_EXIT)
 
 
 class SqlStore:
@@ -684,17 +744,30 @@ def _details_upsert(dialect: str) -> sa.Executable:
 
 
 def _upgrade(engine: Engine, retry_after: float) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
     try:
         with engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADVISORY_LOCK_ID)))
+            if schema_revision(conn) == HEAD_REVISION:
+                log.info("database_current", backend=engine.dialect.name, revision=HEAD_REVISION)
+                return
+            from alembic import command  # only to migrate: ~10 MB resident for the process's lifetime
+            from alembic.config import Config
+
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS_DIR))
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
     except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
         raise StoreUnavailableError(retry_after, f"cannot migrate: {_first_line(exc.orig or exc)}") from exc
     log.info("database_upgraded", backend=engine.dialect.name)
+
+
+def schema_revision(conn: sa.Connection) -> str | None:
+    """The schema revision Alembic recorded in the database (``None``: never migrated)."""
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

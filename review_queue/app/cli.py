@@ -64,12 +64,14 @@ def configure_logging(level: str) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from review_queue.app.run import build, serve
+    from review_queue.store import upgrade_database_in_child
 
     settings = _settings(args)
     if args.demo:  # the fleet's OpenAI client would log every request at info
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)
         settings = demo_settings(settings)
+    upgrade_database_in_child(settings.database_url)  # the server then never imports Alembic
     emb = build(settings)
     drained = asyncio.run(serve(emb, demo_rate=args.demo_rate if args.demo else None))
     return 0 if drained else 1

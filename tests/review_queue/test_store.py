@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -177,6 +179,45 @@ class TestMigration:
         store = SqlStore(database_url)
         assert store.ping()
         store.close()
+
+    def test_head_revision_is_alembic_head(self) -> None:
+        """The revision the start-up check compares with is the newest shipped migration."""
+        assert _head() == store_module.HEAD_REVISION
+
+    def test_current_database_is_not_handed_to_alembic(self, tmp_path: Path) -> None:
+        """A process whose database is current never imports Alembic; a new one is migrated by a child."""
+        url = f"sqlite:///{tmp_path / 'v.db'}"
+        check = (
+            "import sys; from review_queue.store import upgrade_database_in_child as up, upgrade_database as up2;"
+            f"a = up({url!r}); b = up({url!r}); up2({url!r}); print(a, b, 'alembic' in sys.modules)"
+        )
+        done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=120)
+        assert "True False False" == done.stdout.strip().splitlines()[-1]
+        engine = create_store_engine(url)
+        with engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+        engine.dispose()
+        assert _head() == version
+
+    def test_database_behind_is_migrated_by_the_child(self, tmp_path: Path) -> None:
+        """A database at an older revision is brought to the head by the child, its rows kept."""
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        with _disposing(create_store_engine(url)) as engine:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS_DIR))
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "0010")
+            with engine.begin() as conn:
+                conn.execute(sa.text("UPDATE alembic_version SET version_num = '0010'"))
+            assert store_module.upgrade_database_in_child(url) is True
+            with engine.connect() as conn:
+                assert _head() == conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+
+    def test_unreachable_database_in_child_path(self) -> None:
+        """An unreachable database is a StoreUnavailableError, as with the in-process migration."""
+        with pytest.raises(StoreUnavailableError, match="cannot migrate"):
+            store_module.upgrade_database_in_child(CLOSED_PORT_URL)
 
     def test_in_memory_sqlite_via_store_upgrade(self) -> None:
         """SqlStore.upgrade migrates an in-memory SQLite database the store can then use."""
