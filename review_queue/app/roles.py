@@ -70,7 +70,7 @@ from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
 from review_queue.maintenance import Maintenance
 from review_queue.retention import Retention, deletion_counter
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore, upgrade_database_in_child
 from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekeyer
 from scorers.judge import JudgeService
@@ -226,7 +226,7 @@ def upgrade_with_retry(url: str, stop: threading.Event | None = None, max_wait_s
     stop = stop or threading.Event()
     while True:
         try:
-            upgrade_database(url)
+            upgrade_database_in_child(url)  # a long-lived role never imports Alembic
             return
         except StoreUnavailableError as exc:
             if stop.is_set():
