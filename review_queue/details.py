@@ -483,9 +483,11 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
             if not found:  # content not captured on this call
                 history = found
                 continue
-            common = 0
-            while common < min(len(found), len(history)) and found[common] == history[common]:
-                common += 1
+            common = len(history)
+            if common > len(found) or found[:common] != history:  # not the usual case, the history grown
+                common = 0
+                while common < min(len(found), len(history)) and found[common] == history[common]:
+                    common += 1
             # each call repeats the history: show what is new (all of it when the history was rewritten,
             # but never a message shown before)
             fresh = found[common:] if common == len(history) else [m for m in found[common:] if m not in seen]

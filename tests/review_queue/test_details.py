@@ -182,3 +182,26 @@ def test_heavy_workload_details_are_byte_identical_to_the_python_loops(
     assert any("[REDACTED:email]" in repr(details.decode(r["body"])) for r in python)
     assert [r["body"] for r in python] == [r["body"] for r in compiled]
     assert [r["final_output"] for r in python] == [r["final_output"] for r in compiled]
+
+
+def test_conversation_shows_each_message_once_as_histories_grow_are_rewritten_and_cut() -> None:
+    """Each model call resends the history: what it adds is shown; a rewritten or cut history shows only
+    messages never shown before (the prefix each call shares with the previous one, found by a slice)."""
+    from scorers.model import Run, Step, StepKind
+
+    def call(i: int, said: list[str]) -> Step:
+        messages = [{"role": "user", "parts": [{"type": "text", "content": s}]} for s in said]
+        return Step(
+            f"{i:016x}",
+            None,
+            "chat",
+            StepKind.LLM,
+            i,
+            i + 1,
+            attributes={"gen_ai.input.messages": orjson.dumps(messages).decode()},
+        )
+
+    histories = [["a"], ["a", "b"], ["a", "b", "c"], ["a", "x"], ["a", "x", "d"], ["b", "c", "e"], ["b", "c", "e"]]
+    run = Run("0" * 31 + "1", steps=tuple(call(i, h) for i, h in enumerate(histories)))
+    shown = [e["content"] for e in details._conversation(run, details.Texts(Redactor())) if e["kind"] == "message"]
+    assert ["a", "b", "c", "x", "d", "e"] == shown
