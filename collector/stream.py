@@ -81,7 +81,7 @@ class RoomCheck(Protocol):
         ...
 
 
-def check_room(publisher: object, size_hint: int = 0) -> None:
+def check_room(publisher: Publisher, size_hint: int = 0) -> None:
     """:meth:`RoomCheck.check_room` of ``publisher`` when it has one; otherwise never refuses.
 
     Raises:

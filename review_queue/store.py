@@ -50,11 +50,11 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+"""The Alembic script location shipped as package data."""
 HEAD_REVISION: Final = "0012"
 """The newest migration's revision (``review_queue/migrations/versions``; a test holds it to Alembic's
 head). A database already there is not handed to Alembic at start-up, so a long-lived process whose
 database is current never imports it."""
-"""The Alembic script location shipped as package data."""
 
 _SQLITE_BEGIN = "vigil_sqlite_begin"
 _IN_CHUNK = 900
@@ -147,9 +147,12 @@ def upgrade_database_in_child(url: str, timeout_s: float = 600.0) -> bool:
         engine.dispose()
     code = "import review_queue.store as s; s._migrate_from_environment()"
     env = {**os.environ, _MIGRATE_URL_ENV: url}  # not on the command line: ps would show a password
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ReviewQueueError(f"database migration did not finish within {timeout_s:g} s") from exc
     if done.returncode == 0:
         log.info("database_upgraded", backend=parsed.get_backend_name(), revision=HEAD_REVISION, process="child")
         return True
