@@ -47,6 +47,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collector.errors import BackpressureError, DecodeError, SettingsError
+from collector.lifecycle import name_os_thread
 from collector.metrics import CollectorMetrics
 from collector.model import TraceBatch
 from collector.otlp import decode_json, decode_protobuf, encode_batch
@@ -436,6 +437,7 @@ class KafkaPublisher:
 
     def _drain_loop(self) -> None:
         """Produce the spool's bodies in order; acknowledge each to the spool once Kafka acknowledged it."""
+        name_os_thread()
         spool = self._spool
         assert spool is not None
         cursor: ReadCursor | None = None
@@ -555,6 +557,7 @@ class KafkaPublisher:
             self._metrics.refused.labels(stage, reason).inc(spans)
 
     def _connect_loop(self) -> None:
+        name_os_thread()
         factory = self._factory or _kafka_producer
         while not self._closed.is_set():
             try:

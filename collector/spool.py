@@ -56,6 +56,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.budget import ByteAccount
 from collector.errors import BackpressureError, CollectorError
+from collector.lifecycle import name_os_thread
 from collector.model import TraceBatch
 from collector.stream import Publisher, check_room
 
@@ -513,6 +514,7 @@ class Spool:
 
     def _flush_loop(self) -> None:
         """Group commit: write everything queued, fsync once, complete the round's futures."""
+        name_os_thread()
         while True:
             with self._lock:
                 while not self._queue and not self._closed:
@@ -541,6 +543,7 @@ class Spool:
                         future.set_exception(error)
 
     def _interval_loop(self) -> None:
+        name_os_thread()
         while True:
             with self._lock:
                 if self._closed:

@@ -48,6 +48,7 @@ import structlog
 import zstandard
 
 from collector.budget import ByteAccount
+from collector.lifecycle import name_os_thread
 from collector.model import AttrValue, SpanEvent
 from scorers import content
 from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
@@ -683,6 +684,7 @@ class DetailsWriter:
         return not self._thread.is_alive()
 
     def _loop(self) -> None:
+        name_os_thread()
         while True:
             item = self._queue.get()
             if item is None:

@@ -80,6 +80,7 @@ from prometheus_client.registry import Collector
 
 from collector.errors import BackpressureError, DecodeError
 from collector.kafka import ProducerConfig, record_key
+from collector.lifecycle import name_os_thread
 from collector.model import TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
 from scorers.assemble import Assembler, ClosedTrace
@@ -304,6 +305,7 @@ class KafkaScorer:
     # --- the loop -------------------------------------------------------------------
 
     def _loop(self) -> None:
+        name_os_thread()
         while not self._stop.is_set():
             try:
                 self.run_once()

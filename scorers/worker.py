@@ -21,6 +21,7 @@ from typing import Protocol
 import structlog
 
 from collector.errors import BackpressureError
+from collector.lifecycle import name_os_thread
 from collector.model import TraceBatch
 from scorers.acks import AckTracker
 from scorers.assemble import Assembler, ClosedTrace
@@ -227,6 +228,7 @@ class StreamWorker:
                 acks.received(record, assembler.is_open(record.trace_id))
 
     def _loop(self) -> None:
+        name_os_thread()
         while not self._stop.is_set():
             try:
                 self.run_once(self._wait())

@@ -260,6 +260,26 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
+def process_name(pid: int) -> str:
+    """The system's name of a process (``/proc/<pid>/comm``: its main thread's)."""
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) the threads of a process have used so far, summed by each thread's
+    system name (``/proc/<pid>/task/<tid>/comm``; Vigil names its own, :func:`collector.lifecycle.name_os_thread`);
+    the main thread and the threads nobody named carry the process's name. Threads that ended are absent."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            seconds = stat_cpu_seconds((task / "stat").read_text())
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
 def status_mib(pid: int, key: str) -> float:
     """A memory line of ``/proc/<pid>/status`` (``VmHWM``: peak RSS, ``VmRSS``: resident now) in MiB; 0 if absent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

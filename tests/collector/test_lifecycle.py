@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
+from collector.lifecycle import (
+    OS_THREAD_NAME_CHARS,
+    Closing,
+    Component,
+    Components,
+    Hooks,
+    Periodic,
+    Together,
+    name_os_thread,
+    os_thread_name,
+)
 from tests.support.fixtures import runs_until_shutdown
 
 
@@ -135,3 +147,50 @@ def test_periodic_ticks_until_shut_down_and_survives_a_failing_tick() -> None:
 
     runs_until_shutdown(Periodic("vigil-test", tick, 0.01, immediately=True), lambda: len(ticks), 4)
     assert Periodic("vigil-never-started", tick, 1.0).shutdown(0.0)
+
+
+def _comm_of(thread: threading.Thread) -> str:
+    return Path(f"/proc/self/task/{thread.native_id}/comm").read_text().strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
+def test_a_named_thread_is_named_for_the_system_too() -> None:
+    """``top -H`` tells Vigil's threads apart: the Python name without ``vigil-``, cut to 15 characters."""
+    named = threading.Event()
+    done = threading.Event()
+    outcome: list[bool] = []
+
+    def body() -> None:
+        outcome.append(name_os_thread())
+        named.set()
+        done.wait(5)
+
+    thread = threading.Thread(target=body, name="vigil-stream-worker-of-a-long-name")
+    thread.start()
+    try:
+        assert named.wait(5)
+        assert outcome == [True]
+        assert _comm_of(thread) == "stream-worker-o"
+    finally:
+        done.set()
+        thread.join(5)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc are Linux's")
+def test_a_periodic_task_runs_on_a_named_thread() -> None:
+    ticked = threading.Event()
+    periodic = Periodic("vigil-upkeep", ticked.set, 0.01, immediately=True)
+    periodic.start()
+    try:
+        assert ticked.wait(5)
+        thread = next(t for t in threading.enumerate() if t.name == "vigil-upkeep")
+        assert _comm_of(thread) == "upkeep"
+    finally:
+        assert periodic.shutdown(5)
+
+
+def test_system_names_are_short_and_ascii() -> None:
+    assert os_thread_name("vigil-details") == "details"
+    assert os_thread_name("AnyIO worker thread") == "AnyIO worker th"
+    assert os_thread_name("vigil-é") == "?"
+    assert len(os_thread_name("x" * 40)) == OS_THREAD_NAME_CHARS

@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.model import Span as DecodedSpan
 from collector.otlp import decode_protobuf
 from review_queue.app.bench.synth import _kv, body
-from review_queue.app.process import cpu_seconds, spawn_vigil, status_mib
+from review_queue.app.process import cpu_seconds, process_name, spawn_vigil, status_mib, thread_cpu_seconds
 
 __all__ = [
     "PINNED_NOW_NS",
@@ -358,6 +358,8 @@ class HeavyResult:
     refused: int
     events: Mapping[str, float] = field(default_factory=dict)
     """``vigil_assembler_events_total`` by event; ``refused:<reason>``: ``vigil_refused_total{stage="stream"}``."""
+    threads: Mapping[str, float] = field(default_factory=dict)
+    """The server's CPU seconds over the measured span (:attr:`cpu_s`) by thread name (:func:`thread_split`)."""
 
     @property
     def spans_per_cpu_s(self) -> float:
@@ -450,6 +452,7 @@ def bench_heavy(
             pid = proc.process.pid
             url = f"{proc.otlp_endpoint}/v1/traces"
             refused, lock = [0], threading.Lock()
+            main, threads0 = process_name(pid), thread_cpu_seconds(pid)
             cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
             threads = [
                 threading.Thread(target=_send, args=(url, payload[i::connections], refused, lock))
@@ -462,12 +465,14 @@ def bench_heavy(
             send_wall = time.perf_counter() - wall0
             db = workdir / "vigil.db"
             last, cpu_at_last, changed = (-1, -1, -1, -1, -1), cpu_seconds(pid), time.monotonic()
+            threads_at_last = thread_cpu_seconds(pid)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 counts = _counts(db)
                 now = time.monotonic()
                 if counts != last:
                     last, cpu_at_last, changed = counts, cpu_seconds(pid), now
+                    threads_at_last = thread_cpu_seconds(pid)
                 elif (counts[0] >= len(runs) and now - changed >= settle_s) or now - changed >= 60:
                     break  # everything stored, or nothing moved for a minute (reported as stored)
                 time.sleep(0.25)
@@ -481,7 +486,29 @@ def bench_heavy(
         stored=stored, complete=complete, with_details=with_details,
         capped_truth=sum(r.capped for r in runs), capped_stored=capped,
         blocked_truth=sum(r.blocked for r in runs), blocked_stored=blocked, refused=refused[0], events=events,
+        threads=thread_split(threads0, threads_at_last, main=main),
     )  # fmt: skip
+
+
+MAIN_THREADS = "event loop & pools"
+"""How :func:`thread_split` names the main thread and the threads nobody named (the event loop, the
+request handlers' and executors' pools): they all carry the process's own name."""
+
+
+def thread_split(before: Mapping[str, float], after: Mapping[str, float], *, main: str) -> dict[str, float]:
+    """CPU seconds by thread name between two :func:`~review_queue.app.process.thread_cpu_seconds`
+    readings, largest first; ``main`` (the process's name) is reported as :data:`MAIN_THREADS`."""
+    spent = {name: seconds - before.get(name, 0.0) for name, seconds in after.items()}
+    named = {(MAIN_THREADS if name == main else name): seconds for name, seconds in spent.items() if seconds > 0}
+    return dict(sorted(named.items(), key=lambda item: -item[1]))
+
+
+def thread_shares(threads: Mapping[str, float], *, least: float = 0.01) -> str:
+    """``name share · name share …`` of the threads with at least ``least`` of the CPU (empty if none)."""
+    total = sum(threads.values())
+    if total <= 0:
+        return ""
+    return " · ".join(f"{name} {seconds / total:.0%}" for name, seconds in threads.items() if seconds / total >= least)
 
 
 def _tree(label: str) -> dict[str, Any]:
@@ -553,4 +580,8 @@ def main(
             " · ".join(f"{r.late_dropped:,}" for r in rounds),  # every round's: one loss is one too many
         )
     console.print(table)
+    for (tree, k), rounds in results.items():  # where the CPU went, in the median round
+        middle = sorted(rounds, key=lambda r: r.spans_per_cpu_s)[len(rounds) // 2]
+        if middle.threads:
+            console.print(f"  {name(tree, k)}, CPU by thread: {thread_shares(middle.threads)}")
     return 0

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
+import time
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from review_queue.app.bench.heavy import HeavyResult, heavy_bodies, heavy_runs
+from collector.lifecycle import name_os_thread
+from review_queue.app.bench.heavy import (
+    MAIN_THREADS,
+    HeavyResult,
+    heavy_bodies,
+    heavy_runs,
+    thread_shares,
+    thread_split,
+)
 from review_queue.app.cli import parser
+from review_queue.app.process import process_name, thread_cpu_seconds
 
 
 def _attrs(span: object) -> dict[str, object]:
@@ -125,3 +138,40 @@ def test_late_dropped_reads_the_assemblers_late_evicted_spans() -> None:
             "refused": 0}  # fmt: skip
     assert HeavyResult(**base, events={"late_evicted": 44135.0, "late_spans": 9.0}).late_dropped == 44135
     assert HeavyResult(**base).late_dropped == 0
+
+
+def test_thread_split_names_the_main_threads_and_keeps_what_was_spent() -> None:
+    """The server's CPU by thread over the measured span: differences, largest first, the process's own name
+    (main thread, pools) reported as one row; threads that spent nothing (or started after) left out."""
+    before = {"python": 2.0, "stream-worker": 0.5, "details": 0.25}
+    after = {"python": 3.0, "stream-worker": 4.5, "details": 2.25, "young-gc": 0.0}
+    split = thread_split(before, after, main="python")
+    assert list(split) == ["stream-worker", "details", MAIN_THREADS]
+    assert split == {"stream-worker": 4.0, "details": 2.0, MAIN_THREADS: 1.0}
+    assert thread_shares(split) == f"stream-worker 57% · details 29% · {MAIN_THREADS} 14%"
+    assert thread_shares(split, least=0.2) == "stream-worker 57% · details 29%"
+    assert thread_shares({}) == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_thread_cpu_seconds_reads_each_named_thread_of_a_process() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        name_os_thread()
+        while not stop.is_set():
+            sum(range(10_000))
+
+    thread = threading.Thread(target=spin, name="vigil-bench-spin")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        seen = 0.0
+        while seen < 0.05 and time.monotonic() < deadline:
+            seen = thread_cpu_seconds(os.getpid()).get("bench-spin", 0.0)
+            time.sleep(0.02)
+        assert seen >= 0.05
+        assert process_name(os.getpid()) in thread_cpu_seconds(os.getpid())  # the main thread, by the process's name
+    finally:
+        stop.set()
+        thread.join(5)
