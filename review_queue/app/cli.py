@@ -193,7 +193,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from review_queue.app.bench.heavy import main as heavy_main
 
         return heavy_main(
-            args.runs, args.repeat, args.senders, args.tree, args.session_turns, server_env=args.server_env
+            args.runs,
+            args.repeat,
+            args.senders,
+            args.tree,
+            args.session_turns,
+            server_env=args.server_env,
+            own_runs=args.own_runs,
         )
     from review_queue.app.bench.pipeline import main as bench_main
 
@@ -535,6 +541,12 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the heavy-content row: realistic runs with 1-2 KB of content per model span through a real vigil run",
     )
     bench.add_argument("--senders", type=int, default=1, help="--heavy: keep-alive connections sending at once")
+    bench.add_argument(
+        "--own-runs",
+        action="store_true",
+        help="--heavy with --senders: each connection sends its own runs (an agent process per connection); "
+        "by default one stream of bodies is dealt out in turn, so most runs have spans on two connections",
+    )
     bench.add_argument(
         "--session-turns",
         action="append",

@@ -11,11 +11,19 @@ so most runs are split across bodies.
 
 The bench starts a real ``vigil run`` (defaults, SQLite, a fresh database), sends every body over
 ``connections`` keep-alive connections (a 503 is retried after its ``Retry-After``, as every OTel
-exporter does), waits until every run and its details are stored, and reports spans per CPU-second
-of the server process (all its threads), peak RSS (VmHWM), and what was stored against the
-driver's truth: runs stored complete, runs with details, iteration-cap hits and safety blocks; and
-the assembler's events (``vigil_assembler_events_total``: runs closed early, evicted, the intake
-pressure raised) read from ``/metrics`` before the server stops.
+exporter does: the sender's later bodies wait behind it), waits until every run and its details are
+stored, and reports spans per CPU-second of the server process (all its threads, and by thread),
+peak RSS (VmHWM), and what was stored against the driver's truth: runs stored complete, runs with
+details, iteration-cap hits and safety blocks; and the assembler's events
+(``vigil_assembler_events_total``: runs closed early, evicted, the intake pressure raised) read from
+``/metrics`` before the server stops.
+
+With several connections the bodies are, by default, one stream dealt out in turn, so nearly every run
+has spans on two connections — a run whose agents live in different processes. A connection held back
+by its 503s falls behind the others, and with it the spans of those runs: they trail their root by as
+long as it lags. ``own_runs`` gives each connection its own runs instead (an agent process per
+connection, each with its batch processor): a run's spans then arrive in their order, whatever the
+retries (:func:`sender_payloads`).
 """
 
 from __future__ import annotations
@@ -339,6 +347,15 @@ def heavy_bodies(
         yield body(batch, "support-fleet")
 
 
+def sender_payloads(runs: Sequence[HeavyRun], senders: int, *, own_runs: bool = False) -> list[list[bytes]]:
+    """The bodies each of ``senders`` connections sends, in order: one stream of bodies dealt out in
+    turn (default), or, with ``own_runs``, each connection's own runs as a batch processor sends them."""
+    if own_runs:
+        return [list(heavy_bodies(runs[i::senders])) for i in range(senders)]
+    payload = list(heavy_bodies(runs))
+    return [payload[i::senders] for i in range(senders)]
+
+
 @dataclass(frozen=True)
 class HeavyResult:
     """One round of the heavy row."""
@@ -440,9 +457,12 @@ def bench_heavy(
     settle_s: float = 3.0,
     timeout_s: float = 600.0,
     command: Sequence[str] = (sys.executable, "-m", "review_queue.app.cli"),
+    per_sender: Sequence[Sequence[bytes]] | None = None,
 ) -> HeavyResult:
     """One round: a fresh ``vigil run`` (``env`` overrides its defaults; ``PYTHONPATH`` picks the tree),
-    every body sent, every run stored; see the module docstring."""
+    every body sent, every run stored; see the module docstring. ``per_sender``: the bodies of each
+    connection (:func:`sender_payloads`; ``payload`` and ``connections`` are then not used)."""
+    senders = list(per_sender) if per_sender is not None else [payload[i::connections] for i in range(connections)]
     spans = sum(len(r.spans) for r in runs)
     with tempfile.TemporaryDirectory(prefix="vigil-heavy-") as tmp:
         workdir = Path(tmp)
@@ -454,10 +474,7 @@ def bench_heavy(
             refused, lock = [0], threading.Lock()
             main, threads0 = process_name(pid), thread_cpu_seconds(pid)
             cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
-            threads = [
-                threading.Thread(target=_send, args=(url, payload[i::connections], refused, lock))
-                for i in range(connections)
-            ]
+            threads = [threading.Thread(target=_send, args=(url, bodies, refused, lock)) for bodies in senders]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -528,17 +545,19 @@ def main(
     session_turns: Sequence[int] = (),
     *,
     server_env: Sequence[tuple[str, str]] = (),
+    own_runs: bool = False,
 ) -> int:
     """``vigil bench --heavy``: ``repeat`` rounds per tree (this one, or each of ``trees``) and per workload
     variant (``session_turns``, see :func:`heavy_runs`; default: one session per run), all interleaved;
-    ``server_env``: settings of every measured ``vigil run`` (``VIGIL_*`` name, value)."""
+    ``server_env``: settings of every measured ``vigil run`` (``VIGIL_*`` name, value); ``own_runs``: each
+    connection sends its own runs (:func:`sender_payloads`)."""
     from rich.console import Console
     from rich.table import Table
 
     variants = list(dict.fromkeys(session_turns)) or [1]
     workloads = {k: heavy_runs(n_runs, session_turns=k) for k in variants}
-    payloads = {k: list(heavy_bodies(runs)) for k, runs in workloads.items()}
-    runs, payload = workloads[variants[0]], payloads[variants[0]]
+    payloads = {k: sender_payloads(runs, connections, own_runs=own_runs) for k, runs in workloads.items()}
+    runs, payload = workloads[variants[0]], [body for bodies in payloads[variants[0]] for body in bodies]
     size = sum(len(b) for b in payload)
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: wide enough for the table (rich assumes 80 columns)
@@ -546,6 +565,7 @@ def main(
     console.print(
         f"heavy workload: {n_runs:,} runs, {sum(len(r.spans) for r in runs):,} spans, {len(payload)} bodies, "
         f"{size / 2**20:.1f} MiB, {connections} connection(s)"
+        + (", each with its own runs" if own_runs and connections > 1 else "")
     )
     labels = [(tree, k) for tree in (list(trees) or ["."]) for k in variants]
 
@@ -557,7 +577,7 @@ def main(
         for tree, k in labels:
             spawn = _tree(tree)
             spawn["env"] = {**spawn.get("env", {}), **dict(server_env)}
-            result = bench_heavy(workloads[k], payloads[k], connections=connections, **spawn)
+            result = bench_heavy(workloads[k], (), per_sender=payloads[k], **spawn)
             results[tree, k].append(result)
             console.print(f"  {name(tree, k)}: {result.spans_per_cpu_s:,.0f} spans/CPU-s, {result}")
     table = Table(title=f"heavy-content row ({os.cpu_count()} cores, {n_runs:,} runs × {repeat}, medians)")

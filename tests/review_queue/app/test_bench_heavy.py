@@ -17,6 +17,7 @@ from review_queue.app.bench.heavy import (
     HeavyResult,
     heavy_bodies,
     heavy_runs,
+    sender_payloads,
     thread_shares,
     thread_split,
 )
@@ -175,3 +176,36 @@ def test_thread_cpu_seconds_reads_each_named_thread_of_a_process() -> None:
     finally:
         stop.set()
         thread.join(5)
+
+
+def _senders_of_runs(per_sender: list[list[bytes]]) -> dict[str, set[int]]:
+    senders: dict[str, set[int]] = {}
+    for sender, bodies in enumerate(per_sender):
+        for data in bodies:
+            request = ExportTraceServiceRequest.FromString(data)
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        senders.setdefault(span.trace_id.hex(), set()).add(sender)
+    return senders
+
+
+def test_senders_share_one_stream_or_own_their_runs() -> None:
+    """Dealt out in turn, most runs have spans on two connections; with ``own_runs`` each run is on one
+    connection, the runs are shared out evenly, and every span is still sent once."""
+    runs = heavy_runs(200, seed=7)
+    dealt = sender_payloads(runs, 4)
+    own = sender_payloads(runs, 4, own_runs=True)
+    assert all(dealt)
+    assert all(own)
+    across = _senders_of_runs(dealt)
+    assert sum(len(s) > 1 for s in across.values()) > len(runs) // 2
+    alone = _senders_of_runs(own)
+    assert set(alone) == {r.trace_id for r in runs}
+    assert all(len(s) == 1 for s in alone.values())
+    per_sender = [sum(1 for s in alone.values() if s == {i}) for i in range(4)]
+    assert per_sender == [50, 50, 50, 50]
+    sent = sum(
+        len(ExportTraceServiceRequest.FromString(d).resource_spans[0].scope_spans[0].spans) for b in own for d in b
+    )
+    assert sent == sum(len(r.spans) for r in runs)
