@@ -105,6 +105,9 @@ class ClosedTrace:
 
 _new_closed = fast_constructor(ClosedTrace)
 
+_Kept = tuple[tuple[Span, ...], int, float]
+"""A run in the closed-run cache: its spans, their estimated bytes, when it was remembered (monotonic)."""
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -173,8 +176,9 @@ class Assembler:
         self._observer = observer
         self._pending: dict[str, _Pending] = {}
         self._heap: list[tuple[float, str]] = []
-        self._closed: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()
-        self._pinned: OrderedDict[str, tuple[tuple[Span, ...], int]] = OrderedDict()  # closed, still owed spans
+        # closed runs: trace id -> (spans, estimated bytes, monotonic time it was remembered), oldest first
+        self._closed: OrderedDict[str, _Kept] = OrderedDict()
+        self._pinned: OrderedDict[str, _Kept] = OrderedDict()  # closed, still owed spans
         self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
@@ -302,7 +306,7 @@ class Assembler:
         closed = [
             TraceBatch(tid, spans, 0, size)
             for cache in (self._closed, self._pinned)
-            for tid, (spans, size) in cache.items()
+            for tid, (spans, size, _) in cache.items()
         ]
         return in_flight, closed
 
@@ -333,6 +337,17 @@ class Assembler:
             forced.extend(self._add(batch, enforce, True))
         return forced
 
+    def late_window(self) -> float:
+        """Seconds since the run the closed-run cache forgets next was scored (0 when it keeps none):
+        about how late a span may come after its run was scored and still be merged, the cache turning
+        over faster as throughput grows (``vigil_late_cache_age_seconds``). Runs still owed refused spans
+        are kept apart and not counted. Safe to call from another thread (a scrape)."""
+        try:
+            oldest = next(iter(self._closed.values()))
+        except (StopIteration, RuntimeError):  # empty, or changed by the worker meanwhile
+            return 0.0
+        return max(0.0, self._clock() - oldest[2])
+
     def next_deadline(self) -> float | None:
         """Monotonic time of the earliest pending deadline (may be stale), or None."""
         return self._heap[0][0] if self._heap else None
@@ -346,7 +361,7 @@ class Assembler:
                 self._count("late_evicted", len(batch.spans))
                 return None
             return _Pending(spans={}, last_seen=now)
-        old, size = entry
+        old, size, _ = entry
         self.closed_account.sub(size)
         known = {s.span_id for s in old}
         fresh = [s for s in batch.spans if s.span_id not in known]
@@ -461,7 +476,7 @@ class Assembler:
         pinned = self._pinned
         account = self.closed_account
         owed = self._owed
-        (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size)
+        (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size, self._clock())
         account.held += size
         if len(closed) + len(pinned) <= self._closed_size and (not account.budget or account.held <= account.budget):
             return
@@ -478,7 +493,7 @@ class Assembler:
                 old_size = entry[1]
                 evicted += 1
             else:
-                old, (_, old_size) = pinned.popitem(last=False)
+                old, (_, old_size, _) = pinned.popitem(last=False)
                 unpinned += 1
             account.held -= old_size
             self._recently_evicted[old] = None

@@ -256,6 +256,12 @@ class KafkaScorer:
         self.new_flags = 0
         """Review items this scorer created (what it counted in ``vigil_flagged_runs_total``)."""
         metrics.bind_inflight(lambda: float(sum(p.assembler.inflight for p in list(self._parts.values()))))
+        metrics.bind_late_age(self._late_age)
+
+    def _late_age(self) -> float:
+        """``vigil_late_cache_age_seconds``: the shortest window of the partitions' caches that keep a run."""
+        windows = [w for part in list(self._parts.values()) if (w := part.assembler.late_window()) > 0]
+        return min(windows, default=0.0)
 
     @property
     def healthy(self) -> bool:

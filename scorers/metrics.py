@@ -161,6 +161,12 @@ class RunMetrics:
         self.store_errors = Counter("vigil_store_write_errors", "Failed store writes (retried).", registry=r)
         self.store_seconds = Histogram("vigil_store_write_seconds", "Store write time per batch.", registry=r)
         self.inflight = Gauge("vigil_runs_in_flight", "Runs being assembled.", registry=r)
+        self.late_age = Gauge(
+            "vigil_late_cache_age_seconds",
+            "Age of the scored run the late-span cache forgets next: about how late a span may come and still be "
+            "merged into its run (0: no run kept).",
+            registry=r,
+        )
         # Bound label children cached per agent/tool: labels() costs more than inc().
         # Both caches are bounded by the label caps (plus the overflow value).
         self._by_agent: dict[str, _AgentChildren] = {}
@@ -175,6 +181,10 @@ class RunMetrics:
     def bind_inflight(self, fn: Callable[[], float]) -> None:
         """Compute ``vigil_runs_in_flight`` at scrape time from ``fn``."""
         self.inflight.set_function(fn)
+
+    def bind_late_age(self, fn: Callable[[], float]) -> None:
+        """Compute ``vigil_late_cache_age_seconds`` at scrape time from ``fn``."""
+        self.late_age.set_function(fn)
 
     def completion_revoked(self, agent: str, source: str = "judge") -> None:
         """Count a completion revoked by a failing verdict (``scorers.slo``)."""

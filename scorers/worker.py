@@ -118,6 +118,7 @@ class StreamWorker:
         self.new_flags = 0
         """Review items this worker created (what it counted in ``vigil_flagged_runs_total``)."""
         metrics.bind_inflight(lambda: float(assembler.inflight))
+        metrics.bind_late_age(assembler.late_window)
 
     @property
     def assembler(self) -> Assembler:

@@ -165,6 +165,16 @@ def pipeline_row(g: Layout) -> None:
     )
     g.add(
         timeseries(
+            "Late-span cache age",
+            [target(f"min by (instance) (vigil_late_cache_age_seconds{{{ENV}}})", "{{instance}}")],
+            "s",
+            "How long ago the scored run the late-span cache forgets next was scored: a span arriving later "
+            "than this after its run was scored is dropped (late_evicted). It shrinks as throughput grows.",
+        ),
+        6,
+    )
+    g.add(
+        timeseries(
             "Consumer lag (Kafka)",
             [target(f"sum by (partition) (vigil_consumer_lag_records{{{ENV}}})", "partition {{partition}}")],
             "short",

@@ -158,6 +158,58 @@ class TestLateSpans:
         assert 1 == events.counts["late_evicted"]
 
 
+class TestLateWindow:
+    """``late_window``: how long ago the run the closed-run cache forgets next was scored."""
+
+    def test_the_age_of_the_run_forgotten_next(self) -> None:
+        clock = Clock(1000.0)
+        asm = make(clock, closed_cache_size=2)
+        assert 0.0 == asm.late_window()  # nothing kept
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        assert 1 == len(asm.due())  # scored at 1003
+        clock.now += 4
+        asm.add(batch(span("1", None, trace=OTHER)))
+        clock.now += 3
+        assert 1 == len(asm.due())  # scored at 1010
+        assert 7.0 == asm.late_window()
+        third = "c" * 32
+        asm.add(batch(span("1", None, trace=third)))
+        clock.now += 3
+        assert 1 == len(asm.due())  # scored at 1013: the first one is forgotten
+        assert 3.0 == asm.late_window()
+        clock.now += 10
+        assert 13.0 == asm.late_window()  # the cache turns over only as runs are scored
+
+    def test_a_run_reopened_by_a_late_span_leaves_the_window(self) -> None:
+        clock = Clock(1000.0)
+        asm = make(clock)
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        asm.due()
+        clock.now += 1
+        asm.add(batch(span("2")))  # late: in flight again
+        assert 0.0 == asm.late_window()
+        clock.now += 3
+        assert 1 == len(asm.due())
+        assert 0.0 == asm.late_window()  # just scored again
+
+    def test_runs_owed_spans_are_kept_apart_and_not_counted(self) -> None:
+        clock = Clock(1000.0)
+        owed = OwedSpans(horizon_s=60.0, max_spans=1000, clock=clock)
+        asm = make(clock, owed=owed)
+        owed.record([batch(span("2"))])  # the intake refused a span of TRACE: its retry is coming
+        asm.add(batch(span("1", None)))
+        assert 1 == len(asm.drain())  # scored while owed: pinned apart
+        assert 0.0 == asm.late_window()
+        clock.now += 5
+        asm.add(batch(span("1", None, trace=OTHER)))
+        clock.now += 3
+        assert 1 == len(asm.due())  # OTHER scored at 1008, owed nothing
+        clock.now += 2
+        assert 2.0 == asm.late_window()  # not TRACE's 10 s
+
+
 class TestCaps:
     """Bounded memory."""
 

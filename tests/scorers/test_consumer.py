@@ -98,6 +98,23 @@ class TestCommitProtocol:
         assert {r.trace_id for r in runs} == set(h.sink.runs)
         assert 3 == h.runs_total()
 
+    def test_the_late_cache_age_is_the_shortest_of_the_partitions_keeping_runs(self) -> None:
+        """One partition's runs scored at 2 s, the other's at 12 s: at 20 s the gauge reads 8 s (the cache
+        that turns over soonest); partitions keeping no run do not pull it to 0."""
+        consumer = FakeConsumer(partitions=3)
+        h = Harness(consumer)
+        first, second = _runs(2)
+        assert 0.0 == h.value("vigil_late_cache_age_seconds")
+        consumer.append(0, body(list(first.spans)))
+        h.tick()
+        assert 1 == h.tick(advance=2.0)
+        h.tick(advance=8.0)
+        consumer.append(1, body(list(second.spans)))
+        h.tick()
+        assert 1 == h.tick(advance=2.0)
+        h.clock.now = 20.0
+        assert 8.0 == h.value("vigil_late_cache_age_seconds")
+
     def test_several_traces_per_record(self) -> None:
         """A record holding many traces yields one run each."""
         consumer = FakeConsumer(partitions=2)

@@ -130,6 +130,18 @@ class TestFlow:
         assert 1.0 == registry.get_sample_value("vigil_flagged_runs_total", {"agent": "support", "priority": "high"})
         assert (1, 1) == (worker.new_runs, worker.new_flags)  # what vigil run logs at vigil_stopped
 
+    def test_the_late_cache_age_is_read_at_scrape_time(self) -> None:
+        """``vigil_late_cache_age_seconds``: 0 before a run is scored, then how long ago the run the late-span
+        cache forgets next was scored."""
+        worker, source, clock, registry = make(FlakySink())
+        assert 0.0 == registry.get_sample_value("vigil_late_cache_age_seconds")
+        source.items.append(run_spans("a" * 32))
+        worker.run_once()
+        clock.now += 2.5
+        assert 1 == worker.run_once()
+        clock.now += 30
+        assert 30.0 == registry.get_sample_value("vigil_late_cache_age_seconds")
+
     def test_crashing_scorer_is_isolated_and_counted(self) -> None:
         """A scorer that raises is skipped, counted, and the run is still written."""
         sink = FlakySink()
