@@ -61,7 +61,8 @@ class Harness:
 
     def connect(self) -> FakeProducer:
         self.publisher.start()
-        assert wait_until(self.publisher.ready, timeout_s=5)
+        # with a spool the publisher is ready before its producer exists: wait for the producer too
+        assert wait_until(lambda: self.publisher.ready() and bool(self.producers), timeout_s=5)
         return self.producers[0]
 
     def value(self, name: str, **labels: str) -> float:
