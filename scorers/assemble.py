@@ -11,6 +11,14 @@ again after the quiet period with ``rescore=True`` so the stored record is updat
 rather than duplicated. Late spans for a run already evicted from the cache cannot be
 merged: they are counted as ``late_evicted`` and dropped.
 
+The cache is bounded in bytes, so at a high rate it turns over fast (``vigil_late_cache_age_seconds``).
+While spans are seen coming late — a late span merged or dropped, the intake refusing, a run owed
+spans — the cache *freezes* its oldest runs rather than forgetting them (``closed_frozen``): their
+spans are packed (:func:`freeze_spans`: ``marshal`` and Zstandard, ~1/8 of their decoded size on
+content-heavy runs) and unpacked only if a late span comes for them. The same budget then covers
+several times as long a lateness; freezing stops ``freeze_hold_s`` after the last such sign, so a
+stream whose spans all come in time pays nothing for it.
+
 Everything is bounded, in runs and in bytes (the records' memory estimates,
 :func:`collector.budget.batch_bytes`): spans per run (extra spans dropped), the closed-run cache
 (oldest forgotten) and the runs in flight. When the runs in flight pass either cap, the assembler
@@ -47,14 +55,17 @@ the one thing read from another thread).
 from __future__ import annotations
 
 import heapq
+import marshal
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
+
+import zstandard
 
 from collector.budget import ByteAccount, Pressure, batch_bytes
-from collector.model import Span, TraceBatch, fast_constructor
+from collector.model import Span, SpanEvent, SpanKind, StatusCode, TraceBatch, fast_constructor
 from collector.owed import OwedSpans
 
 DEFAULT_QUIET_PERIOD_S = 2.0
@@ -74,6 +85,12 @@ worker's usual pause between two pulls, so a run whose spans are still coming is
 one whose spans stopped; short enough that a flood of traces whose root never comes holds the
 intake back for about that long, within the senders' retries (an exporter retries a 503 for
 longer)."""
+DEFAULT_FREEZE_HOLD_S = 60.0
+"""Seconds the closed-run cache goes on freezing runs (rather than forgetting them) after the last
+sign that spans come late: a late span, the intake refusing, a run owed spans (module doc). A minute
+covers an OTLP exporter's retries of a refused body (its backoff starts at 1 s and doubles)."""
+FROZEN_OVERHEAD: Final = 200
+"""Bytes a frozen run costs beyond its packed spans (its cache entry, the bytes object)."""
 
 
 class AssemblerObserver(Protocol):
@@ -107,6 +124,44 @@ _new_closed = fast_constructor(ClosedTrace)
 
 _Kept = tuple[tuple[Span, ...], int, float]
 """A run in the closed-run cache: its spans, their estimated bytes, when it was remembered (monotonic)."""
+_Frozen = tuple[bytes, int, float]
+"""A frozen run in the closed-run cache: its packed spans (:func:`freeze_spans`), their estimated bytes
+once unpacked, when it was remembered (monotonic). It holds ``len(packed) + FROZEN_OVERHEAD`` bytes."""
+
+_new_span = fast_constructor(Span)
+_new_event = fast_constructor(SpanEvent)
+_KINDS: Final = {int(kind): kind for kind in SpanKind}
+_CODES: Final = {int(code): code for code in StatusCode}
+
+
+def freeze_spans(spans: Sequence[Span], compressor: zstandard.ZstdCompressor) -> bytes:
+    """The spans of a run packed into one compressed blob (:func:`thaw_spans` gives them back, equal).
+
+    ``marshal`` (the interpreter's own format for its plain types: attribute values are such types)
+    rather than ``pickle``, which builds a frozen dataclass through Python-level ``__setstate__``: half
+    the time both ways. Objects shared by the spans (a resource's attributes) stay shared.
+
+    Raises:
+        ValueError: a value ``marshal`` cannot pack (an attribute mapping of another type).
+    """
+    rows = []
+    for s in spans:
+        events = [(e.name, e.time_ns, e.attributes) for e in s.events] if s.events else 0
+        rows.append((s.trace_id, s.span_id, s.parent_span_id, s.name, int(s.kind), s.start_ns, s.end_ns,
+                     int(s.status_code), s.status_message, s.attributes, events, s.resource, s.scope))  # fmt: skip
+    return compressor.compress(marshal.dumps(rows))
+
+
+def thaw_spans(blob: bytes) -> tuple[Span, ...]:
+    """The spans :func:`freeze_spans` packed (a blob this process made: ``marshal`` is not for foreign bytes)."""
+    kinds, codes = _KINDS, _CODES
+    spans = []
+    for row in marshal.loads(zstandard.ZstdDecompressor().decompress(blob)):
+        trace_id, span_id, parent, name, kind, start, end, code, message, attributes, events, resource, scope = row
+        spans.append(_new_span(trace_id, span_id, parent, name, kinds.get(kind, kind), start, end,
+                               codes.get(code, code), message, attributes,
+                               tuple(_new_event(*e) for e in events) if events else (), resource, scope))  # fmt: skip
+    return tuple(spans)
 
 
 @dataclass(slots=True)
@@ -138,7 +193,7 @@ class Assembler:
             ``late_evicted``, ``duplicate_spans``, ``closed_cache_evicted`` (a closed run
             forgotten, by count or bytes), ``pinned_evicted`` (a closed run still owed spans
             forgotten, when only such runs were left to forget), ``held_owed`` (a run owed spans
-            kept in flight past its deadline).
+            kept in flight past its deadline), ``closed_frozen`` (a closed run packed to keep it longer).
         inflight_bytes: byte budget of the runs being assembled; 0: unbounded. An int, or a
             :class:`~collector.budget.ByteAccount` shared by several assemblers (one per Kafka
             partition), which then hold that budget together.
@@ -149,6 +204,8 @@ class Assembler:
             (the Kafka consumer), such runs are force-closed (module doc).
         owed: the ledger of spans the intake refused after decoding; runs owed spans are kept
             (module doc). None: no such ledger (the Kafka consumer).
+        freeze_hold_s: the closed-run cache freezes runs rather than forgetting them until this long
+            after the last sign of late spans (module doc); 0: it never freezes.
     """
 
     def __init__(
@@ -166,6 +223,7 @@ class Assembler:
         evict_idle_s: float = DEFAULT_EVICT_IDLE_S,
         pressure: Pressure | None = None,
         owed: OwedSpans | None = None,
+        freeze_hold_s: float = DEFAULT_FREEZE_HOLD_S,
     ) -> None:
         self._quiet = quiet_period_s
         self._idle = max_idle_s
@@ -179,6 +237,10 @@ class Assembler:
         # closed runs: trace id -> (spans, estimated bytes, monotonic time it was remembered), oldest first
         self._closed: OrderedDict[str, _Kept] = OrderedDict()
         self._pinned: OrderedDict[str, _Kept] = OrderedDict()  # closed, still owed spans
+        self._frozen: OrderedDict[str, _Frozen] = OrderedDict()  # closed and packed, oldest first
+        self._freeze_hold = freeze_hold_s
+        self._freeze_until = float("-inf")  # monotonic time until which the cache freezes rather than forgets
+        self._compressor: zstandard.ZstdCompressor | None = None
         self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
@@ -221,6 +283,7 @@ class Assembler:
         owed = self._owed
         if owed is not None and trace_id in owed:
             owed.arrived(trace_id, batch.spans)
+            self._freeze_until = now + self._freeze_hold
         pending = self._pending.get(trace_id)
         if pending is None:
             pending = self._open(trace_id, batch, now)
@@ -303,12 +366,13 @@ class Assembler:
             (``size``: its estimated bytes).
         """
         in_flight = [TraceBatch(tid, tuple(p.spans.values()), 0, p.size) for tid, p in self._pending.items()]
+        frozen = [TraceBatch(tid, thaw_spans(blob), 0, size) for tid, (blob, size, _) in self._frozen.items()]
         closed = [
             TraceBatch(tid, spans, 0, size)
             for cache in (self._closed, self._pinned)
             for tid, (spans, size, _) in cache.items()
         ]
-        return in_flight, closed
+        return in_flight, frozen + closed
 
     def import_state(
         self, in_flight: Sequence[TraceBatch], closed: Sequence[TraceBatch], *, enforce: bool = True
@@ -333,6 +397,9 @@ class Assembler:
             entry = self._closed.pop(batch.trace_id, None) or self._pinned.pop(batch.trace_id, None)
             if entry is not None:  # taken back: in flight again, not a late span
                 self.closed_account.sub(entry[1])
+            packed = self._frozen.pop(batch.trace_id, None)
+            if packed is not None:
+                self.closed_account.sub(len(packed[0]) + FROZEN_OVERHEAD)
             self._recently_evicted.pop(batch.trace_id, None)
             forced.extend(self._add(batch, enforce, True))
         return forced
@@ -343,10 +410,10 @@ class Assembler:
         over faster as throughput grows (``vigil_late_cache_age_seconds``). Runs still owed refused spans
         are kept apart and not counted. Safe to call from another thread (a scrape)."""
         try:
-            oldest = next(iter(self._closed.values()))
+            at = next(iter(self._frozen.values()))[2] if self._frozen else next(iter(self._closed.values()))[2]
         except (StopIteration, RuntimeError):  # empty, or changed by the worker meanwhile
             return 0.0
-        return max(0.0, self._clock() - oldest[2])
+        return max(0.0, self._clock() - at)
 
     def next_deadline(self) -> float | None:
         """Monotonic time of the earliest pending deadline (may be stale), or None."""
@@ -356,9 +423,15 @@ class Assembler:
         entry = self._closed.pop(trace_id, None)
         if entry is None and self._pinned:
             entry = self._pinned.pop(trace_id, None)
+        if entry is None and self._frozen:
+            packed = self._frozen.pop(trace_id, None)
+            if packed is not None:  # held as its packed size, then as any closed run's (subtracted below)
+                self.closed_account.sub(len(packed[0]) + FROZEN_OVERHEAD - packed[1])
+                entry = thaw_spans(packed[0]), packed[1], packed[2]
         if entry is None:
             if trace_id in self._recently_evicted:
                 self._count("late_evicted", len(batch.spans))
+                self._freeze_until = now + self._freeze_hold
                 return None
             return _Pending(spans={}, last_seen=now)
         old, size, _ = entry
@@ -370,6 +443,7 @@ class Assembler:
             self._remember_closed(trace_id, old, size)
             return None
         self._count("late_spans", len(fresh))
+        self._freeze_until = now + self._freeze_hold
         pending = _Pending(spans={s.span_id: s for s in old}, last_seen=now, rescore=True, size=size)
         pending.root_ended = any(s.parent_span_id is None and s.end_ns for s in old)
         return pending
@@ -454,6 +528,8 @@ class Assembler:
         pressure = self.pressure
         if pressure is not None:
             over = self._over()
+            if over:
+                self._freeze_until = now + self._freeze_hold
             if over and not pressure.raised:
                 self._count("pressure_raised")
             pressure.raised = over
@@ -474,18 +550,33 @@ class Assembler:
     def _remember_closed(self, trace_id: str, spans: tuple[Span, ...], size: int) -> None:
         closed = self._closed
         pinned = self._pinned
+        frozen = self._frozen
         account = self.closed_account
         owed = self._owed
-        (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size, self._clock())
+        now = self._clock()
+        (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size, now)
         account.held += size
-        if len(closed) + len(pinned) <= self._closed_size and (not account.budget or account.held <= account.budget):
+        if len(closed) + len(pinned) + len(frozen) <= self._closed_size and (
+            not account.budget or account.held <= account.budget
+        ):
             return
+        if account.over() and now < self._freeze_until:
+            self._freeze(trace_id)
         evicted = 0
         unpinned = 0
-        while (closed or pinned) and (
-            len(closed) + len(pinned) > self._closed_size or (account.over() and len(closed) + len(pinned) > 1)
+        while (closed or pinned or frozen) and (
+            len(closed) + len(pinned) + len(frozen) > self._closed_size
+            or (account.over() and len(closed) + len(pinned) + len(frozen) > 1)
         ):
-            if closed:  # runs not owed first, oldest first
+            if frozen:  # the oldest runs: frozen first
+                old, (blob, unpacked, at) = frozen.popitem(last=False)
+                if owed is not None and old in owed:  # refused after it closed: its retry is coming
+                    pinned[old] = (thaw_spans(blob), unpacked, at)
+                    account.held += unpacked - len(blob) - FROZEN_OVERHEAD
+                    continue
+                old_size = len(blob) + FROZEN_OVERHEAD
+                evicted += 1
+            elif closed:  # runs not owed first, oldest first
                 old, entry = closed.popitem(last=False)
                 if owed is not None and old in owed:  # refused after it closed: its retry is coming
                     pinned[old] = entry
@@ -497,12 +588,39 @@ class Assembler:
                 unpinned += 1
             account.held -= old_size
             self._recently_evicted[old] = None
-            if len(self._recently_evicted) > max(self._closed_size, len(closed)) * 4:
+            if len(self._recently_evicted) > max(self._closed_size, len(closed) + len(frozen)) * 4:
                 self._recently_evicted.popitem(last=False)
         if evicted:
             self._count("closed_cache_evicted", evicted)
         if unpinned:
             self._count("pinned_evicted", unpinned)
+
+    def _freeze(self, keep: str) -> None:
+        """Pack the oldest closed runs (never ``keep``, the run just remembered) until the cache is back
+        within its byte budget or none is left to pack; a run that cannot be packed is left as it is."""
+        closed = self._closed
+        frozen = self._frozen
+        account = self.closed_account
+        compressor = self._compressor
+        if compressor is None:
+            compressor = self._compressor = zstandard.ZstdCompressor(level=1)
+        packed = 0
+        while account.over() and closed:
+            trace_id = next(iter(closed))
+            if trace_id == keep:
+                break
+            spans, size, at = closed.pop(trace_id)
+            try:
+                blob = freeze_spans(spans, compressor)
+            except ValueError:  # not packable (an attribute mapping of another type): forgotten when due
+                closed[trace_id] = (spans, size, at)
+                closed.move_to_end(trace_id, last=False)
+                break
+            frozen[trace_id] = (blob, size, at)
+            account.held += len(blob) + FROZEN_OVERHEAD - size
+            packed += 1
+        if packed:
+            self._count("closed_frozen", packed)
 
     def _unpin(self, owed: OwedSpans) -> None:
         """Move the oldest pinned runs no longer owed spans back among the others (newest)."""

@@ -34,6 +34,7 @@ ASSEMBLER_EVENTS = (
     "evicted_idle",
     "pressure_raised",
     "closed_cache_evicted",
+    "closed_frozen",
     "pinned_evicted",
     "held_owed",
 )

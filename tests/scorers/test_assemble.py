@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import zstandard
+
 from collector.budget import ByteAccount, Pressure
-from collector.model import Span, TraceBatch
+from collector.model import AttrValue, Span, SpanEvent, SpanKind, StatusCode, TraceBatch
 from collector.owed import OwedSpans
-from scorers.assemble import Assembler, ClosedTrace
+from scorers.assemble import Assembler, ClosedTrace, freeze_spans, thaw_spans
 from tests.support.fixtures import Clock
 
 TRACE = "a" * 32
@@ -601,3 +604,147 @@ class TestOwedRuns:
         clock.now += 2.1
         asm.due()
         assert ([], [TRACE]) == tuple([b.trace_id for b in part] for part in asm.export_state())
+
+
+RESOURCE: dict[str, AttrValue] = {"service.name": "agent", "host.cores": 2}
+
+
+def rich_span(sid: str, parent: str | None, *, trace: str = TRACE) -> Span:
+    """A span with every field set, nested attribute values, events, a status and the shared resource."""
+    return Span(
+        trace_id=trace,
+        span_id=sid.rjust(16, "0"),
+        parent_span_id=parent,
+        name="chat gpt-4o",
+        kind=SpanKind.CLIENT,
+        start_ns=10**18,
+        end_ns=10**18 + 5,
+        status_code=StatusCode.ERROR,
+        status_message="content_filter",
+        attributes={
+            "gen_ai.input.messages": "x" * 3000,
+            "n": 2**70,
+            "f": 0.5,
+            "b": True,
+            "raw": b"\x00\x01",
+            "list": ["a", 1, [2.5, None]],
+            "map": {"k": {"deep": "v"}},
+        },
+        events=(SpanEvent("exception", 7, {"exception.type": "ValueError"}), SpanEvent("e2")),
+        resource=RESOURCE,
+        scope="opentelemetry.instrumentation.openai",
+    )
+
+
+class TestFrozenLateCache:
+    """The late-span cache packs its oldest runs rather than forgetting them while spans come late."""
+
+    def test_freeze_and_thaw_give_back_equal_spans(self) -> None:
+        spans = (rich_span("1", None), rich_span("2", "0" * 15 + "1"), span("3"))
+        blob = freeze_spans(spans, zstandard.ZstdCompressor(level=1))
+        back = thaw_spans(blob)
+        assert spans == back
+        assert [SpanKind.CLIENT, SpanKind.CLIENT, SpanKind.INTERNAL] == [s.kind for s in back]
+        assert all(type(s.kind) is SpanKind and type(s.status_code) is StatusCode for s in back)
+        assert back[0].resource is back[1].resource  # shared objects stay shared
+        assert len(blob) < 1000  # the repeated content compresses
+
+    def test_unpackable_values_raise_value_error(self) -> None:
+        odd_value: Any = object()
+        odd = Span(
+            trace_id=TRACE, span_id="1".rjust(16, "0"), parent_span_id=None, name="s", attributes={"o": odd_value}
+        )
+        with pytest.raises(ValueError, match="unmarshallable"):
+            freeze_spans((odd,), zstandard.ZstdCompressor())
+
+    @staticmethod
+    def fill(asm: Assembler, clock: Clock, count: int, *, first: int = 0) -> None:
+        for i in range(first, first + count):
+            asm.add(sized(5000, rich_span("1", None, trace=trace(i)), rich_span("2", "0" * 15 + "1", trace=trace(i))))
+        clock.now += 3
+        asm.due()
+
+    def test_without_late_spans_the_oldest_run_is_forgotten_as_before(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000)
+        self.fill(asm, clock, 5)
+        assert 3 == events.counts["closed_cache_evicted"]
+        assert "closed_frozen" not in events.counts
+        assert 10_000 == asm.closed_account.held
+
+    def test_after_a_late_span_the_oldest_runs_are_frozen_and_a_late_span_still_merges(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000)
+        self.fill(asm, clock, 1)
+        asm.add(sized(10, span("9", trace=trace(0))))  # late: the sign
+        clock.now += 3
+        asm.due()
+        self.fill(asm, clock, 5, first=1)
+        assert "closed_cache_evicted" not in events.counts
+        assert events.counts["closed_frozen"] >= 4
+        assert asm.closed_account.held <= 12_000
+        held = asm.closed_account.held
+        asm.add(sized(10, span("8", trace=trace(1))))  # a late span for a frozen run
+        assert 2 == events.counts["late_spans"]
+        assert 5010 == asm.inflight_account.held  # back in flight at its unpacked size
+        assert held > asm.closed_account.held
+        clock.now += 3
+        (rescored,) = asm.due()
+        assert (trace(1), 3, True, True) == (
+            rescored.trace_id,
+            len(rescored.spans),
+            rescored.complete,
+            rescored.rescore,
+        )
+        assert rescored.spans[0] == rich_span("1", None, trace=trace(1))
+        assert asm.late_window() > 0
+
+    def test_the_pressure_is_a_sign_and_freezing_stops_after_the_hold(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(
+            clock, events, closed_cache_bytes=12_000, inflight_bytes=6_000, pressure=Pressure(), freeze_hold_s=30
+        )
+        asm.add(sized(7000, span("2", trace=trace(90))))  # a rootless run still being fed: the pressure raised
+        assert asm.pressure is not None
+        assert asm.pressure.raised
+        clock.now += 1
+        asm.add(sized(10, span("1", None, trace=trace(90))))
+        self.fill(asm, clock, 3)
+        assert events.counts["closed_frozen"] >= 1
+        assert "closed_cache_evicted" not in events.counts
+        clock.now += 31
+        self.fill(asm, clock, 3, first=3)
+        assert events.counts["closed_cache_evicted"] >= 1
+
+    def test_frozen_runs_are_forgotten_first_and_their_late_spans_counted(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000, closed_cache_size=4)
+        asm.add(sized(10, span("1", None, trace=trace(99))))
+        clock.now += 3
+        asm.due()
+        asm.add(sized(10, span("9", trace=trace(99))))  # late: the sign
+        clock.now += 3
+        asm.due()
+        self.fill(asm, clock, 6)
+        assert 4 == len(asm.export_state()[1])
+        asm.add(sized(10, span("7", trace=trace(0))))  # frozen, then forgotten for the run cap
+        assert 1 == events.counts["late_evicted"]
+        assert [trace(i) for i in (2, 3, 4, 5)] == [b.trace_id for b in asm.export_state()[1]]
+
+    def test_export_state_thaws_frozen_runs_oldest_first(self) -> None:
+        clock = Clock(1000.0)
+        asm = make(clock, closed_cache_bytes=12_000)
+        asm.add(sized(10, span("1", None, trace=trace(50))))
+        asm.add(sized(10, span("2", trace=trace(50))))
+        clock.now += 3
+        asm.due()
+        asm.add(sized(10, span("3", trace=trace(50))))
+        clock.now += 3
+        asm.due()
+        self.fill(asm, clock, 4)
+        _, closed = asm.export_state()
+        assert [trace(i) for i in (50, 0, 1, 2, 3)] == [b.trace_id for b in closed]
+        assert closed[1].spans == (rich_span("1", None, trace=trace(0)), rich_span("2", "0" * 15 + "1", trace=trace(0)))
+        fresh = make(clock, closed_cache_bytes=100_000)
+        fresh.import_state([], closed)
+        assert 5 == len(fresh.export_state()[1])
