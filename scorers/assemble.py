@@ -149,7 +149,9 @@ def freeze_spans(spans: Sequence[Span], compressor: zstandard.ZstdCompressor) ->
         events = [(e.name, e.time_ns, e.attributes) for e in s.events] if s.events else 0
         rows.append((s.trace_id, s.span_id, s.parent_span_id, s.name, int(s.kind), s.start_ns, s.end_ns,
                      int(s.status_code), s.status_message, s.attributes, events, s.resource, s.scope))  # fmt: skip
-    return compressor.compress(marshal.dumps(rows))
+    # python-zstandard's compress() leaves its output the size of the compression bound (~the input's)
+    # and only shortens what len() shows: copied, a kept blob holds its own length (BENCHMARKS.md, session 16)
+    return bytes(memoryview(compressor.compress(marshal.dumps(rows))))
 
 
 def thaw_spans(blob: bytes) -> tuple[Span, ...]:

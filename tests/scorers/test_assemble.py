@@ -748,3 +748,18 @@ class TestFrozenLateCache:
         fresh = make(clock, closed_cache_bytes=100_000)
         fresh.import_state([], closed)
         assert 5 == len(fresh.export_state()[1])
+
+
+def test_a_frozen_blob_holds_its_own_length_not_the_compression_bound() -> None:
+    """python-zstandard allocates the compression bound and only shortens the visible size: the blob is copied."""
+    import tracemalloc
+
+    spans = tuple(rich_span(str(i), None, trace=trace(i)) for i in range(1, 4))
+    compressor = zstandard.ZstdCompressor(level=1)
+    tracemalloc.start()
+    try:
+        blobs = [freeze_spans(spans, compressor) for _ in range(50)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 50 * (len(blobs[0]) + 1024)
