@@ -120,6 +120,13 @@ def _compressor() -> zstandard.ZstdCompressor:
     return found
 
 
+def _compress(data: bytes) -> bytes:
+    """``data`` compressed (:data:`CODEC`), in a bytes object of its own length: python-zstandard's
+    ``compress()`` leaves its output allocated at the compression bound (about the input's size, 8× a
+    heavy run's blob), and a writer's batch holds up to 500 of them (BENCHMARKS.md, "session 16")."""
+    return bytes(memoryview(_compressor().compress(data)))
+
+
 _KIND = {kind: kind.value for kind in StepKind}
 
 
@@ -213,7 +220,7 @@ def expand(doc: dict[str, Any]) -> dict[str, Any]:
 
 def encode(doc: Mapping[str, Any]) -> bytes:
     """Stored body of a details document (:data:`CODEC`)."""
-    return _compressor().compress(orjson.dumps(doc))
+    return _compress(orjson.dumps(doc))
 
 
 def decode(body: bytes, codec: str = CODEC) -> dict[str, Any]:
@@ -243,7 +250,7 @@ def details_row(
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,
-        "body": _compressor().compress(body),
+        "body": _compress(body),
         "created_at": now,
     }
 

@@ -184,6 +184,25 @@ def test_heavy_workload_details_are_byte_identical_to_the_python_loops(
     assert [r["final_output"] for r in python] == [r["final_output"] for r in compiled]
 
 
+def test_stored_bodies_hold_their_own_length_not_the_compression_bound(tmp_path: Path) -> None:
+    """A writer's batch holds up to 500 rows: each body must cost its compressed size, not the ~36 KB
+    python-zstandard allocates for it (the compression bound, of which it shortens only the visible size)."""
+    import tracemalloc
+
+    runs = _heavy(tmp_path)[:20]
+    redactor = Redactor()
+    texts = details.Texts(redactor)
+    details.details_row(runs[0], redactor, None, 0.0, texts)  # the caches filled
+    tracemalloc.start()
+    try:
+        bodies = [details.details_row(s, redactor, None, 0.0, texts)["body"] for s in runs]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < sum(len(b) for b in bodies) + 64 * 1024 * 2
+    assert max(len(b) for b in bodies) < 16 * 1024  # what makes the bound matter: JSON 5 to 10 times the blob
+
+
 def test_conversation_shows_each_message_once_as_histories_grow_are_rewritten_and_cut() -> None:
     """Each model call resends the history: what it adds is shown; a rewritten or cut history shows only
     messages never shown before (the prefix each call shares with the previous one, found by a slice)."""
