@@ -12,12 +12,14 @@ rather than duplicated. Late spans for a run already evicted from the cache cann
 merged: they are counted as ``late_evicted`` and dropped.
 
 The cache is bounded in bytes, so at a high rate it turns over fast (``vigil_late_cache_age_seconds``).
-While spans are seen coming late — a late span merged or dropped, the intake refusing, a run owed
-spans — the cache *freezes* its oldest runs rather than forgetting them (``closed_frozen``): their
-spans are packed (:func:`freeze_spans`: ``marshal`` and Zstandard, ~1/8 of their decoded size on
-content-heavy runs) and unpacked only if a late span comes for them. The same budget then covers
-several times as long a lateness; freezing stops ``freeze_hold_s`` after the last such sign, so a
-stream whose spans all come in time pays nothing for it.
+So it measures how late spans come: the *lateness* of a late span is how long after its run was
+scored it came (a span dropped because its run was already forgotten counts as late as the cache was
+long). While spans have come late in the last ``freeze_hold_s``, a run the byte budget would forget
+that was scored within :data:`LATE_MARGIN` times the greatest such lateness is *frozen* instead
+(``closed_frozen``): its spans are packed (:func:`freeze_spans`: ``marshal`` and Zstandard, ~1/8 of
+their decoded size on content-heavy runs) and unpacked only if a late span comes for it. The same
+budget then covers several times as long a lateness. A stream whose spans all come in time, or
+within what the cache covers anyway, packs nothing and pays nothing for it.
 
 Everything is bounded, in runs and in bytes (the records' memory estimates,
 :func:`collector.budget.batch_bytes`): spans per run (extra spans dropped), the closed-run cache
@@ -86,9 +88,12 @@ one whose spans stopped; short enough that a flood of traces whose root never co
 intake back for about that long, within the senders' retries (an exporter retries a 503 for
 longer)."""
 DEFAULT_FREEZE_HOLD_S = 60.0
-"""Seconds the closed-run cache goes on freezing runs (rather than forgetting them) after the last
-sign that spans come late: a late span, the intake refusing, a run owed spans (module doc). A minute
-covers an OTLP exporter's retries of a refused body (its backoff starts at 1 s and doubles)."""
+"""Seconds a late span's lateness is remembered: the closed-run cache freezes runs (rather than
+forgetting them) until this long after the last late span (module doc). A minute covers an OTLP
+exporter's retries of a refused body (its backoff starts at 1 s and doubles)."""
+LATE_MARGIN: Final = 2.0
+"""A run is frozen rather than forgotten while it was scored within this many times the greatest
+lateness seen (module doc)."""
 FROZEN_OVERHEAD: Final = 200
 """Bytes a frozen run costs beyond its packed spans (its cache entry, the bytes object)."""
 
@@ -207,7 +212,7 @@ class Assembler:
         owed: the ledger of spans the intake refused after decoding; runs owed spans are kept
             (module doc). None: no such ledger (the Kafka consumer).
         freeze_hold_s: the closed-run cache freezes runs rather than forgetting them until this long
-            after the last sign of late spans (module doc); 0: it never freezes.
+            after the last late span (module doc); 0: it never freezes.
     """
 
     def __init__(
@@ -242,6 +247,7 @@ class Assembler:
         self._frozen: OrderedDict[str, _Frozen] = OrderedDict()  # closed and packed, oldest first
         self._freeze_hold = freeze_hold_s
         self._freeze_until = float("-inf")  # monotonic time until which the cache freezes rather than forgets
+        self._lateness = 0.0  # the greatest lateness seen since spans started coming late (module doc)
         self._compressor: zstandard.ZstdCompressor | None = None
         self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
@@ -285,7 +291,6 @@ class Assembler:
         owed = self._owed
         if owed is not None and trace_id in owed:
             owed.arrived(trace_id, batch.spans)
-            self._freeze_until = now + self._freeze_hold
         pending = self._pending.get(trace_id)
         if pending is None:
             pending = self._open(trace_id, batch, now)
@@ -433,10 +438,10 @@ class Assembler:
         if entry is None:
             if trace_id in self._recently_evicted:
                 self._count("late_evicted", len(batch.spans))
-                self._freeze_until = now + self._freeze_hold
+                self._seen_late(now, self.late_window())  # later than the cache reached: at least that
                 return None
             return _Pending(spans={}, last_seen=now)
-        old, size, _ = entry
+        old, size, scored_at = entry
         self.closed_account.sub(size)
         known = {s.span_id for s in old}
         fresh = [s for s in batch.spans if s.span_id not in known]
@@ -445,7 +450,7 @@ class Assembler:
             self._remember_closed(trace_id, old, size)
             return None
         self._count("late_spans", len(fresh))
-        self._freeze_until = now + self._freeze_hold
+        self._seen_late(now, now - scored_at)
         pending = _Pending(spans={s.span_id: s for s in old}, last_seen=now, rescore=True, size=size)
         pending.root_ended = any(s.parent_span_id is None and s.end_ns for s in old)
         return pending
@@ -530,8 +535,6 @@ class Assembler:
         pressure = self.pressure
         if pressure is not None:
             over = self._over()
-            if over:
-                self._freeze_until = now + self._freeze_hold
             if over and not pressure.raised:
                 self._count("pressure_raised")
             pressure.raised = over
@@ -562,40 +565,63 @@ class Assembler:
             not account.budget or account.held <= account.budget
         ):
             return
-        if account.over() and now < self._freeze_until:
+        evicted = unpinned = 0
+        if account.over() and now < self._freeze_until:  # spans come late: keep what they may come for
+            oldest_kept = now - LATE_MARGIN * self._lateness
+            while closed and account.over():  # scored longer ago than spans come late: forgotten
+                first = next(iter(closed))
+                if first == trace_id or closed[first][2] >= oldest_kept:
+                    break
+                evicted += self._forget_oldest()
             self._freeze(trace_id)
-        evicted = 0
-        unpinned = 0
         while (closed or pinned or frozen) and (
             len(closed) + len(pinned) + len(frozen) > self._closed_size
             or (account.over() and len(closed) + len(pinned) + len(frozen) > 1)
         ):
-            if frozen:  # the oldest runs: frozen first
-                old, (blob, unpacked, at) = frozen.popitem(last=False)
-                if owed is not None and old in owed:  # refused after it closed: its retry is coming
-                    pinned[old] = (thaw_spans(blob), unpacked, at)
-                    account.held += unpacked - len(blob) - FROZEN_OVERHEAD
-                    continue
-                old_size = len(blob) + FROZEN_OVERHEAD
-                evicted += 1
-            elif closed:  # runs not owed first, oldest first
-                old, entry = closed.popitem(last=False)
-                if owed is not None and old in owed:  # refused after it closed: its retry is coming
-                    pinned[old] = entry
-                    continue
-                old_size = entry[1]
-                evicted += 1
+            if frozen or closed:
+                evicted += self._forget_oldest()
             else:
                 old, (_, old_size, _) = pinned.popitem(last=False)
+                account.held -= old_size
+                self._forgotten(old)
                 unpinned += 1
-            account.held -= old_size
-            self._recently_evicted[old] = None
-            if len(self._recently_evicted) > max(self._closed_size, len(closed) + len(frozen)) * 4:
-                self._recently_evicted.popitem(last=False)
         if evicted:
             self._count("closed_cache_evicted", evicted)
         if unpinned:
             self._count("pinned_evicted", unpinned)
+
+    def _forget_oldest(self) -> int:
+        """Forget the oldest run not owed spans (frozen runs are the oldest), or pin it if it turns out to
+        be owed (refused after it closed: its retry is coming). Returns 1 if a run was forgotten."""
+        frozen, closed, owed, account = self._frozen, self._closed, self._owed, self.closed_account
+        if frozen:
+            old, (blob, unpacked, at) = frozen.popitem(last=False)
+            if owed is not None and old in owed:
+                self._pinned[old] = (thaw_spans(blob), unpacked, at)
+                account.held += unpacked - len(blob) - FROZEN_OVERHEAD
+                return 0
+            account.held -= len(blob) + FROZEN_OVERHEAD
+        else:
+            old, entry = closed.popitem(last=False)
+            if owed is not None and old in owed:
+                self._pinned[old] = entry
+                return 0
+            account.held -= entry[1]
+        self._forgotten(old)
+        return 1
+
+    def _forgotten(self, trace_id: str) -> None:
+        recent = self._recently_evicted
+        recent[trace_id] = None
+        if len(recent) > max(self._closed_size, len(self._closed) + len(self._frozen)) * 4:
+            recent.popitem(last=False)
+
+    def _seen_late(self, now: float, lateness: float) -> None:
+        """A span came ``lateness`` seconds after its run was scored (module doc)."""
+        if now >= self._freeze_until:  # the first since the last hold ran out
+            self._lateness = 0.0
+        self._lateness = max(self._lateness, lateness)
+        self._freeze_until = now + self._freeze_hold
 
     def _freeze(self, keep: str) -> None:
         """Pack the oldest closed runs (never ``keep``, the run just remembered) until the cache is back

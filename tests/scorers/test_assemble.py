@@ -672,18 +672,27 @@ class TestFrozenLateCache:
         assert "closed_frozen" not in events.counts
         assert 10_000 == asm.closed_account.held
 
-    def test_after_a_late_span_the_oldest_runs_are_frozen_and_a_late_span_still_merges(self) -> None:
-        clock, events = Clock(1000.0), Events()
-        asm = make(clock, events, closed_cache_bytes=12_000)
-        self.fill(asm, clock, 1)
-        asm.add(sized(10, span("9", trace=trace(0))))  # late: the sign
+    @staticmethod
+    def late_by(asm: Assembler, clock: Clock, seconds: float, *, run: int = 99) -> None:
+        """A small run scored, then a span of it ``seconds`` later, and the run scored again."""
+        asm.add(sized(10, span("1", None, trace=trace(run))))
         clock.now += 3
         asm.due()
-        self.fill(asm, clock, 5, first=1)
+        clock.now += seconds
+        asm.add(sized(10, span("9", trace=trace(run))))
+        clock.now += 3
+        asm.due()
+
+    def test_after_a_late_span_runs_are_frozen_and_a_late_span_for_one_still_merges(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000)
+        self.late_by(asm, clock, 4.0)
+        self.fill(asm, clock, 5)
         assert "closed_cache_evicted" not in events.counts
         assert events.counts["closed_frozen"] >= 4
         assert asm.closed_account.held <= 12_000
         held = asm.closed_account.held
+        clock.now += 2
         asm.add(sized(10, span("8", trace=trace(1))))  # a late span for a frozen run
         assert 2 == events.counts["late_spans"]
         assert 5010 == asm.inflight_account.held  # back in flight at its unpacked size
@@ -699,16 +708,22 @@ class TestFrozenLateCache:
         assert rescored.spans[0] == rich_span("1", None, trace=trace(1))
         assert asm.late_window() > 0
 
-    def test_the_pressure_is_a_sign_and_freezing_stops_after_the_hold(self) -> None:
+    def test_runs_scored_longer_ago_than_twice_the_lateness_are_forgotten_not_frozen(self) -> None:
         clock, events = Clock(1000.0), Events()
-        asm = make(
-            clock, events, closed_cache_bytes=12_000, inflight_bytes=6_000, pressure=Pressure(), freeze_hold_s=30
-        )
-        asm.add(sized(7000, span("2", trace=trace(90))))  # a rootless run still being fed: the pressure raised
-        assert asm.pressure is not None
-        assert asm.pressure.raised
-        clock.now += 1
-        asm.add(sized(10, span("1", None, trace=trace(90))))
+        asm = make(clock, events, closed_cache_bytes=12_000)
+        self.late_by(asm, clock, 1.0)  # lateness 1 s: runs scored within 2 s are worth keeping
+        self.fill(asm, clock, 2)
+        clock.now += 5  # the two runs are now 5 s old
+        self.fill(asm, clock, 2, first=2)
+        assert events.counts["closed_cache_evicted"] >= 2  # the old ones, forgotten
+        kept = [b.trace_id for b in asm.export_state()[1]]
+        assert [trace(2), trace(3)] == kept[-2:]
+        assert trace(0) not in kept
+
+    def test_freezing_stops_a_hold_after_the_last_late_span(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000, freeze_hold_s=30)
+        self.late_by(asm, clock, 10.0)
         self.fill(asm, clock, 3)
         assert events.counts["closed_frozen"] >= 1
         assert "closed_cache_evicted" not in events.counts
@@ -716,15 +731,20 @@ class TestFrozenLateCache:
         self.fill(asm, clock, 3, first=3)
         assert events.counts["closed_cache_evicted"] >= 1
 
+    def test_a_span_dropped_for_a_forgotten_run_starts_the_freezing(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000)
+        self.fill(asm, clock, 4)
+        assert 2 == events.counts["closed_cache_evicted"]
+        asm.add(sized(10, span("9", trace=trace(0))))  # later than the cache reached: dropped
+        assert 1 == events.counts["late_evicted"]
+        self.fill(asm, clock, 3, first=4)
+        assert events.counts["closed_frozen"] >= 1
+
     def test_frozen_runs_are_forgotten_first_and_their_late_spans_counted(self) -> None:
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, closed_cache_bytes=12_000, closed_cache_size=4)
-        asm.add(sized(10, span("1", None, trace=trace(99))))
-        clock.now += 3
-        asm.due()
-        asm.add(sized(10, span("9", trace=trace(99))))  # late: the sign
-        clock.now += 3
-        asm.due()
+        self.late_by(asm, clock, 5.0)
         self.fill(asm, clock, 6)
         assert 4 == len(asm.export_state()[1])
         asm.add(sized(10, span("7", trace=trace(0))))  # frozen, then forgotten for the run cap
@@ -734,16 +754,10 @@ class TestFrozenLateCache:
     def test_export_state_thaws_frozen_runs_oldest_first(self) -> None:
         clock = Clock(1000.0)
         asm = make(clock, closed_cache_bytes=12_000)
-        asm.add(sized(10, span("1", None, trace=trace(50))))
-        asm.add(sized(10, span("2", trace=trace(50))))
-        clock.now += 3
-        asm.due()
-        asm.add(sized(10, span("3", trace=trace(50))))
-        clock.now += 3
-        asm.due()
+        self.late_by(asm, clock, 3.0, run=49)
         self.fill(asm, clock, 4)
         _, closed = asm.export_state()
-        assert [trace(i) for i in (50, 0, 1, 2, 3)] == [b.trace_id for b in closed]
+        assert [trace(i) for i in (49, 0, 1, 2, 3)] == [b.trace_id for b in closed]
         assert closed[1].spans == (rich_span("1", None, trace=trace(0)), rich_span("2", "0" * 15 + "1", trace=trace(0)))
         fresh = make(clock, closed_cache_bytes=100_000)
         fresh.import_state([], closed)
