@@ -23,6 +23,7 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.budget import SHARES
 from review_queue.app.bench.synth import _kv, body, make_run
 from review_queue.app.process import VigilProcess, start_vigil
 
@@ -104,7 +105,7 @@ def test_rootless_flood_cannot_block_complete_runs_and_the_state_file_stays_boun
     with start_vigil(tmp_path) as vigil, httpx.Client(timeout=60) as client:
         url = f"{vigil.otlp_endpoint}/v1/traces"
         budget = _metric(vigil, "vigil_memory_budget_bytes", structure="inflight")
-        assert LIMIT_MIB * MIB * 0.06 // 1 == budget
+        assert LIMIT_MIB * MIB * SHARES["inflight"] // 1 == budget
         complete_ids = []
         flood_refusals = 0
         for i, payload in enumerate(_rootless_bodies(rng)):
