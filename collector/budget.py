@@ -55,13 +55,13 @@ STRUCTURES: tuple[Structure, ...] = ("intake", "stream", "inflight", "late", "ju
 SHARES: dict[Structure, float] = {
     "intake": 0.25,
     "stream": 0.025,
-    "inflight": 0.04,
-    "late": 0.015,
+    "inflight": 0.06,
+    "late": 0.04,
     "judge": 0.02,
     "spool": 0.03,
     "details": 0.03,
 }
-"""The fraction of the memory limit each structure may hold (39 % in all; see :class:`MemoryBudgets`)."""
+"""The fraction of the memory limit each structure may hold (45.5 % in all; see :class:`MemoryBudgets`)."""
 
 
 def span_bytes(body_bytes: int, spans: int) -> int:
@@ -90,19 +90,18 @@ class MemoryBudgets:
             is about 20–30 MB lower; it waited until the runs of refused bodies were kept for their
             retries (:mod:`collector.owed`), as a smaller stream refuses more (BENCHMARKS.md,
             sessions 11 and 12).
-        inflight: spans of runs being assembled (4 %): runs waiting for their quiet period, and
+        inflight: spans of runs being assembled (6 %): runs waiting for their quiet period, and
             runs whose root has not arrived; when spent, the assembler closes the runs whose root
             has ended before their quiet period is over (complete), then force-closes runs whose
             spans stopped coming, and, when it is still spent, raises its :class:`Pressure`: the
             in-process stream refuses new bodies (503 + Retry-After) until it is back within
             budget (:mod:`scorers.assemble`). The state file saved at a clean stop holds these and
-            the late cache, so it stays within ``inflight + late``. 6 % until session 16: 4 % closes
-            more complete runs early (not a loss) and refuses a few more bodies on a flood, and cuts its
-            peak RSS by ~40 MB with the late cache's cut (BENCHMARKS.md, "session 16").
-        late: spans of recently scored runs kept to merge late spans into (1.5 %); when spent, the
+            the late cache, so it stays within ``inflight + late``. 4 % (with the late cache at 1.5 %)
+            cut the 4-connection heavy flood's peak RSS by ~40 MB, but one round in twelve with runs
+            dealt over the connections then dropped late spans (BENCHMARKS.md, "session 16").
+        late: spans of recently scored runs kept to merge late spans into (4 %); when spent, the
             oldest run is forgotten, or, while spans are seen coming late, packed to an eighth of its
-            size (:mod:`scorers.assemble`). 4 % until that packing came (session 16): spans that came
-            late were then dropped once the cache had turned over.
+            size (:mod:`scorers.assemble`).
         judge: scored runs queued for the LLM judges (2 %); when spent, a run selected for a
             judge is dropped and counted.
         spool: bodies accepted by the spool but not yet written to its segment file (3 %);
@@ -124,8 +123,8 @@ class MemoryBudgets:
     def from_limit(cls, limit_bytes: int) -> MemoryBudgets:
         """Split ``limit_bytes`` by :data:`SHARES`; a limit of 0 (or less) leaves every budget unbounded.
 
-        With the default limit of 1,024 MiB: intake 256 MiB, stream 25 MiB, in flight 40 MiB,
-        late cache 15 MiB, judges 20 MiB, spool 30 MiB, details writer 30 MiB (rounded down).
+        With the default limit of 1,024 MiB: intake 256 MiB, stream 25 MiB, in flight 61 MiB,
+        late cache 40 MiB, judges 20 MiB, spool 30 MiB, details writer 30 MiB (rounded down).
         """
         if limit_bytes <= 0:
             return cls()

@@ -29,7 +29,7 @@ class TestMemoryBudgets:
         """1,024 MiB: intake 256 MiB (25 %, reserved for intake), the others as the docstring says."""
         budgets = MemoryBudgets.from_limit(1024 * MIB)
         assert 256 * MIB == budgets.intake
-        assert (25, 40, 15, 20, 30) == tuple(
+        assert (25, 61, 40, 20, 30) == tuple(
             budgets.of(s) // MIB for s in ("stream", "inflight", "late", "judge", "spool")
         )
 
