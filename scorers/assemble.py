@@ -366,19 +366,31 @@ class Assembler:
         return out
 
     def export_state(self) -> tuple[list[TraceBatch], list[TraceBatch]]:
-        """The spans of every in-flight run and of every cached closed run, oldest first.
+        """The spans of every in-flight run and of the cached closed runs, oldest first.
+
+        Frozen runs are unpacked only as far as the cache's byte budget holds them unpacked, newest
+        first (:meth:`import_state` would forget the rest): a cache of packed runs unpacked whole
+        would hold several times its budget at a stop.
 
         Returns:
             ``(in_flight, closed)`` lists of one :class:`~collector.model.TraceBatch` per run
             (``size``: its estimated bytes).
         """
         in_flight = [TraceBatch(tid, tuple(p.spans.values()), 0, p.size) for tid, p in self._pending.items()]
-        frozen = [TraceBatch(tid, thaw_spans(blob), 0, size) for tid, (blob, size, _) in self._frozen.items()]
         closed = [
             TraceBatch(tid, spans, 0, size)
             for cache in (self._closed, self._pinned)
             for tid, (spans, size, _) in cache.items()
         ]
+        room = self.closed_account.budget - sum(b.size for b in closed) if self.closed_account.budget else None
+        frozen: list[TraceBatch] = []
+        for tid, (blob, size, _) in reversed(self._frozen.items()):
+            if room is not None:
+                if size > room:
+                    break
+                room -= size
+            frozen.append(TraceBatch(tid, thaw_spans(blob), 0, size))
+        frozen.reverse()
         return in_flight, frozen + closed
 
     def import_state(

@@ -636,6 +636,11 @@ def rich_span(sid: str, parent: str | None, *, trace: str = TRACE) -> Span:
     )
 
 
+def cached(asm: Assembler) -> list[str]:
+    """The trace ids of the closed-run cache, packed or not, oldest first (white box: what a stop would not unpack)."""
+    return [*asm._frozen, *asm._closed, *asm._pinned]
+
+
 class TestFrozenLateCache:
     """The late-span cache packs its oldest runs rather than forgetting them while spans come late."""
 
@@ -746,22 +751,23 @@ class TestFrozenLateCache:
         asm = make(clock, events, closed_cache_bytes=12_000, closed_cache_size=4)
         self.late_by(asm, clock, 5.0)
         self.fill(asm, clock, 6)
-        assert 4 == len(asm.export_state()[1])
+        assert 4 == len(cached(asm))
         asm.add(sized(10, span("7", trace=trace(0))))  # frozen, then forgotten for the run cap
         assert 1 == events.counts["late_evicted"]
-        assert [trace(i) for i in (2, 3, 4, 5)] == [b.trace_id for b in asm.export_state()[1]]
+        assert [trace(i) for i in (2, 3, 4, 5)] == cached(asm)
 
     def test_export_state_thaws_frozen_runs_oldest_first(self) -> None:
         clock = Clock(1000.0)
         asm = make(clock, closed_cache_bytes=12_000)
         self.late_by(asm, clock, 3.0, run=49)
         self.fill(asm, clock, 4)
-        _, closed = asm.export_state()
-        assert [trace(i) for i in (49, 0, 1, 2, 3)] == [b.trace_id for b in closed]
-        assert closed[1].spans == (rich_span("1", None, trace=trace(0)), rich_span("2", "0" * 15 + "1", trace=trace(0)))
+        assert [trace(i) for i in (49, 0, 1, 2, 3)] == cached(asm)
+        _, closed = asm.export_state()  # the newest that fit the budget unpacked, oldest first
+        assert [trace(2), trace(3)] == [b.trace_id for b in closed]
+        assert closed[0].spans == (rich_span("1", None, trace=trace(2)), rich_span("2", "0" * 15 + "1", trace=trace(2)))
         fresh = make(clock, closed_cache_bytes=100_000)
         fresh.import_state([], closed)
-        assert 5 == len(fresh.export_state()[1])
+        assert 2 == len(fresh.export_state()[1])
 
 
 def test_a_frozen_blob_holds_its_own_length_not_the_compression_bound() -> None:
@@ -777,3 +783,15 @@ def test_a_frozen_blob_holds_its_own_length_not_the_compression_bound() -> None:
     finally:
         tracemalloc.stop()
     assert held < 50 * (len(blobs[0]) + 1024)
+
+
+def test_export_state_unpacks_frozen_runs_only_as_far_as_the_budget_holds_them() -> None:
+    """A stop must not unpack a cache of packed runs whole (several times its budget): newest first, within it."""
+    clock, events = Clock(1000.0), Events()
+    asm = make(clock, events, closed_cache_bytes=12_000)
+    TestFrozenLateCache.late_by(asm, clock, 3.0)
+    TestFrozenLateCache.fill(asm, clock, 6)
+    assert events.counts["closed_frozen"] >= 5
+    _, closed = asm.export_state()
+    assert sum(b.size for b in closed) <= 12_000
+    assert [trace(4), trace(5)] == [b.trace_id for b in closed]
