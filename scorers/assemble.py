@@ -94,8 +94,9 @@ exporter's retries of a refused body (its backoff starts at 1 s and doubles)."""
 LATE_MARGIN: Final = 2.0
 """A run is frozen rather than forgotten while it was scored within this many times the greatest
 lateness seen (module doc)."""
-FROZEN_OVERHEAD: Final = 200
-"""Bytes a frozen run costs beyond its packed spans (its cache entry, the bytes object)."""
+FROZEN_OVERHEAD: Final = 320
+"""Bytes a frozen run costs beyond its packed spans: its trace id (81), the bytes object (33), the entry's tuple,
+time and size (116) and its slot in the ordered dict (~90)."""
 
 
 class AssemblerObserver(Protocol):
