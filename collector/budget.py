@@ -97,7 +97,7 @@ class MemoryBudgets:
             in-process stream refuses new bodies (503 + Retry-After) until it is back within
             budget (:mod:`scorers.assemble`). The state file saved at a clean stop holds these and
             the late cache, so it stays within ``inflight + late``. 4 % (with the late cache at 1.5 %)
-            cut the 4-connection heavy flood's peak RSS by ~40 MB, but one round in twelve with runs
+            cut the 4-connection heavy flood's peak RSS by ~40 MB, but one round in seven with runs
             dealt over the connections then dropped late spans (BENCHMARKS.md, "session 16").
         late: spans of recently scored runs kept to merge late spans into (4 %); when spent, the
             oldest run is forgotten, or, while spans are seen coming late, packed to an eighth of its
