@@ -650,13 +650,12 @@ class Assembler:
             trace_id = next(iter(closed))
             if trace_id == keep:
                 break
-            spans, size, at = closed.pop(trace_id)
+            spans, size, at = closed[trace_id]
             try:
                 blob = freeze_spans(spans, compressor)
             except ValueError:  # not packable (an attribute mapping of another type): forgotten when due
-                closed[trace_id] = (spans, size, at)
-                closed.move_to_end(trace_id, last=False)
                 break
+            del closed[trace_id]
             frozen[trace_id] = (blob, size, at)
             account.held += len(blob) + FROZEN_OVERHEAD - size
             packed += 1
