@@ -7,7 +7,7 @@ a timeout, reporting success; https://opentelemetry.io/docs/specs/otel/trace/sdk
 * ``shutdown(timeout)`` stops it, finishing or handing over what it holds, waits at most
   ``timeout`` seconds and returns True when it stopped cleanly within them.
 
-A process (the composition root, ``review_queue/app/``) lists its components in :class:`Components`
+A process (the composition root, ``vigil/``) lists its components in :class:`Components`
 in start order; it starts them in that order and shuts them down in reverse within one overall
 deadline, so a component added to the list cannot be forgotten at shutdown (ARCHITECTURE.md,
 "Lifecycle").

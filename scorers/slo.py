@@ -3,7 +3,7 @@
 ``vigil.yaml``'s ``slo`` section declares targets for every agent (``targets``, merged over the
 six defaults of :data:`DEFAULT_TARGETS`) and per agent (``agents: {name: {target: {...}}}``,
 merged over the fleet's). :func:`parse_slo` validates it (one-line :class:`SloConfigError`s);
-``review_queue/app/slo.py`` turns the result into Prometheus rules.
+``vigil/slo.py`` turns the result into Prometheus rules.
 
 Every target is stated on one *SLI*, a ratio of two per-agent rates (:class:`Sli`): completed
 runs / runs, summed step efficiency / runs scored for it, passed verdicts / verdicts, blocked

@@ -11,8 +11,8 @@ import sys
 import time
 
 from review_queue import details
-from review_queue.app.bench import pipeline
-from review_queue.app.run import tune_gc
+from vigil.bench import pipeline
+from vigil.run import tune_gc
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
 REPEAT = int(sys.argv[2]) if len(sys.argv) > 2 else 3

@@ -1,8 +1,8 @@
 # mypy: ignore-errors
 """Where a heavy-content run's CPU goes, stage by stage, in one thread (BENCHMARKS.md, "issue 25").
 
-The bench's stage rows (``review_queue.app.bench.pipeline.bench_stages``, the run-details writer's two
-stages included) over the heavy workload's bodies (``review_queue/app/bench/heavy.py``); prints
+The bench's stage rows (``vigil.bench.pipeline.bench_stages``, the run-details writer's two
+stages included) over the heavy workload's bodies (``vigil/bench/heavy.py``); prints
 microseconds a run, the minimum of REPEAT passes.
 
     PYTHONPATH=. .venv/bin/python scripts/heavy_stages.py [runs] [repeat]
@@ -10,9 +10,9 @@ microseconds a run, the minimum of REPEAT passes.
 
 import sys
 
-from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
-from review_queue.app.bench.pipeline import bench_stages
-from review_queue.app.run import tune_gc
+from vigil.bench.heavy import heavy_bodies, heavy_runs
+from vigil.bench.pipeline import bench_stages
+from vigil.run import tune_gc
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 REPEAT = int(sys.argv[2]) if len(sys.argv) > 2 else 3

@@ -1,7 +1,7 @@
 """The normalise stage's cost per run, in instructions, on the synthetic runs of ``vigil bench``.
 
 Works against this tree and against older ones (the synth moved from ``review_queue/synth.py`` to
-``review_queue/app/bench/synth.py``), so a figure in BENCHMARKS.md can be re-measured on any commit.
+``vigil/bench/synth.py``), so a figure in BENCHMARKS.md can be re-measured on any commit.
 The runs are generated and decoded once; then every run is normalised ``--loops`` times with the
 garbage collector off (``vigil run`` tunes it; a full collection landing or not moves the figure).
 Run it twice under callgrind, once with ``--loops 1`` and once with ``--loops 3``: the difference
@@ -38,7 +38,7 @@ SEED = 7
 
 
 def _synth() -> Any:
-    for name in ("review_queue.app.bench.synth", "review_queue.synth"):
+    for name in ("vigil.bench.synth", "review_queue.synth"):
         try:
             return importlib.import_module(name)
         except ImportError:

@@ -1,7 +1,7 @@
 """Instructions per run of ``vigil bench``'s saturated embedded pipeline, per thread, with callgrind.
 
 CPU-time figures move by ±15 % on the shared development machine; instruction counts do not. This
-runs :func:`review_queue.app.bench.pipeline.bench_pipeline` (or ``review_queue.bench`` in trees
+runs :func:`vigil.bench.pipeline.bench_pipeline` (or ``review_queue.bench`` in trees
 older than 2026-11-25's layout move) under ``valgrind --tool=callgrind --separate-threads=yes``
 with instrumentation switched on only between the bench's two ``process_time()`` reads, i.e. for
 exactly what its headline row measures (decode → stream → assemble → normalise → score → decide
@@ -55,8 +55,8 @@ def _inner(runs: int, *, stages: bool = False) -> None:
     import structlog
 
     try:
-        import review_queue.app.bench.pipeline as bench
-        from review_queue.app.run import tune_gc
+        import vigil.bench.pipeline as bench
+        from vigil.run import tune_gc
     except ImportError:  # trees before the layout move (20f04d5)
         from review_queue import bench  # type: ignore[attr-defined,no-redef]
         from review_queue.embedded import tune_gc  # type: ignore[import-not-found,no-redef]

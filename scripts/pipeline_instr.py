@@ -1,7 +1,7 @@
 # mypy: ignore-errors
 """Instructions a heavy-content run costs in normalise (``Pipeline.process``) and in ``details_row`` (issue 25).
 
-The heavy workload (``review_queue/app/bench/heavy.py``) is generated and decoded, then each run goes through
+The heavy workload (``vigil/bench/heavy.py``) is generated and decoded, then each run goes through
 ``Pipeline.process`` (normalise, score, decide) and, for the ``details`` stage, ``details_row``. Under
 valgrind's callgrind the script runs three passes (``setup``: generation and decoding only; ``process``;
 ``details``) and subtracts them, so each figure is that stage's instructions a run::
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from review_queue.app.bench.eval_online import instructions_of
+from vigil.bench.eval_online import instructions_of
 
 _STAGES = ("setup", "process", "details")
 
@@ -29,9 +29,9 @@ _STAGES = ("setup", "process", "details")
 def _work(n_runs: int, stage: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from review_queue.app.bench.heavy import heavy_traces
-    from review_queue.app.bench.pipeline import _settings
-    from review_queue.app.run import build, tune_gc
+    from vigil.bench.heavy import heavy_traces
+    from vigil.bench.pipeline import _settings
+    from vigil.run import build, tune_gc
     from review_queue.details import Texts, details_row
     from scorers.assemble import ClosedTrace
     from scorers.redact import Redactor

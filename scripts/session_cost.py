@@ -1,7 +1,7 @@
 # mypy: ignore-errors
 """What sessions cost a heavy-content run, in instructions (issue 26: "≤ 5 % of the heavy-content row").
 
-The heavy workload (``review_queue/app/bench/heavy.py``) is generated with ``--session-turns K`` (0: no
+The heavy workload (``vigil/bench/heavy.py``) is generated with ``--session-turns K`` (0: no
 session id; 1: a session per run; K: sessions of K turns; only the id differs), decoded, then every run
 goes through what the embedded server does to it: ``Pipeline.process`` (normalise, score, decide),
 ``SqlStore.write`` in batches of 256 (the run rows, the session rows recomputed from their runs) and
@@ -26,15 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from review_queue.app.bench.eval_online import instructions_of
+from vigil.bench.eval_online import instructions_of
 
 
 def _work(n_runs: int, session_turns: int, process: bool) -> float:
     from prometheus_client import CollectorRegistry
 
-    from review_queue.app.bench.heavy import heavy_traces
-    from review_queue.app.bench.pipeline import _settings
-    from review_queue.app.run import build, tune_gc
+    from vigil.bench.heavy import heavy_traces
+    from vigil.bench.pipeline import _settings
+    from vigil.run import build, tune_gc
     from review_queue.details import Texts, details_row
     from scorers.assemble import ClosedTrace
     from scorers.redact import Redactor

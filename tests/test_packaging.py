@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from review_queue.app.process import start_vigil
+from vigil.process import start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -111,13 +111,13 @@ def test_wheel_ships_the_data_files_and_no_test_kit(wheel: Path) -> None:
         )
         for path in ROOT.glob(pattern)
     }
-    wanted |= {"review_queue/alembic.ini", "review_queue/app/bench/overload.lua"}
+    wanted |= {"review_queue/alembic.ini", "vigil/bench/overload.lua"}
     assert set() == wanted - names
     assert any(n.startswith("collector/_otlp_fast.") and n.endswith(".so") for n in names)
     assert any(n.startswith("scorers/_redact_fast.") and n.endswith(".so") for n in names)
     assert [] == [n for n in names if n.split("/")[0] in ("tests", "test")]
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert {"collector", "scorers", "review_queue"} == tops
+    assert {"collector", "scorers", "review_queue", "vigil"} == tops
 
 
 def test_installed_package_has_the_compiled_decoder(venv: Path, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from panels import SEL, Layout, Panel, stat, target, timeseries
 
-from review_queue.app.slo import FAST, SLOW, thresholds
+from vigil.slo import FAST, SLOW, thresholds
 from review_queue.targets import bound_text
 from scorers.slo import DEFAULT_TARGETS, Direction, Target
 

@@ -7,9 +7,9 @@ import os, random, subprocess, sys, threading, time, sqlite3
 from pathlib import Path
 import httpx
 sys.path.insert(0, os.environ.get("WT", "/work/wt-b"))
-from review_queue.app.process import free_port
-from review_queue.app.bench.soak import rss_mib
-from review_queue.app.bench.synth import body, make_run
+from vigil.process import free_port
+from vigil.bench.soak import rss_mib
+from vigil.bench.synth import body, make_run
 work = Path(sys.argv[1]); work.mkdir(parents=True, exist_ok=True)
 seconds = float(sys.argv[2]); rate = float(sys.argv[3]); script = sys.argv[4]
 ports = {n: free_port() for n in ("OTLP_HTTP","OTLP_GRPC","HTTP","METRICS")}

@@ -73,5 +73,5 @@ if GC_EVERY:
 if TRACE:
     tracemalloc.start(TRACE)
 threading.Thread(target=sampler, daemon=True).start()
-from review_queue.app.cli import main
+from vigil.cli import main
 sys.exit(main(["run"]))

@@ -19,7 +19,7 @@ from collector.budget import (
 )
 from collector.model import Span, TraceBatch
 from collector.otlp import decode_json, decode_protobuf
-from review_queue.app.bench.synth import body, make_run
+from vigil.bench.synth import body, make_run
 
 MIB = 1024 * 1024
 

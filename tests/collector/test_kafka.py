@@ -24,10 +24,10 @@ from collector.model import TraceBatch
 from collector.otlp import decode_protobuf, encode_batch
 from collector.receiver import create_otlp_app
 from collector.spool import Spool
-from review_queue.app.process import free_port
 from tests.support.fixtures import wait_until
 from tests.support.kafka import FakeProducer
 from tests.support.spans import span
+from vigil.process import free_port
 
 
 class Harness:

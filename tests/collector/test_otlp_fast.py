@@ -24,8 +24,8 @@ from collector import otlp
 from collector.errors import DecodeError
 from collector.model import DecodeResult, SpanEvent, new_span
 from collector.otlp import decode_json, encode_batch
-from review_queue.app.bench.synth import bodies
 from tests.support.fuzzing import otlp_requests, protobuf_bodies
+from vigil.bench.synth import bodies
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 FUZZ = settings(
@@ -218,7 +218,7 @@ def test_repeated_ids_and_names_are_one_object_each() -> None:
     """Memory: the spans of a body hold one str per distinct id, and names mostly shared, not one per span.
     The heavy workload interleaves 16 runs a body: a trace's spans are not consecutive, siblings
     carry their parent's id and a parent's own id is the one its children point to."""
-    from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
+    from vigil.bench.heavy import heavy_bodies, heavy_runs
 
     body = next(iter(heavy_bodies(heavy_runs(40))))
     result = _compiled(body)

@@ -1,4 +1,4 @@
-"""Tests for review_queue.app.settings: precedence, YAML, and refusal of bad values."""
+"""Tests for vigil.settings: precedence, YAML, and refusal of bad values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.errors import SettingsError
-from review_queue.app.settings import Settings
+from vigil.settings import Settings
 
 
 class TestLoad:

@@ -25,7 +25,7 @@ from collector.spool import (
     iter_records,
 )
 from collector.stream import InProcessStream
-from review_queue.app.bench.synth import body, make_run
+from vigil.bench.synth import body, make_run
 
 PROTO = {"Content-Type": "application/x-protobuf"}
 

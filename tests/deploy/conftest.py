@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.cli import parser
-from review_queue.app.settings import VIGIL_CONFIG, Settings
+from vigil.cli import parser
+from vigil.settings import VIGIL_CONFIG, Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE = "vigil:0.1.0"

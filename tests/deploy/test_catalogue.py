@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-PACKAGES = ("collector", "scorers", "review_queue")
+PACKAGES = ("collector", "scorers", "review_queue", "vigil")
 DECLARATION = re.compile(
     r'\b(Counter|Gauge|Histogram|Summary|GaugeMetricFamily|CounterMetricFamily)\(\s*"(vigil_[a-z_]+)"'
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from review_queue.app.settings import Settings
+from vigil.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE = "vigil:0.1.0"
@@ -97,7 +97,7 @@ class TestAgainstCode:
 
     def test_stop_grace_covers_the_roles_stop(self) -> None:
         """Each role's stop_grace_period (Docker default 10 s) outlasts its worst-case stop (else SIGKILL cuts it)."""
-        from review_queue.app.roles import stop_budget_s
+        from vigil.roles import stop_budget_s
 
         for name, s in vigil_services().items():
             if name in ROLES and name != "migrate":
@@ -166,8 +166,8 @@ class TestMounts:
 
     def test_prometheus_keeps_the_slo_window(self) -> None:
         """Prometheus keeps the history the SLO rules read (the 28-day budget window + a day), not its default 15d."""
-        from review_queue.app import slo
         from scorers.slo import parse_slo
+        from vigil import slo
 
         flags = dict(f.split("=", 1) for f in services()["prometheus"]["command"] if "=" in f)
         assert f"{slo.retention_days(parse_slo(None))}d" == flags["--storage.tsdb.retention.time"]
@@ -200,7 +200,7 @@ class TestExposure:
 
     def test_roles_bind_all_interfaces_explicitly(self) -> None:
         """Each role sets VIGIL_LISTEN_HOST itself (Vigil's default is loopback, unreachable from other containers)."""
-        from review_queue.app.exposure import is_loopback
+        from vigil.exposure import is_loopback
 
         for name, s in vigil_services().items():
             env = {k: str(v) for k, v in s["environment"].items()}

@@ -8,8 +8,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from review_queue.app.cli import parser
-from review_queue.app.settings import Settings
+from vigil.cli import parser
+from vigil.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from review_queue.app.settings import Settings
+from vigil.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
@@ -131,7 +131,7 @@ class TestContainers:
 
     def test_grace_period_covers_the_roles_stop(self) -> None:
         """terminationGracePeriodSeconds (default 30) outlasts each role's worst-case stop (else SIGKILL cuts it)."""
-        from review_queue.app.roles import stop_budget_s
+        from vigil.roles import stop_budget_s
 
         for name, spec, c in vigil_containers():
             role = c["args"][0]
@@ -286,8 +286,8 @@ class TestPrometheus:
 
     def test_retention_covers_the_slo_window(self) -> None:
         """Retention from the longest window the SLO rules read (28d + a day), with storage that survives restarts."""
-        from review_queue.app import slo
         from scorers.slo import parse_slo
+        from vigil import slo
 
         spec = named("Prometheus", "vigil")["spec"]
         assert f"{slo.retention_days(parse_slo(None))}d" == spec["retention"]
@@ -316,7 +316,7 @@ class TestExposure:
 
     def test_every_listener_is_reachable_where_the_pod_needs_it(self) -> None:
         """Probes and monitors reach the pod IP, so metrics bind all interfaces; the sidecar's OTLP stays local."""
-        from review_queue.app.exposure import is_loopback
+        from vigil.exposure import is_loopback
 
         for name, _, c in vigil_containers():
             env = {k: v for k, v in container_env(c).items() if v != "<from secret>"}
@@ -330,7 +330,7 @@ class TestExposure:
 
     def test_api_off_loopback_takes_its_admin_token_from_a_secret(self) -> None:
         """The review API binds the pod IP, so VIGIL_ADMIN_TOKEN comes from the vigil-admin Secret (none shipped)."""
-        from review_queue.app.exposure import is_loopback
+        from vigil.exposure import is_loopback
 
         for name, _, c in vigil_containers():
             if c["args"][0] not in {"review", "run"}:

@@ -121,7 +121,7 @@ class TestSloRules:
 
     def test_committed_rules_and_tests_are_generated_from_the_defaults(self, tmp_path: Path) -> None:
         """Regenerate with `vigil slo generate --defaults -o deploy/prometheus --tests`."""
-        from review_queue.app.cli import main
+        from vigil.cli import main
 
         assert 0 == main(["slo", "generate", "--defaults", "-o", str(tmp_path), "--tests"])
         generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.yml"))
@@ -153,7 +153,7 @@ class TestSloRules:
     def test_session_completion_quiet_without_sessions_or_with_too_few(self, tmp_path: Path) -> None:
         """Runs without session ids export no session counters: no session SLI, no alert; 5 closed
         sessions an hour, all abandoned, stay under the 10 a fast burn needs (the slow burn, over 6 h, fires)."""
-        from review_queue.app.slo import _expected
+        from vigil.slo import _expected
 
         base = 'environment="test", job="vigil"'
         series = [
@@ -209,8 +209,8 @@ class TestSloRules:
 
     def test_thresholds_follow_the_workbook_and_stay_reachable(self) -> None:
         """14.4x / 6x the budget for tight targets; capped below 100 % errors for loose ones, fast above slow."""
-        from review_queue.app.slo import thresholds
         from scorers.slo import DEFAULT_TARGETS
+        from vigil.slo import thresholds
 
         fast, slow = thresholds(DEFAULT_TARGETS["safety_block_rate"])
         assert pytest.approx(0.072) == fast

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.app.process import VigilProcess, free_port, start_vigil
+from vigil.process import VigilProcess, free_port, start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -357,8 +357,8 @@ class TestRealScrape:
 
     def test_slo_summary_from_prometheus_and_from_metrics(self, vigil: VigilProcess, prometheus: Prometheus) -> None:
         """`vigil slo summary` reads the same targets from Prometheus and from /metrics; a summary matches itself."""
-        from review_queue.app import slo
         from scorers.slo import parse_slo
+        from vigil import slo
 
         config = parse_slo(None)
         from_prom = slo.summary_from_prometheus(config, prometheus.values, prometheus.url, "1h")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from review_queue.app.bench.broker import TansuBroker, start_tansu, tansu_missing
 from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
+from vigil.bench.broker import TansuBroker, start_tansu, tansu_missing
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CHROMIUM = "/usr/bin/chromium"

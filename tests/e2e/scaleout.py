@@ -16,14 +16,14 @@ import httpx
 import sqlalchemy as sa
 
 from collector.otlp import decode_protobuf
-from review_queue.app.bench.broker import TansuBroker
-from review_queue.app.bench.synth import SynthRun, body, make_run
-from review_queue.app.process import RoleProcess, spawn_role
-from review_queue.app.settings import Settings
 from scorers.assemble import ClosedTrace
 from scorers.pipeline import Pipeline
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from vigil.bench.broker import TansuBroker
+from vigil.bench.synth import SynthRun, body, make_run
+from vigil.process import RoleProcess, spawn_role
+from vigil.settings import Settings
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 SAMPLE_RATE = 0.2

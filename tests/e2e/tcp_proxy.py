@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 
-from review_queue.app.process import free_port
+from vigil.process import free_port
 
 
 class TcpProxy:

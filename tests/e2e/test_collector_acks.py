@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from review_queue.app.bench.broker import TansuBroker, topic_keys
-from review_queue.app.bench.synth import body, make_run
-from review_queue.app.process import RoleProcess, spawn_role
+from vigil.bench.broker import TansuBroker, topic_keys
+from vigil.bench.synth import body, make_run
+from vigil.process import RoleProcess, spawn_role
 
 pytestmark = pytest.mark.integration
 

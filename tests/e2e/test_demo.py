@@ -25,10 +25,10 @@ import sqlalchemy as sa
 
 from collector.demo.fleet import DemoFleet, DemoRun, session_truths
 from collector.demo.plan import Kind
-from review_queue.app.process import VigilProcess, spawn_vigil, start_vigil
 from review_queue.store import SqlStore
 from review_queue.tables import run_details
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
+from vigil.process import VigilProcess, spawn_vigil, start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +198,7 @@ class TestDemoCommand:
     def test_runs_and_writes_truth(self, vigil: VigilProcess, tmp_path: Path) -> None:
         """``vigil demo --runs N --truth F`` sends N runs, writes their truth, and Vigil scores them."""
         out = tmp_path / "truth.json"
-        cmd = [sys.executable, "-m", "review_queue.app.cli", "demo", "--endpoint", vigil.otlp_endpoint]
+        cmd = [sys.executable, "-m", "vigil.cli", "demo", "--endpoint", vigil.otlp_endpoint]
         cmd += ["--runs", "12", "--rate", "20", "--pace", "0", "--seed", "3", "--truth", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert 0 == done.returncode, done.stderr

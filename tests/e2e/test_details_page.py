@@ -27,8 +27,8 @@ import pytest
 
 from collector.model import TraceBatch
 from collector.otlp import encode_batch
-from review_queue.app.process import VigilProcess, start_vigil
 from tests.support.spans import agent_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

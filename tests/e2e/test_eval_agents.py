@@ -55,7 +55,7 @@ def eval_run(tmp_path: Path, agent: str) -> tuple[int, dict[str, Any]]:
     report = tmp_path / "report.json"
     vigil_yaml = tmp_path / "vigil.yaml"
     vigil_yaml.write_text(f"database_url: sqlite:///{tmp_path / 'v.db'}\n")
-    cmd = [sys.executable, "-m", "review_queue.app.cli", "--config", str(vigil_yaml), "eval", "run",
+    cmd = [sys.executable, "-m", "vigil.cli", "--config", str(vigil_yaml), "eval", "run",
            "--agent", f"tests.e2e.eval_agents:{agent}", str(evalset), "--config", str(config),
            "--json", str(report)]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
@@ -101,7 +101,7 @@ def test_robustness_suite_on_langgraph(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     vigil_yaml = tmp_path / "vigil.yaml"
     vigil_yaml.write_text(f"database_url: sqlite:///{tmp_path / 'v.db'}\n")
-    cmd = [sys.executable, "-m", "review_queue.app.cli", "--config", str(vigil_yaml), "eval", "robustness",
+    cmd = [sys.executable, "-m", "vigil.cli", "--config", str(vigil_yaml), "eval", "robustness",
            str(evalset), "--agent", "tests.e2e.eval_agents:langgraph_agent", "--json", str(report)]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
     assert report.exists(), done.stderr[-3000:]

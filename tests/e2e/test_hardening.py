@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from review_queue.app.process import VigilProcess, start_vigil
 from tests.support.spans import capped_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +147,7 @@ class TestOpenModeLockout:
             assert 200 == httpx.get(f"{vigil.api}/api/v1/runs").status_code
             env = {**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"}
             cli = subprocess.run(
-                [sys.executable, "-m", "review_queue.app.cli", "tokens", "create", "--role", "reviewer", "--name", "b"],
+                [sys.executable, "-m", "vigil.cli", "tokens", "create", "--role", "reviewer", "--name", "b"],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -420,7 +420,7 @@ class TestReadmeContentCapture:
             assert 200 == httpx.post(f"{url}/claim", headers=_bearer(reviewer)).status_code
             assert 200 == httpx.post(f"{url}/verdict", json={"verdict": "pass"}, headers=_bearer(reviewer)).status_code
             export = subprocess.run(
-                [sys.executable, "-m", "review_queue.app.cli", "export", "--format", "jsonl"],
+                [sys.executable, "-m", "vigil.cli", "export", "--format", "jsonl"],
                 env={**_clean_env(), "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}"},
                 capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
@@ -432,7 +432,7 @@ class TestReadmeContentCapture:
 def _vigil(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     full = {**_clean_env(), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "review_queue.app.cli", *args], env=full, capture_output=True, text=True,
+        [sys.executable, "-m", "vigil.cli", *args], env=full, capture_output=True, text=True,
         timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -492,7 +492,7 @@ class TestCli:
         env = {**_clean_env(), "VIGIL_DATABASE_URL": "postgresql+psycopg://x@127.0.0.1:1/db", "VIGIL_HTTP_PORT": "0",
                "VIGIL_METRICS_PORT": "0", "VIGIL_HTTP_HOST": "127.0.0.1"}  # fmt: skip
         process = subprocess.Popen(
-            [sys.executable, "-m", "review_queue.app.cli", "review"], env=env, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", "vigil.cli", "review"], env=env, stderr=subprocess.PIPE, text=True
         )
         try:
             assert process.stderr is not None

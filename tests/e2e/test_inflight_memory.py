@@ -1,6 +1,6 @@
 """Issue 25, item 3: memory that holds without mangling runs.
 
-The heavy-content workload (:mod:`review_queue.app.bench.heavy`: agent runs of ~20 spans carrying
+The heavy-content workload (:mod:`vigil.bench.heavy`: agent runs of ~20 spans carrying
 1-2 KB of captured messages per model span, 16 runs interleaved per sender, children before the
 root, 250 spans a body) is sent as fast as one connection, then four, go to a real ``vigil run``
 whose memory limit (``VIGIL_MEMORY_LIMIT_MB=512``: 30 MiB for the runs in flight) is passed by
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from review_queue.app.bench.heavy import HeavyRun, bench_heavy, heavy_bodies, heavy_runs
+from vigil.bench.heavy import HeavyRun, bench_heavy, heavy_bodies, heavy_runs
 
 pytestmark = pytest.mark.integration
 

@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
 from collector.instrument import MaxIterationsExceeded, agent_run, guardrail, tool_call, vigil_setup
 from collector.instrument import spans as helper_spans
-from review_queue.app.process import VigilProcess, start_vigil
 from tests.e2e.drivers.harness import RunTruth
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from collector.demo.fakeopenai import FakeOpenAI
-from review_queue.app.process import VigilProcess as Vigil
-from review_queue.app.process import start_vigil
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
+from vigil.process import VigilProcess as Vigil
+from vigil.process import start_vigil
 
 pytestmark = pytest.mark.integration
 

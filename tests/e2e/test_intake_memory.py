@@ -12,7 +12,7 @@ The same burst over OTLP/gRPC (48 calls with ``grpc-encoding: gzip``, all starte
 is admitted before its message is read (:mod:`collector.grpc_receiver`, *Admission*), the server
 does not probe the bandwidth-delay product (so a call not yet admitted can have only 64 KiB of
 its message sent ahead), freed large blocks go back to the system
-(:func:`review_queue.app.run.tune_malloc`), and runs due together are scored a chunk at a time
+(:func:`vigil.run.tune_malloc`), and runs due together are scored a chunk at a time
 (:func:`scorers.worker.chunks`). Measured before those three: 423-537 MiB at this limit.
 
 Issue 25: the same 48 gzip bodies (20 MiB - 64 KiB inflated) sent slowly over raw sockets: every
@@ -44,8 +44,8 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.grpc_receiver import EXPORT_METHOD, RETRY_INFO_KEY
-from review_queue.app.bench.synth import body, make_run
-from review_queue.app.process import VigilProcess, start_vigil
+from vigil.bench.synth import body, make_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from collector.demo.fakeopenai import FakeOpenAI
-from review_queue.app.bench.synth import body, make_run
-from review_queue.app.process import VigilProcess, start_vigil
+from vigil.bench.synth import body, make_run
+from vigil.process import VigilProcess, start_vigil
 
 from .judge_config import HIGH, LOW, judge_yaml
 

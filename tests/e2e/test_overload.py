@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from review_queue.app.bench.broker import TansuBroker, topic_keys
-from review_queue.app.bench.synth import body, make_run
-from review_queue.app.process import VigilProcess, spawn_role, start_vigil
+from vigil.bench.broker import TansuBroker, topic_keys
+from vigil.bench.synth import body, make_run
+from vigil.process import VigilProcess, spawn_role, start_vigil
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,6 @@ import pytest
 from collector.model import SpanEvent
 from collector.otlp import decode_json
 from review_queue.api import create_api_app
-from review_queue.app.process import VigilProcess, start_vigil
 from review_queue.details import DetailsWriter
 from review_queue.services import build_services
 from review_queue.store import SqlStore, upgrade_database
@@ -36,6 +35,7 @@ from scorers.model import Evidence, Step, StepKind, ToolCall
 from scorers.redact import Redactor
 from tests.support.fixtures import served
 from tests.support.review_queue import scored_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
     with start_vigil(tmp_path_factory.mktemp("vigil"), env) as running:
         files = [str(FIXTURES / f"{stack}.json") for stack in STACKS]
         subprocess.run(
-            [sys.executable, "-m", "review_queue.app.cli", "replay", "--endpoint", running.otlp_endpoint,
+            [sys.executable, "-m", "vigil.cli", "replay", "--endpoint", running.otlp_endpoint,
              "--no-progress", *files],
             check=True,
             capture_output=True,

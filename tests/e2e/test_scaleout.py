@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from review_queue.app.bench.broker import TansuBroker
+from vigil.bench.broker import TansuBroker
 
 from .scaleout import (
     check_exact,
@@ -67,7 +67,7 @@ class TestStockExporterRecords:
         spans split over two partitions — both land exactly: the mixed records are re-keyed."""
         from kafka import KafkaProducer
 
-        from review_queue.app.bench.synth import body
+        from vigil.bench.synth import body
 
         cluster = make_cluster(tansu, pg_url, workdir)
         scorer = cluster.spawn("scorer")
@@ -101,7 +101,7 @@ class TestStockExporterRecords:
         """A record that is not OTLP is counted and passed; the records around it are scored."""
         from kafka import KafkaProducer
 
-        from review_queue.app.bench.synth import body
+        from vigil.bench.synth import body
 
         cluster = make_cluster(tansu, pg_url, workdir, partitions=1)
         scorer = cluster.spawn("scorer")

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from review_queue.app.bench.broker import TansuBroker
-from review_queue.app.bench.synth import body
+from vigil.bench.broker import TansuBroker
+from vigil.bench.synth import body
 
 from .scaleout import (
     EXPORT_METHOD,
@@ -165,7 +165,7 @@ class TestKafkaUnreachable:
     def test_never_reachable(self, workdir: Path, tansu: TansuBroker) -> None:
         """No broker at all: 503 with Retry-After over HTTP, UNAVAILABLE over gRPC, flat memory."""
         (workdir / "empty.yaml").write_text("{}\n")
-        from review_queue.app.process import free_port, spawn_role
+        from vigil.process import free_port, spawn_role
 
         env = {"VIGIL_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}", "VIGIL_CONFIG": str(workdir / "empty.yaml")}
         collector = spawn_role("collector", workdir, env)
@@ -196,8 +196,8 @@ class TestKafkaUnreachable:
 
     def test_broker_goes_away(self, workdir: Path, tansu: TansuBroker) -> None:
         """The broker dies after start: the byte budget fills, then 503s; memory stays bounded."""
-        from review_queue.app.bench.broker import start_tansu
-        from review_queue.app.process import spawn_role
+        from vigil.bench.broker import start_tansu
+        from vigil.process import spawn_role
 
         (workdir / "empty.yaml").write_text("{}\n")
         with start_tansu(workdir) as broker:

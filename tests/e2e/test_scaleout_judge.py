@@ -13,8 +13,8 @@ from kafka import KafkaProducer
 
 from collector.demo.fakeopenai import FakeOpenAI
 from collector.kafka import record_key
-from review_queue.app.bench.broker import TansuBroker
-from review_queue.app.bench.synth import body, make_run
+from vigil.bench.broker import TansuBroker
+from vigil.bench.synth import body, make_run
 
 from .judge_config import HIGH, LOW, judge_yaml
 from .scaleout import make_cluster, wait_assigned, wait_for

@@ -27,7 +27,6 @@ import httpx
 import pytest
 
 from review_queue.api import create_api_app
-from review_queue.app.process import start_vigil
 from review_queue.details import DetailsWriter
 from review_queue.services import build_services
 from review_queue.session_close import SessionCloser, compile_session_rules
@@ -35,6 +34,7 @@ from review_queue.store import SqlStore, upgrade_database
 from scorers.redact import Redactor
 from tests.support.fixtures import served
 from tests.support.sessions import T0, S, chat_turns, put_session
+from vigil.process import start_vigil
 
 pytestmark = pytest.mark.integration
 

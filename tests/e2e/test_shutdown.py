@@ -32,11 +32,11 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.otlp import decode_protobuf
-from review_queue.app.bench.broker import TansuBroker
-from review_queue.app.bench.synth import SynthRun, body
-from review_queue.app.process import RoleProcess, spawn_role, start_vigil
 from scorers.assemble import Assembler
 from scorers.state import load_state
+from vigil.bench.broker import TansuBroker
+from vigil.bench.synth import SynthRun, body
+from vigil.process import RoleProcess, spawn_role, start_vigil
 
 from .scaleout import (
     EXPORT_METHOD,
@@ -257,7 +257,7 @@ class TestCollector:
         once it answers again they are answered 200, and their records are on the topic."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from review_queue.app.bench.broker import start_tansu
+        from vigil.bench.broker import start_tansu
 
         with start_tansu(workdir) as broker:
             cluster = make_cluster(broker, "sqlite://", workdir, partitions=2)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.process import RoleProcess, spawn_role
+from vigil.process import RoleProcess, spawn_role
 
 from .scaleout import generate, wait_for
 from .test_shutdown import Body, Poster, run_bodies

@@ -20,8 +20,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from prometheus_client.parser import text_string_to_metric_families
 
-from review_queue.app.bench.synth import _kv, body, make_run
-from review_queue.app.process import VigilProcess, start_vigil
+from vigil.bench.synth import _kv, body, make_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from review_queue.app.process import VigilProcess, start_vigil
 from tests.support.spans import capped_run
+from vigil.process import VigilProcess, start_vigil
 
 pytestmark = pytest.mark.integration
 

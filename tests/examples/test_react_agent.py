@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from review_queue.app.cli import main
 from scorers.eval.model import load_eval_set
+from vigil.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "react_agent"

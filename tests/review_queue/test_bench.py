@@ -1,4 +1,4 @@
-"""Tests for review_queue.app.bench.pipeline: the benchmark measures what it claims (no timing assertions)."""
+"""Tests for vigil.bench.pipeline: the benchmark measures what it claims (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.bench.eval_online import SECTIONS, instruction_report, run_sections
-from review_queue.app.bench.pipeline import bench_pipeline, bench_stages
-from review_queue.app.bench.synth import bodies
+from vigil.bench.eval_online import SECTIONS, instruction_report, run_sections
+from vigil.bench.pipeline import bench_pipeline, bench_stages
+from vigil.bench.synth import bodies
 
 
 class TestBench:
@@ -50,7 +50,7 @@ class TestJudgeBench:
         import json
 
         from collector.demo.fakeopenai import FakeOpenAI, TextTurn
-        from review_queue.app.bench.pipeline import bench_judge_once
+        from vigil.bench.pipeline import bench_judge_once
 
         verdict = TextTurn(json.dumps({"reasoning": "ok", "score": 0.9}), delay_s=0.05)
         with FakeOpenAI({"verdict": [verdict]}) as fake:

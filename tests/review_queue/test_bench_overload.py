@@ -1,12 +1,12 @@
-"""Tests for review_queue.app.bench.overload: the wrk-driven overload check of ``vigil bench --overload``."""
+"""Tests for vigil.bench.overload: the wrk-driven overload check of ``vigil bench --overload``."""
 
 from __future__ import annotations
 
 import pytest
 
 from collector.otlp import decode_protobuf
-from review_queue.app.bench import overload as bench_overload
-from review_queue.app.bench.overload import (
+from vigil.bench import overload as bench_overload
+from vigil.bench.overload import (
     MARKER,
     WrkMissingError,
     group_check,

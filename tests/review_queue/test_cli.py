@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.cli import EXIT_CONFIG, main
+from vigil.cli import EXIT_CONFIG, main
 
 
 class TestCli:

@@ -152,10 +152,10 @@ def _heavy(tmp: Path) -> list[ScoredRun]:
 
     from collector.model import Span
     from collector.otlp import decode_protobuf
-    from review_queue.app.bench.heavy import heavy_bodies, heavy_runs
-    from review_queue.app.bench.pipeline import _settings
-    from review_queue.app.run import build
     from scorers.assemble import ClosedTrace
+    from vigil.bench.heavy import heavy_bodies, heavy_runs
+    from vigil.bench.pipeline import _settings
+    from vigil.run import build
 
     traces: dict[str, list[Span]] = {}
     for body in heavy_bodies(heavy_runs(60)):

@@ -103,7 +103,7 @@ class TestDetailsStatus:
 
     def test_policy_defaults_are_the_writers(self) -> None:
         """The page's defaults are the settings' defaults (defined once, in review_queue.details)."""
-        from review_queue.app.settings import Settings
+        from vigil.settings import Settings
 
         settings = Settings()
         assert DetailsPolicy(settings.details_sample_rate, settings.details_retention_days) == DetailsPolicy()
@@ -231,8 +231,8 @@ class TestRunPage:
 
     def test_settings_reach_the_pages(self, tmp_path: Path, store: SqlStore) -> None:
         """VIGIL_DETAILS_SAMPLE_RATE and VIGIL_DETAILS_RETENTION_DAYS reach the review services."""
-        from review_queue.app.scoring import review_services
-        from review_queue.app.settings import Settings
+        from vigil.scoring import review_services
+        from vigil.settings import Settings
 
         (tmp_path / "vigil.yaml").write_text("{}\n")
         env = {"VIGIL_DETAILS_SAMPLE_RATE": "0.25", "VIGIL_DETAILS_RETENTION_DAYS": "3"}

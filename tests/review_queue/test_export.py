@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.cli import main
 from review_queue.details import DetailsWriter
 from review_queue.export import eval_case, eval_set, export_cases
 from review_queue.model import VerdictIn, VerdictTarget, VerdictValue
@@ -21,6 +20,7 @@ from scorers.model import Message, ToolCall
 from scorers.redact import Redactor
 from tests.support.review_queue import Clock, scored_run
 from tests.support.sessions import chat_turns
+from vigil.cli import main
 
 
 @pytest.fixture

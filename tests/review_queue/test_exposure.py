@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from collector.errors import SettingsError
-from review_queue.app.exposure import is_loopback, refuse_open_api
-from review_queue.app.process import free_port, start_vigil
-from review_queue.app.settings import Settings
+from vigil.exposure import is_loopback, refuse_open_api
+from vigil.process import free_port, start_vigil
+from vigil.settings import Settings
 
 
 def _settings(**env: str) -> Settings:
@@ -85,7 +85,7 @@ class TestStart:
         env.update({f"VIGIL_{n}_PORT": str(free_port()) for n in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")})
         env.update({"VIGIL_LISTEN_HOST": "0.0.0.0", "VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'v.db'}"})
         done = subprocess.run(
-            [sys.executable, "-m", "review_queue.app.cli", "run"],
+            [sys.executable, "-m", "vigil.cli", "run"],
             check=False,
             cwd=tmp_path,
             env=env,

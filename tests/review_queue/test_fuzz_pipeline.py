@@ -24,7 +24,6 @@ from starlette.testclient import TestClient
 
 from collector.otlp import decode_protobuf
 from review_queue.api import create_api_app
-from review_queue.app.settings import Settings
 from review_queue.store import SqlStore, upgrade_database
 from scorers.assemble import Assembler
 from scorers.metrics import RunMetrics
@@ -33,6 +32,7 @@ from scorers.registry import build_chain
 from scorers.rules import compile_rules
 from tests.support.fuzzing import otlp_requests
 from tests.support.review_queue import postgres_scratch_url, postgres_unreachable
+from vigil.settings import Settings
 
 EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "100"))
 POSTGRES_URL = os.environ.get("VIGIL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -1,4 +1,4 @@
-"""The bounded graceful stop of every role's HTTP servers (review_queue.app.components._Server).
+"""The bounded graceful stop of every role's HTTP servers (vigil.components._Server).
 
 uvicorn waits without limit for open connections when it stops: one client stalled in the
 middle of an upload kept a SIGTERMed role from ever exiting. These run a real server on a
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from review_queue.app.components import http_server
-from review_queue.app.process import free_port
+from vigil.components import http_server
+from vigil.process import free_port
 
 
 async def _echo(request: Request) -> Response:

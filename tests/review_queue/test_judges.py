@@ -13,8 +13,6 @@ from prometheus_client import CollectorRegistry
 from collector.demo.fakeopenai import FakeOpenAI, TextTurn, Usage
 from collector.otlp import decode_json
 from review_queue.api import create_api_app
-from review_queue.app.run import build
-from review_queue.app.settings import Settings
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource, merge_reasons
 from review_queue.model import ItemState
 from review_queue.store import SqlStore
@@ -23,6 +21,8 @@ from scorers.judge.metrics import AgreementCollector
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, RunStatus
 from tests.support.review_queue import scored_run
+from vigil.run import build
+from vigil.settings import Settings
 
 JUDGE_FLAG = Flag(("judge_ground",), Priority.NORMAL, 0.05)
 

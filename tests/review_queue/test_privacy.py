@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from review_queue.app.cli import EXIT_CONFIG, main
-from review_queue.app.run import build
-from review_queue.app.scoring import redactor_from_settings
-from review_queue.app.settings import Settings
 from review_queue.privacy import RedactingSink
 from scorers.model import Evidence, Message, ToolCall
 from scorers.redact import RedactionConfigError
 from tests.support.review_queue import InMemoryRunSink, scored_run
+from vigil.cli import EXIT_CONFIG, main
+from vigil.run import build
+from vigil.scoring import redactor_from_settings
+from vigil.settings import Settings
 
 SECRET = "alice@example.com"
 

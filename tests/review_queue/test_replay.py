@@ -16,10 +16,10 @@ from collector.metrics import CollectorMetrics
 from collector.otlp import decode_json
 from collector.receiver import create_otlp_app
 from collector.stream import InProcessStream
-from review_queue.app.bench.synth import body, make_run
-from review_queue.app.cli import main
 from review_queue.replay import collect_files, replay
 from tests.support.fixtures import served
+from vigil.bench.synth import body, make_run
+from vigil.cli import main
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "openai_plain.json"
 

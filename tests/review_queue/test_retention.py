@@ -10,7 +10,6 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from review_queue.app.cli import EXIT_CONFIG, main
 from review_queue.feedback import FeedbackStore
 from review_queue.model import FeedbackIn, VerdictIn, VerdictValue
 from review_queue.retention import Retention, apply_retention, deletion_counter, purge_traces
@@ -19,6 +18,7 @@ from review_queue.tables import feedback, judge_results, review_events, review_i
 from review_queue.workbench import Workbench
 from scorers.rules import compile_rules
 from tests.support.review_queue import T0, Clock, scored_run
+from vigil.cli import EXIT_CONFIG, main
 
 DAY = 86_400.0
 TABLES = (runs, review_items, review_verdicts, review_events, feedback, judge_results)

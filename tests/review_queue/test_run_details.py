@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from collector.model import AttrValue, SpanEvent
 from review_queue import details, explorer, listing
 from review_queue.api import create_api_app
-from review_queue.app.bench.page import bench_item_page
 from review_queue.details import DetailsWriter, build_details, decode, encode
 from review_queue.queries import InvalidCursorError
 from review_queue.retention import apply_details_retention, apply_retention, purge_traces
@@ -27,6 +26,7 @@ from scorers.model import Message, Priority, Run, ScoredRun, Step, StepKind, Too
 from scorers.redact import Redactor
 from tests.support.fixtures import Clock
 from tests.support.review_queue import scored_run
+from vigil.bench.page import bench_item_page
 
 T = 1_700_000_000_000_000_000
 
@@ -199,8 +199,8 @@ class TestSampling:
         from prometheus_client import CollectorRegistry
 
         from collector.errors import SettingsError
-        from review_queue.app.scoring import details_writer
-        from review_queue.app.settings import Settings
+        from vigil.scoring import details_writer
+        from vigil.settings import Settings
 
         (tmp_path / "vigil.yaml").write_text("{}\n")
 
@@ -406,7 +406,7 @@ def test_item_page_with_500_spans_renders_every_span(store: SqlStore) -> None:
     """A flagged 500-span run with details (20 attributes a span) renders all 500 span rows.
 
     Its server time is a benchmark, not a test: ``vigil bench`` prints the median
-    (:func:`review_queue.app.bench.page.bench_item_page`, recorded in BENCHMARKS.md)."""
+    (:func:`vigil.bench.page.bench_item_page`, recorded in BENCHMARKS.md)."""
     attrs = {f"gen_ai.attr.{i}": f"value {i} " * 8 for i in range(20)}
     steps = _steps(500, attrs)
     scored = _run(1, ("tool_loop",), steps=steps, span_count=500, messages=(Message("user", "q"),))

@@ -1,10 +1,10 @@
-"""Tests for review_queue.app.bench.soak: a short soak measures memory and accounts for every run."""
+"""Tests for vigil.bench.soak: a short soak measures memory and accounts for every run."""
 
 from __future__ import annotations
 
 import pytest
 
-from review_queue.app.bench.soak import SoakResult, _growth, soak
+from vigil.bench.soak import SoakResult, _growth, soak
 
 pytestmark = pytest.mark.integration
 

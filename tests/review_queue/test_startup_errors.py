@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from collector.errors import SettingsError
-from review_queue.app.process import free_port
-from review_queue.app.settings import Settings
+from vigil.process import free_port
+from vigil.settings import Settings
 
 
 def _run(workdir: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "OTEL_"))}
     full.update({f"VIGIL_{n}_PORT": str(free_port()) for n in ("OTLP_HTTP", "OTLP_GRPC", "HTTP", "METRICS")})
     full.update({"VIGIL_DATABASE_URL": f"sqlite:///{workdir / 'v.db'}", **env})
-    command = [sys.executable, "-m", "review_queue.app.cli", "run"]
+    command = [sys.executable, "-m", "vigil.cli", "run"]
     return subprocess.run(command, check=False, cwd=workdir, env=full, capture_output=True, timeout=90)
 
 

@@ -1,11 +1,11 @@
-"""Tests for review_queue.app.bench.synth: the benchmark workload has the shape BENCHMARKS.md states."""
+"""Tests for vigil.bench.synth: the benchmark workload has the shape BENCHMARKS.md states."""
 
 from __future__ import annotations
 
 import random
 import statistics
 
-from review_queue.app.bench.synth import make_run
+from vigil.bench.synth import make_run
 
 
 class TestSynth:

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from review_queue.app.run import tune_malloc
+from vigil.run import tune_malloc
 
 SCRIPT = """
 import sys
-from review_queue.app.run import tune_malloc
+from vigil.run import tune_malloc
 
 def rss_mib():
     for line in open("/proc/self/status"):
@@ -53,7 +53,7 @@ def test_an_operators_threshold_is_left_alone(monkeypatch: pytest.MonkeyPatch) -
 
 TRIM_SCRIPT = """
 import sys
-from review_queue.app.run import trim_malloc
+from vigil.run import trim_malloc
 
 def rss_mib():
     for line in open("/proc/self/status"):

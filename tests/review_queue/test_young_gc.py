@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from review_queue.app.run import YoungCollector
 from tests.support.fixtures import runs_until_shutdown, wait_until
+from vigil.run import YoungCollector
 
 
 class _Node:

@@ -45,7 +45,7 @@ def test_no_vigil_process_imports_the_cel_cli() -> None:
     """Every module of the roles' import graph reaches CEL through scorers.cel_core."""
     out = _run("""
         import sys
-        import review_queue.app.cli, review_queue.app.run, review_queue.app.roles, review_queue.session_close
+        import vigil.cli, vigil.run, vigil.roles, review_queue.session_close
         print("cel.cli" in sys.modules, "prompt_toolkit" in sys.modules)
     """)
     assert "False False" == out

@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry
 from collector.kafka import record_key
 from collector.model import TraceBatch
 from collector.otlp import encode_batch
-from review_queue.app.bench.synth import SynthRun, body, make_run
 from scorers.assemble import Assembler
 from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer
 from scorers.metrics import RunMetrics
@@ -21,6 +20,7 @@ from scorers.rules import compile_rules
 from tests.support.fixtures import Clock
 from tests.support.kafka import FakeConsumer
 from tests.support.review_queue import InMemoryRunSink
+from vigil.bench.synth import SynthRun, body, make_run
 
 
 class Harness:

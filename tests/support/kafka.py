@@ -1,4 +1,4 @@
-"""Fakes of the kafka-python clients, for unit tests (the real broker is :mod:`review_queue.app.bench.broker`)."""
+"""Fakes of the kafka-python clients, for unit tests (the real broker is :mod:`vigil.bench.broker`)."""
 
 from __future__ import annotations
 

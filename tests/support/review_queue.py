@@ -18,12 +18,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from review_queue.app.bench.postgres import postgres_scratch_url, postgres_unreachable
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import WriteOutcome
 from scorers.model import OUTCOME_FIELDS, Flag, Priority, Run, ScoredRun
 from scorers.rules import DEFAULT_SAMPLE_RATE
 from tests.support.fixtures import T0, Clock
+from vigil.bench.postgres import postgres_scratch_url, postgres_unreachable
 
 __all__ = [
     "T0",

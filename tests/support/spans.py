@@ -261,7 +261,7 @@ def _tool_result(call_id: str) -> dict[str, Any]:
 def capped_run(seed: int) -> tuple[str, bytes]:
     """A synthetic run (``vigil bench``'s generator) whose root reports an iteration-cap hit, so
     Vigil flags it high by default: its trace id and its OTLP/protobuf body."""
-    from review_queue.app.bench.synth import _kv, body, make_run
+    from vigil.bench.synth import _kv, body, make_run
 
     run = make_run(random.Random(seed))
     for one in run.spans:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from review_queue.app.bench.pipeline import bench_helpers
+from vigil.bench.pipeline import bench_helpers
 
 
 class TestBenchHelpers:

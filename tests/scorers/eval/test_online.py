@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from review_queue.app.scoring import Scoring
-from review_queue.app.settings import Settings
 from scorers.assemble import ClosedTrace
 from scorers.content import canonical_json
 from scorers.eval.model import ArgMatch, EvalFileError, MatchType, parse_eval_config
 from scorers.eval.online import OnlineEval
 from scorers.model import Message, Run, ToolCall
 from tests.support.spans import agent_run
+from vigil.scoring import Scoring
+from vigil.settings import Settings
 
 QUESTION = "What is the weather in Paris and in Rome?"  # the user message of tests.support.spans.agent_run
 
