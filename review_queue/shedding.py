@@ -6,6 +6,12 @@ by the random sample is written without its flag — no review item — and coun
 (random_sample among their reasons included), so what reviewers must see still arrives while
 the backlog is drained. The pending count is read from the database at most every
 ``refresh_s`` seconds.
+
+While shedding, the random stratum is suspended for *every* run written, not only the shed ones:
+each carries ``SampleDesign(rate=0, shed=True)`` (``runs.sample_p = 0``, ``runs.sample_shed``), so
+the stratum stays a Bernoulli sample independent of the rules — keeping the rule-flagged members of
+the sample while dropping the others would fill it with failures. The quality estimates
+(:mod:`review_queue.quality`) count these runs as not covered by the sample and say how many.
 """
 
 from __future__ import annotations
@@ -20,11 +26,10 @@ from sqlalchemy.engine import Engine
 
 from collector.limits import CachedCheck
 from review_queue.tables import review_items
-from scorers.model import RunSink, ScoredRun, WriteOutcome
+from scorers.model import RunSink, SampleDesign, ScoredRun, WriteOutcome
+from scorers.rules import RANDOM_SAMPLE
 
 __all__ = ["SampleShedder", "pending_items"]
-
-RANDOM_SAMPLE = "random_sample"
 
 
 def pending_items(engine: Engine) -> int:
@@ -69,12 +74,22 @@ class SampleShedder:
         return self._capacity.over()
 
     def write(self, runs: Sequence[ScoredRun]) -> list[WriteOutcome]:
-        """Shed sample-only flags when over capacity, then write through the inner sink."""
-        if any(_sample_only(s) for s in runs) and self.over_capacity():
-            shed = [dataclasses.replace(s, flag=None) if _sample_only(s) else s for s in runs]
+        """Shed sample-only flags and suspend the random stratum when over capacity, then write through."""
+        if any(s.design is not None or _sample_only(s) for s in runs) and self.over_capacity():
             self._shed.labels(RANDOM_SAMPLE).inc(sum(1 for s in runs if _sample_only(s)))
-            return self._inner.write(shed)
+            return self._inner.write([_shed(s) for s in runs])
         return self._inner.write(runs)
+
+
+_SUSPENDED = {False: SampleDesign(0.0, False, False, True), True: SampleDesign(0.0, False, True, True)}
+
+
+def _shed(scored: ScoredRun) -> ScoredRun:
+    """``scored`` as written while shedding: no sample-only flag, the random stratum suspended."""
+    flag = None if _sample_only(scored) else scored.flag
+    if scored.design is None:
+        return scored if flag is scored.flag else dataclasses.replace(scored, flag=flag)
+    return dataclasses.replace(scored, flag=flag, design=_SUSPENDED[scored.design.rule_flagged])
 
 
 def _sample_only(scored: ScoredRun) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
-from scorers.model import Flag, Run, ScoredRun, Step, StepKind, ToolCall
+from scorers.model import Flag, Run, SampleDesign, ScoredRun, Step, StepKind, ToolCall
 from scorers.slo import task_completed
 
 __all__ = ["SNAPSHOT_VERSION", "evidence_list", "item_row", "run_row", "run_snapshot"]
@@ -91,6 +91,7 @@ def run_row(scored: ScoredRun, now: float) -> dict[str, Any]:
         if row[name] is not None:
             row[name] = row[name][:width].replace("\x00", "\ufffd")
     row.update(_flag_columns(scored.flag))
+    row.update(_design_columns(scored.design))
     row.update(
         scores=_scores(scored),
         scorer_errors=list(scored.scorer_errors),
@@ -173,6 +174,21 @@ def _summary(run: Run) -> dict[str, Any]:
         "safety_blocked": run.safety_blocked,
         "errored": run.errored,
         "error_type": run.error_type,
+    }
+
+
+DESIGN_COLUMNS: Final = ("sample_p", "sample_drawn", "rule_flagged", "sample_shed")
+"""The ``runs`` columns of :class:`scorers.model.SampleDesign`, set once by a run's first decision."""
+
+
+def _design_columns(design: SampleDesign | None) -> dict[str, Any]:
+    if design is None:
+        return dict.fromkeys(DESIGN_COLUMNS)
+    return {
+        "sample_p": design.rate,
+        "sample_drawn": design.drawn,
+        "rule_flagged": design.rule_flagged,
+        "sample_shed": design.shed,
     }
 
 

@@ -32,7 +32,7 @@ from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
 from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, turn_features
-from review_queue.snapshot import item_row, partial_snapshot, run_row
+from review_queue.snapshot import DESIGN_COLUMNS, item_row, partial_snapshot, run_row
 from review_queue.tables import review_events, review_items, run_details, runs, sessions
 from scorers.model import ScoredRun
 from scorers.pricing import PriceTable
@@ -51,7 +51,7 @@ log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 """The Alembic script location shipped as package data."""
-HEAD_REVISION: Final = "0012"
+HEAD_REVISION: Final = "0013"
 """The newest migration's revision (``review_queue/migrations/versions``; a test holds it to Alembic's
 head). A database already there is not handed to Alembic at start-up, so a long-lived process whose
 database is current never imports it."""
@@ -711,8 +711,10 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     new = run_insert.excluded
     newer = runs.c.span_count <= new.span_count
     sticky = ("flag_priority", "flag_reasons", "sample_rate")
-    fixed = {"trace_id", "created_at", "version", "flagged", *sticky}
+    fixed = {"trace_id", "created_at", "version", "flagged", *sticky, *DESIGN_COLUMNS}
     run_set: dict[str, Any] = {c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed}
+    for name in DESIGN_COLUMNS:  # the first decision's, for good (a late flag never moves a run between strata)
+        run_set[name] = sa.func.coalesce(runs.c[name], new[name])
     run_set["version"] = runs.c.version + 1
     run_set["flagged"] = sa.or_(runs.c.flagged, sa.and_(newer, new.flagged))
     for name in sticky:

@@ -80,6 +80,10 @@ runs = sa.Table(
     sa.Column("user_id", sa.String(256), nullable=True),
     sa.Column("cost_usd", sa.Double(), nullable=True),
     sa.Column("session_turn", JSON_TYPE, nullable=True),
+    sa.Column("sample_p", sa.Double(), nullable=True),
+    sa.Column("sample_drawn", sa.Boolean(), nullable=True),
+    sa.Column("rule_flagged", sa.Boolean(), nullable=True),
+    sa.Column("sample_shed", sa.Boolean(), nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
@@ -98,7 +102,12 @@ lists a session's turns in order (``session_id``, ``start_ns``). ``cost_usd``: t
 (:meth:`scorers.pricing.PriceTable.run_cost`, NULL for runs stored before ``0010`` or by a store without
 prices). ``session_turn``: what the session signals need of a turn, kept with it
 (:func:`review_queue.sessions.turn_features`: hashed words of its user message, a request for a human,
-the spans that show them; no text); NULL for runs without a session id."""
+the spans that show them; no text); NULL for runs without a session id.
+``sample_p``/``sample_drawn``/``rule_flagged``/``sample_shed`` (migration ``0013``): the run's place in
+the review sample's design (:class:`scorers.model.SampleDesign`) — its probability of entering the
+random stratum (0 while the queue shed), whether it did, whether a rule flagged it, whether shedding
+suspended the stratum — written by the run's first decision and never changed by a re-score or a late
+flag; NULL for runs stored before ``0013``."""
 
 run_details = sa.Table(
     "run_details",

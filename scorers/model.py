@@ -290,6 +290,29 @@ class Flag:
 
 
 @dataclass(frozen=True, slots=True)
+class SampleDesign:
+    """The run's place in the review sample's design, fixed when its flag is first decided.
+
+    The random stratum is a Bernoulli sample of every run, independent of the rules: a run is in it
+    when ``sample_point(trace_id) < rate`` (:func:`scorers.rules.sample_point`). The quality estimates
+    (:mod:`scorers.quality`) weight each reviewed member by ``1 / rate``; runs decided while the queue
+    shed its sample carry ``rate = 0`` and ``shed = True`` (the stratum was suspended for them, rule
+    flags or not, so it stays independent of the rules).
+
+    Attributes:
+        rate: the run's probability of entering the random stratum (the rate in force; 0 when shed).
+        drawn: whether it entered (``sample_point(trace_id) < rate``).
+        rule_flagged: whether a rule other than ``random_sample`` flagged it at that decision.
+        shed: whether shedding suspended the random stratum for this run.
+    """
+
+    rate: float
+    drawn: bool
+    rule_flagged: bool
+    shed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ScoredRun:
     """A run with its scores and flag decision, ready to store.
 
@@ -301,6 +324,7 @@ class ScoredRun:
         rescored: True when this is a re-score after late spans.
         evidence: why each flag reason matched (``Evidence.signal`` is the reason), see
             :func:`scorers.rules.reason_evidence`.
+        design: the run's place in the review sample (``None`` where no decision recorded one).
     """
 
     run: Run
@@ -309,6 +333,7 @@ class ScoredRun:
     scorer_errors: tuple[str, ...] = ()
     rescored: bool = False
     evidence: tuple[Evidence, ...] = ()
+    design: SampleDesign | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from scorers.assemble import ClosedTrace
 from scorers.detect import DEFAULT_DETECTOR, Detector
 from scorers.model import Run, ScoredRun, Scorer
 from scorers.normalise import normalise
-from scorers.rules import Rule, decide, reason_evidence
+from scorers.rules import Rule, decide, reason_evidence, sample_design
 from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 
 log = structlog.get_logger(__name__)
@@ -95,7 +95,8 @@ class Pipeline:
             run, scores, self.rules, self.sample_rate, feedback=feedback, on_error=self._rule_error, judge=judge
         )
         evidence = () if flag is None else reason_evidence(run, flag, self.rules, scores, feedback, judge)
-        return _new_scored_run(run, scores, flag, failed, rescored, evidence)
+        design = sample_design(run.trace_id, self.sample_rate, flag)
+        return _new_scored_run(run, scores, flag, failed, rescored, evidence, design)
 
     def _normalise(self, closed: ClosedTrace) -> Run:
         try:

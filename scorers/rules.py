@@ -24,11 +24,11 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from scorers import cel_core as cel
 from scorers.errors import RuleError
-from scorers.model import OUTCOME_FIELDS, Evidence, Flag, Priority, Run
+from scorers.model import OUTCOME_FIELDS, Evidence, Flag, Priority, Run, SampleDesign
 
 DEFAULT_SAMPLE_RATE = 0.05
 """Share of runs flagged at random when nothing else is configured (deterministic on the trace id)."""
@@ -117,6 +117,16 @@ def sample_point(trace_id: str) -> float:
     """Map a trace id deterministically to [0, 1)."""
     digest = hashlib.blake2b(trace_id.lower().encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
+
+
+RANDOM_SAMPLE: Final = "random_sample"
+"""The reason of the random review sample (a default rule whose expression is ``random_sample``)."""
+
+
+def sample_design(trace_id: str, rate: float, flag: Flag | None) -> SampleDesign:
+    """The run's place in the review sample when ``flag`` is decided at ``rate`` (see :class:`SampleDesign`)."""
+    rule_flagged = flag is not None and any(reason != RANDOM_SAMPLE for reason in flag.reasons)
+    return SampleDesign(rate, sample_point(trace_id) < rate, rule_flagged)
 
 
 def compile_rules(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from review_queue.shedding import SampleShedder, pending_items
 from review_queue.store import SqlStore, upgrade_database
-from scorers.model import Priority
+from scorers.model import Priority, SampleDesign, ScoredRun
+from scorers.rules import sample_design
 from tests.support.review_queue import InMemoryRunSink, scored_run
 
 
@@ -48,7 +50,7 @@ def test_sample_only_flags_are_shed_over_capacity() -> None:
 
 
 def test_batches_without_sample_flags_never_read_the_count() -> None:
-    """No sample-only flag in a batch: no database read at all."""
+    """No sample-only flag and no sample design in a batch: no database read at all."""
     inner, pending = InMemoryRunSink(), Pending()
     sink = SampleShedder(inner, pending, 1, CollectorRegistry(), refresh_s=0.0)
     sink.write([scored_run("e" * 32, reasons=["errored"]), scored_run("f" * 32)])
@@ -76,3 +78,28 @@ def test_pending_items_counts_the_real_queue(tmp_path: Path) -> None:
     assert 3 == pending_items(store.engine)
     assert 1.0 == _shed(registry)
     store.close()
+
+
+def _designed(trace_id: str, reasons: list[str], rate: float = 1.0) -> ScoredRun:
+    scored = scored_run(
+        trace_id, reasons=reasons, priority=Priority.LOW if reasons == ["random_sample"] else Priority.HIGH
+    )
+    return dataclasses.replace(scored, design=sample_design(trace_id, rate, scored.flag))
+
+
+def test_shedding_suspends_the_random_stratum_for_every_run() -> None:
+    """Over capacity every run is written with rate 0 and shed=True — rule-flagged ones too — so the
+    stratum stays independent of the rules; under capacity the design passes through unchanged."""
+    inner, pending = InMemoryRunSink(), Pending()
+    sink = SampleShedder(inner, pending, 10, CollectorRegistry(), refresh_s=0.0)
+    calm = _designed("1" * 32, ["random_sample"])
+    sink.write([calm])
+    assert SampleDesign(1.0, True, False, False) == inner.runs["1" * 32].design
+    pending.count = 11
+    sink.write([_designed("2" * 32, ["random_sample"]), _designed("3" * 32, ["errored", "random_sample"]),
+                _designed("4" * 32, [])])  # fmt: skip
+    assert SampleDesign(0.0, False, False, True) == inner.runs["2" * 32].design
+    assert inner.runs["2" * 32].flag is None
+    assert SampleDesign(0.0, False, True, True) == inner.runs["3" * 32].design
+    assert ("errored", "random_sample") == inner.runs["3" * 32].flag.reasons  # type: ignore[union-attr]
+    assert SampleDesign(0.0, False, False, True) == inner.runs["4" * 32].design

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -21,9 +22,10 @@ from alembic.script import ScriptDirectory
 from review_queue import store as store_module
 from review_queue.errors import StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
+from review_queue.snapshot import DESIGN_COLUMNS, item_row, run_row
 from review_queue.store import MIGRATIONS_DIR, InvalidCursorError, SqlStore, create_store_engine, upgrade_database
 from review_queue.tables import metadata, review_items, review_verdicts, runs, verdict_run
-from scorers.model import Message, Priority, RunStatus, Step, StepKind, ToolCall
+from scorers.model import Message, Priority, RunStatus, SampleDesign, ScoredRun, Step, StepKind, ToolCall
 from tests.support.review_queue import (
     T0,
     Clock,
@@ -88,6 +90,18 @@ def _upsert_paths(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
                 yield raw, one
             finally:
                 one.close()
+
+
+def _write_at_old_revision(engine: sa.Engine, scored: ScoredRun) -> None:
+    """Insert ``scored``'s run and item rows with the columns the database's (older) schema has."""
+    old = sa.MetaData()
+    old.reflect(engine, only=["runs", "review_items"])
+    assert scored.flag is not None
+    item = item_row(scored, scored.flag, 1.0)
+    rows = ((old.tables["runs"], run_row(scored, 1.0)), (old.tables["review_items"], item))
+    with engine.begin() as conn:
+        for table, row in rows:
+            conn.execute(sa.insert(table).values({k: v for k, v in row.items() if k in table.c}))
 
 
 class TestMigration:
@@ -157,9 +171,7 @@ class TestMigration:
             with engine.begin() as conn:
                 config.attributes["connection"] = conn
                 command.upgrade(config, "0010")
-            old = SqlStore(url)
-            old.write([scored_run(_tid(1), reasons=["r"])])
-            old.close()
+            _write_at_old_revision(engine, scored_run(_tid(1), reasons=["r"]))
             with engine.begin() as conn:
                 conn.execute(
                     sa.text(
@@ -242,6 +254,25 @@ class TestWrite:
         ] == outcomes
         assert 1 == _count(store, runs)
         assert 1 == _count(store, review_items)
+
+    def test_sample_design_is_the_first_decisions(self, store: SqlStore) -> None:
+        """The design columns are written by the first decision; a re-score or a late flag never changes
+        them, and a run first written without a design takes the first one it gets."""
+
+        def design(trace_id: str) -> tuple[object, ...]:
+            with store.engine.connect() as conn:
+                row = conn.execute(sa.select(*(runs.c[n] for n in DESIGN_COLUMNS)).where(runs.c.trace_id == trace_id))
+                return tuple(row.one())
+
+        first = dataclasses.replace(scored_run(_tid(7)), design=SampleDesign(0.05, True, False))
+        store.write([first])
+        later = scored_run(_tid(7), reasons=["judge_low"], span_count=3)
+        store.write([dataclasses.replace(later, design=SampleDesign(0.0, False, True, True))])
+        assert (0.05, True, False, False) == design(_tid(7))
+        store.write([scored_run(_tid(8))])
+        assert (None, None, None, None) == design(_tid(8))
+        store.write([dataclasses.replace(scored_run(_tid(8)), design=SampleDesign(0.1, False, False))])
+        assert (0.1, False, False, False) == design(_tid(8))
 
     def test_empty_batch(self, store: SqlStore) -> None:
         """An empty batch writes nothing and returns no outcomes."""

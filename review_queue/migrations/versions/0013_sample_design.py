@@ -1,0 +1,38 @@
+"""The review sample as a design: ``runs.sample_p``, ``sample_drawn``, ``rule_flagged``, ``sample_shed``.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-02
+
+Every run records, when its flag is first decided, its probability of entering the random review
+stratum (the rate in force; 0 while the queue shed), whether it entered, whether a rule flagged it
+and whether shedding suspended the stratum (:class:`scorers.model.SampleDesign`). The quality
+estimates (:mod:`review_queue.quality`) weight the reviewed members of the stratum by these. Runs
+stored before this revision keep NULL: no design is known for them, and the estimates leave them out
+and count them.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision: str | None = "0012"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    """Add the four design columns of ``runs``."""
+    op.add_column("runs", sa.Column("sample_p", sa.Double(), nullable=True))
+    op.add_column("runs", sa.Column("sample_drawn", sa.Boolean(), nullable=True))
+    op.add_column("runs", sa.Column("rule_flagged", sa.Boolean(), nullable=True))
+    op.add_column("runs", sa.Column("sample_shed", sa.Boolean(), nullable=True))
+
+
+def downgrade() -> None:
+    """Drop the design columns."""
+    with op.batch_alter_table("runs") as batch:
+        for name in ("sample_shed", "rule_flagged", "sample_drawn", "sample_p"):
+            batch.drop_column(name)
