@@ -1,0 +1,345 @@
+"""How good the agents are in production: the quality estimates read from the store.
+
+Reads, for a window of runs (a day, 7 days or 28 days by the runs' ``created_at``), each run's place in
+the review sample's design (``runs.sample_p``, ``sample_drawn``, ``rule_flagged``; migration ``0013``)
+and its *first* completed human verdict, and estimates per agent and for the fleet with
+:mod:`scorers.quality`:
+
+- ``review_pass_rate``: the share of production runs a reviewer would pass;
+- ``task_completion``: Vigil's completion heuristic corrected by the reviewers (a run counts as
+  completed when the heuristic says so and a reviewer would pass it);
+- ``category:<name>``: the share of production runs a reviewer fails with that category.
+
+**The unit of a verdict** is a run's first completed verdict that applies to it (``run`` verdicts of
+its own item and ``turn`` verdicts naming it; :data:`review_queue.tables.verdict_run`). A second
+reviewer of the same item is a check on the first, not a second draw: counting both would weigh the
+items that need two reviewers twice. Session verdicts judge conversations, a different population;
+they are not mixed into run figures.
+
+**Strata.** The two rule strata — flagged by a rule at the first decision, or not — have exactly known
+sizes ``N_h`` (every run is counted). Runs decided while the queue shed (``sample_p = 0``) had no chance
+of entering the sample and runs stored before the design existed (``sample_p`` NULL) are left out of
+every estimate and counted (``design.shed``, ``design.before_design``). A stratum with runs but too few
+labelled sample members to say anything is *collapsed* into the other (the estimate then weighs the
+sample's labelled members by ``1 / p`` alone, and says so: ``collapsed: true``).
+
+**Headline.** The prediction-powered estimate (``ppi``: Vigil's completion verdict on every run as the
+prediction) where it exists, else the random stratum alone (``sample``); ``status`` is ``met`` when the
+whole interval meets the target, ``not met`` when none of it does, else ``not enough data``. The plain
+share of verdicts (``naive``) is given beside it for comparison, never as the agent's quality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import sqlalchemy as sa
+
+from review_queue.tables import review_verdicts, runs, verdict_run
+from scorers.quality import (
+    CONFIDENCE,
+    Estimate,
+    Labelled,
+    PredictedStratum,
+    Stratum,
+    change,
+    mean_ci,
+    post_stratified,
+    stratified_ppi,
+)
+from scorers.slo import Direction, SloConfig, Target
+
+__all__ = ["FLEET", "WINDOWS", "QualityError", "estimate_dict", "quality_report", "status", "window_seconds"]
+
+WINDOWS: Final[Mapping[str, float]] = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
+"""The windows an estimate is made over, by name."""
+
+FLEET: Final = "*"
+"""The agent name of the fleet's figures."""
+
+HUMAN_TARGETS: Final = ("review_pass_rate", "task_completion")
+"""The targets a human verdict decides or corrects."""
+
+
+class QualityError(ValueError):
+    """A bad request for estimates (an unknown window)."""
+
+
+def window_seconds(name: str) -> float:
+    """The length of the window ``name`` (``1d``, ``7d``, ``28d``).
+
+    Raises:
+        QualityError: an unknown window.
+    """
+    try:
+        return WINDOWS[name]
+    except KeyError:
+        raise QualityError(f"unknown window {name!r}: use one of {', '.join(WINDOWS)}") from None
+
+
+@dataclass(slots=True)
+class _Cell:
+    """One agent's rule stratum in one window."""
+
+    size: int = 0
+    completed: int = 0
+    drawn: int = 0
+    first: list[tuple[bool, bool, float, bool, frozenset[str]]] = field(default_factory=list)
+    """First verdicts: (drawn, passed, 1 / p, task completed, categories)."""
+
+
+@dataclass(slots=True)
+class _Agent:
+    cells: dict[bool, _Cell] = field(default_factory=lambda: {True: _Cell(), False: _Cell()})
+    shed: int = 0
+    before_design: int = 0
+
+
+def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
+    """Every agent's strata in [since, until): sizes, completions, sample members and first verdicts."""
+    in_window = sa.and_(runs.c.created_at >= since, runs.c.created_at < until)
+    agents: dict[str, _Agent] = {}
+    one = sa.literal(1)
+    population = (
+        sa.select(
+            runs.c.agent,
+            runs.c.rule_flagged,
+            sa.func.count(),
+            sa.func.sum(sa.case((runs.c.task_completed.is_(True), one), else_=0)),
+            sa.func.sum(sa.case((runs.c.sample_drawn.is_(True), one), else_=0)),
+        )
+        .where(in_window, runs.c.sample_p > 0)
+        .group_by(runs.c.agent, runs.c.rule_flagged)
+    )
+    for agent, flagged, count, completed, drawn in conn.execute(population):
+        cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
+        cell.size += int(count)
+        cell.completed += int(completed or 0)
+        cell.drawn += int(drawn or 0)
+    uncovered = (
+        sa.select(runs.c.agent, runs.c.sample_p.is_(None), sa.func.count())
+        .where(in_window, sa.or_(runs.c.sample_p.is_(None), runs.c.sample_p <= 0))
+        .group_by(runs.c.agent, runs.c.sample_p.is_(None))
+    )
+    for agent, legacy, count in conn.execute(uncovered):
+        entry = agents.setdefault(agent, _Agent())
+        if legacy:
+            entry.before_design += int(count)
+        else:
+            entry.shed += int(count)
+    verdicts = (
+        sa.select(
+            runs.c.trace_id,
+            runs.c.agent,
+            runs.c.rule_flagged,
+            runs.c.sample_drawn,
+            runs.c.sample_p,
+            runs.c.task_completed,
+            review_verdicts.c.verdict,
+            review_verdicts.c.categories,
+        )
+        .join(review_verdicts, verdict_run == runs.c.trace_id)
+        .where(in_window, runs.c.sample_p > 0)
+        .order_by(runs.c.trace_id, review_verdicts.c.created_at, review_verdicts.c.id)
+    )
+    seen: set[str] = set()
+    for trace_id, agent, flagged, drawn, rate, completed, verdict, categories in conn.execute(verdicts):
+        if trace_id in seen:
+            continue  # the unit is a run's first verdict
+        seen.add(trace_id)
+        cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
+        cats = frozenset(str(c) for c in categories or ())
+        cell.first.append((bool(drawn), verdict == "pass", 1.0 / float(rate), bool(completed), cats))
+    return agents
+
+
+def _fleet(agents: Mapping[str, _Agent]) -> _Agent:
+    fleet = _Agent()
+    for entry in agents.values():
+        fleet.shed += entry.shed
+        fleet.before_design += entry.before_design
+        for flagged, cell in entry.cells.items():
+            into = fleet.cells[flagged]
+            into.size += cell.size
+            into.completed += cell.completed
+            into.drawn += cell.drawn
+            into.first.extend(cell.first)
+    return fleet
+
+
+_Label = tuple[float, float]  # (label, prediction)
+
+
+def _label(target: str, passed: bool, completed: bool, categories: frozenset[str]) -> _Label:
+    if target == "review_pass_rate":
+        return float(passed), float(completed)
+    if target == "task_completion":
+        return float(passed and completed), float(completed)
+    category = target.removeprefix("category:")
+    return float(not passed and category in categories), 0.0
+
+
+def _estimates(entry: _Agent, target: str, confidence: float) -> dict[str, Any]:
+    """The estimates of ``target`` for one agent (or the fleet) and the plain share of its verdicts."""
+    sample: dict[bool, list[Labelled]] = {True: [], False: []}
+    flagged_all: list[Labelled] = []
+    everyone: list[Labelled] = []
+    for flagged, cell in entry.cells.items():
+        for drawn, passed, weight, done, cats in cell.first:
+            y, prediction = _label(target, passed, done, cats)
+            everyone.append(Labelled(y))
+            if flagged:
+                flagged_all.append(Labelled(y))
+            if drawn:
+                sample[flagged].append(Labelled(y, prediction, weight))
+    sizes = {flagged: cell.size for flagged, cell in entry.cells.items()}
+    population = sizes[True] + sizes[False]
+    merged = sample[True] + sample[False]
+
+    def thin(least: int) -> bool:  # a stratum with runs and fewer than ``least`` labelled sample members
+        return any(sizes[h] > 0 and len(sample[h]) < least for h in (True, False))
+
+    collapsed = thin(1) and len(merged) >= 1
+    by_stratum = [Stratum(population, merged)] if collapsed else [Stratum(sizes[h], sample[h]) for h in (True, False)]
+    methods = {
+        "sample": post_stratified("sample", by_stratum, confidence),
+        "stratified": post_stratified(
+            "stratified", [Stratum(sizes[True], flagged_all), Stratum(sizes[False], sample[False])], confidence
+        ),
+    }
+    if target in HUMAN_TARGETS:  # Vigil's completion verdict predicts these on every run
+        completed = {flagged: float(cell.completed) for flagged, cell in entry.cells.items()}
+        if thin(2) and len(merged) >= 2:
+            total = completed[True] + completed[False]
+            parts = [PredictedStratum(population, total, total, merged)]
+            collapsed = True
+        else:
+            parts = [PredictedStratum(sizes[h], completed[h], completed[h], sample[h]) for h in (True, False)]
+        methods["ppi"] = stratified_ppi(parts, confidence=confidence)
+    return {"methods": methods, "naive": mean_ci("naive", everyone, population, confidence), "collapsed": collapsed}
+
+
+def _headline(methods: Mapping[str, Estimate]) -> Estimate:
+    ppi = methods.get("ppi")
+    return ppi if ppi is not None and ppi.known else methods["sample"]
+
+
+def status(target: Target | None, estimate: Estimate) -> str | None:
+    """``met`` / ``not met`` / ``not enough data`` by the whole interval (``None``: no bound to meet)."""
+    if target is None or target.direction is Direction.TREND:
+        return None
+    if estimate.low is None or estimate.high is None:
+        return "not enough data"
+    low, high = estimate.low, estimate.high
+    if target.direction is Direction.AT_LEAST:
+        inside, outside = low >= target.objective, high < target.objective
+    elif target.direction is Direction.AT_MOST:
+        inside, outside = high <= target.objective, low > target.objective
+    else:
+        inside = target.floor <= low and high <= target.objective
+        outside = high < target.floor or low > target.objective
+    return "met" if inside else "not met" if outside else "not enough data"
+
+
+def estimate_dict(e: Estimate | None) -> dict[str, Any] | None:
+    """An estimate as JSON: ``{method, value, low, high, n, population}``."""
+    if e is None:
+        return None
+    return {"method": e.method, "value": e.value, "low": e.low, "high": e.high, "n": e.n, "population": e.population}
+
+
+def _targets_of(config: SloConfig, agent: str) -> Mapping[str, Target]:
+    return config.targets if agent == FLEET else config.agents.get(agent, config.targets)
+
+
+def _rows(
+    entry: _Agent, before: _Agent | None, names: Iterable[str], targets: Mapping[str, Target], confidence: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for name in names:
+        now = _estimates(entry, name, confidence)
+        headline = _headline(now["methods"])
+        previous = _headline(_estimates(before, name, confidence)["methods"]) if before is not None else None
+        moved = change(previous, headline, confidence) if previous is not None else None
+        target = targets.get(name) if name in HUMAN_TARGETS else None
+        rows.append(
+            {
+                "target": name,
+                "objective": None if target is None else target.objective,
+                "direction": None if target is None else target.direction.value,
+                "estimate": estimate_dict(headline),
+                "status": status(target, headline),
+                "methods": {m: estimate_dict(e) for m, e in now["methods"].items()},
+                "naive": estimate_dict(now["naive"]),
+                "collapsed": now["collapsed"],
+                "previous": estimate_dict(previous),
+                "change": None if moved is None else {"delta": moved.delta, "p_value": moved.p_value},
+            }
+        )
+    return rows
+
+
+def _design(entry: _Agent) -> dict[str, int]:
+    flagged, unflagged = entry.cells[True], entry.cells[False]
+    drawn = [x for cell in (flagged, unflagged) for x in cell.first if x[0]]
+    return {
+        "runs": flagged.size + unflagged.size,
+        "shed": entry.shed,
+        "before_design": entry.before_design,
+        "rule_flagged": flagged.size,
+        "rule_flagged_reviewed": len(flagged.first),
+        "sample": flagged.drawn + unflagged.drawn,
+        "sample_reviewed": len(drawn),
+    }
+
+
+def quality_report(
+    conn: sa.Connection,
+    config: SloConfig,
+    now: float,
+    *,
+    window: str = "7d",
+    agent: str | None = None,
+    confidence: float = CONFIDENCE,
+    compare: bool = True,
+) -> dict[str, Any]:
+    """The estimates of the window ending at ``now``, per agent and for the fleet (``agent``: one only).
+
+    Each agent's entry: ``agent`` (``*`` = the fleet), ``design`` (runs in the design, runs shed and
+    before the design, rule-flagged runs and how many have a verdict, sample members and how many have
+    one) and ``estimates``: one row per target and failure category, with the headline estimate, its
+    status, each method's estimate, the naive share, and the previous window's headline with the change
+    and its p-value (``compare``).
+
+    Raises:
+        QualityError: an unknown window.
+    """
+    length = window_seconds(window)
+    agents = _load(conn, now - length, now)
+    earlier = _load(conn, now - 2 * length, now - length) if compare else {}
+    categories = sorted(
+        {c for e in agents.values() for cell in e.cells.values() for *_, cats in cell.first for c in cats}
+    )
+    names = [*HUMAN_TARGETS, *(f"category:{c}" for c in categories)]
+    entries: list[tuple[str, _Agent, _Agent | None]] = []
+    if agent is None or agent == FLEET:
+        entries.append((FLEET, _fleet(agents), _fleet(earlier) if compare else None))
+    for name in sorted(agents):
+        if agent is None or agent == name:
+            entries.append((name, agents[name], earlier.get(name, _Agent()) if compare else None))
+    return {
+        "window": window,
+        "since": now - length,
+        "until": now,
+        "confidence": confidence,
+        "agents": [
+            {
+                "agent": name,
+                "design": _design(entry),
+                "estimates": _rows(entry, before, names, _targets_of(config, name), confidence),
+            }
+            for name, entry, before in entries
+        ],
+    }

@@ -1,0 +1,213 @@
+"""Tests of review_queue.quality: estimates read from a real store, equal to scorers.quality's on the
+same labels, and the mixed share of verdicts shown to mislead."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import pytest
+
+from review_queue.model import VerdictIn, VerdictValue
+from review_queue.quality import QualityError, quality_report, status
+from review_queue.store import SqlStore
+from review_queue.workbench import Workbench
+from scorers.model import RunStatus, ScoredRun
+from scorers.quality import Estimate, Labelled, PredictedStratum, Stratum, post_stratified, stratified_ppi
+from scorers.rules import sample_design
+from scorers.slo import DEFAULT_TARGETS, parse_slo
+from tests.support.review_queue import Clock, scored_run
+
+RATE = 0.05
+
+
+@dataclasses.dataclass
+class Truth:
+    good: dict[str, bool] = dataclasses.field(default_factory=dict)
+    flagged: dict[str, bool] = dataclasses.field(default_factory=dict)
+    completed: dict[str, bool] = dataclasses.field(default_factory=dict)
+
+
+def _run(rng: random.Random, trace_id: str, agent: str, pass_rate: float) -> tuple[ScoredRun, bool, bool, bool]:
+    """One run: good with ``pass_rate``; rules flag 60 % of bad runs and 2 % of good; Vigil's completion
+    heuristic misses 10 % of bad runs (they look completed) and 5 % of good ones (they look errored)."""
+    good = rng.random() < pass_rate
+    flagged = rng.random() < (0.02 if good else 0.6)
+    looks_completed = (rng.random() >= 0.05) if good else (rng.random() < 0.1)
+    fields: dict[str, Any] = (
+        {"final_output": "answer", "complete": True}
+        if looks_completed
+        else {"status": RunStatus.ERROR, "errored": True, "complete": True}
+    )
+    draw = sample_design(trace_id, RATE, None).drawn
+    reasons = [*(["errored"] if flagged else []), *(["random_sample"] if draw else [])]
+    scored = scored_run(trace_id, agent=agent, reasons=reasons, sample_rate=RATE, **fields)
+    return (
+        dataclasses.replace(scored, design=sample_design(trace_id, RATE, scored.flag)),
+        good,
+        flagged,
+        looks_completed,
+    )
+
+
+def _populate(store: SqlStore, clock: Clock, runs: int, agents: dict[str, float], seed: int = 7) -> Truth:
+    rng = random.Random(seed)
+    truth = Truth()
+    batch = []
+    for i in range(runs):
+        agent = list(agents)[i % len(agents)]
+        trace_id = f"{rng.getrandbits(128):032x}"
+        scored, good, flagged, completed = _run(rng, trace_id, agent, agents[agent])
+        truth.good[trace_id], truth.flagged[trace_id], truth.completed[trace_id] = good, flagged, completed
+        batch.append(scored)
+        if len(batch) == 500:
+            store.write(batch)
+            batch = []
+    store.write(batch)
+    return truth
+
+
+def _review_all(store: SqlStore, clock: Clock, truth: Truth) -> int:
+    """A reviewer who is always right clears the queue in its order (rule-flagged first)."""
+    bench = Workbench(store.engine, clock=clock, lease_s=600.0)
+    done = 0
+    while (claim := bench.claim_next("alice")) is not None:
+        good = truth.good[claim.trace_id]
+        verdict = VerdictIn(VerdictValue.PASS) if good else VerdictIn(VerdictValue.FAIL, ("hallucination",))
+        bench.submit_verdict(claim.item_id, "alice", verdict)
+        done += 1
+    return done
+
+
+def _fleet(report: dict[str, Any], target: str) -> dict[str, Any]:
+    [fleet] = [a for a in report["agents"] if a["agent"] == "*"]
+    [row] = [r for r in fleet["estimates"] if r["target"] == target]
+    return row
+
+
+def _same(expected: Estimate, got: dict[str, Any]) -> None:
+    assert (expected.value, expected.low, expected.high, expected.n, expected.population) == pytest.approx(
+        (got["value"], got["low"], got["high"], got["n"], got["population"]), abs=1e-12
+    )
+
+
+Seeded = tuple[SqlStore, Truth, dict[str, Any]]
+
+
+class TestReport:
+    """4,000 runs through the real store, a true pass rate near 92 %, every flagged item reviewed."""
+
+    @pytest.fixture
+    def seeded(self, store: SqlStore, clock: Clock) -> Seeded:
+        truth = _populate(store, clock, 4000, {"support": 0.92})
+        clock.now += 60
+        assert _review_all(store, clock, truth) > 300
+        with store.engine.connect() as conn:
+            report = quality_report(conn, parse_slo(None), clock.now + 1)
+        return store, truth, report
+
+    def test_report(self, seeded: Seeded) -> None:
+        """One population per backend (building it is most of the time): each check a method of its own."""
+        self.estimates_equal_the_estimators_on_the_same_labels(seeded)
+        self.the_truth_is_inside_and_the_mixed_share_far_below(seeded)
+        self.design_counts(seeded)
+
+    @staticmethod
+    def estimates_equal_the_estimators_on_the_same_labels(seeded: Seeded) -> None:
+        _, truth, report = seeded
+        drawn = {t: sample_design(t, RATE, None).drawn for t in truth.good}
+        size = {h: sum(1 for t in truth.good if truth.flagged[t] == h) for h in (True, False)}
+        sample: dict[bool, list[Labelled]] = {True: [], False: []}
+        for t in truth.good:
+            if drawn[t]:
+                sample[truth.flagged[t]].append(Labelled(float(truth.good[t]), float(truth.completed[t]), 1 / RATE))
+        flagged_all = [Labelled(float(truth.good[t])) for t in truth.good if truth.flagged[t]]
+        row = _fleet(report, "review_pass_rate")
+        by_rule = [Stratum(size[True], sample[True]), Stratum(size[False], sample[False])]
+        _same(post_stratified("sample", by_rule), row["methods"]["sample"])
+        with_flagged = [Stratum(size[True], flagged_all), Stratum(size[False], sample[False])]
+        _same(post_stratified("stratified", with_flagged), row["methods"]["stratified"])
+        completed = {h: float(sum(1 for t in truth.good if truth.flagged[t] == h and truth.completed[t])) for h in size}
+        ppi = stratified_ppi([PredictedStratum(size[h], completed[h], completed[h], sample[h]) for h in (True, False)])
+        _same(ppi, row["methods"]["ppi"])
+        assert row["estimate"] == row["methods"]["ppi"]
+
+    @staticmethod
+    def the_truth_is_inside_and_the_mixed_share_far_below(seeded: Seeded) -> None:
+        _, truth, report = seeded
+        true = sum(truth.good.values()) / len(truth.good)
+        row = _fleet(report, "review_pass_rate")
+        for method in ("sample", "stratified", "ppi"):
+            assert row["methods"][method]["low"] <= true <= row["methods"][method]["high"], method
+        assert row["naive"]["value"] < 0.75  # the share of all verdicts: mostly rule-flagged failures
+        assert 4000 == row["estimate"]["population"]
+        share = sum(1 for t in truth.good if not truth.good[t]) / len(truth.good)
+        category = _fleet(report, "category:hallucination")
+        assert category["methods"]["sample"]["low"] <= share <= category["methods"]["sample"]["high"]
+        assert category["status"] is None
+
+    @staticmethod
+    def design_counts(seeded: Seeded) -> None:
+        _, truth, report = seeded
+        [fleet] = [a for a in report["agents"] if a["agent"] == "*"]
+        drawn = sum(1 for t in truth.good if sample_design(t, RATE, None).drawn)
+        flagged = sum(truth.flagged.values())
+        expected = {"runs": 4000, "shed": 0, "before_design": 0, "rule_flagged": flagged}
+        expected |= {"rule_flagged_reviewed": flagged, "sample": drawn, "sample_reviewed": drawn}
+        assert expected == fleet["design"]
+
+
+def test_shed_and_older_runs_are_left_out_and_counted(store: SqlStore, clock: Clock) -> None:
+    """Runs decided while shedding (rate 0) or stored without a design are no part of any estimate."""
+    shed = [
+        dataclasses.replace(
+            scored_run(f"{i:032x}", agent="a", final_output="x"), design=sample_design(f"{i:032x}", 0.0, None)
+        )
+        for i in range(5)
+    ]
+    old = [scored_run(f"{i + 100:032x}", agent="a", final_output="x") for i in range(3)]
+    store.write([*shed, *old])
+    with store.engine.connect() as conn:
+        report = quality_report(conn, parse_slo(None), clock.now + 1)
+    [fleet, agent] = report["agents"]
+    assert {"runs": 0, "shed": 5, "before_design": 3} == {
+        k: fleet["design"][k] for k in ("runs", "shed", "before_design")
+    }
+    assert "a" == agent["agent"]
+    assert _fleet(report, "review_pass_rate")["estimate"]["value"] is None
+    assert "not enough data" == _fleet(report, "review_pass_rate")["status"]
+
+
+def test_a_late_flag_keeps_the_run_in_its_stratum(store: SqlStore, clock: Clock) -> None:
+    """A run first decided unflagged and outside the sample, later flagged (a judge, a thumbs-down), is
+    reviewed — its verdict is in the naive share but in no stratum's sample."""
+    tid = next(f"{i:032x}" for i in range(10_000) if not sample_design(f"{i:032x}", RATE, None).drawn)
+    first = dataclasses.replace(scored_run(tid, final_output="x"), design=sample_design(tid, RATE, None))
+    store.write([first])
+    late = scored_run(tid, final_output="x", reasons=["judge_low"])
+    store.write([dataclasses.replace(late, design=sample_design(tid, RATE, late.flag))])
+    bench = Workbench(store.engine, clock=clock, lease_s=60.0)
+    claim = bench.claim_next("alice")
+    assert claim is not None
+    bench.submit_verdict(claim.item_id, "alice", VerdictIn(VerdictValue.FAIL, ("hallucination",)))
+    with store.engine.connect() as conn:
+        report = quality_report(conn, parse_slo(None), clock.now + 1)
+    row = _fleet(report, "review_pass_rate")
+    assert 1 == row["naive"]["n"]
+    assert 0 == row["methods"]["sample"]["n"]
+    assert {"rule_flagged": 0, "sample": 0} == {k: report["agents"][0]["design"][k] for k in ("rule_flagged", "sample")}
+
+
+def test_unknown_window_is_refused(store: SqlStore) -> None:
+    with store.engine.connect() as conn, pytest.raises(QualityError, match="unknown window '3d'"):
+        quality_report(conn, parse_slo(None), 0.0, window="3d")
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [(0.91, 0.95, "met"), (0.80, 0.89, "not met"), (0.85, 0.93, "not enough data"), (None, None, "not enough data")],
+)
+def test_status_is_decided_by_the_whole_interval(low: float | None, high: float | None, expected: str) -> None:
+    value = None if low is None or high is None else (low + high) / 2
+    assert expected == status(DEFAULT_TARGETS["review_pass_rate"], Estimate("ppi", value, low, high, 10, 100))
