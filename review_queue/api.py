@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
+from review_queue.api_quality import quality_router
 from review_queue.api_review import ErrorOut, review_router
 from review_queue.errors import (
     ConflictError,
@@ -228,6 +229,7 @@ def create_api_app(
     from review_queue.api_sessions import sessions_router  # it reads this module's run shapes
 
     app.include_router(sessions_router(services))
+    app.include_router(quality_router(services))
     if judge_agreement is not None:
         app.include_router(_judge_router(judge_agreement, services))
     if ui:

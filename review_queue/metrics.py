@@ -1,14 +1,21 @@
 """Prometheus metrics of the review queue: event counters plus queue state computed at scrape time.
 
 Counters (updated by the workbench and the feedback store in this process):
-``vigil_review_verdicts_total{agent,verdict}``, ``vigil_review_claims_total``,
+``vigil_review_verdicts_total{agent,verdict}`` (every verdict: mostly rule-flagged runs),
+``vigil_review_sample_verdicts_total{agent,verdict}`` (a run's first verdict, on runs of the random
+review sample only: the review pass rate's SLI), ``vigil_review_claims_total``,
 ``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``,
 ``vigil_task_completions_revoked_total{agent,source}`` (a failing verdict on a completed run).
 ``vigil_feedback_refused_total{reason}``, ``vigil_feedback_dropped_total{reason}``.
 
 Scrape-time gauges (one ``GROUP BY`` each per scrape, never stale, shared by every replica):
 ``vigil_review_items{state,priority}``, ``vigil_review_oldest_pending_age_seconds{priority}``,
-``vigil_review_pass_rate{agent}`` (passed / all verdicts, over all time).
+``vigil_review_pass_rate{agent}`` (passed / all verdicts, over all time: the rules' hit rate more
+than the agent's quality; kept for old dashboards).
+
+Quality gauges (:class:`QualityCollector`, the 7-day estimates of :mod:`review_queue.quality`, computed
+at most once a minute): ``vigil_quality_estimate{agent,target,bound}`` (``bound`` = ``value``, ``low``,
+``high``; ``agent="*"`` the fleet) and ``vigil_quality_verdicts{agent,target}`` (the n behind it).
 Agent and source labels are capped with an ``other`` overflow.
 """
 
@@ -28,12 +35,14 @@ from sqlalchemy.engine import Engine
 
 from review_queue import queries
 from review_queue.model import ItemState
+from review_queue.quality import FLEET, quality_report
 from review_queue.tables import review_verdicts
 from review_queue.workbench import ReviewObserver
 from scorers.metrics import DEFAULT_MAX_AGENTS, OVERFLOW, LabelCap
 from scorers.model import Priority
+from scorers.slo import SloConfig
 
-__all__ = ["QueueCollector", "ReviewMetrics"]
+__all__ = ["QualityCollector", "QueueCollector", "ReviewMetrics"]
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +72,12 @@ class ReviewMetrics(ReviewObserver):
             "vigil_review_verdicts", "Review verdicts recorded, by agent and verdict.", ["agent", "verdict"],
             registry=registry,
         )  # fmt: skip
+        self.sample_verdicts = Counter(
+            "vigil_review_sample_verdicts",
+            "First verdicts on runs of the random review sample, by agent and verdict (an unbiased pass rate).",
+            ["agent", "verdict"],
+            registry=registry,
+        )
         self.revoked = revoked or Counter(
             "vigil_task_completions_revoked",
             "Runs counted in vigil_task_completions_total whose first failing verdict came later.",
@@ -98,6 +113,10 @@ class ReviewMetrics(ReviewObserver):
     def verdict(self, agent: str, verdict: str) -> None:
         """Count a verdict."""
         self.verdicts.labels(self._agent(agent), verdict).inc()
+
+    def sample_verdict(self, agent: str, verdict: str) -> None:
+        """Count a first verdict on a run of the random sample."""
+        self.sample_verdicts.labels(self._agent(agent), verdict).inc()
 
     def completion_revoked(self, agent: str) -> None:
         """Count a completion revoked by a failing review verdict."""
@@ -182,3 +201,82 @@ def _pass_rates(rows: Sequence[Any], max_agents: int) -> dict[str, tuple[int, in
         passed, total = out.get(label, (0, 0))
         out[label] = (passed + per_agent[agent][0], total + per_agent[agent][1])
     return out
+
+
+class QualityCollector(Collector):
+    """The 7-day quality estimates as gauges, recomputed at most every ``refresh_s`` seconds.
+
+    The estimate reads a week of runs; a scrape every 15 s must not do that each time, and the
+    figures move slowly. The agents with most runs keep their label (up to ``max_agents``); the
+    others are left out (their figures mix nothing into ``other``: an estimate is not a sum).
+
+    Args:
+        engine: the store's engine.
+        slo: the quality targets.
+        clock: Unix epoch seconds.
+        max_agents: agents with a label of their own.
+        refresh_s: how long a computed set of estimates is served.
+        monotonic: monotonic seconds (for the refresh).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        slo: SloConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_agents: int = DEFAULT_MAX_AGENTS,
+        refresh_s: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._engine = engine
+        self._slo = slo
+        self._clock = clock
+        self._max_agents = max_agents
+        self._refresh_s = refresh_s
+        self._monotonic = monotonic
+        self._next = float("-inf")
+        self._rows: list[tuple[str, str, float | None, float | None, float | None, int]] = []
+
+    def describe(self) -> Iterator[Metric]:
+        """Nothing: registering must not read the database."""
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the gauges (the last computed ones when the database cannot be read)."""
+        if self._monotonic() >= self._next:
+            try:
+                with self._engine.connect() as conn:
+                    report = quality_report(conn, self._slo, self._clock(), compare=False)
+                self._rows = self._flatten(report)
+            except sa_exc.SQLAlchemyError as exc:
+                log.warning("quality_metrics_unavailable", error=str(exc).splitlines()[0])
+            self._next = self._monotonic() + self._refresh_s
+        estimate = GaugeMetricFamily(
+            "vigil_quality_estimate",
+            "7-day production quality estimated from the review sample (bound: value, low, high of the 95 % interval).",
+            labels=["agent", "target", "bound"],
+        )
+        verdicts = GaugeMetricFamily(
+            "vigil_quality_verdicts", "Verdicts behind vigil_quality_estimate.", labels=["agent", "target"]
+        )
+        for agent, target, value, low, high, n in self._rows:
+            for bound, number in (("value", value), ("low", low), ("high", high)):
+                if number is not None:
+                    estimate.add_metric([agent, target, bound], number)
+            verdicts.add_metric([agent, target], n)
+        yield estimate
+        yield verdicts
+
+    def _flatten(self, report: dict[str, Any]) -> list[tuple[str, str, float | None, float | None, float | None, int]]:
+        entries = report["agents"]
+        agents = [e for e in entries if e["agent"] != FLEET]
+        kept = {e["agent"] for e in sorted(agents, key=lambda e: -e["design"]["runs"])[: self._max_agents]}
+        rows = []
+        for entry in entries:
+            if entry["agent"] != FLEET and entry["agent"] not in kept:
+                continue
+            for row in entry["estimates"]:
+                e = row["estimate"]
+                rows.append((entry["agent"], row["target"], e["value"], e["low"], e["high"], int(e["n"])))
+        return rows

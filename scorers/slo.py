@@ -130,7 +130,7 @@ def _rate(metric: str, selector: str = "") -> str:
 
 
 _RUNS = _rate("vigil_runs_total")
-_PASSED = _rate("vigil_review_verdicts_total", 'verdict="pass"')
+_PASSED = _rate("vigil_review_sample_verdicts_total", 'verdict="pass"')
 _NOT_ERRORED = _rate("vigil_runs_total", 'outcome!="error"')
 
 SLIS: Final[Mapping[str, Sli]] = {
@@ -152,10 +152,11 @@ SLIS: Final[Mapping[str, Sli]] = {
     ),
     "review_pass_rate": Sli(
         "review_pass_rate",
-        f"({_PASSED} or {_rate('vigil_review_verdicts_total')} * 0)",
-        _rate("vigil_review_verdicts_total"),
+        f"({_PASSED} or {_rate('vigil_review_sample_verdicts_total')} * 0)",
+        _rate("vigil_review_sample_verdicts_total"),
         "ratio",
-        "passed human verdicts / verdicts",
+        "passed first verdicts / first verdicts, on runs of the random review sample (rule-flagged runs "
+        "are mostly failures: counting them would judge the rules, not the agent)",
         "review",
     ),
     "safety_block_rate": Sli(

@@ -19,7 +19,7 @@ from collector.owed import OwedSpans
 from review_queue.details import DetailsWriter
 from review_queue.details_status import DetailsPolicy
 from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
-from review_queue.metrics import QueueCollector, ReviewMetrics
+from review_queue.metrics import QualityCollector, QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
 from review_queue.services import ReviewServices, build_services
@@ -291,6 +291,7 @@ def review_services(
         registry, max_agents=settings.max_agent_labels, revoked=run_metrics.revoked if run_metrics else None
     )
     registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
+    registry.register(QualityCollector(store.engine, settings.slo_config(), max_agents=settings.max_agent_labels))
     return build_services(
         store,
         admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,

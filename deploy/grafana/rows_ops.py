@@ -27,12 +27,18 @@ def review_row(g: Layout) -> None:
             "Alert VigilReviewBacklogOverSLA fires when an age crosses its priority's SLA line.",
         ),
     )
+    quality = 'vigil_quality_estimate{%s, target="review_pass_rate", bound="%s"}'
     g.add(
         timeseries(
-            "Human review pass rate",
-            [target(f"avg by (agent) (vigil_review_pass_rate{{{SEL}}})", "{{agent}}")],
+            "Human review pass rate (7-day estimate, 95 % interval)",
+            [
+                target(f"avg by (agent) ({quality % (SEL, 'value')})", "{{agent}}"),
+                target(f"avg by (agent) ({quality % (SEL, 'low')})", "{{agent}} low"),
+                target(f"avg by (agent) ({quality % (SEL, 'high')})", "{{agent}} high"),
+            ],
             "percentunit",
-            "Share of reviewed runs the reviewers passed.",
+            "Share of production runs a reviewer would pass, estimated from the random review sample's "
+            "design (not the share of all verdicts, which counts the rule-flagged runs: mostly failures).",
         ),
     )
     g.add(

@@ -8,7 +8,9 @@ import random
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
 from review_queue.quality import QualityError, quality_report, status
 from review_queue.store import SqlStore
@@ -211,3 +213,40 @@ def test_unknown_window_is_refused(store: SqlStore) -> None:
 def test_status_is_decided_by_the_whole_interval(low: float | None, high: float | None, expected: str) -> None:
     value = None if low is None or high is None else (low + high) / 2
     assert expected == status(DEFAULT_TARGETS["review_pass_rate"], Estimate("ppi", value, low, high, 10, 100))
+
+
+def test_sample_verdicts_are_counted_once_per_sample_run_and_the_gauges_match_the_report(
+    store: SqlStore, clock: Clock
+) -> None:
+    """``vigil_review_sample_verdicts_total`` counts a run's first verdict when the run is in the random
+    sample (not a second reviewer's, not a rule-only run's); the gauges are the report's headline."""
+    ids = [f"{i:032x}" for i in range(400)]
+    drawn = [t for t in ids if sample_design(t, RATE, None).drawn][:3]
+    rule_only = next(t for t in ids if not sample_design(t, RATE, None).drawn)
+    for t in [*drawn, rule_only]:
+        reasons = ["random_sample"] if t in drawn else ["errored"]
+        scored = scored_run(t, agent="support", final_output="x", reasons=reasons)
+        store.write([dataclasses.replace(scored, design=sample_design(t, RATE, scored.flag))])
+    registry = CollectorRegistry()
+    metrics = ReviewMetrics(registry)
+    bench = Workbench(store.engine, clock=clock, lease_s=60.0, observer=metrics)
+    for reviewer in ("alice", "bob"):
+        while (claim := bench.claim_next(reviewer)) is not None:
+            bench.submit_verdict(claim.item_id, reviewer, VerdictIn(VerdictValue.PASS))
+            if reviewer == "alice" and claim.trace_id == drawn[0]:
+                bench.requeue(claim.item_id, "root", reviews_required=2)
+
+    def sample(verdict: str) -> float | None:
+        return registry.get_sample_value("vigil_review_sample_verdicts_total", {"agent": "support", "verdict": verdict})
+
+    assert 3.0 == sample("pass")
+    assert 5.0 == registry.get_sample_value("vigil_review_verdicts_total", {"agent": "support", "verdict": "pass"})
+    gauges = CollectorRegistry()
+    gauges.register(QualityCollector(store.engine, parse_slo(None), clock=lambda: clock.now + 1))
+    with store.engine.connect() as conn:
+        report = quality_report(conn, parse_slo(None), clock.now + 1, compare=False)
+    row = _fleet(report, "review_pass_rate")
+    labels = {"agent": "*", "target": "review_pass_rate"}
+    assert row["estimate"]["value"] == gauges.get_sample_value("vigil_quality_estimate", {**labels, "bound": "value"})
+    assert row["estimate"]["low"] == gauges.get_sample_value("vigil_quality_estimate", {**labels, "bound": "low"})
+    assert row["estimate"]["n"] == gauges.get_sample_value("vigil_quality_verdicts", labels)

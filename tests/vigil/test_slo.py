@@ -19,7 +19,8 @@ from vigil.cli import main
 
 
 def metrics_text() -> str:
-    """support: 4 runs, 3 completed, one of those revoked, 1 blocked; 2 verdicts, 1 passed."""
+    """support: 4 runs, 3 completed, one of those revoked, 1 blocked; 3 verdicts, 1 passed — of the random
+    sample's first verdicts, 1 of 2 (the review pass rate's SLI counts only those)."""
     registry = CollectorRegistry()
     runs = RunMetrics(registry)
     for n in range(3):
@@ -32,6 +33,9 @@ def metrics_text() -> str:
     review = ReviewMetrics(registry, revoked=runs.revoked)
     review.verdict("support", "pass")
     review.verdict("support", "fail")
+    review.verdict("support", "fail")
+    review.sample_verdict("support", "pass")
+    review.sample_verdict("support", "fail")
     review.completion_revoked("support")
     return generate_latest(registry).decode()
 
