@@ -29,12 +29,12 @@ _STAGES = ("setup", "process", "details")
 def _work(n_runs: int, stage: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from vigil.bench.heavy import heavy_traces
-    from vigil.bench.pipeline import _settings
-    from vigil.run import build, tune_gc
     from review_queue.details import Texts, details_row
     from scorers.assemble import ClosedTrace
     from scorers.redact import Redactor
+    from vigil.bench.heavy import heavy_traces
+    from vigil.bench.pipeline import _settings
+    from vigil.run import build, tune_gc
 
     tune_gc()
     traces = heavy_traces(n_runs)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from panels import SEL, Layout, Panel, stat, target, timeseries
 
-from vigil.slo import FAST, SLOW, thresholds
 from review_queue.targets import bound_text
 from scorers.slo import DEFAULT_TARGETS, Direction, Target
+from vigil.slo import FAST, SLOW, thresholds
 
 R = "environment_agent:vigil_slo"
 TITLES = {
