@@ -1,24 +1,27 @@
 """The quality targets as the reviewers' stats page shows them: each target's bound per agent and,
 where the store can tell, its value over the last 7 days.
 
-The store knows every run (task completion from ``runs.task_completed`` minus runs a reviewer
-failed, safety blocks, steps, step efficiency from the runs' ``step_efficiency`` scores) and every
-verdict (pass rate) and every closed session (session completion: closed in the window, not
-``abandoned``); user-defined targets are Prometheus-only (the Grafana SLO rows), shown as "–".
+The store knows every run (safety blocks, steps, step efficiency from the runs' ``step_efficiency``
+scores) and every closed session (session completion: closed in the window, not ``abandoned``);
+the review pass rate and task completion — figures a human verdict decides or corrects — are the
+estimates of :mod:`review_queue.quality` with their intervals (never the share of all verdicts,
+which mixes the rule-flagged runs in); user-defined targets are Prometheus-only (the Grafana SLO
+rows), shown as "–".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 
 from review_queue.explorer import score_value
+from review_queue.quality import HUMAN_TARGETS
 from review_queue.session_queries import signal_clause
 from review_queue.sessions import ABANDONED
-from review_queue.tables import review_verdicts, runs, sessions, verdict_run
+from review_queue.tables import runs, sessions
 from scorers.slo import Direction, SloConfig, Target
 
 WINDOW_S: Final = 7 * 86400.0
@@ -56,18 +59,48 @@ def bound_text(t: Target) -> str:
     return f"< +{t.objective * 100:g} % week over week"
 
 
-def target_rows(conn: sa.Connection, config: SloConfig, now: float) -> list[TargetRow]:
-    """The fleet's targets, then each agent seen in the last 7 days with its own bounds and values."""
+def target_rows(
+    conn: sa.Connection, config: SloConfig, now: float, estimates: Mapping[str, Any] | None = None
+) -> list[TargetRow]:
+    """The fleet's targets, then each agent seen in the last 7 days with its own bounds and values.
+
+    The targets a human verdict decides or corrects (:data:`review_queue.quality.HUMAN_TARGETS`) take
+    their value and "met" from ``estimates`` (a 7-day :func:`review_queue.quality.quality_report`):
+    the estimate with its interval and n, met only when the whole interval is; without it, "–".
+    """
     values = _values(conn, now - WINDOW_S)
+    human = _estimated(estimates)
     rows = []
     for name, t in config.targets.items():
+        if name in HUMAN_TARGETS:
+            rows.append(_human_row("*", name, t, human))
+            continue
         fleet = _fleet(values, name) if t.sli.name == name else None
         rows.append(TargetRow("*", name, bound_text(t), _fmt(t, fleet), _met(t, fleet)))
     for agent in sorted(set(values) | set(config.agents)):
         for name, t in config.agents.get(agent, config.targets).items():
+            if name in HUMAN_TARGETS:
+                rows.append(_human_row(agent, name, t, human))
+                continue
             value = values.get(agent, {}).get(name) if t.sli.name == name else None
             rows.append(TargetRow(agent, name, bound_text(t), _fmt(t, value), _met(t, value)))
     return rows
+
+
+def _estimated(estimates: Mapping[str, Any] | None) -> dict[tuple[str, str], Mapping[str, Any]]:
+    if estimates is None:
+        return {}
+    return {(a["agent"], r["target"]): r for a in estimates["agents"] for r in a["estimates"]}
+
+
+def _human_row(agent: str, name: str, t: Target, human: Mapping[tuple[str, str], Mapping[str, Any]]) -> TargetRow:
+    row = human.get((agent, name))
+    e = None if row is None else row["estimate"]
+    if row is None or e is None or e["value"] is None:
+        return TargetRow(agent, name, bound_text(t), "–", None)
+    text = f"{e['value'] * 100:.1f} % [{e['low'] * 100:.1f}, {e['high'] * 100:.1f}] n={e['n']} ({e['method']})"
+    met = {"met": True, "not met": False}.get(row["status"])
+    return TargetRow(agent, name, bound_text(t), text, met)
 
 
 def _fleet(values: Mapping[str, Mapping[str, tuple[float, float]]], name: str) -> tuple[float, float] | None:
@@ -77,17 +110,12 @@ def _fleet(values: Mapping[str, Mapping[str, tuple[float, float]]], name: str) -
 
 
 def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[float, float]]]:
-    """(numerator, denominator) per agent and target, over runs and verdicts since ``since``."""
-    fails = sa.and_(review_verdicts.c.verdict == "fail", verdict_run.is_not(None))  # a session verdict: no run
-    failed = sa.select(verdict_run.label("trace_id")).where(fails).distinct().subquery()
-    completed = sa.and_(runs.c.task_completed.is_(True), runs.c.trace_id.not_in(sa.select(failed.c.trace_id)))
+    """(numerator, denominator) per agent and store-known target, over runs and sessions since ``since``."""
     efficiency = score_value(conn.dialect.name, "step_efficiency")
     query = (
         sa.select(
             runs.c.agent,
             sa.func.count(),
-            sa.func.sum(sa.case((completed, 1), else_=0)),
-            sa.func.sum(sa.case((runs.c.task_completed.is_not(None), 1), else_=0)),
             sa.func.sum(sa.case((runs.c.safety_blocked.is_(True), 1), else_=0)),
             sa.func.sum(runs.c.llm_calls),
             sa.func.sum(efficiency),
@@ -97,20 +125,12 @@ def _values(conn: sa.Connection, since: float) -> dict[str, dict[str, tuple[floa
         .group_by(runs.c.agent)
     )
     out: dict[str, dict[str, tuple[float, float]]] = {}
-    for agent, count, done, known, blocked, steps, efficient, scored in conn.execute(query):
+    for agent, count, blocked, steps, efficient, scored in conn.execute(query):
         entry = out.setdefault(agent, {})
-        if known:
-            entry["task_completion"] = (float(done or 0), float(known))
         entry["safety_block_rate"] = (float(blocked or 0), float(count))
         entry["steps_per_task"] = (float(steps or 0), float(count))
         if scored:  # summed step efficiency / runs scored for it, as the SLI (scorers.slo.SLIS)
             entry["step_efficiency"] = (float(efficient or 0), float(scored))
-    verdicts = sa.select(review_verdicts.c.agent, review_verdicts.c.verdict, sa.func.count()).where(
-        review_verdicts.c.created_at >= since
-    )
-    for agent, verdict, count in conn.execute(verdicts.group_by(review_verdicts.c.agent, review_verdicts.c.verdict)):
-        passed, total = out.setdefault(agent, {}).get("review_pass_rate", (0.0, 0.0))
-        out[agent]["review_pass_rate"] = (passed + (count if verdict == "pass" else 0), total + count)
     abandoned = sa.case((signal_clause(conn.dialect.name, ABANDONED), 1), else_=0)
     closed = (
         sa.select(sessions.c.agent, sa.func.count(), sa.func.sum(abandoned))

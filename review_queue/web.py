@@ -32,6 +32,7 @@ from review_queue.auth import ANONYMOUS
 from review_queue.details_status import details_status, flagged_when_stored
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
+from review_queue.quality import quality_report
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 from scorers.model import Priority
@@ -179,7 +180,8 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             flags = listing.flags_by_reason(conn, *hours, STATS_BUCKET_S)
             history = listing.depth_over_time(conn, *hours, STATS_BUCKET_S)
             rates = listing.verdicts_over_time(conn, *days, 86_400)
-            slo_targets = targets.target_rows(conn, services.slo, now)  # stats_targets.html
+            estimates = quality_report(conn, services.slo, now)  # stats_quality.html
+            slo_targets = targets.target_rows(conn, services.slo, now, estimates)  # stats_targets.html
         pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
         charts = {
             "depth": views.line_chart({"all agents": history["total"]}),
@@ -205,6 +207,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             hour_buckets=history["buckets"],
             day_buckets=rates["buckets"],
             slo_targets=slo_targets,
+            quality=estimates,
         )
 
 

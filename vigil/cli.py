@@ -631,9 +631,11 @@ def parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_cmd_rules_check)
     _add_review_commands(sub)
     _add_scale_out(sub)
+    from vigil.quality_cli import add_quality_command
     from vigil.slo_cli import add_slo_commands
 
     add_slo_commands(sub)
+    add_quality_command(sub)
     return p
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -38,13 +39,14 @@ class TestTargetRows:
     """Bounds from the configuration, values from the store."""
 
     def test_values_and_bounds(self, store: SqlStore, clock: Clock) -> None:
-        """Completion subtracts failed runs; per-agent bounds override the fleet's; no run scored for efficiency."""
+        """Per-agent bounds override the fleet's; no run scored for efficiency; the human-verdict targets
+        of runs stored without a sample design have no estimate ("–", never the share of verdicts)."""
         _seed(store, clock)
         config = parse_slo({"agents": {"billing": {"task_completion": {"objective": 0.99}}}})
         with store.engine.connect() as conn:
             rows = {(r.agent, r.target): r for r in target_rows(conn, config, clock.now + 1)}
-        assert ("60.0 %", False) == (rows["support", "task_completion"].value, rows["support", "task_completion"].met)
-        assert (">= 99 %", "0.0 %") == (
+        assert ("–", None) == (rows["support", "task_completion"].value, rows["support", "task_completion"].met)
+        assert (">= 99 %", "–") == (
             rows["billing", "task_completion"].bound,
             rows["billing", "task_completion"].value,
         )
@@ -53,10 +55,30 @@ class TestTargetRows:
             rows["support", "safety_block_rate"].met,
         )
         assert "0.05 % - 0.5 %" == rows["*", "safety_block_rate"].bound
-        assert ("50.0 %", False) == (rows["support", "review_pass_rate"].value, rows["support", "review_pass_rate"].met)
+        assert ("–", None) == (rows["support", "review_pass_rate"].value, rows["support", "review_pass_rate"].met)
         assert ("2.60", None) == (rows["support", "steps_per_task"].value, rows["support", "steps_per_task"].met)
         assert ("–", None) == (rows["*", "step_efficiency"].value, rows["*", "step_efficiency"].met)  # none scored
-        assert "42.9 %" == rows["*", "task_completion"].value  # 3 of 7 runs
+        assert "–" == rows["*", "task_completion"].value
+
+    def test_human_targets_are_the_estimates(self, store: SqlStore, clock: Clock) -> None:
+        """With a sample design, the review pass rate's row is the estimate, its interval, n and method."""
+        from review_queue.quality import quality_report
+        from scorers.rules import sample_design
+
+        for n in range(40):  # every run in the sample (rate 1): all reviewed, 30 of 40 pass
+            scored = scored_run(f"{n:032x}", agent="support", final_output="ok", reasons=["random_sample"])
+            store.write([dataclasses.replace(scored, design=sample_design(scored.run.trace_id, 1.0, scored.flag))])
+        bench = Workbench(store.engine, clock=clock, lease_s=60.0)
+        while (claim := bench.claim_next("alice")) is not None:
+            good = int(claim.trace_id, 16) % 4 != 0
+            bench.submit_verdict(claim.item_id, "alice", VerdictIn(VerdictValue.PASS if good else VerdictValue.FAIL))
+        with store.engine.connect() as conn:
+            report = quality_report(conn, parse_slo(None), clock.now + 1)
+            rows = {(r.agent, r.target): r for r in target_rows(conn, parse_slo(None), clock.now + 1, report)}
+        row = rows["support", "review_pass_rate"]
+        assert row.value.startswith("75.0 % [")
+        assert row.value.endswith("n=40 (ppi)")
+        assert row.met is False  # the whole interval (a sample that is the population: exact) is below 90 %
 
     def test_step_efficiency_is_the_mean_of_the_scored_runs(self, store: SqlStore, clock: Clock) -> None:
         """support: (1 + 0.5 + 0.75) / 3 = 75 %; billing 25 %; the fleet (2.25 + 0.25) / 4 = 62.5 %."""

@@ -1,0 +1,101 @@
+"""``vigil quality``: the production quality estimates of :mod:`review_queue.quality` as a table or JSON.
+
+The same numbers as ``GET /api/v1/quality`` and the stats page, read from the configured database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from review_queue.quality import WINDOWS, quality_report
+
+__all__ = ["add_quality_command", "print_report"]
+
+
+def add_quality_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``vigil quality``."""
+    p = sub.add_parser(
+        "quality",
+        help="how good each agent is in production: estimates from the review sample with 95 % intervals",
+        description="Estimates of the review pass rate, task completion corrected by reviewers and each failure "
+        "category's share of production runs, per agent and for the fleet, from the random review sample's design "
+        "(and Vigil's completion verdict on every run, by prediction-powered inference). The plain share of all "
+        "verdicts is shown beside them for comparison only: it mixes the rule-flagged runs in.",
+    )
+    p.add_argument("--window", choices=tuple(WINDOWS), default="7d", help="the runs of the last day, 7 or 28 days")
+    p.add_argument("--agent", default=None, help="only this agent ('*': the fleet)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (as GET /api/v1/quality)")
+    p.set_defaults(func=_cmd_quality)
+
+
+def _cmd_quality(args: argparse.Namespace) -> int:
+    from vigil.cli import _review_store
+    from vigil.settings import Settings
+
+    store = _review_store(args)
+    try:
+        with store.engine.connect() as conn:
+            slo = Settings.load(config_file=args.config).slo_config()
+            report = quality_report(conn, slo, time.time(), window=args.window, agent=args.agent)
+    finally:
+        store.close()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_report(report, sys.stdout)
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f} %"
+
+
+def print_report(report: dict[str, Any], out: TextIO) -> None:
+    """The report as one table per agent (the fleet first)."""
+    console = Console(file=out, width=160, highlight=False)
+    if not report["agents"]:
+        console.print(f"No runs in the last {report['window']}.")
+    for entry in report["agents"]:
+        d = entry["design"]
+        name = "all agents" if entry["agent"] == "*" else entry["agent"]
+        title = (
+            f"{name} · last {report['window']} · {d['runs']} runs · random sample {d['sample']} "
+            f"({d['sample_reviewed']} with a verdict) · rule-flagged {d['rule_flagged']} "
+            f"({d['rule_flagged_reviewed']} reviewed)"
+        )
+        if d["shed"] or d["before_design"]:
+            title += f" · not covered: {d['shed']} shed, {d['before_design']} before the design"
+        table = Table(title=title, title_justify="left")
+        for column in ("figure", "estimate", "95 % interval", "n", "method", "status", "vs previous", "all verdicts*"):
+            table.add_column(column, justify="left" if column in ("figure", "method", "status") else "right")
+        for row in entry["estimates"]:
+            e = row["estimate"]
+            interval = "–" if e["value"] is None else f"[{_pct(e['low'])}, {_pct(e['high'])}]"
+            moved = row["change"]
+            change = "–"
+            if moved is not None:
+                change = f"{moved['delta'] * 100:+.1f} pts"
+                if moved["p_value"] is not None:
+                    change += f" (p = {moved['p_value']:.2g})"
+            figure = row["target"].replace("category:", "failed: ")
+            if row["objective"] is not None:
+                figure += f" (target {'>=' if row['direction'] == 'at_least' else '<='} {row['objective'] * 100:g} %)"
+            naive = row["naive"]
+            table.add_row(
+                figure, _pct(e["value"]), interval, str(e["n"]), e["method"], row["status"] or "–", change,
+                f"{_pct(naive['value'])} of {naive['n']}",
+            )  # fmt: skip
+        console.print(table)
+    console.print(
+        "* the share of all verdicts that passed (rule-flagged runs included): how the queue went, not the agent's "
+        "quality. Methods: ppi = prediction-powered (Vigil's completion verdict on every run + the reviewed random "
+        "sample), sample = the reviewed random sample alone."
+    )
