@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +27,7 @@ PROTO = {"Content-Type": "application/x-protobuf"}
 COLUMNS = "trace_id, agent, sample_p, sample_drawn, rule_flagged, task_completed"
 RATE = 0.25
 RUNS = 240
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def _wait_stored(api: str, count: int, timeout_s: float = 60.0) -> None:
@@ -64,7 +66,26 @@ def _judge_everything(api: str, rng: random.Random) -> dict[str, str]:
         given[item["trace_id"]] = verdict["verdict"]
 
 
-def test_quality_through_vigil_run(tmp_path: Any) -> None:
+def _stats_page(browser: Any, api: str, shot: Path) -> dict[str, str]:
+    """Log in, open /stats, screenshot the estimates; the fleet's review pass rate row as the page shows it."""
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        page.goto(f"{api}/login")
+        page.wait_for_function("document.activeElement !== null && document.activeElement.id === 'token'")
+        page.keyboard.type("e2e-admin-token")
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        page.goto(f"{api}/stats")
+        table = page.locator("#quality-estimates")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        table.screenshot(path=str(shot))
+        row = page.locator('#quality-estimates tr[data-agent="*"][data-target="review_pass_rate"]')
+        return {cls: row.locator(f"td.{cls}").inner_text() for cls in ("estimate", "interval", "status", "naive")}
+    finally:
+        page.close()
+
+
+def test_quality_through_vigil_run(tmp_path: Path, browser: Any) -> None:
     env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_SAMPLE_RATE": str(RATE), "VIGIL_ADMIN_TOKEN": "e2e-admin-token"}
     rng = random.Random(41)
     with start_vigil(tmp_path, env) as vigil:
@@ -78,6 +99,7 @@ def test_quality_through_vigil_run(tmp_path: Any) -> None:
         served = httpx.get(f"{vigil.api}/api/v1/quality", params={"window": "1d"}, headers=ADMIN)
         assert 200 == served.status_code, served.text
         report = served.json()
+        shown = _stats_page(browser, vigil.api, ARTIFACTS / "stats-quality.png")
         cli = subprocess.run(
             [sys.executable, "-m", "vigil.cli", "quality", "--window", "1d", "--json"],
             env={"VIGIL_DATABASE_URL": f"sqlite:///{tmp_path / 'vigil.db'}", "PATH": "/usr/bin:/bin"},
@@ -116,3 +138,9 @@ def test_quality_through_vigil_run(tmp_path: Any) -> None:
         ), method
     assert len(given) == fleet["design"]["rule_flagged_reviewed"] + sum(1 for r in stored if r[3] and not r[4])
     assert fleet["design"]["sample_reviewed"] == fleet["design"]["sample"]
+    # the stats page (a real browser) shows the same estimate, its interval and its status
+    ppi = row["estimate"]
+    assert f"{ppi['value'] * 100:.1f} %" == shown["estimate"]
+    assert f"[{ppi['low'] * 100:.1f} %, {ppi['high'] * 100:.1f} %]" == shown["interval"]
+    assert row["status"] == shown["status"]
+    assert shown["naive"].startswith(f"{row['naive']['value'] * 100:.1f} %")
