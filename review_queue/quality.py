@@ -51,7 +51,16 @@ from scorers.quality import (
 )
 from scorers.slo import Direction, SloConfig, Target
 
-__all__ = ["FLEET", "WINDOWS", "QualityError", "estimate_dict", "quality_report", "status", "window_seconds"]
+__all__ = [
+    "FLEET",
+    "WINDOWS",
+    "QualityError",
+    "estimate_dict",
+    "quality_report",
+    "runs_per_day",
+    "status",
+    "window_seconds",
+]
 
 WINDOWS: Final[Mapping[str, float]] = {"1d": 86_400.0, "7d": 7 * 86_400.0, "28d": 28 * 86_400.0}
 """The windows an estimate is made over, by name."""
@@ -343,3 +352,30 @@ def quality_report(
             for name, entry, before in entries
         ],
     }
+
+
+def runs_per_day(engine: sa.Engine, now: float) -> dict[str, float]:
+    """Expected runs a day by agent, from the runs stored in the last day (for a review budget).
+
+    The larger of the last hour's count times 24 and the last day's count scaled to a whole day (the
+    time since the day's first run, at least an hour): a spike raises the estimate at once, so a
+    budget is never overrun by more than an hour's surge, and a quiet hour does not halve a day's.
+    """
+    hour, day = now - 3600.0, now - 86_400.0
+    query = (
+        sa.select(
+            runs.c.agent,
+            sa.func.sum(sa.case((runs.c.created_at >= hour, 1), else_=0)),
+            sa.func.count(),
+            sa.func.min(runs.c.created_at),
+        )
+        .where(runs.c.created_at >= day)
+        .group_by(runs.c.agent)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    out = {}
+    for agent, last_hour, last_day, first in rows:
+        span = max(3600.0, now - float(first))
+        out[str(agent)] = max(float(last_hour or 0) * 24, float(last_day) * 86_400.0 / span)
+    return out

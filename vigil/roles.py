@@ -27,7 +27,7 @@ from collector.budget import MemoryMetrics
 from collector.errors import SettingsError
 from collector.grpc_receiver import create_grpc_server
 from collector.kafka import KafkaPublisher, ProducerConfig
-from collector.lifecycle import Closing, Component, Components, Hooks, Together
+from collector.lifecycle import Closing, Component, Components, Hooks, Periodic, Together
 from collector.limits import IntakeBudget, LimitedPublisher, MemoryLimiter
 from collector.metrics import CollectorMetrics
 from collector.receiver import create_otlp_app
@@ -43,6 +43,7 @@ from scorers.consumer import ConsumerConfig, ConsumerMetrics, KafkaScorer, Rekey
 from scorers.judge import JudgeService
 from scorers.registry import build_chain
 from scorers.rules import compile_rules
+from scorers.sampling import ReviewBudget
 from vigil.components import (
     GRPC_STOP_GRACE_S,
     HTTP_STOP_GRACE_S,
@@ -57,6 +58,7 @@ from vigil.components import (
 from vigil.connections import HttpMetrics
 from vigil.exposure import refuse_open_api, warn_open_ingest
 from vigil.run import (
+    BUDGET_REFRESH_S,
     DRAIN_TIMEOUT_S,
     JUDGE_DRAIN_S,
     UPKEEP_STOP_S,
@@ -245,6 +247,7 @@ class ScorerRole:
     store: SqlStore
     judges: JudgeService | None
     details: DetailsWriter | None = None
+    budget: ReviewBudget | None = None
 
 
 def build_scorer(s: Settings, registry: CollectorRegistry, **kwargs: Any) -> tuple[KafkaScorer, SqlStore]:
@@ -270,7 +273,8 @@ def build_scorer_role(
     judges, _ = scoring.judging(store, registry, run_metrics)
     if judges is not None:  # written runs go to the judges, as in vigil run
         kwargs["on_written"] = then(judges.submit, kwargs.get("on_written"))
-    pipeline = scoring.pipeline(run_metrics, judges)
+    budget = scoring.budget(store)  # the traffic it reads is every replica's: the rate fits the fleet
+    pipeline = scoring.pipeline(run_metrics, judges, budget)
     details = details_writer(s, store, registry, scoring.redactor)  # after each commit, on its own thread
     kwargs["on_written"] = then(details.submit, kwargs.get("on_written"))
     sink = store_sink(s, store, registry, scoring.redactor)  # as in vigil run: nothing unredacted is stored
@@ -311,7 +315,7 @@ def build_scorer_role(
         consumer_metrics=ConsumerMetrics(registry),
         **kwargs,
     )
-    return ScorerRole(scorer, store, judges, details)
+    return ScorerRole(scorer, store, judges, details, budget)
 
 
 async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
@@ -333,6 +337,9 @@ async def serve_scorer(s: Settings, drain_timeout_s: float = DRAIN_TIMEOUT_S) ->
     c.add("probes", probes, probes.stop_budget_s)
     if role.details is not None:
         c.add("details", role.details, UPKEEP_STOP_S)
+    if role.budget is not None:
+        refresh = Periodic("review-budget", role.budget.refresh, BUDGET_REFRESH_S, immediately=True)
+        c.add("review_budget", refresh, UPKEEP_STOP_S)
     if role.judges is not None:
         c.add("judges", role.judges, JUDGE_DRAIN_S)
     c.add("consumer", RetryingStart(scorer, stop.stopping), drain_timeout_s)

@@ -51,6 +51,7 @@ from scorers.acks import AckTracker
 from scorers.judge import AgreementCollector, JudgeService
 from scorers.metrics import RunMetrics
 from scorers.model import ScoredRun
+from scorers.sampling import ReviewBudget
 from scorers.state import load_state, save_state
 from scorers.worker import StreamWorker
 from vigil.components import (
@@ -95,6 +96,7 @@ class Embedded:
     details: DetailsWriter | None = None
     intake: IntakeBudget | None = None
     owed: OwedSpans | None = None
+    budget: ReviewBudget | None = None
 
 
 JUDGE_DRAIN_S = 10.0
@@ -264,7 +266,8 @@ def build(
     judges, agreement = scoring.judging(store, registry, run_metrics)
     if judges is not None:
         on_written = then(judges.submit, on_written)
-    pipeline = scoring.pipeline(run_metrics, judges)
+    budget = scoring.budget(store)
+    pipeline = scoring.pipeline(run_metrics, judges, budget)
     details = details_writer(settings, store, registry, scoring.redactor)
     on_written = then(details.submit, on_written)  # after the commit, on the writer's own thread
     sink = store_sink(settings, store, registry, scoring.redactor)
@@ -309,7 +312,12 @@ def build(
         details,
         intake,
         owed,
+        budget,
     )
+
+
+BUDGET_REFRESH_S = 60.0
+"""Seconds between two computations of a review budget's rates from the stored traffic."""
 
 
 def _spool(settings: Settings, store: SqlStore, registry: CollectorRegistry) -> Spool | None:
@@ -460,6 +468,9 @@ async def run_components(
     c.add("store", Closing(emb.store))
     c.add("http", Together(api, metrics), max(api.stop_budget_s, metrics.stop_budget_s))
     c.add("retention", retention, UPKEEP_STOP_S)
+    if emb.budget is not None:
+        refresh = Periodic("review-budget", emb.budget.refresh, BUDGET_REFRESH_S, immediately=True)
+        c.add("review_budget", refresh, UPKEEP_STOP_S)
     closer = session_closer(s, emb.store, emb.registry, judge_metrics=emb.judges.metrics if emb.judges else None)
     if closer.judges is not None:  # started before the closer offers it sessions, stopped after
         c.add("session_judges", closer.judges, UPKEEP_STOP_S)

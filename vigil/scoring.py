@@ -8,6 +8,7 @@ builds the parts that need a registry or a store; ``vigil run`` (:mod:`vigil.run
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +23,7 @@ from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
 from review_queue.metrics import QualityCollector, QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
+from review_queue.quality import runs_per_day
 from review_queue.services import ReviewServices, build_services
 from review_queue.session_close import SessionCloser, SessionMetrics
 from review_queue.session_judges import ConversationLoader, SqlSessionJudgeSink
@@ -47,6 +49,7 @@ from scorers.pricing import PriceTable
 from scorers.redact import Redactor
 from scorers.registry import build_chain
 from scorers.rules import Rule, compile_rules
+from scorers.sampling import ReviewBudget
 from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 from vigil.settings import Settings
 
@@ -183,8 +186,11 @@ class Scoring:
         registry.register(agreement)
         return judges, agreement
 
-    def pipeline(self, run_metrics: RunMetrics | None, judges: JudgeService | None) -> Pipeline:
-        """Normalise → score → decide, with the judges' known scores in the decision (``vigil explain``: no metrics)."""
+    def pipeline(
+        self, run_metrics: RunMetrics | None, judges: JudgeService | None, budget: ReviewBudget | None = None
+    ) -> Pipeline:
+        """Normalise → score → decide, with the judges' known scores in the decision (``vigil explain``: no metrics)
+        and the random sample's rate from ``budget`` when there is one."""
         return Pipeline(
             self.chain,
             self.rules,
@@ -193,6 +199,19 @@ class Scoring:
             judge_scores=None if judges is None else judges.judge_scores,
             detector=self.detector,
             sessions=self.sessions,
+            rate_for=None if budget is None else budget.rate,
+        )
+
+    def budget(self, store: SqlStore) -> ReviewBudget | None:
+        """The review budget of the settings (``None`` without one), its traffic read from ``store``."""
+        s = self.settings
+        if s.review_budget_per_day is None and not s.review_budget_agents:
+            return None
+        return ReviewBudget(
+            s.review_budget_per_day,
+            s.review_budget_agents,
+            s.sample_rate,
+            lambda: runs_per_day(store.engine, time.time()),
         )
 
 

@@ -170,6 +170,16 @@ class Settings(BaseModel):
         default_factory=dict,
         description="USD per million (input, output) tokens by model-name prefix, over the built-in table (YAML only).",
     )
+    review_budget_per_day: int | None = Field(
+        None,
+        gt=0,
+        description="Random review items a day: the random sample's rate is set so the expected items fit it "
+        "(recorded on every run); unset: sample_rate.",
+    )
+    review_budget_agents: Mapping[str, int] = Field(
+        default_factory=dict,
+        description="Agents' own review budgets (random items a day) beside the fleet's (YAML only).",
+    )
     review_queue_capacity: int = Field(
         10_000, ge=0, description="Pending review items beyond which random-sample-only flags are shed; 0: never."
     )
@@ -373,6 +383,14 @@ class Settings(BaseModel):
     def slo_config(self) -> SloConfig:
         """The validated quality targets."""
         return parse_slo(self.slo)
+
+    @field_validator("review_budget_agents")
+    @classmethod
+    def _budgets(cls, v: Mapping[str, int]) -> Mapping[str, int]:
+        for agent, budget in v.items():
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+                raise ValueError(f"the review budget of agent {agent!r} must be a whole number above 0, got {budget!r}")
+        return v
 
     @field_validator("model_prices")
     @classmethod

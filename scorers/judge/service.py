@@ -381,7 +381,8 @@ class JudgeService:
 
     def _redecide(self, scored: ScoredRun, judge_scores: Mapping[str, float]) -> Flag | None:
         """The new decision when it adds a reason to the run's flag, else None."""
-        decision = decide(scored.run, scored.scores, self._rules, self._sample_rate, judge=judge_scores)
+        rate = self._sample_rate if scored.design is None else scored.design.rate  # the rate of its first decision
+        decision = decide(scored.run, scored.scores, self._rules, rate, judge=judge_scores)
         if decision is None:
             return None
         known = set(scored.flag.reasons) if scored.flag is not None else set()

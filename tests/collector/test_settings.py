@@ -57,6 +57,9 @@ class TestRefusal:
             ({"VIGIL_QUIET_PERIOD_S": "soon"}, "quiet_period_s"),
             ({"VIGIL_HTTP_PORT": "70000"}, "http_port"),
             ({"VIGIL_LOG_LEVEL": "loud"}, "log_level"),
+            ({"VIGIL_SAMPLE_RATE": "-0.1"}, "sample_rate"),
+            ({"VIGIL_REVIEW_BUDGET_PER_DAY": "0"}, "review_budget_per_day"),
+            ({"VIGIL_REVIEW_BUDGET_PER_DAY": "-5"}, "review_budget_per_day"),
         ],
     )
     def test_names_key_and_variable(self, env: dict[str, str], key: str, tmp_path: Path) -> None:
@@ -65,6 +68,13 @@ class TestRefusal:
             Settings.load(env, config_file=_empty(tmp_path))
         assert key == info.value.key
         assert f"VIGIL_{key.upper()}" in str(info.value)
+
+    def test_an_agents_review_budget_of_0_is_refused(self, tmp_path: Path) -> None:
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("review_budget_agents:\n  support: 0\n")
+        with pytest.raises(SettingsError, match="review budget of agent 'support'") as info:
+            Settings.load({}, config_file=cfg)
+        assert "review_budget_agents" == info.value.key
 
     def test_unknown_yaml_key(self, tmp_path: Path) -> None:
         """A misspelt YAML key is refused, not ignored."""

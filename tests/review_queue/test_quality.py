@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
-from review_queue.quality import QualityError, quality_report, status
+from review_queue.quality import QualityError, quality_report, runs_per_day, status
 from review_queue.store import SqlStore
 from review_queue.workbench import Workbench
 from scorers.model import RunStatus, ScoredRun
@@ -250,3 +250,17 @@ def test_sample_verdicts_are_counted_once_per_sample_run_and_the_gauges_match_th
     assert row["estimate"]["value"] == gauges.get_sample_value("vigil_quality_estimate", {**labels, "bound": "value"})
     assert row["estimate"]["low"] == gauges.get_sample_value("vigil_quality_estimate", {**labels, "bound": "low"})
     assert row["estimate"]["n"] == gauges.get_sample_value("vigil_quality_verdicts", labels)
+
+
+def test_runs_per_day_from_the_last_hour_and_day(store: SqlStore, clock: Clock) -> None:
+    """10 runs in the last hour (240 a day) beat 30 over the day since the first (12 h: 60 a day); the
+    day's rate wins when the last hour was quiet."""
+    start = clock.now
+    for i in range(20):
+        store.write([scored_run(f"{i:032x}", agent="busy")])
+    clock.now = start + 11 * 3600
+    for i in range(10):
+        store.write([scored_run(f"{i + 100:032x}", agent="busy")])
+    clock.now = start + 12 * 3600
+    assert {"busy": pytest.approx(240.0)} == runs_per_day(store.engine, clock.now)
+    assert {"busy": pytest.approx(30 * 86_400 / (14 * 3600))} == runs_per_day(store.engine, start + 14 * 3600)
