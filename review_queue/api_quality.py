@@ -71,6 +71,24 @@ class AgentQualityOut(BaseModel):
     estimates: list[QualityRowOut]
 
 
+class BoundsOut(BaseModel):
+    """A figure with its 95 % interval."""
+
+    value: float
+    low: float
+    high: float
+
+
+class JudgeCalibrationOut(BaseModel):
+    """An LLM judge against the reviewers' first verdicts, on runs of the random sample only."""
+
+    judge: str
+    agent: str = Field(description="`*`: every agent.")
+    n: int = Field(description="Runs of the sample with both a judge verdict and a human one.")
+    agreement: BoundsOut = Field(description="Share of those runs where the judge and the reviewer agree.")
+    kappa: BoundsOut | None = Field(description="Cohen's kappa; null with too few pairs or one class only.")
+
+
 class QualityOut(BaseModel):
     """The estimates of a window ending now."""
 
@@ -78,6 +96,7 @@ class QualityOut(BaseModel):
     since: float = Field(description="Unix epoch seconds.")
     until: float
     confidence: float
+    judges: list[JudgeCalibrationOut]
     agents: list[AgentQualityOut]
 
 

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from review_queue.tables import review_verdicts, runs, verdict_run
+from review_queue.tables import judge_results, review_verdicts, runs, verdict_run
 from scorers.quality import (
     CONFIDENCE,
     Estimate,
@@ -45,9 +45,11 @@ from scorers.quality import (
     PredictedStratum,
     Stratum,
     change,
+    cohen_kappa,
     mean_ci,
     post_stratified,
     stratified_ppi,
+    wilson_bounds,
 )
 from scorers.slo import Direction, SloConfig, Target
 
@@ -56,6 +58,7 @@ __all__ = [
     "WINDOWS",
     "QualityError",
     "estimate_dict",
+    "judge_calibration",
     "quality_report",
     "runs_per_day",
     "status",
@@ -343,6 +346,9 @@ def quality_report(
         "since": now - length,
         "until": now,
         "confidence": confidence,
+        "judges": [
+            j for j in judge_calibration(conn, now - length, now, confidence) if agent is None or j["agent"] == agent
+        ],
         "agents": [
             {
                 "agent": name,
@@ -352,6 +358,56 @@ def quality_report(
             for name, entry, before in entries
         ],
     }
+
+
+def judge_calibration(
+    conn: sa.Connection, since: float, until: float, confidence: float = CONFIDENCE
+) -> list[dict[str, Any]]:
+    """How far each LLM judge agrees with the reviewers, on runs of the random sample only.
+
+    Measured anywhere else the figure is biased: rule-flagged runs are mostly failures, and some are
+    flagged *because of* the judge's own score. Per judge (and agent, ``*`` for all): the pairs (the
+    judge's pass, the run's first verdict's pass), the share that agree with its Wilson interval,
+    and Cohen's κ with its interval (``None`` with fewer than two pairs or one class only).
+    """
+    in_window = sa.and_(runs.c.created_at >= since, runs.c.created_at < until, runs.c.sample_drawn.is_(True))
+    judged = (
+        sa.select(runs.c.trace_id, runs.c.agent, judge_results.c.judge, judge_results.c.passed)
+        .join(judge_results, judge_results.c.trace_id == runs.c.trace_id)
+        .where(in_window, judge_results.c.passed.is_not(None))
+    )
+    rows = conn.execute(judged).all()
+    if not rows:
+        return []
+    first: dict[str, bool] = {}
+    verdicts = (
+        sa.select(verdict_run, review_verdicts.c.verdict)
+        .join(runs, runs.c.trace_id == verdict_run)
+        .where(in_window)
+        .order_by(review_verdicts.c.created_at, review_verdicts.c.id)
+    )
+    for trace_id, verdict in conn.execute(verdicts):
+        first.setdefault(trace_id, verdict == "pass")
+    pairs: dict[tuple[str, str], list[tuple[bool, bool]]] = {}
+    for trace_id, agent, judge, passed in rows:
+        if trace_id in first:
+            for key in ((judge, FLEET), (judge, agent)):
+                pairs.setdefault(key, []).append((bool(passed), first[trace_id]))
+    out = []
+    for (judge, agent), both in sorted(pairs.items()):
+        agree = sum(1 for j, h in both if j == h)
+        low, high = wilson_bounds(agree / len(both), len(both), confidence)
+        kappa = cohen_kappa(both, confidence)
+        out.append(
+            {
+                "judge": judge,
+                "agent": agent,
+                "n": len(both),
+                "agreement": {"value": agree / len(both), "low": low, "high": high},
+                "kappa": None if kappa is None else {"value": kappa[0], "low": kappa[1], "high": kappa[2]},
+            }
+        )
+    return out
 
 
 def runs_per_day(engine: sa.Engine, now: float) -> dict[str, float]:

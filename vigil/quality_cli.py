@@ -94,6 +94,16 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
                 f"{_pct(naive['value'])} of {naive['n']}",
             )  # fmt: skip
         console.print(table)
+    if report.get("judges"):
+        judges = Table(title="LLM judges against the reviewers (runs of the random sample only)", title_justify="left")
+        for column in ("judge", "agent", "n", "agreement [95 %]", "kappa [95 %]"):
+            judges.add_column(column, justify="left" if column in ("judge", "agent") else "right")
+        for j in report["judges"]:
+            a, k = j["agreement"], j["kappa"]
+            kappa = "–" if k is None else f"{k['value']:.2f} [{k['low']:.2f}, {k['high']:.2f}]"
+            agreement = f"{_pct(a['value'])} [{_pct(a['low'])}, {_pct(a['high'])}]"
+            judges.add_row(j["judge"], "all agents" if j["agent"] == "*" else j["agent"], str(j["n"]), agreement, kappa)
+        console.print(judges)
     console.print(
         "* the share of all verdicts that passed (rule-flagged runs included): how the queue went, not the agent's "
         "quality. Methods: ppi = prediction-powered (Vigil's completion verdict on every run + the reviewed random "

@@ -8,7 +8,8 @@ Example::
         model: gpt-4o-mini
         base_url: https://api.openai.com/v1
         api_key_env: OPENAI_API_KEY   # the variable holding the key; omit for local servers
-        select: flagged               # CEL over the run; default: flagged runs only
+        select: flagged               # CEL over the run; default: flagged runs only (random_sample:
+                                      # the runs of the random review sample, for judge calibration)
         sample_rate: 1.0              # of the selected runs, deterministic on the trace id
         flag_below: 0.5               # adds the rule judge_groundedness: judge.groundedness < 0.5
         priority: normal
@@ -47,7 +48,7 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 DEFAULT_SELECT = "flagged"
 DEFAULT_SESSION_SELECT = "turns >= 2"
 """Session judges judge every closed conversation of two turns or more by default (then ``sample_rate``)."""
-SELECTOR_EXTRA = ("flagged", "priority", "reasons")
+SELECTOR_EXTRA = ("flagged", "priority", "reasons", "random_sample")
 """Variables a selector sees besides the rule variables: the run's flag decision."""
 
 
@@ -267,13 +268,22 @@ def _dry_run(name: str, program: cel.Program, sample: Mapping[str, Any]) -> None
 
 
 def selector_activation(
-    run: Run, scores: Mapping[str, float], flag: Any, variables: frozenset[str] | None = None
+    run: Run,
+    scores: Mapping[str, float],
+    flag: Any,
+    variables: frozenset[str] | None = None,
+    *,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     """The variables a selector sees: the rule variables plus ``flagged``, ``priority``, ``reasons``.
 
-    With ``variables`` only those are returned (the selector's own: cheaper on the stream thread).
+    ``random_sample`` is whether the run is in the random review sample (its recorded design,
+    ``sampled``): ``select: random_sample`` judges exactly the runs the quality estimates' judge
+    calibration and prediction-powered figures need, whatever else flagged them. With ``variables``
+    only those are returned (the selector's own: cheaper on the stream thread).
     """
     extra = {
+        "random_sample": sampled,
         "flagged": flag is not None,
         "priority": "" if flag is None else flag.priority.value,
         "reasons": [] if flag is None else list(flag.reasons),
@@ -284,7 +294,7 @@ def selector_activation(
         if "scores" in variables:
             act["scores"] = dict(scores)
         return act
-    act = activation(run, scores, random_sample=False)
+    act = activation(run, scores, random_sample=sampled)
     act.update(extra)
     return act
 

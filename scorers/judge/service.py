@@ -97,7 +97,8 @@ class JudgeRuntime(Generic[_Item]):
         elif self.select_all:
             chosen = True
         else:
-            act = selector_activation(scored.run, scored.scores, scored.flag, self.variables)
+            sampled = scored.design is not None and scored.design.drawn
+            act = selector_activation(scored.run, scored.scores, scored.flag, self.variables, sampled=sampled)
             try:
                 chosen = program.execute(act) is True
             except EVAL_ERRORS:

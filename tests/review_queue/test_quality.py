@@ -8,15 +8,17 @@ import random
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
 from review_queue.quality import QualityError, quality_report, runs_per_day, status
 from review_queue.store import SqlStore
+from review_queue.tables import judge_results
 from review_queue.workbench import Workbench
 from scorers.model import RunStatus, ScoredRun
-from scorers.quality import Estimate, Labelled, PredictedStratum, Stratum, post_stratified, stratified_ppi
+from scorers.quality import Estimate, Labelled, PredictedStratum, Stratum, cohen_kappa, post_stratified, stratified_ppi
 from scorers.rules import sample_design
 from scorers.slo import DEFAULT_TARGETS, parse_slo
 from tests.support.review_queue import Clock, scored_run
@@ -264,3 +266,37 @@ def test_runs_per_day_from_the_last_hour_and_day(store: SqlStore, clock: Clock) 
     clock.now = start + 12 * 3600
     assert {"busy": pytest.approx(240.0)} == runs_per_day(store.engine, clock.now)
     assert {"busy": pytest.approx(30 * 86_400 / (14 * 3600))} == runs_per_day(store.engine, start + 14 * 3600)
+
+
+def test_judge_calibration_counts_the_random_sample_only(store: SqlStore, clock: Clock) -> None:
+    """Agreement and κ between a judge and the first human verdicts, over sampled runs only: the
+    rule-only run the judge got wrong (flagged *because* of it, say) is left out."""
+    ids = [f"{i:032x}" for i in range(2000)]
+    sampled = [t for t in ids if sample_design(t, RATE, None).drawn][:30]
+    rule_only = next(t for t in ids if not sample_design(t, RATE, None).drawn)
+    for t in [*sampled, rule_only]:
+        reasons = ["random_sample"] if t in sampled else ["judge_low"]
+        scored = scored_run(t, agent="support", final_output="x", reasons=reasons)
+        store.write([dataclasses.replace(scored, design=sample_design(t, RATE, scored.flag))])
+    rng = random.Random(3)
+    human = {t: rng.random() < 0.7 for t in [*sampled, rule_only]}
+    judge = {t: human[t] if rng.random() < 0.8 else not human[t] for t in sampled} | {rule_only: not human[rule_only]}
+    bench = Workbench(store.engine, clock=clock, lease_s=60.0)
+    while (claim := bench.claim_next("alice")) is not None:
+        bench.submit_verdict(
+            claim.item_id, "alice", VerdictIn(VerdictValue.PASS if human[claim.trace_id] else VerdictValue.FAIL)
+        )
+    row = {"judge": "quality", "rubric_version": "1", "model": "m", "score": 1.0, "reasoning": "", "error": None,
+           "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0, "content_hash": "h",
+           "cached": False, "created_at": clock.now, "updated_at": clock.now}  # fmt: skip
+    with store.engine.begin() as conn:
+        conn.execute(sa.insert(judge_results), [{**row, "trace_id": t, "passed": judge[t]} for t in judge])
+    with store.engine.connect() as conn:
+        report = quality_report(conn, parse_slo(None), clock.now + 1)
+    [fleet] = [j for j in report["judges"] if j["agent"] == "*"]
+    pairs = [(judge[t], human[t]) for t in sampled]
+    kappa = cohen_kappa(pairs)
+    assert kappa is not None
+    assert 30 == fleet["n"]
+    assert sum(a == b for a, b in pairs) / 30 == pytest.approx(fleet["agreement"]["value"])
+    assert kappa == pytest.approx((fleet["kappa"]["value"], fleet["kappa"]["low"], fleet["kappa"]["high"]))

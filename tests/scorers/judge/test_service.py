@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.service import JudgeService
 from scorers.model import RUN_BASE_BYTES, Flag, Message, Priority, Run, ScoredRun, run_bytes
 from scorers.redact import Redactor
-from scorers.rules import compile_rules
+from scorers.rules import compile_rules, sample_design, sample_point
 from tests.support.judge import InMemoryJudgeSink
 
 LOW = TextTurn(json.dumps({"reasoning": "Claims a refund that no tool confirmed.", "score": 0.1}), Usage(300, 40))
@@ -301,6 +302,16 @@ class TestSelection:
             None,
         )
         assert expected == {n for n, s in enumerate(runs) if h.service._judges[0].selects(s)}
+
+    def test_random_sample_selects_the_runs_of_the_sample(self, fake: FakeOpenAI) -> None:
+        """``select: random_sample`` takes the runs whose design put them in the random review sample,
+        flagged by rules or not, and no other (what judge calibration on the sample needs)."""
+        h = Harness(fake, select="random_sample")
+        runs = [_run(n, "high") for n in range(100)]
+        designed = [dataclasses.replace(s, design=sample_design(s.run.trace_id, 0.3, s.flag)) for s in runs]
+        chosen = {s.run.trace_id for s in designed if h.service._judges[0].selects(s)}
+        assert {s.run.trace_id for s in designed if sample_point(s.run.trace_id) < 0.3} == chosen
+        assert 10 < len(chosen) < 60
 
     def test_runs_without_content_are_counted(self, harness: Harness) -> None:
         """Content capture off: nothing to judge, counted as no_content."""
