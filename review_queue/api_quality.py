@@ -63,12 +63,20 @@ class DesignOut(BaseModel):
     sample_reviewed: int = Field(description="Of them, runs with a verdict.")
 
 
+class SessionQualityOut(BaseModel):
+    """The same for the agent's sessions closed in the window (the design's counts are sessions)."""
+
+    design: DesignOut
+    estimates: list[QualityRowOut] = Field(description="`session_review_pass_rate`, from first session verdicts.")
+
+
 class AgentQualityOut(BaseModel):
     """One agent's (``*``: the fleet's) estimates."""
 
     agent: str
     design: DesignOut
     estimates: list[QualityRowOut]
+    sessions: SessionQualityOut
 
 
 class BoundsOut(BaseModel):

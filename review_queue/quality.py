@@ -37,7 +37,9 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from review_queue.tables import judge_results, review_verdicts, runs, verdict_run
+from review_queue.session_queries import signal_clause
+from review_queue.sessions import ABANDONED
+from review_queue.tables import judge_results, review_verdicts, runs, sessions, verdict_run
 from scorers.quality import (
     CONFIDENCE,
     Estimate,
@@ -163,6 +165,64 @@ def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
         seen.add(trace_id)
         cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
         cats = frozenset(str(c) for c in categories or ())
+        cell.first.append((bool(drawn), verdict == "pass", 1.0 / float(rate), bool(completed), cats))
+    return agents
+
+
+def _load_sessions(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
+    """Every agent's closed sessions in [since, until) by rule stratum, and their first session verdicts.
+
+    The prediction of a session's pass is Vigil's own: not abandoned (the session completion SLI).
+    """
+    in_window = sa.and_(sessions.c.status == "closed", sessions.c.closed_at >= since, sessions.c.closed_at < until)
+    kept = sa.not_(signal_clause(conn.dialect.name, ABANDONED))
+    one = sa.literal(1)
+    agents: dict[str, _Agent] = {}
+    population = (
+        sa.select(
+            sessions.c.agent,
+            sessions.c.rule_flagged,
+            sa.func.count(),
+            sa.func.sum(sa.case((kept, one), else_=0)),
+            sa.func.sum(sa.case((sessions.c.sample_drawn.is_(True), one), else_=0)),
+        )
+        .where(in_window, sessions.c.sample_p > 0)
+        .group_by(sessions.c.agent, sessions.c.rule_flagged)
+    )
+    for agent, flagged, count, completed, drawn in conn.execute(population):
+        cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
+        cell.size, cell.completed, cell.drawn = int(count), int(completed or 0), int(drawn or 0)
+    legacy = (
+        sa.select(sessions.c.agent, sa.func.count())
+        .where(in_window, sessions.c.sample_p.is_(None))
+        .group_by(sessions.c.agent)
+    )
+    for agent, count in conn.execute(legacy):
+        agents.setdefault(agent, _Agent()).before_design += int(count)
+    verdicts = (
+        sa.select(
+            sessions.c.session_id,
+            sessions.c.agent,
+            sessions.c.rule_flagged,
+            sessions.c.sample_drawn,
+            sessions.c.sample_p,
+            kept,
+            review_verdicts.c.verdict,
+            review_verdicts.c.categories,
+        )
+        .select_from(review_verdicts)
+        .join(runs, runs.c.trace_id == review_verdicts.c.trace_id)
+        .join(sessions, sessions.c.session_id == runs.c.session_id)
+        .where(review_verdicts.c.target == "session", in_window, sessions.c.sample_p > 0)
+        .order_by(sessions.c.session_id, review_verdicts.c.created_at, review_verdicts.c.id)
+    )
+    seen: set[str] = set()
+    for session_id, agent, flagged, drawn, rate, completed, verdict, categories in conn.execute(verdicts):
+        if session_id in seen:
+            continue  # the unit is a session's first session verdict
+        seen.add(session_id)
+        cats = frozenset(str(c) for c in categories or ())
+        cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
         cell.first.append((bool(drawn), verdict == "pass", 1.0 / float(rate), bool(completed), cats))
     return agents
 
@@ -323,7 +383,9 @@ def quality_report(
     before the design, rule-flagged runs and how many have a verdict, sample members and how many have
     one) and ``estimates``: one row per target and failure category, with the headline estimate, its
     status, each method's estimate, the naive share, and the previous window's headline with the change
-    and its p-value (``compare``).
+    and its p-value (``compare``); ``sessions``: the same ``design`` counted in sessions closed in the
+    window, and ``session_review_pass_rate`` from their first session verdicts (the prediction: not
+    abandoned). ``judges``: :func:`judge_calibration`.
 
     Raises:
         QualityError: an unknown window.
@@ -331,16 +393,28 @@ def quality_report(
     length = window_seconds(window)
     agents = _load(conn, now - length, now)
     earlier = _load(conn, now - 2 * length, now - length) if compare else {}
+    convs = _load_sessions(conn, now - length, now)
+    convs_earlier = _load_sessions(conn, now - 2 * length, now - length) if compare else {}
     categories = sorted(
         {c for e in agents.values() for cell in e.cells.values() for *_, cats in cell.first for c in cats}
     )
     names = [*HUMAN_TARGETS, *(f"category:{c}" for c in categories)]
-    entries: list[tuple[str, _Agent, _Agent | None]] = []
+    entries: list[tuple[str, _Agent, _Agent | None, _Agent, _Agent | None]] = []
     if agent is None or agent == FLEET:
-        entries.append((FLEET, _fleet(agents), _fleet(earlier) if compare else None))
-    for name in sorted(agents):
+        entries.append(
+            (
+                FLEET,
+                _fleet(agents),
+                _fleet(earlier) if compare else None,
+                _fleet(convs),
+                _fleet(convs_earlier) if compare else None,
+            )
+        )
+    for name in sorted(set(agents) | set(convs)):
         if agent is None or agent == name:
-            entries.append((name, agents[name], earlier.get(name, _Agent()) if compare else None))
+            before = earlier.get(name, _Agent()) if compare else None
+            conv_before = convs_earlier.get(name, _Agent()) if compare else None
+            entries.append((name, agents.get(name, _Agent()), before, convs.get(name, _Agent()), conv_before))
     return {
         "window": window,
         "since": now - length,
@@ -354,8 +428,15 @@ def quality_report(
                 "agent": name,
                 "design": _design(entry),
                 "estimates": _rows(entry, before, names, _targets_of(config, name), confidence),
+                "sessions": {
+                    "design": _design(conv),
+                    "estimates": [
+                        {**row, "target": "session_review_pass_rate"}
+                        for row in _rows(conv, conv_before, ["review_pass_rate"], {}, confidence)
+                    ],
+                },
             }
-            for name, entry, before in entries
+            for name, entry, before, conv, conv_before in entries
         ],
     }
 

@@ -63,12 +63,15 @@ log = structlog.get_logger(__name__)
 CLOSE_BATCH = 500
 """Sessions closed per sweep transaction (the next tick takes the rest)."""
 
+SESSION_RANDOM_SAMPLE = "session_random_sample"
+"""The session rule of the random session sample (its expression is ``random_sample``)."""
+
 DEFAULT_SESSION_RULES: Mapping[str, Mapping[str, str]] = {
     "session_abandoned": {"expr": "abandoned", "priority": "normal"},
     "session_human_request": {"expr": "human_requests > 0", "priority": "normal"},
     "session_reasked": {"expr": "reasks >= 2", "priority": "normal"},
     "session_thumbs_down": {"expr": "thumbs_down > 0", "priority": "normal"},
-    "session_random_sample": {"expr": "random_sample", "priority": "low"},
+    SESSION_RANDOM_SAMPLE: {"expr": "random_sample", "priority": "low"},
 }
 """Session rules in force when none are configured."""
 
@@ -277,9 +280,24 @@ class SessionCloser:
                     matched.append(rule)
             except (RuntimeError, ValueError, TypeError, LookupError, ArithmeticError) as exc:
                 log.warning("session_rule_failed", rule=rule.name, error=str(exc))
+        session_id = str(closed.row["session_id"])
+        ruled = any(r.name != SESSION_RANDOM_SAMPLE for r in matched)
+        design = {"p": self._rate, "drawn": bool(variables["random_sample"]), "ruled": ruled, "id": session_id}
+        conn.execute(_RECORD_DESIGN, design)  # the first close's, for good (a reopened session keeps it)
         if matched:
             top = max((r.priority for r in matched), key=_rank)
             flag_session(conn, closed, [r.name for r in matched], top, rate=self._rate, now=now)
+
+
+_RECORD_DESIGN = (
+    sa.update(sessions)
+    .where(sessions.c.session_id == sa.bindparam("id"))
+    .values(
+        sample_p=sa.func.coalesce(sessions.c.sample_p, sa.bindparam("p")),
+        sample_drawn=sa.func.coalesce(sessions.c.sample_drawn, sa.bindparam("drawn")),
+        rule_flagged=sa.func.coalesce(sessions.c.rule_flagged, sa.bindparam("ruled")),
+    )
+)
 
 
 def _rank(priority: Priority) -> int:

@@ -440,6 +440,11 @@ def session_signals(turns: Sequence[Turn], threshold: float, *, closed: bool) ->
     return out
 
 
+_KEPT = frozenset(("session_id", "sample_p", "sample_drawn", "rule_flagged"))
+"""Columns a refresh never rewrites: the key, and the sample design its first close recorded
+(:mod:`review_queue.session_close`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClosedSession:
     """A session closed by this refresh: its new row and its last turn's trace id."""
@@ -463,7 +468,7 @@ class SessionRefresher:
         stmt = insert(sessions)
         self.upsert = stmt.on_conflict_do_update(
             index_elements=[sessions.c.session_id],
-            set_={c.name: stmt.excluded[c.name] for c in sessions.c if c.name != "session_id"},
+            set_={c.name: stmt.excluded[c.name] for c in sessions.c if c.name not in _KEPT},
         )
         self._turns = _turns_query(dialect)
         self._stored = sa.select(sessions.c.session_id).where(_in_ids(sessions.c.session_id, dialect))

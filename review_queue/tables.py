@@ -315,6 +315,9 @@ sessions = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("closed_at", sa.Double(), nullable=True),
     sa.Column("updated_at", sa.Double(), nullable=False),
+    sa.Column("sample_p", sa.Double(), nullable=True),
+    sa.Column("sample_drawn", sa.Boolean(), nullable=True),
+    sa.Column("rule_flagged", sa.Boolean(), nullable=True),
     sa.Index("ix_sessions_last", "last_ns"),
     sa.Index("ix_sessions_agent", "agent"),
     sa.Index("ix_sessions_user", "user_id"),
@@ -332,7 +335,11 @@ turns), ``thumbs_down`` (turns with negative feedback). ``agent``/``user_id``: o
 ``signals``: list of ``{signal, trace_id, turn, span_id, span_name, source, value}`` (``turn`` is the
 1-based position of the turn by start time) — the session signals with the turn and span that show them.
 ``status``: ``open`` while turns may arrive, ``closed`` after the idle time (``closed_at`` set).
-Runs without a session id are sessions of one and have no row here."""
+Runs without a session id are sessions of one and have no row here.
+``sample_p``/``sample_drawn``/``rule_flagged`` (migration ``0013``): the session's place in the session
+review sample, set by its first close (the session sample rate, whether the session id's point fell
+below it, whether a session rule other than ``session_random_sample`` flagged it) and kept when it
+reopens and closes again; NULL for sessions closed before ``0013``."""
 
 session_judge_results = sa.Table(
     "session_judge_results",

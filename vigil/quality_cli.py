@@ -58,6 +58,25 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f} %"
 
 
+def _cells(row: dict[str, Any]) -> list[str]:
+    """One table row: figure, estimate, interval, n, method, status, change, the share of all verdicts."""
+    e = row["estimate"]
+    interval = "–" if e["value"] is None else f"[{_pct(e['low'])}, {_pct(e['high'])}]"
+    moved = row["change"]
+    change = "–"
+    if moved is not None:
+        change = f"{moved['delta'] * 100:+.1f} pts"
+        if moved["p_value"] is not None:
+            change += f" (p = {moved['p_value']:.2g})"
+    figure = row["target"].replace("category:", "failed: ")
+    if row["objective"] is not None:
+        figure += f" (target {'>=' if row['direction'] == 'at_least' else '<='} {row['objective'] * 100:g} %)"
+    naive = row["naive"]
+    status = row["status"] or "–"
+    shares = f"{_pct(naive['value'])} of {naive['n']}"
+    return [figure, _pct(e["value"]), interval, str(e["n"]), e["method"], status, change, shares]
+
+
 def print_report(report: dict[str, Any], out: TextIO) -> None:
     """The report as one table per agent (the fleet first)."""
     console = Console(file=out, width=160, highlight=False)
@@ -77,22 +96,13 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
         for column in ("figure", "estimate", "95 % interval", "n", "method", "status", "vs previous", "all verdicts*"):
             table.add_column(column, justify="left" if column in ("figure", "method", "status") else "right")
         for row in entry["estimates"]:
-            e = row["estimate"]
-            interval = "–" if e["value"] is None else f"[{_pct(e['low'])}, {_pct(e['high'])}]"
-            moved = row["change"]
-            change = "–"
-            if moved is not None:
-                change = f"{moved['delta'] * 100:+.1f} pts"
-                if moved["p_value"] is not None:
-                    change += f" (p = {moved['p_value']:.2g})"
-            figure = row["target"].replace("category:", "failed: ")
-            if row["objective"] is not None:
-                figure += f" (target {'>=' if row['direction'] == 'at_least' else '<='} {row['objective'] * 100:g} %)"
-            naive = row["naive"]
-            table.add_row(
-                figure, _pct(e["value"]), interval, str(e["n"]), e["method"], row["status"] or "–", change,
-                f"{_pct(naive['value'])} of {naive['n']}",
-            )  # fmt: skip
+            table.add_row(*_cells(row))
+        sessions = entry["sessions"]
+        if sessions["design"]["runs"]:
+            for row in sessions["estimates"]:
+                cells = _cells(row)
+                cells[0] += f" · {sessions['design']['runs']} closed sessions, {sessions['design']['sample']} sampled"
+                table.add_row(*cells)
         console.print(table)
     if report.get("judges"):
         judges = Table(title="LLM judges against the reviewers (runs of the random sample only)", title_justify="left")

@@ -15,11 +15,11 @@ from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
 from review_queue.quality import QualityError, quality_report, runs_per_day, status
 from review_queue.store import SqlStore
-from review_queue.tables import judge_results
+from review_queue.tables import judge_results, sessions
 from review_queue.workbench import Workbench
 from scorers.model import RunStatus, ScoredRun
 from scorers.quality import Estimate, Labelled, PredictedStratum, Stratum, cohen_kappa, post_stratified, stratified_ppi
-from scorers.rules import sample_design
+from scorers.rules import sample_design, sample_point
 from scorers.slo import DEFAULT_TARGETS, parse_slo
 from tests.support.review_queue import Clock, scored_run
 
@@ -300,3 +300,43 @@ def test_judge_calibration_counts_the_random_sample_only(store: SqlStore, clock:
     assert 30 == fleet["n"]
     assert sum(a == b for a, b in pairs) / 30 == pytest.approx(fleet["agreement"]["value"])
     assert kappa == pytest.approx((fleet["kappa"]["value"], fleet["kappa"]["low"], fleet["kappa"]["high"]))
+
+
+def test_sessions_record_their_design_at_the_first_close_and_are_estimated(store: SqlStore, clock: Clock) -> None:
+    """Each closed session records its rate, its draw (the session id's point) and whether a session
+    rule flagged it; a reopened session closed again at another rate keeps the first; the report's
+    ``session_review_pass_rate`` counts first session verdicts on sessions of the sample."""
+    from review_queue.session_close import SessionCloser, compile_session_rules
+    from tests.review_queue.test_sessions_store import turn
+
+    names = [f"conv-{i}" for i in range(60)]
+    for i, name in enumerate(names):
+        store.write([turn(2 * i + 1, name, start=0), turn(2 * i + 2, name, start=10)])
+    clock.now += 1800 + 100
+    closer = SessionCloser(store, compile_session_rules(None), sample_rate=0.5, idle_s=1800, clock=clock)
+    assert 60 == len(closer.close_idle())
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(sessions.c.session_id, sessions.c.sample_p, sessions.c.sample_drawn)).all()
+    assert {(n, 0.5, sample_point(n) < 0.5) for n in names} == {tuple(r) for r in rows}
+    store.write([turn(500, names[0], start=4000)])  # the first session reopens, then closes again
+    clock.now += 4000
+    SessionCloser(store, compile_session_rules(None), sample_rate=0.0, idle_s=1800, clock=clock).close_idle()
+    with store.engine.connect() as conn:
+        again = conn.execute(sa.select(sessions.c.sample_p).where(sessions.c.session_id == names[0])).scalar_one()
+    assert 0.5 == again
+    bench = Workbench(store.engine, clock=clock, lease_s=60.0)
+    while (claim := bench.claim_next("alice")) is not None:  # every item is a session's (no run rule fired)
+        verdict = VerdictValue.PASS if int(claim.trace_id, 16) % 3 else VerdictValue.FAIL
+        bench.submit_verdict(claim.item_id, "alice", VerdictIn(verdict))
+    with store.engine.connect() as conn:
+        report = quality_report(conn, parse_slo(None), clock.now + 1)
+    [fleet] = [a for a in report["agents"] if a["agent"] == "*"]
+    drawn = sum(1 for n in names if sample_point(n) < 0.5)
+    design = fleet["sessions"]["design"]
+    assert {"runs": 60, "sample": drawn, "sample_reviewed": drawn} == {
+        k: design[k] for k in ("runs", "sample", "sample_reviewed")
+    }
+    [row] = fleet["sessions"]["estimates"]
+    assert "session_review_pass_rate" == row["target"]
+    assert drawn == row["methods"]["sample"]["n"]
+    assert row["status"] is None

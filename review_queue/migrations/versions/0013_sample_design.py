@@ -1,4 +1,4 @@
-"""The review sample as a design: ``runs.sample_p``, ``sample_drawn``, ``rule_flagged``, ``sample_shed``.
+"""The review sample as a design: ``sample_p``, ``sample_drawn``, ``rule_flagged`` of runs and sessions.
 
 Revision ID: 0013
 Revises: 0012
@@ -9,7 +9,8 @@ stratum (the rate in force; 0 while the queue shed), whether it entered, whether
 and whether shedding suspended the stratum (:class:`scorers.model.SampleDesign`). The quality
 estimates (:mod:`review_queue.quality`) weight the reviewed members of the stratum by these. Runs
 stored before this revision keep NULL: no design is known for them, and the estimates leave them out
-and count them.
+and count them. A session records the same (but shedding, which sessions do not go through) at its
+first close.
 """
 
 from __future__ import annotations
@@ -24,15 +25,21 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    """Add the four design columns of ``runs``."""
+    """Add the four design columns of ``runs`` and the three of ``sessions``."""
     op.add_column("runs", sa.Column("sample_p", sa.Double(), nullable=True))
     op.add_column("runs", sa.Column("sample_drawn", sa.Boolean(), nullable=True))
     op.add_column("runs", sa.Column("rule_flagged", sa.Boolean(), nullable=True))
     op.add_column("runs", sa.Column("sample_shed", sa.Boolean(), nullable=True))
+    op.add_column("sessions", sa.Column("sample_p", sa.Double(), nullable=True))
+    op.add_column("sessions", sa.Column("sample_drawn", sa.Boolean(), nullable=True))
+    op.add_column("sessions", sa.Column("rule_flagged", sa.Boolean(), nullable=True))
 
 
 def downgrade() -> None:
     """Drop the design columns."""
+    with op.batch_alter_table("sessions") as batch:
+        for name in ("rule_flagged", "sample_drawn", "sample_p"):
+            batch.drop_column(name)
     with op.batch_alter_table("runs") as batch:
         for name in ("sample_shed", "rule_flagged", "sample_drawn", "sample_p"):
             batch.drop_column(name)
