@@ -18,48 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
 from collector.errors import CollectorError
 from review_queue.errors import ReviewQueueError
 from scorers.errors import ScorersError
 from vigil.settings import Settings
+from vigil.tools import configure_logging, review_store
 
 if TYPE_CHECKING:
-    from review_queue.store import SqlStore
+    pass
 
 EXIT_CONFIG = 2
-
-
-def configure_logging(level: str) -> None:
-    """Configure logging once per process: JSON lines on stderr, for structlog and stdlib loggers alike."""
-    shared: list[structlog.typing.Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=True,
-    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -273,22 +241,12 @@ def _cmd_rules_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _review_store(args: argparse.Namespace) -> SqlStore:
-    """The configured store, migrated (the tools run against the same database as the server)."""
-    from review_queue.store import SqlStore, upgrade_database
-
-    settings = Settings.load(config_file=args.config)
-    configure_logging("warning")
-    upgrade_database(settings.database_url)
-    return SqlStore(settings.database_url)
-
-
 def _cmd_tokens(args: argparse.Namespace) -> int:
     from review_queue.auth import TokenStore
     from review_queue.errors import ConflictError, InvalidInputError, NotFoundError
     from vigil.settings import Settings
 
-    store = _review_store(args)
+    store = review_store(args)
     admin_configured = Settings.load(config_file=args.config).admin_token is not None
     tokens = TokenStore(store.engine, admin_configured=admin_configured)
     try:
@@ -321,7 +279,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from review_queue.export import eval_set, export_cases, jsonl
 
-    store = _review_store(args)
+    store = review_store(args)
     try:
         result = export_cases(store.engine, agent=args.agent)
     finally:
@@ -445,7 +403,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     settings = Settings.load(config_file=args.config)
     configure_logging("warning")
     if args.trace:
-        store = _review_store(args)
+        store = review_store(args)
         doc = store.get_run(args.trace.lower())
         if doc is None:
             print(f"vigil explain: no stored run {args.trace}", file=sys.stderr)

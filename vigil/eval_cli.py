@@ -153,9 +153,9 @@ def _inputs(args: argparse.Namespace) -> tuple[EvalSet, EvalConfig]:
 
 
 def _pipeline(args: argparse.Namespace) -> Pipeline:
-    from vigil.cli import configure_logging
     from vigil.scoring import Scoring
     from vigil.settings import Settings
+    from vigil.tools import configure_logging
 
     settings = Settings.load(config_file=args.config, overrides={"eval_sets": ()})
     configure_logging("warning")
@@ -286,13 +286,13 @@ def _cut(text: str, limit: int = 100) -> str:
 
 def _cmd_eval_add(args: argparse.Namespace) -> int:
     from review_queue.export import case_from_run
-    from vigil.cli import _review_store
     from vigil.eval_session import add_from_session, append_case
+    from vigil.tools import review_store
 
     if args.session_id is not None:
         return add_from_session(args)
     trace_id = args.trace_id.lower()
-    store = _review_store(args)
+    store = review_store(args)
     try:
         case, why = case_from_run(store.engine, trace_id, time.time())
     finally:

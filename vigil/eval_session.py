@@ -33,9 +33,9 @@ def add_from_session(args: argparse.Namespace) -> int:
         0 when added or already there; 1 when the session is unknown or unfit (the one-line reason
         on stderr); 2 when the eval set file is malformed.
     """
-    from vigil.cli import _review_store
+    from vigil.tools import review_store
 
-    store = _review_store(args)
+    store = review_store(args)
     try:
         case, why = case_from_session(store.engine, args.session_id, time.time())
     finally:

@@ -36,10 +36,10 @@ def add_quality_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:
-    from vigil.cli import _review_store
     from vigil.settings import Settings
+    from vigil.tools import review_store
 
-    store = _review_store(args)
+    store = review_store(args)
     try:
         with store.engine.connect() as conn:
             slo = Settings.load(config_file=args.config).slo_config()
