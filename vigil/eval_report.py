@@ -29,6 +29,7 @@ from rich.table import Table
 from scorers.eval.dimensions import DimensionSummary, summarise_dimensions
 from scorers.eval.evaluate import CaseResult
 from vigil.eval_stats import junit_properties, statistics_json
+from vigil.markdown import markdown_text
 
 __all__ = [
     "CaseSummary",
@@ -283,31 +284,6 @@ def write_json(results: Sequence[CaseResult], out: TextIO, baseline: Baseline | 
 
 
 # --- Markdown ---------------------------------------------------------------------------------
-
-_MD_SPECIAL = str.maketrans(
-    {
-        "&": "&amp;",
-        "<": "&lt;",
-        ">": "&gt;",
-        "|": "\\|",
-        "`": "\\`",
-        "*": "\\*",
-        "_": "\\_",
-        "[": "\\[",
-        "]": "\\]",
-        "#": "\\#",
-        "\\": "\\\\",
-        "\n": " ",
-        "\r": " ",
-    }
-)
-
-
-def markdown_text(text: str, limit: int = 300) -> str:
-    """Text (agent output, ids) for a Markdown table cell or list item: HTML, emphasis, links, code
-    spans and cell breaks escaped, on one line, cut to ``limit`` characters."""
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return text.translate(_MD_SPECIAL)
 
 
 def markdown_report(results: Sequence[CaseResult], baseline: Baseline | None = None) -> str:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from scorers.eval import stats
 from scorers.eval.evaluate import CaseResult
+from vigil.markdown import markdown_text
 
 __all__ = [
     "CaseInterval",
@@ -134,8 +135,6 @@ def print_intervals(results: Sequence[CaseResult], out: TextIO, confidence: floa
 def markdown_intervals(results: Sequence[CaseResult], confidence: float = stats.CONFIDENCE) -> str:
     """The pass rates with their intervals as a Markdown section ("" without repeats); case ids
     pass through ``escape`` (the Markdown report's, for text that may come from an agent)."""
-    from vigil.eval_report import markdown_text
-
     if not any(r.repeat for r in results):
         return ""
     pct = f"{confidence:.0%}"
