@@ -38,12 +38,9 @@ from sqlalchemy.engine import Engine
 
 from review_queue.model import ItemState, VerdictTarget
 from review_queue.tables import review_items, review_verdicts, runs, verdict_run
-from scorers.eval.actual import decode_args
+from review_queue.trajectory import TOOL_CATEGORIES, tool_uses
 
 __all__ = ["ExportResult", "case_from_run", "eval_case", "eval_set", "export_cases"]
-
-TOOL_CATEGORIES = frozenset(("wrong_tool", "wrong_arguments", "loop"))
-"""Failure categories that make a failed run's tool calls unfit as the expected trajectory."""
 
 
 @dataclass
@@ -61,7 +58,7 @@ class ExportResult:
 
 def export_cases(engine: Engine, *, agent: str | None = None, since: float | None = None) -> ExportResult:
     """Build the eval cases of every done item (optionally of one agent, completed since a time)."""
-    from review_queue.export_session import case_up_to_turn  # it imports this module
+    from review_queue.export_session import case_up_to_turn  # it reads the store this module exports
 
     query = (
         sa.select(review_items.c.id, review_items.c.trace_id, review_items.c.snapshot, review_items.c.completed_at)
@@ -170,10 +167,10 @@ def eval_case(
     if corrected:
         answer = str(corrected[-1]["corrected_answer"])
         blamed = {c for v in failed for c in v.get("categories", [])} & TOOL_CATEGORIES
-        tools = [] if blamed else _tool_uses(snapshot)
+        tools = [] if blamed else tool_uses(snapshot)
     else:
         answer = snapshot.get("final_output") or ""
-        tools = _tool_uses(snapshot)
+        tools = tool_uses(snapshot)
     trace_id = str(snapshot.get("trace_id", ""))
     invocation = {
         "invocation_id": f"vigil-{trace_id}",
@@ -206,17 +203,6 @@ def jsonl(cases: Sequence[Mapping[str, Any]]) -> Iterator[str]:
     """One JSON line per case."""
     for case in cases:
         yield json.dumps(case, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _tool_uses(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": tool.get("call_id") or tool.get("span_id"),
-            "name": tool["name"],
-            "args": decode_args(tool.get("arguments")),
-        }
-        for tool in snapshot.get("tools", [])
-    ]
 
 
 def _verdicts(conn: sa.Connection, item_ids: list[int]) -> dict[int, list[dict[str, Any]]]:

@@ -33,10 +33,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from review_queue import details
-from review_queue.export import TOOL_CATEGORIES, _tool_uses
 from review_queue.model import VerdictTarget
 from review_queue.session_queries import MAX_TURNS, fresh_entries
 from review_queue.tables import review_items, review_verdicts, run_details, runs, verdict_run
+from review_queue.trajectory import TOOL_CATEGORIES, tool_uses
 from scorers.eval.actual import decode_args
 
 __all__ = ["UNFIT", "case_from_session", "case_up_to_turn", "session_case"]
@@ -200,7 +200,7 @@ def _case(
         elif snapshot and not snapshot.get("partial"):  # a partial snapshot (summary only) holds no content
             user = _last(snapshot.get("messages") or [], "user")
             answer = str(snapshot.get("final_output") or "")
-            tools = _tool_uses(snapshot)
+            tools = tool_uses(snapshot)
             previous = []
         else:
             return None, (number, "no_stored_content")
