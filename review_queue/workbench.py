@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -35,6 +35,7 @@ from review_queue.model import (
 )
 from review_queue.store import guard, write_transaction
 from review_queue.tables import judge_results, review_events, review_items, review_verdicts, runs, verdict_run
+from scorers.model import Priority
 
 __all__ = ["DEFAULT_LEASE_S", "Claim", "ReviewObserver", "Workbench"]
 
@@ -64,6 +65,14 @@ class ReviewObserver:
 
     def completion_revoked(self, agent: str) -> None:
         """The first failing verdict on a run counted as a completed task (``scorers.slo``) was recorded."""
+
+
+SAMPLE_ORDER: Final = sa.case(
+    (_ITEMS.c.priority_rank == Priority.LOW.rank, sa.func.substr(_ITEMS.c.trace_id, 25, 8)), else_=""
+)
+"""The order of the low-priority lane: the trace id's last 8 hex digits — random in W3C trace ids and
+in the time-prefixed ones some SDKs make (AWS X-Ray's), and independent of the sample's draw (a hash of
+the whole id) and of how the run went; the other lanes tie on it and go oldest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +127,12 @@ class Workbench:
     def claim_next(self, reviewer: str, *, priority: str | None = None) -> Claim | None:
         """Claim the most urgent item ``reviewer`` may take: highest priority, then oldest.
 
+        Low-priority items (the random review sample's lane) come out in the order of a key read from
+        their trace id (:data:`SAMPLE_ORDER`), not oldest first: reviewers who fall behind then review
+        a random part of the waiting sample rather than its oldest runs, so the sample's reviewed runs
+        stay a random part of it in every window (what the quality estimates assume of them within a
+        rule stratum; :mod:`review_queue.quality`).
+
         Eligible: pending, unassigned or assigned to ``reviewer``, not already reviewed or
         skipped by ``reviewer``. Expired leases return to pending first.
 
@@ -131,7 +146,7 @@ class Workbench:
             query = (
                 sa.select(_ITEMS.c.id)
                 .where(_ITEMS.c.state == ItemState.PENDING.value, *_eligible(reviewer))
-                .order_by(_ITEMS.c.priority_rank.desc(), _ITEMS.c.created_at.asc(), _ITEMS.c.id.asc())
+                .order_by(_ITEMS.c.priority_rank.desc(), SAMPLE_ORDER, _ITEMS.c.created_at.asc(), _ITEMS.c.id.asc())
                 .limit(1)
             )
             if priority is not None:

@@ -5,6 +5,7 @@ Every test runs on SQLite and on the local PostgreSQL.
 
 from __future__ import annotations
 
+import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +56,22 @@ class TestClaim:
         got = [bench.claim_next("alice") for _ in range(5)]
         assert [high, normal_old, normal_new, low] == [c.item_id for c in got if c is not None]
         assert got[4] is None
+
+    def test_the_sample_lane_comes_out_in_random_order(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
+        """Low-priority items (the random sample's lane) are claimed in the order of their trace ids' last
+        8 hex digits, not oldest first: a reviewer who falls behind reviews a random part of the waiting
+        sample. Higher lanes still go first, oldest first."""
+        rng = random.Random(8)
+        ids = [f"{rng.getrandbits(128):032x}" for _ in range(12)]
+        for tid in ids:
+            store.write([scored_run(tid, reasons=["random_sample"], priority=Priority.LOW)])
+            clock.now += 1
+        urgent = _flag(store, clock, 99, Priority.HIGH)
+        got = [c.trace_id if c else None for c in (bench.claim_next("alice") for _ in range(14))]
+        assert _tid(99) == got[0], urgent
+        assert sorted(ids, key=lambda t: t[24:]) == got[1:13]
+        assert ids != got[1:13]  # not the order they arrived in
+        assert got[13] is None
 
     def test_lease_and_audit(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """A claim takes a lease of lease_s and is recorded in the audit trail."""
