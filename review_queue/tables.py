@@ -89,6 +89,7 @@ runs = sa.Table(
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
     sa.Index("ix_runs_session", "session_id", "start_ns"),
     sa.Index("ix_runs_user", "user_id"),
+    sa.Index("ix_runs_design", "created_at", "agent", "rule_flagged", "sample_p", "sample_drawn", "task_completed"),
 )
 """One row per run (trace id); ``version`` starts at 1 and grows by one per re-score.
 ``span_count``: the spans the stored scoring saw; a re-score from fewer spans (a re-delivered
@@ -107,7 +108,8 @@ the spans that show them; no text); NULL for runs without a session id.
 the review sample's design (:class:`scorers.model.SampleDesign`) — its probability of entering the
 random stratum (0 while the queue shed), whether it did, whether a rule flagged it, whether shedding
 suspended the stratum — written by the run's first decision and never changed by a re-score or a late
-flag; NULL for runs stored before ``0013``."""
+flag; NULL for runs stored before ``0013``. ``ix_runs_design`` covers what the quality estimates count
+per window (:mod:`review_queue.quality`): their scan of a week reads the index alone."""
 
 run_details = sa.Table(
     "run_details",
