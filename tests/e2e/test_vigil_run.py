@@ -226,7 +226,8 @@ def test_metrics_have_no_trace_id_labels(vigil: VigilProcess) -> None:
     labels = {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
     allowed = {"agent", "outcome", "complete", "direction", "tool", "priority", "reason", "stage", "name", "event",
                "encoding", "code", "le", "quantile",
-               "state", "verdict", "source", "kind", "table", "listener", "signal", "rule", "structure"}  # fmt: skip
+               "state", "verdict", "source", "kind", "table", "listener", "signal", "rule", "structure",
+               "target", "bound"}  # fmt: skip
     assert set() == labels - allowed
 
 
