@@ -49,6 +49,9 @@ class QualityRowOut(BaseModel):
     collapsed: bool = Field(description="A rule stratum had too few labelled sample members and was merged.")
     previous: EstimateOut | None
     change: ChangeOut | None
+    corrected_for: dict[str, float] | None = Field(
+        description="The reviewers' known error rates the pass rate was corrected for (`review_error_rates`)."
+    )
 
 
 class DesignOut(BaseModel):
@@ -129,6 +132,8 @@ def quality_router(services: ReviewServices) -> APIRouter:
         the plain share of verdicts, and the change from the previous window with its p-value."""
         store = services.store
         with guard("quality", store.retry_after_s), store.engine.connect() as conn:
-            return quality_report(conn, services.slo, services.clock(), window=window, agent=agent)
+            return quality_report(
+                conn, services.slo, services.clock(), window=window, agent=agent, reviewer_error=services.reviewer_error
+            )
 
     return router

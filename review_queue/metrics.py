@@ -217,6 +217,7 @@ class QualityCollector(Collector):
         max_agents: agents with a label of their own.
         refresh_s: how long a computed set of estimates is served.
         monotonic: monotonic seconds (for the refresh).
+        reviewer_error: the reviewers' known error rates the pass rates are corrected for.
     """
 
     def __init__(
@@ -228,7 +229,9 @@ class QualityCollector(Collector):
         max_agents: int = DEFAULT_MAX_AGENTS,
         refresh_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
+        reviewer_error: tuple[float, float] | None = None,
     ) -> None:
+        self._reviewer_error = reviewer_error
         self._engine = engine
         self._slo = slo
         self._clock = clock
@@ -247,7 +250,9 @@ class QualityCollector(Collector):
         if self._monotonic() >= self._next:
             try:
                 with self._engine.connect() as conn:
-                    report = quality_report(conn, self._slo, self._clock(), compare=False)
+                    report = quality_report(
+                        conn, self._slo, self._clock(), compare=False, reviewer_error=self._reviewer_error
+                    )
                 self._rows = self._flatten(report)
             except sa_exc.SQLAlchemyError as exc:
                 log.warning("quality_metrics_unavailable", error=str(exc).splitlines()[0])

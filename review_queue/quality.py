@@ -48,6 +48,7 @@ from scorers.quality import (
     Stratum,
     change,
     cohen_kappa,
+    corrected,
     mean_ci,
     post_stratified,
     stratified_ppi,
@@ -327,13 +328,26 @@ def _targets_of(config: SloConfig, agent: str) -> Mapping[str, Target]:
 
 
 def _rows(
-    entry: _Agent, before: _Agent | None, names: Iterable[str], targets: Mapping[str, Target], confidence: float
+    entry: _Agent,
+    before: _Agent | None,
+    names: Iterable[str],
+    targets: Mapping[str, Target],
+    confidence: float,
+    *,
+    error: tuple[float, float] | None = None,
 ) -> list[dict[str, Any]]:
     rows = []
     for name in names:
         now = _estimates(entry, name, confidence)
+        fix = error is not None and name == "review_pass_rate"
+        if fix:  # reviewers of known error rates: every design-based figure corrected (never the naive share)
+            assert error is not None
+            now["methods"] = {m: corrected(e, *error) for m, e in now["methods"].items()}
         headline = _headline(now["methods"])
         previous = _headline(_estimates(before, name, confidence)["methods"]) if before is not None else None
+        if fix and previous is not None:
+            assert error is not None
+            previous = corrected(previous, *error)
         moved = change(previous, headline, confidence) if previous is not None else None
         target = targets.get(name) if name in HUMAN_TARGETS else None
         rows.append(
@@ -348,6 +362,7 @@ def _rows(
                 "collapsed": now["collapsed"],
                 "previous": estimate_dict(previous),
                 "change": None if moved is None else {"delta": moved.delta, "p_value": moved.p_value},
+                "corrected_for": {"false_pass": error[0], "false_fail": error[1]} if fix and error else None,
             }
         )
     return rows
@@ -376,6 +391,7 @@ def quality_report(
     agent: str | None = None,
     confidence: float = CONFIDENCE,
     compare: bool = True,
+    reviewer_error: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The estimates of the window ending at ``now``, per agent and for the fleet (``agent``: one only).
 
@@ -385,7 +401,9 @@ def quality_report(
     status, each method's estimate, the naive share, and the previous window's headline with the change
     and its p-value (``compare``); ``sessions``: the same ``design`` counted in sessions closed in the
     window, and ``session_review_pass_rate`` from their first session verdicts (the prediction: not
-    abandoned). ``judges``: :func:`judge_calibration`.
+    abandoned). ``judges``: :func:`judge_calibration`. ``reviewer_error``: the reviewers' known
+    ``(false_pass, false_fail)`` rates; the pass rates are then corrected for them
+    (:func:`scorers.quality.corrected`; the row's ``corrected_for`` says so).
 
     Raises:
         QualityError: an unknown window.
@@ -427,12 +445,12 @@ def quality_report(
             {
                 "agent": name,
                 "design": _design(entry),
-                "estimates": _rows(entry, before, names, _targets_of(config, name), confidence),
+                "estimates": _rows(entry, before, names, _targets_of(config, name), confidence, error=reviewer_error),
                 "sessions": {
                     "design": _design(conv),
                     "estimates": [
                         {**row, "target": "session_review_pass_rate"}
-                        for row in _rows(conv, conv_before, ["review_pass_rate"], {}, confidence)
+                        for row in _rows(conv, conv_before, ["review_pass_rate"], {}, confidence, error=reviewer_error)
                     ],
                 },
             }

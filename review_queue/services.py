@@ -34,6 +34,8 @@ class ReviewServices:
         clock: Unix epoch seconds (the stats page's "now").
         slo: the quality targets shown on the stats page.
         details: which run details are kept (the run pages say why a run has none).
+        reviewer_error: the reviewers' known ``(false_pass, false_fail)`` rates the quality estimates
+            correct for (``review_error_rates``), ``None``: taken as right.
     """
 
     store: SqlStore
@@ -45,6 +47,7 @@ class ReviewServices:
     clock: Callable[[], float] = time.time
     slo: SloConfig = field(default_factory=lambda: parse_slo(None))
     details: DetailsPolicy = field(default_factory=DetailsPolicy)
+    reviewer_error: tuple[float, float] | None = None
 
 
 def build_services(
@@ -64,6 +67,7 @@ def build_services(
     feedback_pending_max: int = DEFAULT_PENDING_MAX,
     feedback_pending_s: float = DEFAULT_PENDING_S,
     details: DetailsPolicy | None = None,
+    reviewer_error: tuple[float, float] | None = None,
 ) -> ReviewServices:
     """Wire the review services over ``store``.
 
@@ -83,6 +87,7 @@ def build_services(
         feedback_pending_max: feedback rows held for runs not stored yet, at most.
         feedback_pending_s: seconds such feedback waits for its run.
         details: the details sample rate and retention (the defaults when omitted).
+        reviewer_error: the reviewers' known error rates (see :class:`ReviewServices`).
     """
     retry = store.retry_after_s
     observer: ReviewObserver = metrics if metrics is not None else ReviewObserver()
@@ -110,5 +115,14 @@ def build_services(
         secure_cookies=secure_cookies,
     )
     return ReviewServices(
-        store, workbench, feedback, tokens, access, metrics, clock, slo or parse_slo(None), details or DetailsPolicy()
+        store,
+        workbench,
+        feedback,
+        tokens,
+        access,
+        metrics,
+        clock,
+        slo or parse_slo(None),
+        details or DetailsPolicy(),
+        reviewer_error,
     )

@@ -180,7 +180,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             flags = listing.flags_by_reason(conn, *hours, STATS_BUCKET_S)
             history = listing.depth_over_time(conn, *hours, STATS_BUCKET_S)
             rates = listing.verdicts_over_time(conn, *days, 86_400)
-            estimates = quality_report(conn, services.slo, now)  # stats_quality.html
+            estimates = quality_report(conn, services.slo, now, reviewer_error=services.reviewer_error)
             slo_targets = targets.target_rows(conn, services.slo, now, estimates)  # stats_targets.html
         pending = {s.priority.value: s for s in depth if s.state is ItemState.PENDING}
         charts = {

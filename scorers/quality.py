@@ -52,6 +52,7 @@ __all__ = [
     "Stratum",
     "change",
     "cohen_kappa",
+    "corrected",
     "mean_ci",
     "post_stratified",
     "ppi_mean",
@@ -281,6 +282,30 @@ def stratified_ppi(
         return Estimate("ppi", None, None, None, n, population)
     low, high = max(0.0, value - math.sqrt(below)), min(1.0, value + math.sqrt(above))
     return Estimate("ppi", value, low, high, n, population, math.sqrt(variance))
+
+
+def corrected(e: Estimate, false_pass: float, false_fail: float) -> Estimate:
+    """A pass rate estimated from reviewers with known error rates, corrected (Rogan & Gladen 1978).
+
+    Reviewers who pass a failing run with probability ``false_pass`` and fail a good one with
+    ``false_fail`` give labels whose mean is ``φ = θ (1 - false_fail) + (1 - θ) false_pass``; so
+    ``θ = (φ - false_pass) / (1 - false_pass - false_fail)``. The map is increasing, so the interval's
+    bounds map to the corrected interval's (clipped to [0, 1]); the standard error scales with it.
+
+    Raises:
+        ValueError: rates outside [0, 1) or summing to 1 or more (the labels would say nothing).
+    """
+    scale = 1.0 - false_pass - false_fail
+    if not (0.0 <= false_pass < 1.0 and 0.0 <= false_fail < 1.0) or scale <= 0:
+        raise ValueError(f"reviewer error rates must be in [0, 1) and sum below 1, got {false_pass}, {false_fail}")
+    if e.value is None or e.low is None or e.high is None:
+        return e
+
+    def fix(x: float) -> float:
+        return min(1.0, max(0.0, (x - false_pass) / scale))
+
+    se = None if e.se is None else e.se / scale
+    return Estimate(e.method, fix(e.value), fix(e.low), fix(e.high), e.n, e.population, se)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,15 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     store = review_store(args)
     try:
         with store.engine.connect() as conn:
-            slo = Settings.load(config_file=args.config).slo_config()
-            report = quality_report(conn, slo, time.time(), window=args.window, agent=args.agent)
+            settings = Settings.load(config_file=args.config)
+            report = quality_report(
+                conn,
+                settings.slo_config(),
+                time.time(),
+                window=args.window,
+                agent=args.agent,
+                reviewer_error=settings.reviewer_error(),
+            )
     finally:
         store.close()
     if args.json:

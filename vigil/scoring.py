@@ -310,7 +310,13 @@ def review_services(
         registry, max_agents=settings.max_agent_labels, revoked=run_metrics.revoked if run_metrics else None
     )
     registry.register(QueueCollector(store.engine, max_agents=settings.max_agent_labels))
-    registry.register(QualityCollector(store.engine, settings.slo_config(), max_agents=settings.max_agent_labels))
+    quality = QualityCollector(
+        store.engine,
+        settings.slo_config(),
+        max_agents=settings.max_agent_labels,
+        reviewer_error=settings.reviewer_error(),
+    )
+    registry.register(quality)
     return build_services(
         store,
         admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
@@ -326,4 +332,5 @@ def review_services(
         feedback_pending_max=settings.feedback_pending_max,
         feedback_pending_s=settings.feedback_pending_s,
         details=DetailsPolicy(settings.details_sample_rate, settings.details_retention_days),
+        reviewer_error=settings.reviewer_error(),
     )

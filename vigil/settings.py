@@ -180,6 +180,11 @@ class Settings(BaseModel):
         default_factory=dict,
         description="Agents' own review budgets (random items a day) beside the fleet's (YAML only).",
     )
+    review_error_rates: Mapping[str, float] = Field(
+        default_factory=dict,
+        description="The reviewers' known error rates {false_pass, false_fail}: the quality estimates' pass rates "
+        "are corrected for them (YAML only).",
+    )
     review_queue_capacity: int = Field(
         10_000, ge=0, description="Pending review items beyond which random-sample-only flags are shed; 0: never."
     )
@@ -391,6 +396,24 @@ class Settings(BaseModel):
             if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
                 raise ValueError(f"the review budget of agent {agent!r} must be a whole number above 0, got {budget!r}")
         return v
+
+    @field_validator("review_error_rates")
+    @classmethod
+    def _error_rates(cls, v: Mapping[str, float]) -> Mapping[str, float]:
+        unknown = set(v) - {"false_pass", "false_fail"}
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)}: use false_pass and false_fail")
+        for key, rate in v.items():
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 0.5:
+                raise ValueError(f"{key} must be a number in [0, 0.5), got {rate!r}")
+        return v
+
+    def reviewer_error(self) -> tuple[float, float] | None:
+        """``(false_pass, false_fail)`` of ``review_error_rates``, or ``None`` when none is set."""
+        if not self.review_error_rates:
+            return None
+        rates = self.review_error_rates
+        return float(rates.get("false_pass", 0.0)), float(rates.get("false_fail", 0.0))
 
     @field_validator("model_prices")
     @classmethod

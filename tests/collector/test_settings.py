@@ -76,6 +76,23 @@ class TestRefusal:
             Settings.load({}, config_file=cfg)
         assert "review_budget_agents" == info.value.key
 
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [("  false_pass: 0.7\n", "false_pass must be a number in"), ("  wrong: 0.1\n", "unknown keys")],
+    )
+    def test_bad_reviewer_error_rates_are_refused(self, text: str, message: str, tmp_path: Path) -> None:
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("review_error_rates:\n" + text)
+        with pytest.raises(SettingsError, match=message) as info:
+            Settings.load({}, config_file=cfg)
+        assert "review_error_rates" == info.value.key
+
+    def test_reviewer_error_rates(self, tmp_path: Path) -> None:
+        cfg = tmp_path / "vigil.yaml"
+        cfg.write_text("review_error_rates: {false_pass: 0.1}\n")
+        assert (0.1, 0.0) == Settings.load({}, config_file=cfg).reviewer_error()
+        assert Settings.load({}, config_file=_empty(tmp_path)).reviewer_error() is None
+
     def test_unknown_yaml_key(self, tmp_path: Path) -> None:
         """A misspelt YAML key is refused, not ignored."""
         cfg = tmp_path / "vigil.yaml"

@@ -151,6 +151,21 @@ class TestReport:
         assert category["methods"]["sample"]["low"] <= share <= category["methods"]["sample"]["high"]
         assert category["status"] is None
 
+    def test_reviewer_error_rates_correct_the_pass_rate(self, seeded: Seeded) -> None:
+        """Known reviewer error rates map every pass-rate estimate and bound (Rogan–Gladen); the naive
+        share and the other figures are left as they are."""
+        store, _, plain = seeded
+        with store.engine.connect() as conn:
+            fixed = quality_report(conn, parse_slo(None), plain["until"], reviewer_error=(0.1, 0.03))
+        before, after = _fleet(plain, "review_pass_rate"), _fleet(fixed, "review_pass_rate")
+        for method in ("sample", "stratified", "ppi"):
+            for bound in ("value", "low", "high"):
+                expected = min(1.0, max(0.0, (before["methods"][method][bound] - 0.1) / 0.87))
+                assert expected == pytest.approx(after["methods"][method][bound]), (method, bound)
+        assert {"false_pass": 0.1, "false_fail": 0.03} == after["corrected_for"]
+        assert before["naive"] == after["naive"]
+        assert _fleet(plain, "task_completion") == _fleet(fixed, "task_completion")
+
     @staticmethod
     def design_counts(seeded: Seeded) -> None:
         _, truth, report = seeded
