@@ -17,7 +17,7 @@ from scorers.assemble import ClosedTrace
 from scorers.detect import DEFAULT_DETECTOR, Detector
 from scorers.model import Run, ScoredRun, Scorer
 from scorers.normalise import normalise
-from scorers.rules import Rule, decide, reason_evidence, sample_design
+from scorers.rules import Rule, decide, reason_evidence, sample_design, sample_point
 from scorers.session_ids import DEFAULT_SESSION_KEYS, SessionKeys
 
 log = structlog.get_logger(__name__)
@@ -95,9 +95,12 @@ class Pipeline:
         scores, failed = score_run(run, self.chain, self.on_error)
         judge = None if self.judge_scores is None else self.judge_scores(run.trace_id)
         rate = self.sample_rate if self.rate_for is None else self.rate_for(run.agent)
-        flag = decide(run, scores, self.rules, rate, feedback=feedback, on_error=self._rule_error, judge=judge)
+        drawn = sample_point(run.trace_id) < rate  # one draw serves the rules and the recorded design
+        flag = decide(
+            run, scores, self.rules, rate, feedback=feedback, on_error=self._rule_error, judge=judge, drawn=drawn
+        )
         evidence = () if flag is None else reason_evidence(run, flag, self.rules, scores, feedback, judge)
-        design = sample_design(run.trace_id, rate, flag)
+        design = sample_design(run.trace_id, rate, flag, drawn=drawn)
         return _new_scored_run(run, scores, flag, failed, rescored, evidence, design)
 
     def _normalise(self, closed: ClosedTrace) -> Run:

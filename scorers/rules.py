@@ -123,10 +123,13 @@ RANDOM_SAMPLE: Final = "random_sample"
 """The reason of the random review sample (a default rule whose expression is ``random_sample``)."""
 
 
-def sample_design(trace_id: str, rate: float, flag: Flag | None) -> SampleDesign:
-    """The run's place in the review sample when ``flag`` is decided at ``rate`` (see :class:`SampleDesign`)."""
+def sample_design(trace_id: str, rate: float, flag: Flag | None, *, drawn: bool | None = None) -> SampleDesign:
+    """The run's place in the review sample when ``flag`` is decided at ``rate`` (see :class:`SampleDesign`).
+
+    ``drawn``: the draw when the caller made it already (:func:`decide`'s ``drawn``); else it is made here.
+    """
     rule_flagged = flag is not None and any(reason != RANDOM_SAMPLE for reason in flag.reasons)
-    return SampleDesign(rate, sample_point(trace_id) < rate, rule_flagged)
+    return SampleDesign(rate, sample_point(trace_id) < rate if drawn is None else drawn, rule_flagged)
 
 
 def compile_rules(
@@ -277,16 +280,18 @@ def decide(
     feedback: Mapping[str, Any] | None = None,
     on_error: OnRuleError | None = None,
     judge: Mapping[str, float] | None = None,
+    drawn: bool | None = None,
 ) -> Flag | None:
-    """Make the one flag decision for ``run`` (``judge``: the LLM judge scores known so far).
+    """Make the one flag decision for ``run`` (``judge``: the LLM judge scores known so far; ``drawn``:
+    ``sample_point(run.trace_id) < sample_rate`` when the caller made that draw already).
 
     Returns:
         A :class:`Flag` listing every matching reason (highest priority first, then rule
         order) with the highest priority, or None when nothing matched.
     """
-    act = activation(
-        run, scores, random_sample=sample_point(run.trace_id) < sample_rate, feedback=feedback, judge=judge
-    )
+    if drawn is None:
+        drawn = sample_point(run.trace_id) < sample_rate
+    act = activation(run, scores, random_sample=drawn, feedback=feedback, judge=judge)
     # One CEL context per run for every non-trivial rule: converting the variables once
     # costs far less than converting them for each rule.
     needed = {v for r in rules if r.flag_name is None and r.score_test is None for v in r.variables if v in act}
