@@ -339,15 +339,13 @@ def _rows(
     rows = []
     for name in names:
         now = _estimates(entry, name, confidence)
-        fix = error is not None and name == "review_pass_rate"
-        if fix:  # reviewers of known error rates: every design-based figure corrected (never the naive share)
-            assert error is not None
-            now["methods"] = {m: corrected(e, *error) for m, e in now["methods"].items()}
+        fix = error if name == "review_pass_rate" else None
+        if fix is not None:  # reviewers of known error rates: every design-based figure corrected, never the naive
+            now["methods"] = {m: corrected(e, *fix) for m, e in now["methods"].items()}
         headline = _headline(now["methods"])
         previous = _headline(_estimates(before, name, confidence)["methods"]) if before is not None else None
-        if fix and previous is not None:
-            assert error is not None
-            previous = corrected(previous, *error)
+        if fix is not None and previous is not None:
+            previous = corrected(previous, *fix)
         moved = change(previous, headline, confidence) if previous is not None else None
         target = targets.get(name) if name in HUMAN_TARGETS else None
         rows.append(
@@ -362,7 +360,7 @@ def _rows(
                 "collapsed": now["collapsed"],
                 "previous": estimate_dict(previous),
                 "change": None if moved is None else {"delta": moved.delta, "p_value": moved.p_value},
-                "corrected_for": {"false_pass": error[0], "false_fail": error[1]} if fix and error else None,
+                "corrected_for": None if fix is None else {"false_pass": fix[0], "false_fail": fix[1]},
             }
         )
     return rows
