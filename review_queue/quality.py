@@ -23,10 +23,15 @@ every estimate and counted (``design.shed``, ``design.before_design``). A stratu
 labelled sample members to say anything is *collapsed* into the other (the estimate then weighs the
 sample's labelled members by ``1 / p`` alone, and says so: ``collapsed: true``).
 
-**Headline.** The prediction-powered estimate (``ppi``: Vigil's completion verdict on every run as the
-prediction) where it exists, else the random stratum alone (``sample``); ``status`` is ``met`` when the
-whole interval meets the target, ``not met`` when none of it does, else ``not enough data``. The plain
-share of verdicts (``naive``) is given beside it for comparison, never as the agent's quality.
+**Judges.** An LLM judge that judges the random stratum (``select: random_sample``) adds a method
+``judge:<name>``: PPI++ with its passes on the stratum's members as the prediction; where reviewers
+cover only part of the sample, the unreviewed members it judged narrow the interval.
+
+**Headline.** The narrowest prediction-powered estimate (``ppi``: Vigil's completion verdict on every
+run as the prediction, or a judge's) where one exists, else the random stratum alone (``sample``);
+``status`` is ``met`` when the whole interval meets the target, ``not met`` when none of it does, else
+``not enough data``. The plain share of verdicts (``naive``) is given beside it for comparison, never as
+the agent's quality.
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from scorers.quality import (
     cohen_kappa,
     corrected,
     mean_ci,
+    narrowest,
     post_stratified,
+    sampled_predictions,
     stratified_ppi,
     wilson_bounds,
 )
@@ -103,6 +110,10 @@ class _Cell:
     drawn: int = 0
     first: list[tuple[bool, bool, float, bool, frozenset[str]]] = field(default_factory=list)
     """First verdicts: (drawn, passed, 1 / p, task completed, categories)."""
+    first_ids: list[str] = field(default_factory=list)
+    """The trace id of each first verdict's run (as ``first``)."""
+    members: list[tuple[str, float, bool]] = field(default_factory=list)
+    """The random stratum's members (trace id, 1 / p, task completed); loaded only where a judge judged."""
 
 
 @dataclass(slots=True)
@@ -110,6 +121,8 @@ class _Agent:
     cells: dict[bool, _Cell] = field(default_factory=lambda: {True: _Cell(), False: _Cell()})
     shed: int = 0
     before_design: int = 0
+    judged: dict[str, dict[str, bool]] = field(default_factory=dict)
+    """Each LLM judge's pass on the random stratum's members it judged: judge → trace id → passed."""
 
 
 def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
@@ -167,7 +180,36 @@ def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
         cell = agents.setdefault(agent, _Agent()).cells[bool(flagged)]
         cats = frozenset(str(c) for c in categories or ())
         cell.first.append((bool(drawn), verdict == "pass", 1.0 / float(rate), bool(completed), cats))
+        cell.first_ids.append(trace_id)
+    _load_judged(conn, in_window, agents)
     return agents
+
+
+def _load_judged(conn: sa.Connection, in_window: sa.ColumnElement[bool], agents: dict[str, _Agent]) -> None:
+    """The LLM judges' passes on the random stratum's members, and those members (where a judge judged).
+
+    A judge's verdicts count here only on the random stratum, whatever else it judges: there they are
+    predictions on a random sample of each rule stratum (:func:`scorers.quality.sampled_predictions`).
+    A member a judge did not judge (an error, a spent budget) is predicted by Vigil's own completion
+    verdict: any prediction fixed before the label keeps PPI unbiased.
+    """
+    drawn = sa.and_(in_window, runs.c.sample_p > 0, runs.c.sample_drawn.is_(True))
+    judged = (
+        sa.select(runs.c.agent, judge_results.c.judge, runs.c.trace_id, judge_results.c.passed)
+        .join(judge_results, judge_results.c.trace_id == runs.c.trace_id)
+        .where(drawn, judge_results.c.passed.is_not(None))
+    )
+    with_judge: set[str] = set()
+    for agent, judge, trace_id, passed in conn.execute(judged):
+        agents.setdefault(agent, _Agent()).judged.setdefault(judge, {})[trace_id] = bool(passed)
+        with_judge.add(agent)
+    if not with_judge:
+        return
+    members = sa.select(
+        runs.c.agent, runs.c.rule_flagged, runs.c.trace_id, runs.c.sample_p, runs.c.task_completed
+    ).where(drawn, runs.c.agent.in_(sorted(with_judge)))
+    for agent, flagged, trace_id, rate, completed in conn.execute(members):
+        agents[agent].cells[bool(flagged)].members.append((trace_id, 1.0 / float(rate), bool(completed)))
 
 
 def _load_sessions(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
@@ -239,6 +281,10 @@ def _fleet(agents: Mapping[str, _Agent]) -> _Agent:
             into.completed += cell.completed
             into.drawn += cell.drawn
             into.first.extend(cell.first)
+            into.first_ids.extend(cell.first_ids)
+            into.members.extend(cell.members)
+        for judge, said in entry.judged.items():
+            fleet.judged.setdefault(judge, {}).update(said)
     return fleet
 
 
@@ -291,12 +337,46 @@ def _estimates(entry: _Agent, target: str, confidence: float) -> dict[str, Any]:
         else:
             parts = [PredictedStratum(sizes[h], completed[h], completed[h], sample[h]) for h in (True, False)]
         methods["ppi"] = stratified_ppi(parts, confidence=confidence)
+        for judge, said in sorted(entry.judged.items()):
+            methods[f"judge:{judge}"] = _judged(
+                entry, target, f"judge:{judge}", said, collapsed=collapsed, confidence=confidence
+            )
     return {"methods": methods, "naive": mean_ci("naive", everyone, population, confidence), "collapsed": collapsed}
 
 
+def _judged(
+    entry: _Agent, target: str, method: str, said: Mapping[str, bool], *, collapsed: bool, confidence: float
+) -> Estimate:
+    """PPI++ with a judge's passes on the random stratum as the prediction (``judge:<name>``).
+
+    Per rule stratum (one, when the strata are ``collapsed``): the members nobody reviewed, weighed
+    ``1 / p``, stand for the stratum's mean prediction; the reviewed members correct it.
+    """
+
+    def predict(trace_id: str, completed: bool) -> float:
+        passed = said.get(trace_id, completed)
+        return float(passed and completed) if target == "task_completion" else float(passed)
+
+    cells = [entry.cells[True], entry.cells[False]]
+    groups = [cells] if collapsed else [[c] for c in cells]
+    parts = []
+    for group in groups:
+        labels, reviewed = [], set()
+        for cell in group:
+            for trace_id, (drawn, passed, weight, done, cats) in zip(cell.first_ids, cell.first, strict=True):
+                if drawn:
+                    reviewed.add(trace_id)
+                    labels.append(Labelled(_label(target, passed, done, cats)[0], predict(trace_id, done), weight))
+        rest = [(predict(t, done), w) for cell in group for t, w, done in cell.members if t not in reviewed]
+        size, total, squares = sampled_predictions(rest)
+        parts.append(PredictedStratum(sum(c.size for c in group), total, squares, labels, predicted=size))
+    return stratified_ppi(parts, confidence=confidence, method=method)
+
+
 def _headline(methods: Mapping[str, Estimate]) -> Estimate:
-    ppi = methods.get("ppi")
-    return ppi if ppi is not None and ppi.known else methods["sample"]
+    """The narrowest prediction-powered estimate (Vigil's prediction or a judge's), else the sample's."""
+    powered = [e for name, e in methods.items() if name == "ppi" or name.startswith("judge:")]
+    return narrowest(powered) or methods["sample"]
 
 
 def status(target: Target | None, estimate: Estimate) -> str | None:

@@ -24,9 +24,12 @@ Three estimators of a population mean θ (the review pass rate, a category's sha
   reviewed; the stratum's coverage is reported).
 - :func:`ppi_mean` (``method = "ppi"``), prediction-powered inference with PPI++ power tuning
   (Angelopoulos, Duchi & Zrnic 2023, arXiv:2311.01453; the ``ppi-python`` package's ``ppi_mean_ci``,
-  whose numbers it reproduces): a prediction on *every* run (Vigil's own verdict or a judge's)
-  corrected by the labelled random-stratum runs; λ is tuned from the data so the interval is never
-  much wider than the labels' alone and much narrower when the prediction is good.
+  whose numbers it reproduces): a prediction on *every* run (Vigil's own verdict) corrected by the
+  labelled random-stratum runs; λ is tuned from the data so the interval is never much wider than the
+  labels' alone and much narrower when the prediction is good. An LLM judge that judges the random
+  stratum predicts a *sample* of each stratum (``method = "judge:<name>"``): its predictions on the
+  stratum's members nobody reviewed stand for the stratum (:func:`sampled_predictions`) and the
+  reviewed members correct them — it narrows the interval when reviewers cover part of the sample.
 
 Intervals of the stratified estimators combine each stratum's Wilson interval (at the stratum's
 Kish effective size, shrunk by its finite-population correction) by MOVER (Zou & Donner 2008,
@@ -54,8 +57,10 @@ __all__ = [
     "cohen_kappa",
     "corrected",
     "mean_ci",
+    "narrowest",
     "post_stratified",
     "ppi_mean",
+    "sampled_predictions",
     "stratified_ppi",
     "wilson_bounds",
 ]
@@ -182,7 +187,7 @@ def mean_ci(method: str, labels: Sequence[Labelled], population: int, confidence
 
 def ppi_mean(
     labels: Sequence[Labelled],
-    unlabelled_n: int,
+    unlabelled_n: float,
     unlabelled_sum: float,
     unlabelled_sumsq: float,
     *,
@@ -193,7 +198,8 @@ def ppi_mean(
 
     Args:
         labels: the labelled runs (label, prediction, design weight).
-        unlabelled_n: runs whose prediction stands for the population (``N``; every run of the window).
+        unlabelled_n: runs whose prediction stands for the population (``N``; every run of the window,
+            or a sample's effective size: :func:`sampled_predictions`).
         unlabelled_sum: the sum of their predictions.
         unlabelled_sumsq: the sum of their squared predictions (= the sum for 0/1 predictions).
         confidence: the interval's confidence.
@@ -202,7 +208,7 @@ def ppi_mean(
     """
     n, big_n = len(labels), unlabelled_n
     if n < 2 or big_n < 1:
-        return Estimate("ppi", None, None, None, n, big_n)
+        return Estimate("ppi", None, None, None, n, round(big_n))
     total_w = sum(x.weight for x in labels)
     w = [x.weight / total_w * n for x in labels]  # ppi-python's construct_weight_vector
     mean_u = unlabelled_sum / big_n
@@ -229,7 +235,7 @@ def ppi_mean(
     var_r = sum((wi * (r - r_mean)) ** 2 for wi, r in zip(w, residuals, strict=True)) / n
     se = math.sqrt(lam * lam * var_u / big_n + var_r / n)
     half = _z(confidence) * se
-    return Estimate("ppi", value, value - half, value + half, n, big_n, se)
+    return Estimate("ppi", value, value - half, value + half, n, round(big_n), se)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,10 +253,37 @@ class PredictedStratum:
     prediction_sum: float
     prediction_sumsq: float
     labels: Sequence[Labelled]
+    predicted: float | None = None
+    """How many runs the prediction sums are over (``None``: all ``size`` of them). A judge that
+    judges the random stratum's members only predicts a sample of the stratum: its sums are then
+    :func:`sampled_predictions`', at the sample's effective size."""
+
+
+def sampled_predictions(predictions: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+    """``(n, sum, sum of squares)`` of predictions made on a weighted sample of a stratum, for
+    :class:`PredictedStratum`: the weighted (Hájek) means of the predictions and their squares, scaled
+    to the sample's Kish effective size, so :func:`ppi_mean` sees their mean and its sampling variance.
+
+    Args:
+        predictions: ``(prediction, weight)`` of each predicted run not labelled (the labelled ones
+            are :class:`Labelled`; PPI's two samples must be disjoint, and a random split of a random
+            sample gives two independent ones).
+    """
+    total = sum(w for _, w in predictions)
+    if total <= 0:
+        return 0.0, 0.0, 0.0
+    size = total * total / sum(w * w for _, w in predictions)
+    mean = sum(f * w for f, w in predictions) / total
+    square = sum(f * f * w for f, w in predictions) / total
+    return size, mean * size, square * size
 
 
 def stratified_ppi(
-    strata: Sequence[PredictedStratum], *, confidence: float = CONFIDENCE, lam: float | None = None
+    strata: Sequence[PredictedStratum],
+    *,
+    confidence: float = CONFIDENCE,
+    lam: float | None = None,
+    method: str = "ppi",
 ) -> Estimate:
     """PPI++ within each stratum (:func:`ppi_mean`), combined with the strata's known shares.
 
@@ -259,7 +292,9 @@ def stratified_ppi(
     implies (``θ_h (1 - θ_h) / se_h²``), by MOVER, as :func:`post_stratified` does: the normal interval
     of a share near 1 from a hundred labels covers too little on the side away from 1. With ``lam = 0``
     it is the labels alone, stratum by stratum: the humans-only interval it is compared with. A stratum
-    with runs and fewer than two labels leaves the estimate unknown.
+    with runs and fewer than two labels leaves the estimate unknown; one whose every predicted run is
+    labelled (``predicted`` 0) is estimated from its labels alone. ``method`` names the estimate
+    (``ppi``; ``judge:<name>`` for a judge's predictions).
     """
     population = sum(s.size for s in strata)
     n = sum(len(s.labels) for s in strata)
@@ -267,9 +302,13 @@ def stratified_ppi(
     for s in strata:
         if s.size <= 0:
             continue
-        part = ppi_mean(s.labels, s.size, s.prediction_sum, s.prediction_sumsq, confidence=confidence, lam=lam)
+        predicted = s.size if s.predicted is None else s.predicted
+        if predicted < 1:  # no prediction beyond the labelled runs: the labels alone speak for the stratum
+            part = ppi_mean(s.labels, 1, 0.0, 0.0, confidence=confidence, lam=0.0)
+        else:
+            part = ppi_mean(s.labels, predicted, s.prediction_sum, s.prediction_sumsq, confidence=confidence, lam=lam)
         if part.value is None or part.se is None:
-            return Estimate("ppi", None, None, None, n, population)
+            return Estimate(method, None, None, None, n, population)
         share, mean = s.size / population, min(1.0, max(0.0, part.value))
         # Wilson at the effective size the PPI variance implies (skewed near 0 and 1 as a share is)
         size = mean * (1 - mean) / part.se**2 if part.se > 0 and 0 < mean < 1 else float(len(s.labels))
@@ -279,9 +318,20 @@ def stratified_ppi(
         below += (share * (mean - low)) ** 2
         above += (share * (high - mean)) ** 2
     if population <= 0:
-        return Estimate("ppi", None, None, None, n, population)
+        return Estimate(method, None, None, None, n, population)
     low, high = max(0.0, value - math.sqrt(below)), min(1.0, value + math.sqrt(above))
-    return Estimate("ppi", value, low, high, n, population, math.sqrt(variance))
+    return Estimate(method, value, low, high, n, population, math.sqrt(variance))
+
+
+def narrowest(candidates: Sequence[Estimate]) -> Estimate | None:
+    """The known candidate of the smallest standard error (the first of equals); ``None`` if none is known.
+
+    Picks the headline among valid prediction-powered estimates of one figure (Vigil's prediction, a
+    judge's): each covers on its own, and the coverage simulation (``tests/scorers/test_quality.py``)
+    checks that choosing the narrower one keeps covering.
+    """
+    known = [e for e in candidates if e.known and e.se is not None]
+    return min(known, key=lambda e: e.se or 0.0) if known else None
 
 
 def corrected(e: Estimate, false_pass: float, false_fail: float) -> Estimate:

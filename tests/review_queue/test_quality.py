@@ -15,10 +15,19 @@ from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
 from review_queue.quality import QualityError, quality_report, runs_per_day, status
 from review_queue.store import SqlStore
-from review_queue.tables import judge_results, sessions
+from review_queue.tables import judge_results, review_verdicts, sessions
 from review_queue.workbench import Workbench
 from scorers.model import RunStatus, ScoredRun
-from scorers.quality import Estimate, Labelled, PredictedStratum, Stratum, cohen_kappa, post_stratified, stratified_ppi
+from scorers.quality import (
+    Estimate,
+    Labelled,
+    PredictedStratum,
+    Stratum,
+    cohen_kappa,
+    post_stratified,
+    sampled_predictions,
+    stratified_ppi,
+)
 from scorers.rules import sample_design, sample_point
 from scorers.slo import DEFAULT_TARGETS, parse_slo
 from tests.support.review_queue import Clock, scored_run
@@ -72,11 +81,12 @@ def _populate(store: SqlStore, clock: Clock, runs: int, agents: dict[str, float]
     return truth
 
 
-def _review_all(store: SqlStore, clock: Clock, truth: Truth) -> int:
-    """A reviewer who is always right clears the queue in its order (rule-flagged first)."""
+def _review_all(store: SqlStore, clock: Clock, truth: Truth, most: int | None = None) -> int:
+    """A reviewer who is always right clears the queue in its order (rule-flagged first), or its first
+    ``most`` items."""
     bench = Workbench(store.engine, clock=clock, lease_s=600.0)
     done = 0
-    while (claim := bench.claim_next("alice")) is not None:
+    while (most is None or done < most) and (claim := bench.claim_next("alice")) is not None:
         good = truth.good[claim.trace_id]
         verdict = VerdictIn(VerdictValue.PASS) if good else VerdictIn(VerdictValue.FAIL, ("hallucination",))
         bench.submit_verdict(claim.item_id, "alice", verdict)
@@ -283,6 +293,45 @@ def test_runs_per_day_from_the_last_hour_and_day(store: SqlStore, clock: Clock) 
     assert {"busy": pytest.approx(30 * 86_400 / (14 * 3600))} == runs_per_day(store.engine, start + 14 * 3600)
 
 
+def _judge_rows(clock: Clock, passed: dict[str, bool]) -> list[dict[str, Any]]:
+    row = {"judge": "quality", "rubric_version": "1", "model": "m", "score": 1.0, "reasoning": "", "error": None,
+           "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0, "content_hash": "h",
+           "cached": False, "created_at": clock.now, "updated_at": clock.now}  # fmt: skip
+    return [{**row, "trace_id": t, "passed": p} for t, p in passed.items()]
+
+
+def test_a_judge_on_the_sample_is_a_prediction_of_its_own(store: SqlStore, clock: Clock) -> None:
+    """A judge that judged every sample member (right 9 times in 10) while the reviewers cleared the
+    rule-flagged items and only part of the rest: ``judge:quality`` equals PPI++ with the judge's passes
+    on the unreviewed members standing for each rule stratum, and narrows the interval."""
+    truth = _populate(store, clock, 3000, {"support": 0.85}, seed=11)
+    drawn = [t for t in truth.good if sample_design(t, RATE, None).drawn]
+    rng = random.Random(5)
+    said = {t: truth.good[t] if rng.random() < 0.9 else not truth.good[t] for t in drawn}
+    with store.engine.begin() as conn:
+        conn.execute(sa.insert(judge_results), _judge_rows(clock, said))
+    clock.now += 60
+    flagged = sum(truth.flagged.values())
+    _review_all(store, clock, truth, most=flagged + len(drawn) // 3)
+    with store.engine.connect() as conn:
+        reviewed = {t for (t,) in conn.execute(sa.select(review_verdicts.c.trace_id))}
+        report = quality_report(conn, parse_slo(None), clock.now + 1)
+    parts = []
+    for h in (True, False):
+        members = [t for t in drawn if truth.flagged[t] == h]
+        labels = [Labelled(float(truth.good[t]), float(said[t]), 1 / RATE) for t in members if t in reviewed]
+        size, total, squares = sampled_predictions([(float(said[t]), 1 / RATE) for t in members if t not in reviewed])
+        population = sum(1 for t in truth.good if truth.flagged[t] == h)
+        parts.append(PredictedStratum(population, total, squares, labels, predicted=size))
+    row = _fleet(report, "review_pass_rate")
+    _same(stratified_ppi(parts, method="judge:quality"), row["methods"]["judge:quality"])
+    assert row["methods"]["judge:quality"]["method"] == "judge:quality"
+    judged, humans = row["methods"]["judge:quality"], row["methods"]["sample"]
+    assert judged["high"] - judged["low"] < humans["high"] - humans["low"]
+    widths = {m: e["high"] - e["low"] for m, e in row["methods"].items() if m in ("ppi", "judge:quality")}
+    assert row["estimate"]["method"] == min(widths, key=lambda m: widths[m])
+
+
 def test_judge_calibration_counts_the_random_sample_only(store: SqlStore, clock: Clock) -> None:
     """Agreement and κ between a judge and the first human verdicts, over sampled runs only: the
     rule-only run the judge got wrong (flagged *because* of it, say) is left out."""
@@ -301,11 +350,8 @@ def test_judge_calibration_counts_the_random_sample_only(store: SqlStore, clock:
         bench.submit_verdict(
             claim.item_id, "alice", VerdictIn(VerdictValue.PASS if human[claim.trace_id] else VerdictValue.FAIL)
         )
-    row = {"judge": "quality", "rubric_version": "1", "model": "m", "score": 1.0, "reasoning": "", "error": None,
-           "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0, "content_hash": "h",
-           "cached": False, "created_at": clock.now, "updated_at": clock.now}  # fmt: skip
     with store.engine.begin() as conn:
-        conn.execute(sa.insert(judge_results), [{**row, "trace_id": t, "passed": judge[t]} for t in judge])
+        conn.execute(sa.insert(judge_results), _judge_rows(clock, judge))
     with store.engine.connect() as conn:
         report = quality_report(conn, parse_slo(None), clock.now + 1)
     [fleet] = [j for j in report["judges"] if j["agent"] == "*"]

@@ -20,8 +20,10 @@ from scorers.quality import (
     cohen_kappa,
     corrected,
     mean_ci,
+    narrowest,
     post_stratified,
     ppi_mean,
+    sampled_predictions,
     stratified_ppi,
     wilson_bounds,
 )
@@ -144,6 +146,8 @@ class Population:
     caught: float = 0.9  # share of failures the prediction marks
     marked: float = 0.05  # share of good runs the prediction marks
     informative: bool = True
+    judge_caught: float = 0.95  # share of failures the LLM judge fails (it judges every sample member)
+    judge_marked: float = 0.04  # share of good runs it fails
     false_pass: float = 0.0  # share of failing runs a reviewer passes (a known error rate)
     false_fail: float = 0.0  # share of good runs a reviewer fails
 
@@ -160,6 +164,7 @@ class Window:
     drawn: np.ndarray
     reviewed: np.ndarray
     said_pass: np.ndarray
+    judged_pass: np.ndarray
 
 
 def simulate(rng: np.random.Generator, pop: Population, runs: int, rates: tuple[float, ...] = (0.05,)) -> Window:
@@ -177,7 +182,8 @@ def simulate(rng: np.random.Generator, pop: Population, runs: int, rates: tuple[
     reviewed = (rule & (u < 0.9)) | (drawn & ~rule & (u < 0.6))
     category_a = fails & (rng.random(runs) < 0.6)
     said_pass = np.where(fails, rng.random(runs) < pop.false_pass, rng.random(runs) >= pop.false_fail)
-    return Window(fails, category_a, rule, predicted_pass, rate, drawn, reviewed, said_pass)
+    judged_pass = ~(rng.random(runs) < np.where(fails, pop.judge_caught, pop.judge_marked))
+    return Window(fails, category_a, rule, predicted_pass, rate, drawn, reviewed, said_pass, judged_pass)
 
 
 def estimates(w: Window, target: str, pop: Population) -> dict[str, Estimate]:
@@ -188,7 +194,8 @@ def estimates(w: Window, target: str, pop: Population) -> dict[str, Estimate]:
     sample's uncorrected estimate is kept as ``uncorrected``)."""
     y = w.said_pass.astype(float) if target == "pass" else w.category_a.astype(float)
     pred = w.predicted_pass.astype(float) if target == "pass" else (~w.predicted_pass) * 0.6
-    sample, ppi = [], []
+    said = w.judged_pass.astype(float) if target == "pass" else (~w.judged_pass) * 0.6
+    sample, ppi, judge = [], [], []
     for flagged in (True, False):
         member = w.rule == flagged
         done = np.flatnonzero(member & w.drawn & w.reviewed)
@@ -196,6 +203,11 @@ def estimates(w: Window, target: str, pop: Population) -> dict[str, Estimate]:
         size = int(member.sum())
         sample.append(Stratum(size, labels))
         ppi.append(PredictedStratum(size, float(pred[member].sum()), float((pred[member] ** 2).sum()), labels))
+        # the judge judges every sample member; the ones nobody reviewed stand for the stratum
+        rest = np.flatnonzero(member & w.drawn & ~w.reviewed)
+        n_eff, total, squares = sampled_predictions([(float(said[i]), 1 / float(w.rate[i])) for i in rest])
+        judged = [Labelled(float(y[i]), float(said[i]), 1 / float(w.rate[i])) for i in done]
+        judge.append(PredictedStratum(size, total, squares, judged, predicted=n_eff))
     flagged_all = [Labelled(float(y[i])) for i in np.flatnonzero(w.rule & w.reviewed)]
     verdicts = [Labelled(float(y[i])) for i in np.flatnonzero(w.reviewed)]
     n = len(y)
@@ -204,11 +216,18 @@ def estimates(w: Window, target: str, pop: Population) -> dict[str, Estimate]:
         "stratified": post_stratified("stratified", [Stratum(sample[0].size, flagged_all), sample[1]]),
         "ppi": stratified_ppi(ppi),
         "humans": stratified_ppi(ppi, lam=0.0),
+        "judge": stratified_ppi(judge, method="judge"),
     }
+    found["headline"] = headline(found)
     if pop.false_pass or pop.false_fail:
         fixed = {name: corrected(e, pop.false_pass, pop.false_fail) for name, e in found.items()}
         found = {**fixed, "uncorrected": found["sample"]}
     return {**found, "naive": mean_ci("naive", verdicts, n)}
+
+
+def headline(found: dict[str, Estimate]) -> Estimate:
+    """The report's headline: the narrower of the prediction-powered estimates, else the sample's."""
+    return narrowest([found["ppi"], found["judge"]]) or found["sample"]
 
 
 def truth(w: Window, target: str) -> float:
@@ -256,7 +275,7 @@ def test_every_interval_covers_the_truth_and_the_naive_share_does_not(
     reviewers of known error rates (10 % of failures passed, 3 % of good runs failed), the corrected
     intervals cover and the uncorrected one does not."""
     covered, _ = coverage(pop, target, windows=WINDOWS, runs=RUNS, seed=41, rates=rates)
-    for name in ("sample", "stratified", "ppi", "humans"):
+    for name in ("sample", "stratified", "ppi", "humans", "judge", "headline"):
         assert 0.935 <= covered[name] <= 0.965, (name, covered)
     assert covered["naive"] < 0.05, covered
     if "uncorrected" in covered:  # reviewers who err, not corrected for it: the interval misses
@@ -271,3 +290,28 @@ def test_a_good_prediction_narrows_the_interval_and_a_useless_one_costs_nothing(
     assert good["ppi"] <= 0.8 * good["humans"], good
     _, useless = coverage(Population(0.80, informative=False), "pass", windows=400, runs=RUNS, seed=5)
     assert useless["ppi"] <= 1.02 * useless["humans"], useless
+
+
+def test_a_judge_on_the_sample_narrows_the_interval_where_reviewers_cover_part_of_it() -> None:
+    """An LLM judge that judges every sample member (catching 95 % of failures, failing 4 % of good runs)
+    while reviewers clear 60 % of the unflagged sample: its unreviewed members' predictions narrow the
+    interval by at least 8 % against the labels alone; the headline is never wider than either."""
+    _, widths = coverage(Population(0.80, informative=False), "pass", windows=400, runs=RUNS, seed=5)
+    assert widths["judge"] <= 0.92 * widths["humans"], widths
+    assert widths["headline"] <= min(widths["judge"], widths["ppi"]) + 1e-12, widths
+
+
+def test_a_stratum_whose_predicted_runs_are_all_labelled_is_its_labels() -> None:
+    labels = [Labelled(1.0, 0.0, 20.0), Labelled(0.0, 1.0, 20.0), Labelled(1.0, 1.0, 20.0)]
+    alone = stratified_ppi([PredictedStratum(60, 0.0, 0.0, labels)], lam=0.0)
+    judged = stratified_ppi([PredictedStratum(60, 0.0, 0.0, labels, predicted=0.0)], method="judge:j")
+    assert judged.method == "judge:j"
+    assert (judged.value, judged.low, judged.high) == (alone.value, alone.low, alone.high)
+
+
+def test_sampled_predictions_are_the_weighted_means_at_the_effective_size() -> None:
+    size, total, squares = sampled_predictions([(1.0, 20.0), (0.0, 20.0), (1.0, 10.0)])
+    assert size == pytest.approx(50.0**2 / 900.0)
+    assert total / size == pytest.approx(30.0 / 50.0)
+    assert squares / size == pytest.approx(30.0 / 50.0)
+    assert sampled_predictions([]) == (0.0, 0.0, 0.0)
