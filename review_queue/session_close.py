@@ -17,7 +17,9 @@ removes). Variables: ``agent``, ``user_id`` (``""`` when unknown), ``turns``, ``
 **A flagged session is one review item**: the item of its *last turn's* run (``review_items`` stay
 one per trace id). Its reasons gain the session rules that matched and its snapshot gains
 ``subject: "session"`` and ``session_id`` — the page shows the whole session from there. A last turn
-already in the queue keeps its item (state, claims) and gains the session's reasons.
+already in the queue keeps its item (state, claims) and gains the session's reasons. That run becomes
+flagged, and the session row's ``turns_flagged`` is recounted from its runs in the same transaction, so
+the row always equals what a refresh computes (a replayed turn changes nothing).
 
 **Session judges** (optional, ``session_judges`` in ``vigil.yaml``; :mod:`scorers.judge.session`): once a
 sweep is committed, each closed session is offered to them with its rule variables; they judge it on their
@@ -300,6 +302,20 @@ _RECORD_DESIGN = (
 )
 
 
+_FLAGGED_TURNS = (
+    sa.select(sa.func.count())
+    .select_from(runs)
+    .where(runs.c.session_id == sa.bindparam("id"), runs.c.flagged.is_(True))
+    .scalar_subquery()
+)
+_RECOUNT_FLAGGED = (
+    sa.update(sessions)
+    .where(sessions.c.session_id == sa.bindparam("id"))
+    .values(turns_flagged=_FLAGGED_TURNS, updated_at=sa.bindparam("now"))
+)
+"""Recount a session's ``turns_flagged`` from its runs, as :mod:`review_queue.sessions` computes it."""
+
+
 def _rank(priority: Priority) -> int:
     return priority.rank
 
@@ -325,6 +341,8 @@ def flag_session(
         .where(runs.c.trace_id == trace_id)
         .values(flagged=True, flag_priority=top.value, flag_reasons=all_reasons, sample_rate=rate, updated_at=now)
     )
+    if not run["flagged"]:  # the session row counts its flagged turns: it gains this one (a replay re-counts the same)
+        conn.execute(_RECOUNT_FLAGGED, {"id": session_id, "now": now})
     if item is not None:
         snapshot = {**item["snapshot"], "subject": "session", "session_id": session_id}
         item_reasons = [*item["reasons"], *(r for r in reasons if r not in item["reasons"])]

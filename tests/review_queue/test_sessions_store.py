@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 import review_queue.sessions
+from review_queue.api import create_api_app
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
 from review_queue.model import FeedbackIn
@@ -240,6 +242,60 @@ def test_a_flagged_session_becomes_one_item_on_its_last_turn(store: SqlStore, cl
         items[_tid(7)]["sample_rate"],
     )
     assert ["session_flag", "session_flag"] == events
+
+
+def test_a_flagged_session_row_counts_its_last_turn_and_stays_exact_under_replay(
+    priced: SqlStore, clock: Clock
+) -> None:
+    """The session rule flags the last turn's run; the stored row counts it at once, a replay of every turn
+    (and of the last one again) leaves every column as it was, and the API's flagged filter agrees."""
+    rules = compile_session_rules({"session_random_sample": {"enabled": False}})
+    closer = SessionCloser(priced, rules, idle_s=60, clock=clock)
+    gone = [turn(1, "gone", start=0), turn(3, "gone", start=10, status=RunStatus.ERROR)]  # no run flag: 0 -> 1
+    human = [turn(5, "human", start=0, reasons=("errored",)), turn(7, "human", start=10, user="talk to a human")]
+    quiet = [turn(9, "quiet", start=0)]
+    for batch in (gone, human, quiet):
+        priced.write(batch)
+    clock.now += 600
+    assert 3 == len(closer.close_idle())
+    closed_at = clock()
+    start = int(T0 * S)
+    expected_gone = {
+        "session_id": "gone", "agent": "support", "user_id": "u-1", "first_ns": start, "last_ns": start + 12 * S,
+        "turns": 2, "duration_s": 12.0, "input_tokens": 2000, "output_tokens": 200,
+        "cost_usd": pytest.approx(2 * (1000 * 0.15 + 100 * 0.60) / 1e6), "turns_flagged": 1, "limit_hits": 0,
+        "blocks": 0, "errors": 1, "thumbs_down": 0, "status": "closed", "closed_at": closed_at,
+        "updated_at": closed_at, "sample_p": 0.05, "sample_drawn": False, "rule_flagged": True,
+    }  # fmt: skip
+    gone_row = _session(priced, "gone")
+    assert set(gone_row) == {c.name for c in sessions.c}
+    assert expected_gone == {k: v for k, v in gone_row.items() if k != "signals"}
+    assert [("abandoned", _tid(3), 2)] == _signals(gone_row)
+    before = {sid: _session(priced, sid) for sid in ("gone", "human", "quiet")}
+    assert (1, 2, 0) == tuple(before[sid]["turns_flagged"] for sid in ("gone", "human", "quiet"))
+
+    def flagged_runs(session_id: str) -> int:
+        with priced.engine.connect() as conn:
+            query = sa.select(sa.func.count()).where(runs.c.session_id == session_id, runs.c.flagged.is_(True))
+            return int(conn.execute(query).scalar_one())
+
+    client = TestClient(create_api_app(priced, admin_token=None))
+
+    def listed(flagged: str) -> list[str]:
+        page = client.get("/api/v1/sessions", params={"flagged": flagged})
+        assert 200 == page.status_code
+        return sorted(s["session_id"] for s in page.json()["items"])
+
+    for replay in (gone + human + quiet, [gone[-1]], [human[-1]], [gone[-1], human[-1]]):
+        clock.now += 5
+        priced.write(replay)
+        assert [] == closer.close_idle()  # a replay keeps the sessions closed: nothing closes twice
+        for sid, row in before.items():
+            if any(one.run.session_id == sid for one in replay):
+                row["updated_at"] = clock()  # the replay rewrote the row: the same, newly stamped
+            assert row == _session(priced, sid)
+            assert flagged_runs(sid) == row["turns_flagged"]
+        assert (["gone", "human"], ["quiet"]) == (listed("true"), listed("false"))
 
 
 def test_random_sampling_is_per_session_and_deterministic(store: SqlStore, clock: Clock) -> None:
