@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,32 +97,59 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _finite(value: Any, where: str, name: str) -> float | None:
+    """A metric's value (``None`` when not a number).
+
+    Raises:
+        ValueError: the value is NaN or infinite (Python's JSON reader accepts both; no test can use them).
+    """
+    number = _number(value)
+    if number is not None and not math.isfinite(number):
+        raise ValueError(f"{where}: {name!r} is {value!r}, not a finite number")
+    return number
+
+
 def runs_from_report(doc: Any, source: str) -> dict[Key, Pair]:
     """The runs of a JSON report by (eval set, case, repeat).
 
     Raises:
-        ValueError: not a ``vigil eval`` JSON report (the message names ``source``).
+        ValueError: not a ``vigil eval`` JSON report, a ``repeat`` that is not a non-negative integer, a
+            criterion without a ``name``, a NaN or infinite metric, or two results of one (eval set, case,
+            repeat) (one line naming ``source`` and the result).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError(f"{source}: not a vigil eval JSON report (expected an object with 'results')")
     out: dict[Key, Pair] = {}
+    rows: dict[Key, int] = {}
     for n, r in enumerate(doc["results"]):
+        where = f"{source}: results[{n}]"
         if not isinstance(r, dict) or "eval_id" not in r or not isinstance(r.get("passed"), bool):
-            raise ValueError(f"{source}: results[{n}]: expected an object with 'eval_id' and 'passed'")
+            raise ValueError(f"{where}: expected an object with 'eval_id' and 'passed'")
+        repeat = r.get("repeat", 0)
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 0:
+            raise ValueError(f"{where}: 'repeat' must be a non-negative integer, got {json.dumps(repeat)}")
         values: dict[str, float] = {}
-        for c in r.get("criteria") or ():
-            score = _number(c.get("score")) if isinstance(c, dict) else None
+        for m, c in enumerate(r.get("criteria") or ()):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
+                raise ValueError(f"{where}: criteria[{m}]: expected an object with a 'name'")
+            score = _finite(c.get("score"), f"{where}: criteria[{m}]", "score")
             if score is not None:
-                values[str(c["name"])] = score
+                values[c["name"]] = score
         numbers = [(k, v) for k, v in r.items() if k not in _NOT_METRICS]
         for nested in ("measures", "metrics"):
             more = r.get(nested)
             numbers += list(more.items()) if isinstance(more, dict) else []
         for name, value in numbers:
-            number = _number(value)
+            number = _finite(value, where, str(name))
             if number is not None:
                 values[str(name)] = number
-        key = (str(r.get("eval_set_id", "")), str(r["eval_id"]), int(r.get("repeat", 0)))
+        key = (str(r.get("eval_set_id", "")), str(r["eval_id"]), repeat)
+        if key in rows:
+            raise ValueError(
+                f"{where}: case {_case(key)!r} repeat {repeat} again (first at results[{rows[key]}]): "
+                "one result per case and repeat"
+            )
+        rows[key] = n
         out[key] = Pair(key, r["passed"], values)
     return out
 
@@ -184,6 +212,8 @@ class Comparison:
     tolerance: float
     only_base: int
     only_new: int
+    family: int
+    """Metrics the Holm adjustment was over: those some pair differs on."""
 
     @property
     def drops(self) -> list[MetricComparison]:
@@ -262,7 +292,12 @@ def compare_runs(
             )
         )
     return Comparison(
-        tuple(out), alpha, tolerance, sum(1 for k in base if k not in new), sum(1 for k in new if k not in base)
+        tuple(out),
+        alpha,
+        tolerance,
+        sum(1 for k in base if k not in new),
+        sum(1 for k in new if k not in base),
+        len(family),
     )
 
 
@@ -302,8 +337,10 @@ def print_comparison(cmp: Comparison, out: TextIO, *, base: str = "base", new: s
         for m in drops:
             cases = ", ".join(m.cases) if m.cases else "-"
             print(f"DROP {m.name}: {m.base:.4g} -> {m.new:.4g} (p {m.p_adjusted:.3g}); worse cases: {cases}", file=out)
+    same = len(cmp.metrics) - cmp.family
+    left_out = f"; {same} no pair differs on left out" if same else ""
     print(
-        f"{len(drops)} significant drop(s) at alpha {cmp.alpha:g} (Holm over {len(cmp.metrics)} metric(s){tol}).",
+        f"{len(drops)} significant drop(s) at alpha {cmp.alpha:g} (Holm over {cmp.family} metric(s){left_out}{tol}).",
         file=out,
     )
 
@@ -315,6 +352,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         "tolerance": cmp.tolerance,
         "only_base": cmp.only_base,
         "only_new": cmp.only_new,
+        "family": cmp.family,
         "drop": bool(cmp.drops),
         "metrics": [
             {
@@ -417,7 +455,11 @@ def gate(args: argparse.Namespace, report: Mapping[str, Any], out: TextIO) -> in
     except ValueError as exc:
         print(f"vigil eval: --baseline {exc}", file=sys.stderr)
         return EXIT_INPUT
-    new = runs_from_report(report, "this run")
+    try:
+        new = runs_from_report(report, "this run")
+    except ValueError as exc:
+        print(f"vigil eval: --baseline: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     if not any(k in new for k in base):
         print(f"vigil eval: --baseline {name} shares no (case, repeat) with this run", file=sys.stderr)
         return EXIT_INPUT

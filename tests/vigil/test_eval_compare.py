@@ -163,6 +163,82 @@ class TestCompare:
         assert "missing.json" in capsys.readouterr().err
 
 
+class TestBadReports:
+    """Reports ``vigil eval compare`` refuses: one line naming the file and the result, exit 2, no traceback."""
+
+    @staticmethod
+    def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], results: list[Any]) -> str:
+        good = _write(tmp_path / "good.json", {"results": [{"eval_id": "c0", "repeat": 0, "passed": True}]})
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"results": results}))  # json.dumps writes NaN as Python's reader accepts it
+        assert 2 == main(["eval", "compare", str(good), str(bad)])
+        err = capsys.readouterr().err
+        assert 1 == len(err.strip().splitlines())
+        assert err.startswith(f"vigil eval compare: {bad}: results[")
+        return err.strip()
+
+    @pytest.mark.parametrize("repeat", [None, "x", "1", -1, True, 1.5])
+    def test_a_repeat_that_is_not_a_non_negative_integer(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], repeat: Any
+    ) -> None:
+        err = self._refused(tmp_path, capsys, [{"eval_id": "c0", "repeat": repeat, "passed": True}])
+        assert err.endswith(f"results[0]: 'repeat' must be a non-negative integer, got {json.dumps(repeat)}")
+
+    def test_a_criterion_without_a_name(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        criteria = [{"name": "tool_trajectory", "score": 1.0}, {"score": 0.5}]
+        err = self._refused(tmp_path, capsys, [{"eval_id": "c0", "passed": True, "criteria": criteria}])
+        assert err.endswith("results[0]: criteria[1]: expected an object with a 'name'")
+
+    @pytest.mark.parametrize(
+        ("result", "where"),
+        [
+            ({"measures": {"tokens": float("nan")}}, "results[1]: 'tokens' is nan"),
+            ({"latency_ms": float("inf")}, "results[1]: 'latency_ms' is inf"),
+            ({"criteria": [{"name": "judge", "score": float("nan")}]}, "results[1]: criteria[0]: 'score' is nan"),
+        ],
+    )
+    def test_a_metric_that_is_not_finite(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], result: dict[str, Any], where: str
+    ) -> None:
+        """NaN compares unequal to everything: it made p = 0 and "better (significant)"."""
+        results = [{"eval_id": "c0", "passed": True}, {"eval_id": "c1", "passed": True, **result}]
+        err = self._refused(tmp_path, capsys, results)
+        assert err.endswith(f"{where}, not a finite number")
+
+    def test_two_results_of_one_case_and_repeat(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The second used to overwrite the first silently."""
+        results = [
+            {"eval_set_id": "shop", "eval_id": "c0", "repeat": 0, "passed": True},
+            {"eval_set_id": "shop", "eval_id": "c0", "repeat": 1, "passed": True},
+            {"eval_set_id": "shop", "eval_id": "c0", "repeat": 0, "passed": False},
+        ]
+        err = self._refused(tmp_path, capsys, results)
+        assert err.endswith(
+            "results[2]: case 'shop/c0' repeat 0 again (first at results[0]): one result per case and repeat"
+        )
+
+    def test_the_footer_names_the_family_holm_adjusted_over(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Five metrics shown, only ``steps`` differs on a pair: Holm was over one, not five."""
+
+        def doc(steps: int) -> dict[str, Any]:
+            results = [
+                {"eval_id": f"c{i}", "repeat": 0, "passed": True, "steps": steps, "tokens": 100 + i, "errors": 0,
+                 "cost_usd": 0.01}
+                for i in range(30)
+            ]  # fmt: skip
+            return {"results": results}
+
+        base, new = _write(tmp_path / "base.json", doc(2)), _write(tmp_path / "new.json", doc(3))
+        assert 0 == main(["eval", "compare", str(base), str(new)])
+        out = capsys.readouterr().out
+        assert "1 significant drop(s) at alpha 0.05 (Holm over 1 metric(s); 4 no pair differs on left out)." in out
+        assert 0 == main(["eval", "compare", str(base), str(new), "--json"])
+        found = json.loads(capsys.readouterr().out)
+        assert (1, 5) == (found["family"], len(found["metrics"]))
+
+
 class TestIntervals:
     def test_case_wilson_and_summary_bootstrap(self) -> None:
         results = _results(_agent(1))
