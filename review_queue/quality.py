@@ -67,6 +67,7 @@ __all__ = [
     "FLEET",
     "WINDOWS",
     "QualityError",
+    "allocation_inputs",
     "estimate_dict",
     "judge_calibration",
     "quality_report",
@@ -584,6 +585,45 @@ def judge_calibration(
                 "kappa": None if kappa is None else {"value": kappa[0], "low": kappa[1], "high": kappa[2]},
             }
         )
+    return out
+
+
+ALLOCATION_WINDOW: Final = "28d"
+"""The verdicts the sample's allocation learns each group's pass rate from."""
+
+
+def allocation_inputs(engine: sa.Engine, now: float) -> dict[str, tuple[float, tuple[float, float]]]:
+    """Per agent, what sampling where the prediction is least sure needs (:data:`scorers.sampling.CellRates`).
+
+    The share of the last day's runs Vigil predicts completed, and the reviewers' pass rate on the random
+    sample's runs predicted completed and on the others over :data:`ALLOCATION_WINDOW`, first verdicts
+    weighed ``1 / p``, smoothed ``(passes + 1) / (verdicts + 2)`` (no verdict yet: ½ each, the even rate).
+    """
+    day = now - 86_400.0
+    shares = (
+        sa.select(
+            runs.c.agent,
+            sa.func.count(),
+            sa.func.sum(sa.case((runs.c.task_completed.is_(True), 1), else_=0)),
+        )
+        .where(runs.c.created_at >= day)
+        .group_by(runs.c.agent)
+    )
+    out: dict[str, tuple[float, tuple[float, float]]] = {}
+    with engine.connect() as conn:
+        counts = {str(a): (int(n), int(c or 0)) for a, n, c in conn.execute(shares)}
+        agents = _load(conn, now - WINDOWS[ALLOCATION_WINDOW], now)
+    for agent, (total, completed) in counts.items():
+        seen = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}  # predicted completed → [passes, weight, verdicts]
+        entry = agents.get(agent, _Agent())
+        for cell in entry.cells.values():
+            for drawn, passed, weight, done, _ in cell.first:
+                if drawn:
+                    seen[done][0] += weight * passed
+                    seen[done][1] += weight
+                    seen[done][2] += 1
+        rates = [(passes / weight * n + 1) / (n + 2) if n else 0.5 for passes, weight, n in (seen[True], seen[False])]
+        out[agent] = (completed / total if total else 0.0, (rates[0], rates[1]))
     return out
 
 

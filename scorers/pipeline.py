@@ -71,8 +71,9 @@ class Pipeline:
             late spans keeps the reasons its judges gave); never blocks.
         detector: the limit/block detection rules (:mod:`scorers.detect`).
         sessions: the attribute keys of the session and user ids (:mod:`scorers.session_ids`).
-        rate_for: the random sample's rate in force for an agent (a review budget,
-            :class:`scorers.sampling.ReviewBudget`); ``None``: ``sample_rate`` for every run.
+        rate_for: the random sample's rate in force for a run (a review budget or sampling where the
+            prediction is least sure: :meth:`scorers.sampling.ReviewBudget.rate_of`); ``None``:
+            ``sample_rate`` for every run.
     """
 
     chain: tuple[tuple[str, Scorer], ...]
@@ -82,7 +83,7 @@ class Pipeline:
     judge_scores: Callable[[str], Mapping[str, float]] | None = None
     detector: Detector = DEFAULT_DETECTOR
     sessions: SessionKeys = DEFAULT_SESSION_KEYS
-    rate_for: Callable[[str], float] | None = None
+    rate_for: Callable[[Run], float] | None = None
 
     def process(self, closed: ClosedTrace, feedback: Mapping[str, object] | None = None) -> ScoredRun:
         """Produce the :class:`ScoredRun` of one closed trace. Never raises for bad data."""
@@ -94,7 +95,7 @@ class Pipeline:
         """Score a normalised run and make its flag decision, with the evidence of every reason."""
         scores, failed = score_run(run, self.chain, self.on_error)
         judge = None if self.judge_scores is None else self.judge_scores(run.trace_id)
-        rate = self.sample_rate if self.rate_for is None else self.rate_for(run.agent)
+        rate = self.sample_rate if self.rate_for is None else self.rate_for(run)
         drawn = sample_point(run.trace_id) < rate  # one draw serves the rules and the recorded design
         flag = decide(
             run, scores, self.rules, rate, feedback=feedback, on_error=self._rule_error, judge=judge, drawn=drawn

@@ -68,6 +68,10 @@ __all__ = [
 CONFIDENCE: Final = 0.95
 """The confidence of every interval shown."""
 
+WEIGHTED_LAMBDA_LABELS: Final = 100
+"""Labels from which PPI++'s λ is tuned for unequal weights (:func:`_weighted_lambda`): below it the
+minimiser's own noise (it is estimated from the same labels) costs more coverage than it saves."""
+
 
 def _z(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
@@ -212,6 +216,9 @@ def ppi_mean(
     total_w = sum(x.weight for x in labels)
     w = [x.weight / total_w * n for x in labels]  # ppi-python's construct_weight_vector
     mean_u = unlabelled_sum / big_n
+    var_u = max(0.0, unlabelled_sumsq / big_n - mean_u**2)  # ddof 0, as numpy's std
+    if lam is None and n >= WEIGHTED_LAMBDA_LABELS and max(w) - min(w) > 1e-9:
+        lam = _weighted_lambda(labels, w, var_u, big_n)
     if lam is None:
         theta = mean_u + sum(wi * (x.y - x.prediction) for wi, x in zip(w, labels, strict=True)) / n
         grads = [wi * (x.y - theta) for wi, x in zip(w, labels, strict=True)]
@@ -228,7 +235,6 @@ def ppi_mean(
     residuals = [x.y - lam * x.prediction for x in labels]
     r_mean = sum(wi * r for wi, r in zip(w, residuals, strict=True)) / n  # the weights' mean is 1
     value = lam * mean_u + r_mean
-    var_u = max(0.0, unlabelled_sumsq / big_n - mean_u**2)  # ddof 0, as numpy's std
     # the linearised variance of the weighted (Hájek) mean of the residuals; with equal weights it is
     # ppi-python's std(w * r)**2 / n exactly, with unequal ones it leaves out the spread of w * mean(r)
     # that ppi-python's form counts as noise (a rate that changed within the window is not noise)
@@ -236,6 +242,26 @@ def ppi_mean(
     se = math.sqrt(lam * lam * var_u / big_n + var_r / n)
     half = _z(confidence) * se
     return Estimate("ppi", value, value - half, value + half, n, round(big_n), se)
+
+
+def _weighted_lambda(labels: Sequence[Labelled], w: Sequence[float], var_u: float, big_n: float) -> float:
+    """The λ in [0, 1] that minimises the variance :func:`ppi_mean` reports, for unequal design weights.
+
+    With ``a = w (y - ȳ)`` and ``b = w (f - f̄)`` (weighted means), that variance is
+    ``λ² var_u / N + (mean(a²) - 2 λ mean(a b) + λ² mean(b²)) / n``, least at
+    ``λ = mean(a b) / (mean(b²) + n var_u / N)``. With equal weights PPI++'s own λ is used (the
+    ``ppi-python`` reference's); with the unequal weights of a sample drawn where the prediction is
+    least sure (:mod:`scorers.sampling`), that λ, tuned for equal weights, gives up most of the gain.
+    """
+    n = len(labels)
+    y_bar = sum(wi * x.y for wi, x in zip(w, labels, strict=True)) / n
+    f_bar = sum(wi * x.prediction for wi, x in zip(w, labels, strict=True)) / n
+    a = [wi * (x.y - y_bar) for wi, x in zip(w, labels, strict=True)]
+    b = [wi * (x.prediction - f_bar) for wi, x in zip(w, labels, strict=True)]
+    ab = sum(ai * bi for ai, bi in zip(a, b, strict=True)) / n
+    bb = sum(bi * bi for bi in b) / n
+    denominator = bb + n * var_u / big_n
+    return 0.0 if denominator <= 0 else min(1.0, max(0.0, ab / denominator))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from review_queue.judges import SqlJudgeSink, SqlVerdictPairSource
 from review_queue.metrics import QualityCollector, QueueCollector, ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.privacy import RedactingSink
-from review_queue.quality import runs_per_day
+from review_queue.quality import allocation_inputs, runs_per_day
 from review_queue.services import ReviewServices, build_services
 from review_queue.session_close import SessionCloser, SessionMetrics
 from review_queue.session_judges import ConversationLoader, SqlSessionJudgeSink
@@ -199,19 +199,22 @@ class Scoring:
             judge_scores=None if judges is None else judges.judge_scores,
             detector=self.detector,
             sessions=self.sessions,
-            rate_for=None if budget is None else budget.rate,
+            rate_for=None if budget is None else budget.rate_of,
         )
 
     def budget(self, store: SqlStore) -> ReviewBudget | None:
-        """The review budget of the settings (``None`` without one), its traffic read from ``store``."""
+        """The review budget of the settings and their sample allocation (``None`` without either: one
+        fixed rate), its traffic and the verdicts so far read from ``store``."""
         s = self.settings
-        if s.review_budget_per_day is None and not s.review_budget_agents:
+        uncertain = s.review_sample_allocation == "uncertainty"
+        if s.review_budget_per_day is None and not s.review_budget_agents and not uncertain:
             return None
         return ReviewBudget(
             s.review_budget_per_day,
             s.review_budget_agents,
             s.sample_rate,
             lambda: runs_per_day(store.engine, time.time()),
+            (lambda: allocation_inputs(store.engine, time.time())) if uncertain else None,
         )
 
 

@@ -176,6 +176,11 @@ class Settings(BaseModel):
         description="Random review items a day: the random sample's rate is set so the expected items fit it "
         "(recorded on every run); unset: sample_rate.",
     )
+    review_sample_allocation: Literal["uniform", "uncertainty"] = Field(
+        "uniform",
+        description="How the random sample's rate is spread: uniform (every run alike) or uncertainty (more "
+        "where Vigil's completion prediction is least sure, the same expected items; each run's rate recorded).",
+    )
     review_budget_agents: Mapping[str, int] = Field(
         default_factory=dict,
         description="Agents' own review budgets (random items a day) beside the fleet's (YAML only).",

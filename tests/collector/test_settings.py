@@ -60,6 +60,7 @@ class TestRefusal:
             ({"VIGIL_SAMPLE_RATE": "-0.1"}, "sample_rate"),
             ({"VIGIL_REVIEW_BUDGET_PER_DAY": "0"}, "review_budget_per_day"),
             ({"VIGIL_REVIEW_BUDGET_PER_DAY": "-5"}, "review_budget_per_day"),
+            ({"VIGIL_REVIEW_SAMPLE_ALLOCATION": "smart"}, "review_sample_allocation"),
         ],
     )
     def test_names_key_and_variable(self, env: dict[str, str], key: str, tmp_path: Path) -> None:

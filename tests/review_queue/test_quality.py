@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from review_queue.metrics import QualityCollector, ReviewMetrics
 from review_queue.model import VerdictIn, VerdictValue
-from review_queue.quality import QualityError, quality_report, runs_per_day, status
+from review_queue.quality import QualityError, allocation_inputs, quality_report, runs_per_day, status
 from review_queue.store import SqlStore
 from review_queue.tables import judge_results, review_verdicts, sessions
 from review_queue.workbench import Workbench
@@ -291,6 +291,25 @@ def test_runs_per_day_from_the_last_hour_and_day(store: SqlStore, clock: Clock) 
     clock.now = start + 12 * 3600
     assert {"busy": pytest.approx(240.0)} == runs_per_day(store.engine, clock.now)
     assert {"busy": pytest.approx(30 * 86_400 / (14 * 3600))} == runs_per_day(store.engine, start + 14 * 3600)
+
+
+def test_allocation_learns_each_groups_pass_rate_from_the_sample(store: SqlStore, clock: Clock) -> None:
+    """What sampling where the prediction is least sure reads: the day's share of runs predicted completed
+    and the smoothed pass rate of the sample's first verdicts on each group (rule-flagged-only runs left out)."""
+    truth = _populate(store, clock, 2000, {"support": 0.85}, seed=13)
+    assert {} == {a: v for a, v in allocation_inputs(store.engine, clock.now + 1).items() if v[1] != (0.5, 0.5)}
+    clock.now += 60
+    _review_all(store, clock, truth)
+    [(agent, (share, passes))] = allocation_inputs(store.engine, clock.now + 1).items()
+    drawn = [t for t in truth.good if sample_design(t, RATE, None).drawn]
+    expected = []
+    for completed in (True, False):
+        group = [truth.good[t] for t in drawn if truth.completed[t] == completed]
+        expected.append((sum(group) + 1) / (len(group) + 2))
+    assert "support" == agent
+    assert sum(truth.completed.values()) / 2000 == pytest.approx(share)
+    assert expected == pytest.approx(list(passes))
+    assert passes[0] > passes[1]
 
 
 def _judge_rows(clock: Clock, passed: dict[str, bool]) -> list[dict[str, Any]]:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.errors import SettingsError
+from review_queue.model import VerdictIn, VerdictValue
+from review_queue.store import SqlStore, upgrade_database
+from review_queue.workbench import Workbench
 from scorers.assemble import ClosedTrace
+from scorers.model import Run, RunStatus
 from tests.support.spans import node, trace
 from vigil.scoring import Scoring
 from vigil.settings import Settings
@@ -50,3 +55,54 @@ class TestSessionKeys:
         assert "\n" not in message
         assert message.startswith("invalid setting 'sessions'")
         assert "sessions.session_keys: expected a list of attribute keys (non-empty strings)" in message
+
+
+class TestSampleAllocation:
+    """``review_sample_allocation: uncertainty`` reaches the pipeline through the review budget."""
+
+    def test_uniform_without_a_budget_is_one_fixed_rate(self, tmp_path: Path) -> None:
+        settings = _settings(tmp_path, "")
+        store = SqlStore(settings.database_url)
+        try:
+            assert Scoring.from_settings(settings).budget(store) is None
+        finally:
+            store.close()
+
+    def test_uncertainty_samples_errored_runs_more_once_verdicts_say_they_vary_more(self, tmp_path: Path) -> None:
+        """Completed runs that reviewers always pass and errored runs they pass half the time: after a
+        refresh the pipeline records a higher rate on an errored run than on a completed one, and the
+        expected sample stays the configured share."""
+        settings = _settings(tmp_path, "sample_rate: 0.2\nreview_sample_allocation: uncertainty\n")
+        upgrade_database(settings.database_url)
+        store = SqlStore(settings.database_url)
+        try:
+            scoring = Scoring.from_settings(settings)
+            budget = scoring.budget(store)
+            assert budget is not None
+            pipeline = scoring.pipeline(None, None, budget)
+            batch = []
+            for i in range(400):
+                errored = i % 4 == 0
+                fields: dict[str, Any] = (
+                    {"status": RunStatus.ERROR, "errored": True} if errored else {"final_output": "done"}
+                )
+                run = Run(trace_id=f"{i:032x}", agent="bot", complete=True, **fields)
+                batch.append(pipeline.decide_run(run))
+            store.write(batch)
+            bench = Workbench(store.engine, lease_s=60.0)
+            while (claim := bench.claim_next("alice")) is not None:
+                good = int(claim.trace_id, 16) % 4 != 0 or int(claim.trace_id, 16) % 8 == 0
+                bench.submit_verdict(
+                    claim.item_id, "alice", VerdictIn(VerdictValue.PASS if good else VerdictValue.FAIL)
+                )
+            budget.refresh()
+            completed = pipeline.decide_run(Run(trace_id="f" * 32, agent="bot", complete=True, final_output="x"))
+            errored = pipeline.decide_run(
+                Run(trace_id="e" * 32, agent="bot", complete=True, status=RunStatus.ERROR, errored=True)
+            )
+            assert completed.design is not None
+            assert errored.design is not None
+            assert errored.design.rate > 2 * completed.design.rate
+            assert 0.75 * completed.design.rate + 0.25 * errored.design.rate == pytest.approx(0.2)
+        finally:
+            store.close()
