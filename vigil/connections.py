@@ -16,7 +16,11 @@ So a client opening connections and sending a few header bytes held a file descr
   is closed (``body_timeout``; the app sees a disconnect);
 * **connection cap** — above ``max_connections`` open connections on one listener, the ones that
   have waited longest without sending a request are closed first (``over_limit``), so an idle flood
-  never locks out a client that sends its request;
+  never locks out a client that sends its request. Only a connection already seen waiting by an
+  earlier sweep is closed: one accepted since may hold its request unread in the socket buffer (the
+  loop has not handed it to the parser yet), and closing a socket with unread data resets it, so a
+  well-behaved client that connected in the same sweep as a flood would lose its request. The cap is
+  therefore reached one sweep after a flood, never at the cost of a request;
 * **header size** — more than ``max_header_bytes`` before the headers end is answered 431 and
   closed (``header_too_large``; :func:`guarded_protocol`).
 
@@ -157,7 +161,7 @@ class ConnectionGuard:
                 closed += self._close(transport, "body_timeout")
                 continue
             seen[conn] = (state, since)
-            if kind == "wait":
+            if kind == "wait" and previous is not None and previous[0] == state:  # waiting since an earlier sweep
                 waiting.append((since, conn))
         excess = len(seen) - self.limits.max_connections
         if excess > 0:
