@@ -3,7 +3,9 @@
 Counters (updated by the workbench and the feedback store in this process):
 ``vigil_review_verdicts_total{agent,verdict}`` (every verdict: mostly rule-flagged runs),
 ``vigil_review_sample_verdicts_total{agent,verdict}`` (a run's first verdict, on runs of the random
-review sample only: the review pass rate's SLI), ``vigil_review_claims_total``,
+review sample only), ``vigil_review_sample_weight_total{agent,verdict}`` (the same verdicts, each adding
+the runs it stands for, 1 / its inclusion probability: the review pass rate's SLI, unbiased when the
+sample's rate changes or follows the prediction), ``vigil_review_claims_total``,
 ``vigil_review_lease_expiries_total``, ``vigil_feedback_received_total{source,kind}``,
 ``vigil_task_completions_revoked_total{agent,source}`` (a failing verdict on a completed run).
 ``vigil_feedback_refused_total{reason}``, ``vigil_feedback_dropped_total{reason}``.
@@ -78,6 +80,13 @@ class ReviewMetrics(ReviewObserver):
             ["agent", "verdict"],
             registry=registry,
         )
+        self.sample_weight = Counter(
+            "vigil_review_sample_weight",
+            "Runs the random review sample's first verdicts stand for (each adds 1 / its inclusion probability), "
+            "by agent and verdict: the review pass rate's SLI.",
+            ["agent", "verdict"],
+            registry=registry,
+        )
         self.revoked = revoked or Counter(
             "vigil_task_completions_revoked",
             "Runs counted in vigil_task_completions_total whose first failing verdict came later.",
@@ -114,9 +123,10 @@ class ReviewMetrics(ReviewObserver):
         """Count a verdict."""
         self.verdicts.labels(self._agent(agent), verdict).inc()
 
-    def sample_verdict(self, agent: str, verdict: str) -> None:
-        """Count a first verdict on a run of the random sample."""
+    def sample_verdict(self, agent: str, verdict: str, weight: float) -> None:
+        """Count a first verdict on a run of the random sample, and the runs it stands for."""
         self.sample_verdicts.labels(self._agent(agent), verdict).inc()
+        self.sample_weight.labels(self._agent(agent), verdict).inc(weight)
 
     def completion_revoked(self, agent: str) -> None:
         """Count a completion revoked by a failing review verdict."""

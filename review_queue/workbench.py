@@ -60,8 +60,9 @@ class ReviewObserver:
     def verdict(self, agent: str, verdict: str) -> None:
         """A verdict was recorded."""
 
-    def sample_verdict(self, agent: str, verdict: str) -> None:
-        """The first verdict on a run of the random review sample was recorded (the unbiased pass rate's unit)."""
+    def sample_verdict(self, agent: str, verdict: str, weight: float) -> None:
+        """The first verdict on a run of the random review sample was recorded (the unbiased pass rate's
+        unit); ``weight``: the runs it stands for, 1 / the run's inclusion probability."""
 
     def completion_revoked(self, agent: str) -> None:
         """The first failing verdict on a run counted as a completed task (``scorers.slo``) was recorded."""
@@ -281,7 +282,7 @@ class Workbench:
             revoke = (
                 verdict.verdict is VerdictValue.FAIL and applies_to is not None and _first_failure(conn, applies_to)
             )
-            sampled = applies_to is not None and _first_sample_verdict(conn, applies_to)
+            sampled = None if applies_to is None else _first_sample_verdict(conn, applies_to)
             values = {
                 **_verdict_row(row, agent, reviewer, verdict, now),
                 "target": target.value,
@@ -297,8 +298,8 @@ class Workbench:
                 detail.update(target=target.value, **({"target_trace_id": turn} if turn else {}))
             self._event(conn, item_id, reviewer, "verdict", detail)
         self._observer.verdict(agent, verdict.verdict.value)
-        if sampled:
-            self._observer.sample_verdict(agent, verdict.verdict.value)
+        if sampled is not None:
+            self._observer.sample_verdict(agent, verdict.verdict.value, sampled)
         if revoke:
             self._observer.completion_revoked(agent)
         return state.value
@@ -460,12 +461,14 @@ def _eligible(reviewer: str) -> list[sa.ColumnElement[bool]]:
     return [assigned, ~skipped, ~reviewed]
 
 
-def _first_sample_verdict(conn: sa.Connection, trace_id: str) -> bool:
-    """Whether the run is in the random review sample and has no verdict applying to it yet."""
-    drawn = conn.execute(sa.select(runs.c.sample_drawn).where(runs.c.trace_id == trace_id)).scalar()
-    if not drawn:
-        return False
-    return conn.execute(sa.select(review_verdicts.c.id).where(verdict_run == trace_id).limit(1)).first() is None
+def _first_sample_verdict(conn: sa.Connection, trace_id: str) -> float | None:
+    """``1 / p`` when the run is in the random review sample (drawn with probability ``p``) and has no
+    verdict applying to it yet; else ``None``."""
+    row = conn.execute(sa.select(runs.c.sample_drawn, runs.c.sample_p).where(runs.c.trace_id == trace_id)).first()
+    if row is None or not row.sample_drawn or not row.sample_p:
+        return None
+    first = conn.execute(sa.select(review_verdicts.c.id).where(verdict_run == trace_id).limit(1)).first() is None
+    return 1.0 / float(row.sample_p) if first else None
 
 
 def _first_failure(conn: sa.Connection, trace_id: str) -> bool:

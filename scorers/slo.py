@@ -130,7 +130,8 @@ def _rate(metric: str, selector: str = "") -> str:
 
 
 _RUNS = _rate("vigil_runs_total")
-_PASSED = _rate("vigil_review_sample_verdicts_total", 'verdict="pass"')
+_SAMPLE = "vigil_review_sample_weight_total"
+_PASSED = _rate(_SAMPLE, 'verdict="pass"')
 _NOT_ERRORED = _rate("vigil_runs_total", 'outcome!="error"')
 
 SLIS: Final[Mapping[str, Sli]] = {
@@ -152,11 +153,12 @@ SLIS: Final[Mapping[str, Sli]] = {
     ),
     "review_pass_rate": Sli(
         "review_pass_rate",
-        f"({_PASSED} or {_rate('vigil_review_sample_verdicts_total')} * 0)",
-        _rate("vigil_review_sample_verdicts_total"),
+        f"({_PASSED} or {_rate(_SAMPLE)} * 0)",
+        _rate(_SAMPLE),
         "ratio",
-        "passed first verdicts / first verdicts, on runs of the random review sample (rule-flagged runs "
-        "are mostly failures: counting them would judge the rules, not the agent)",
+        "passed first verdicts / first verdicts, on runs of the random review sample, each weighed by the "
+        "runs it stands for (1 / its inclusion probability; rule-flagged runs are mostly failures: counting "
+        "them would judge the rules, not the agent)",
         "review",
     ),
     "safety_block_rate": Sli(

@@ -425,8 +425,8 @@ def _raw(sli_name: str, agent: str, value: float) -> list[tuple[str, float]]:
             (f"vigil_run_step_efficiency_sum{{{base}}}", n * value),
         ],
         "review_pass_rate": [
-            (f'vigil_review_sample_verdicts_total{{{base}, verdict="pass"}}', n * value),
-            (f'vigil_review_sample_verdicts_total{{{base}, verdict="fail"}}', n * (1 - value)),
+            (f'vigil_review_sample_weight_total{{{base}, verdict="pass"}}', n * value),
+            (f'vigil_review_sample_weight_total{{{base}, verdict="fail"}}', n * (1 - value)),
         ],
         "safety_block_rate": [(runs, n), (f"vigil_safety_blocks_total{{{base}}}", n * value)],
         "steps_per_task": [(f"vigil_run_steps_count{{{base}}}", n), (f"vigil_run_steps_sum{{{base}}}", n * value)],
@@ -662,8 +662,8 @@ _TERMS: Final[Mapping[str, tuple[tuple[Term, ...], tuple[Term, ...]]]] = {
         ((1, "vigil_run_step_efficiency_count", {}),),
     ),
     "review_pass_rate": (
-        ((1, "vigil_review_sample_verdicts_total", {"verdict": "pass"}),),
-        ((1, "vigil_review_sample_verdicts_total", {}),),
+        ((1, "vigil_review_sample_weight_total", {"verdict": "pass"}),),
+        ((1, "vigil_review_sample_weight_total", {}),),
     ),
     "safety_block_rate": (((1, "vigil_safety_blocks_total", {}),), ((1, "vigil_runs_total", {}),)),
     "steps_per_task": (((1, "vigil_run_steps_sum", {}),), ((1, "vigil_run_steps_count", {}),)),

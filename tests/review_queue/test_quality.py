@@ -246,7 +246,8 @@ def test_sample_verdicts_are_counted_once_per_sample_run_and_the_gauges_match_th
     store: SqlStore, clock: Clock
 ) -> None:
     """``vigil_review_sample_verdicts_total`` counts a run's first verdict when the run is in the random
-    sample (not a second reviewer's, not a rule-only run's); the gauges are the report's headline."""
+    sample (not a second reviewer's, not a rule-only run's), ``vigil_review_sample_weight_total`` the
+    runs they stand for (1 / p each); the gauges are the report's headline."""
     ids = [f"{i:032x}" for i in range(400)]
     drawn = [t for t in ids if sample_design(t, RATE, None).drawn][:3]
     rule_only = next(t for t in ids if not sample_design(t, RATE, None).drawn)
@@ -267,6 +268,8 @@ def test_sample_verdicts_are_counted_once_per_sample_run_and_the_gauges_match_th
         return registry.get_sample_value("vigil_review_sample_verdicts_total", {"agent": "support", "verdict": verdict})
 
     assert 3.0 == sample("pass")
+    weight = registry.get_sample_value("vigil_review_sample_weight_total", {"agent": "support", "verdict": "pass"})
+    assert pytest.approx(3 / RATE) == weight
     assert 5.0 == registry.get_sample_value("vigil_review_verdicts_total", {"agent": "support", "verdict": "pass"})
     gauges = CollectorRegistry()
     gauges.register(QualityCollector(store.engine, parse_slo(None), clock=lambda: clock.now + 1))

@@ -34,8 +34,8 @@ def metrics_text() -> str:
     review.verdict("support", "pass")
     review.verdict("support", "fail")
     review.verdict("support", "fail")
-    review.sample_verdict("support", "pass")
-    review.sample_verdict("support", "fail")
+    review.sample_verdict("support", "pass", 20.0)
+    review.sample_verdict("support", "fail", 20.0)
     review.completion_revoked("support")
     return generate_latest(registry).decode()
 
