@@ -697,6 +697,19 @@ def _terms(sli_name: str) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
     return (count, (-1, bucket[1], bucket[2])), (count,)
 
 
+SAMPLE_SIZE: Final[Mapping[str, str]] = {"review_pass_rate": "vigil_review_sample_verdicts_total"}
+"""SLIs whose events are weights (runs a sampled verdict stands for), and the counter of the verdicts
+themselves: the share is the weights', the test's size the verdicts' (the weights would claim 1 / p
+times the evidence there is)."""
+
+
+def _as_verdicts(
+    counts: Mapping[str, tuple[float, float]], verdicts: Mapping[str, float]
+) -> dict[str, tuple[float, float]]:
+    """Weighted ``(numerator, denominator)`` counts rescaled to the verdicts behind them (same share)."""
+    return {a: (num / den * verdicts[a], verdicts[a]) for a, (num, den) in counts.items() if verdicts.get(a, 0) > 0}
+
+
 def summary_from_metrics(config: SloConfig, text: str, source: str) -> dict[str, Any]:
     """The summary of one Vigil's ``/metrics`` text (cumulative since its start; add the review role's)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -723,6 +736,8 @@ def summary_from_metrics(config: SloConfig, text: str, source: str) -> dict[str,
         total = sum(den.values())
         fleet = max(0.0, sum(num.values())) / total if total > 0 else None
         counts = {a: (max(0.0, num.get(a, 0.0)), d) for a, d in sorted(den.items()) if d > 0}
+        if t.sli.name in SAMPLE_SIZE:
+            counts = _as_verdicts(counts, totals(((1, SAMPLE_SIZE[t.sli.name], {}),)))
         targets[name] = _entry(t, fleet, agents, total, counts)
     return {"format": SUMMARY_FORMAT, "source": source, "window": "since start", "targets": targets}
 
@@ -753,6 +768,9 @@ def summary_from_prometheus(config: SloConfig, query: Any, source: str, window: 
             if d > 0:
                 counts[agent] = (max(0.0, raw_num.get(agent, 0.0)), d)
         events = sum(d for _, d in counts.values())
+        if t.sli.name in SAMPLE_SIZE:
+            sizes = query(f"sum by (agent) (rate({SAMPLE_SIZE[t.sli.name]}[{window}]))")
+            counts = _as_verdicts(counts, {r["metric"].get("agent", ""): float(r["value"][1]) * seconds for r in sizes})
         targets[name] = _entry(t, fleet, dict(sorted(agents.items())), events, dict(sorted(counts.items())))
     return {"format": SUMMARY_FORMAT, "source": source, "window": window, "targets": targets}
 

@@ -20,7 +20,7 @@ from vigil.cli import main
 
 def metrics_text() -> str:
     """support: 4 runs, 3 completed, one of those revoked, 1 blocked; 3 verdicts, 1 passed — of the random
-    sample's first verdicts, 1 of 2 (the review pass rate's SLI counts only those)."""
+    sample's first verdicts, 1 of 2, standing for 20 and 60 runs (the review pass rate's SLI weighs only those)."""
     registry = CollectorRegistry()
     runs = RunMetrics(registry)
     for n in range(3):
@@ -35,7 +35,7 @@ def metrics_text() -> str:
     review.verdict("support", "fail")
     review.verdict("support", "fail")
     review.sample_verdict("support", "pass", 20.0)
-    review.sample_verdict("support", "fail", 20.0)
+    review.sample_verdict("support", "fail", 60.0)
     review.completion_revoked("support")
     return generate_latest(registry).decode()
 
@@ -51,7 +51,8 @@ class TestSummary:
         assert 0.5 == t["task_completion"]["fleet"]  # (3 - 1) / 4
         assert {"support": 0.5} == t["task_completion"]["agents"]
         assert 0.5 == t["step_efficiency"]["fleet"]
-        assert 0.5 == t["review_pass_rate"]["fleet"]
+        assert 0.25 == t["review_pass_rate"]["fleet"]  # weighed: 20 runs passed of the 80 two verdicts stand for
+        assert [0.5, 2.0] == t["review_pass_rate"]["counts"]["fleet"]  # the test's size: the 2 verdicts
         assert 0.25 == t["safety_block_rate"]["fleet"]
         assert 3.0 == t["steps_per_task"]["fleet"]
         assert {"fleet": [2.0, 4.0], "agents": {"support": [2.0, 4.0]}} == t["task_completion"]["counts"]
