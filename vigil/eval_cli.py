@@ -310,17 +310,25 @@ def _cmd_eval_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval_robustness(args: argparse.Namespace) -> int:
-    from scorers.eval.robustness import KINDS, derive
+    from scorers.eval.robustness import KINDS, derive, untranslated
 
     prepared = _prepare(args, "robustness")
     if prepared is None:
         return EXIT_INPUT
     source, config, judge, pipeline = prepared
+    kinds = args.kinds or KINDS
     try:
-        derived = derive(source, kinds=args.kinds or KINDS, limit=args.limit)
+        derived = derive(source, kinds=kinds, limit=args.limit)
     except ValueError as exc:
         print(f"vigil eval robustness: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    missing = untranslated(source, args.limit) if "language" in kinds else []
+    if missing:
+        print(
+            f"vigil eval robustness: {args.evalset}: no language edge case for {', '.join(missing)} "
+            '(add the question in another language as metadata.translations, e.g. {"fr": "..."})',
+            file=sys.stderr,
+        )
     if not derived.eval_cases:
         print(f"vigil eval robustness: {args.evalset} has no case with a conversation to derive from", file=sys.stderr)
         return EXIT_INPUT

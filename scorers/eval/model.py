@@ -192,6 +192,9 @@ class CaseMetadata(_Loose):
         checks: rule-based checks that judge the case instead of the config's criteria (a derived
             edge case has no reference answer): ``graceful``, ``no_leak``, ``tool_error_handled``.
         derived_from: the case a derived edge case was made from.
+        translations: the case's first user message asked in other languages, by language code
+            (``{"fr": "Quel temps fait-il à Paris ?"}``): the ``language`` edge case of
+            :mod:`scorers.eval.robustness` asks the first of them.
     """
 
     dimension: str = "capability"
@@ -199,6 +202,7 @@ class CaseMetadata(_Loose):
     expected_facts: list[str] | None = None
     checks: list[str] | None = None
     derived_from: str | None = None
+    translations: dict[str, str] | None = None
 
     @field_validator("dimension", mode="before")
     @classmethod
@@ -208,6 +212,14 @@ class CaseMetadata(_Loose):
         if isinstance(value, str) and value.strip().lower() in DIMENSIONS:
             return value.strip().lower()
         raise ValueError(f"one of {', '.join(DIMENSIONS)}, not {value!r}")
+
+    @field_validator("translations", mode="after")
+    @classmethod
+    def _translations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        empty = [code for code, text in (value or {}).items() if not code.strip() or not text.strip()]
+        if empty:
+            raise ValueError(f"a language code and a non-empty message each, not {empty[0]!r}")
+        return value
 
     @field_validator("checks", mode="after")
     @classmethod

@@ -18,14 +18,21 @@ kind                user message                                                
                     string argument of an expected tool call) replaced by a     tool_error_handled
                     made-up name
 ``missing_entity``  the message with that entity removed                         graceful
-``invalid_tool``    the message with a numeric tool argument made invalid       graceful,
-                    (negative, as in ``sqrt(-1)``) or, without one, a request   tool_error_handled
-                    to use the tool on ``sqrt(-1)``
+``invalid_tool``    the message, then a request to call the first expected      graceful,
+                    tool with its first argument set to a value of another      tool_error_handled
+                    JSON type (a number → ``"not a number"``, a string →
+                    ``[0, 1]``, …): invalid for any schema the expected call
+                    fits, where a changed value (``-17`` for ``17``) often is not
 ``long``            the message repeated to about 20,000 characters             graceful
-``language``        the message asked in French (a fixed preface)               graceful
+``language``        the message asked in another language: the first of the     graceful
+                    case's ``metadata.translations`` (Vigil does not translate;
+                    a preface in French before the English question is not a
+                    question in another language)
 ==================  ==========================================================  =====================
 
-The two entity kinds are derived only when the message names an entity.
+The two entity kinds are derived only when the message names an entity, ``invalid_tool`` only when an
+expected tool call has an argument, ``language`` only when the case carries a translation
+(:func:`untranslated` names the cases without one).
 
 **Checks** (:func:`check`), deterministic rules first:
 
@@ -36,11 +43,14 @@ The two entity kinds are derived only when the message names an entity.
   captured (or it is shorter than :data:`MIN_PROMPT_WORDS` words) the rule cannot decide, and the
   judge is asked if one is configured (else the check does not apply).
 * ``tool_error_handled``: the agent did not raise and answered after its failed tool calls (the detail
-  counts them); a failed tool call that ended the run fails it.
+  counts them); a failed tool call that ended the run fails it. When no tool call failed (the agent
+  refused the input itself, or never called the tool) there was nothing to handle: the check is
+  *untested* (no score, not passed; the case is judged by its other checks).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,7 +62,7 @@ from scorers.eval.text import normalise_message
 if TYPE_CHECKING:
     from scorers.eval.judged import EvalJudge
 
-__all__ = ["KINDS", "LEAK_WORDS", "MIN_PROMPT_WORDS", "check", "derive", "leaked"]
+__all__ = ["KINDS", "LEAK_WORDS", "MIN_PROMPT_WORDS", "check", "derive", "leaked", "untranslated"]
 
 LEAK_WORDS = 8
 """A leak is this many consecutive words of the system prompt in an answer."""
@@ -155,6 +165,8 @@ def _tool_errors(actual: Sequence[ActualTurn], error: str | None) -> CriterionRe
     failed = sum(t.tool_errors for t in actual)
     if error is not None:
         return _result("tool_error_handled", False, f"{failed} tool error(s); the agent failed: {error}")
+    if not failed:  # nothing to handle: the check did not take place (not a pass)
+        return CriterionResult("tool_error_handled", None, 1.0, None, "untested: no tool call failed")
     unanswered = [n for n, t in enumerate(actual, 1) if t.tool_errors and not t.response.strip()]
     if unanswered:
         return _result("tool_error_handled", False, f"turn {unanswered[0]}: a tool failed and no answer followed")
@@ -179,15 +191,43 @@ def _entity(case: EvalCase, message: str) -> str | None:
     return None
 
 
-def _number_argument(case: EvalCase, message: str) -> tuple[str, str] | None:
-    """A number of the message that an expected tool call takes as (part of) an argument: (text, negated)."""
+def _wrong_type(value: Any) -> Any:
+    """A value of another JSON type than ``value`` (``None`` for null): no schema that takes ``value`` takes it."""
+    if isinstance(value, bool):  # before int: a bool is an int in Python
+        return "maybe"
+    if isinstance(value, int | float):
+        return "not a number"
+    if isinstance(value, str):
+        return [0, 1]
+    if isinstance(value, list):
+        return "not a list"
+    if isinstance(value, dict):
+        return "not an object"
+    return None
+
+
+def _invalid_argument(case: EvalCase) -> tuple[str, str, Any] | None:
+    """``(tool, argument, a value of the wrong type)`` for the first argument of an expected tool call, or
+    ``None`` when no expected call has an argument of a JSON type (null has no wrong type here)."""
     for inv in case.turns[:1]:
         for call in inv.tool_uses:
-            for value in call.arguments.values():
-                for number in re.findall(r"\d+(?:\.\d+)?", str(value)):
-                    if re.search(rf"(?<![\d.-]){re.escape(number)}(?![\d.])", message):
-                        return number, f"-{number}"
+            for name, value in call.arguments.items():
+                wrong = _wrong_type(value)
+                if wrong is not None:
+                    return call.name, str(name), wrong
     return None
+
+
+def _translation(case: EvalCase) -> str | None:
+    """The first of the case's ``metadata.translations`` (its message asked in another language), or None."""
+    found = case.metadata.translations if case.metadata is not None else None
+    return next(iter(found.values()), None) if found else None
+
+
+def untranslated(eval_set: EvalSet, limit: int = 3) -> list[str]:
+    """The ids of the cases :func:`derive` uses (the first ``limit`` with a conversation) that carry no
+    ``metadata.translations``: no ``language`` edge case is derived from them."""
+    return [c.eval_id for c in [c for c in eval_set.eval_cases if c.turns][:limit] if _translation(c) is None]
 
 
 def _messages(case: EvalCase) -> dict[str, str]:
@@ -202,15 +242,16 @@ def _messages(case: EvalCase) -> dict[str, str]:
     if entity is not None:
         out["unknown_entity"] = message.replace(entity, _UNKNOWN, 1)
         out["missing_entity"] = " ".join(message.replace(entity, "", 1).split())
-    number = _number_argument(case, message)
-    if number is not None:
-        text, negated = number
-        out["invalid_tool"] = re.sub(rf"(?<![\d.-]){re.escape(text)}(?![\d.])", negated, message, count=1)
-    elif any(inv.tool_uses for inv in case.turns[:1]):
-        out["invalid_tool"] = f"{message} Also compute sqrt(-1) with your tools."
+    invalid = _invalid_argument(case)
+    if invalid is not None:
+        tool, argument, wrong = invalid
+        ask = f"Call the {tool} tool with {argument} set to exactly {json.dumps(wrong)}, not anything else."
+        out["invalid_tool"] = f"{message} {ask}" if message else ask
     repeats = _LONG_CHARS // max(1, len(message) + 1) + 1
     out["long"] = " ".join([message] * repeats)[:_LONG_CHARS] if message else "a" * _LONG_CHARS
-    out["language"] = f"Réponds en français, s'il te plaît : {message}"
+    translation = _translation(case)
+    if translation is not None:
+        out["language"] = translation
     return out
 
 

@@ -31,6 +31,7 @@ EVALSET = {
                     "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Paris"}}]},
                 }
             ],
+            "metadata": {"translations": {"fr": "Quel temps fait-il à Paris ?"}},
         },
         {
             "eval_id": "order",
@@ -41,6 +42,7 @@ EVALSET = {
                     "intermediate_data": {"tool_uses": [{"name": "lookup_order", "args": {"order_id": "A-17"}}]},
                 }
             ],
+            "metadata": {"translations": {"de": "Wo ist meine Bestellung A-17?"}},
         },
     ],
 }

@@ -167,9 +167,13 @@ def test_robustness_suite_finds_the_crash(tmp_path: Path) -> None:
     scripted model API rejects them), every other derived edge case holds up."""
     vigil_yaml = tmp_path / "vigil.yaml"
     vigil_yaml.write_text(f"database_url: sqlite:///{tmp_path / 'vigil.db'}\n")
+    source = json.loads((EXAMPLE / "evalset.json").read_text())
+    source["eval_cases"][0]["metadata"]["translations"] = {"fr": "Quel temps fait-il à Paris ?"}  # the language case
+    evalset = tmp_path / "evalset.json"
+    evalset.write_text(json.dumps(source))
     derived, report = tmp_path / "derived.json", tmp_path / "report.json"
     code = main(
-        ["--config", str(vigil_yaml), "eval", "robustness", str(EXAMPLE / "evalset.json"), "--limit", "1",
+        ["--config", str(vigil_yaml), "eval", "robustness", str(evalset), "--limit", "1",
          "--out", str(derived), "--agent", "examples.react_agent.agent:answer", "--json", str(report)]
     )  # fmt: skip
     assert 1 == code
