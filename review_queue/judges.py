@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from review_queue.errors import StoreUnavailableError
+from review_queue.sessions import recount_flagged
 from review_queue.snapshot import item_row
 from review_queue.tables import judge_results, review_items, review_verdicts, runs, verdict_run
 from scorers.judge.model import JudgeResult, VerdictPair
@@ -147,6 +148,8 @@ class SqlJudgeSink:
                 version=runs.c.version + 1,
             )
         )
+        if not was_flagged and scored.run.session_id is not None:  # its session counts one more flagged turn
+            recount_flagged(conn, scored.run.session_id, now)
         merged_flag = Flag(tuple(reasons), priority, rate)
         snapshot_of = ScoredRun(
             scored.run, scored.scores, merged_flag, scored.scorer_errors, scored.rescored, scored.evidence

@@ -38,7 +38,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from review_queue.errors import StoreUnavailableError
-from review_queue.sessions import ABANDONED, HUMAN, REASK, ClosedSession
+from review_queue.sessions import ABANDONED, HUMAN, REASK, ClosedSession, recount_flagged
 from review_queue.snapshot import partial_snapshot
 from review_queue.store import SqlStore, guard, write_transaction
 from review_queue.tables import review_events, review_items, runs, sessions
@@ -302,20 +302,6 @@ _RECORD_DESIGN = (
 )
 
 
-_FLAGGED_TURNS = (
-    sa.select(sa.func.count())
-    .select_from(runs)
-    .where(runs.c.session_id == sa.bindparam("id"), runs.c.flagged.is_(True))
-    .scalar_subquery()
-)
-_RECOUNT_FLAGGED = (
-    sa.update(sessions)
-    .where(sessions.c.session_id == sa.bindparam("id"))
-    .values(turns_flagged=_FLAGGED_TURNS, updated_at=sa.bindparam("now"))
-)
-"""Recount a session's ``turns_flagged`` from its runs, as :mod:`review_queue.sessions` computes it."""
-
-
 def _rank(priority: Priority) -> int:
     return priority.rank
 
@@ -341,8 +327,8 @@ def flag_session(
         .where(runs.c.trace_id == trace_id)
         .values(flagged=True, flag_priority=top.value, flag_reasons=all_reasons, sample_rate=rate, updated_at=now)
     )
-    if not run["flagged"]:  # the session row counts its flagged turns: it gains this one (a replay re-counts the same)
-        conn.execute(_RECOUNT_FLAGGED, {"id": session_id, "now": now})
+    if not run["flagged"]:  # the session row counts its flagged turns: it gains this one
+        recount_flagged(conn, session_id, now)
     if item is not None:
         snapshot = {**item["snapshot"], "subject": "session", "session_id": session_id}
         item_reasons = [*item["reasons"], *(r for r in reasons if r not in item["reasons"])]

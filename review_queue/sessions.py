@@ -69,6 +69,7 @@ __all__ = [
     "SessionConfig",
     "SessionRefresher",
     "jaccard",
+    "recount_flagged",
     "session_signals",
     "turn_features",
     "word_set",
@@ -607,6 +608,29 @@ def _stored_signals(conn: sa.Connection, session_ids: Sequence[str]) -> dict[str
     """The stored signals of sessions longer than :data:`WINDOW` (their older turns are not re-read)."""
     query = sa.select(sessions.c.session_id, sessions.c.signals).where(sessions.c.session_id.in_(session_ids))
     return {str(sid): list(signals or []) for sid, signals in conn.execute(query)}
+
+
+def recount_flagged(conn: sa.Connection, session_id: str, now: float) -> None:
+    """Recount a session's ``turns_flagged`` from its runs, in ``conn``'s transaction: for a writer that
+    flags a turn's run outside :meth:`SessionRefresher.refresh` (a session rule, a judge, a reviewer), so
+    the stored row stays what a refresh computes and a replayed turn moves nothing. On PostgreSQL the
+    session's lock (the refresh's) is taken first, so the count reads the turns a concurrent writer committed."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_PG_LOCK, {"ids": [session_id], "cls": _LOCK_CLASS})
+    conn.execute(_RECOUNT_FLAGGED, {"id": session_id, "now": now})
+
+
+_RECOUNT_FLAGGED = (
+    sa.update(sessions)
+    .where(sessions.c.session_id == sa.bindparam("id"))
+    .values(
+        turns_flagged=sa.select(sa.func.count())
+        .select_from(runs)
+        .where(runs.c.session_id == sa.bindparam("id"), runs.c.flagged.is_(True))
+        .scalar_subquery(),
+        updated_at=sa.bindparam("now"),
+    )
+)
 
 
 _PG_LOCK = sa.text(

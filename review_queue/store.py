@@ -31,7 +31,7 @@ from review_queue import judges, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
-from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, turn_features
+from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, recount_flagged, turn_features
 from review_queue.snapshot import DESIGN_COLUMNS, item_row, partial_snapshot, run_row
 from review_queue.tables import review_events, review_items, run_details, runs, sessions
 from scorers.model import ScoredRun
@@ -427,6 +427,8 @@ class SqlStore:
                     updated_at=now,
                 )
             )
+            if not row["flagged"] and row["session_id"] is not None:  # its session counts one more flagged turn
+                recount_flagged(conn, str(row["session_id"]), now)
             item = {
                 "trace_id": trace_id,
                 "state": "pending",

@@ -17,11 +17,13 @@ import review_queue.sessions
 from review_queue.api import create_api_app
 from review_queue.errors import StoreUnavailableError
 from review_queue.feedback import FeedbackStore
+from review_queue.judges import SqlJudgeSink
 from review_queue.model import FeedbackIn
 from review_queue.session_close import SessionCloser, SessionMetrics, compile_session_rules
 from review_queue.store import SqlStore
 from review_queue.tables import review_events, review_items, runs, sessions
-from scorers.model import Message, RunStatus, ScoredRun, Step, StepKind
+from scorers.judge.model import JudgeResult
+from scorers.model import Flag, Message, Priority, RunStatus, ScoredRun, Step, StepKind
 from scorers.pricing import PriceTable
 from tests.support.review_queue import T0, Clock, scored_run
 
@@ -296,6 +298,24 @@ def test_a_flagged_session_row_counts_its_last_turn_and_stays_exact_under_replay
             assert row == _session(priced, sid)
             assert flagged_runs(sid) == row["turns_flagged"]
         assert (["gone", "human"], ["quiet"]) == (listed("true"), listed("false"))
+
+
+def test_a_judge_or_a_reviewer_flagging_a_turn_keeps_its_session_row_exact(priced: SqlStore, clock: Clock) -> None:
+    """A failing judge verdict and a send-to-review flag a turn's run outside the session refresh: the row
+    counts the turn at once, and a replay of the turns leaves it as it is."""
+    batch = [turn(1, "s-1", start=0), turn(3, "s-1", start=10), turn(5, "s-1", start=20)]
+    priced.write(batch)
+    verdict = JudgeResult(_tid(1), "groundedness", "groundedness@1", "judge-model", 0.1, False, "unsupported")
+    assert SqlJudgeSink(priced.engine).write_judgement(
+        verdict, batch[0], Flag(("judge_groundedness",), Priority.HIGH, 1.0)
+    )
+    assert 1 == _session(priced, "s-1")["turns_flagged"]
+    assert priced.send_to_review(_tid(3), "reviewer") is not None
+    after = _session(priced, "s-1")
+    assert 2 == after["turns_flagged"]
+    clock.now += 5
+    priced.write(batch)  # a replay: the same turns, counted the same
+    assert {**after, "updated_at": clock()} == _session(priced, "s-1")
 
 
 def test_random_sampling_is_per_session_and_deterministic(store: SqlStore, clock: Clock) -> None:
