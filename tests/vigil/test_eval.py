@@ -315,6 +315,16 @@ class TestDimensionsCli:
         assert ("robustness", ("blank", "prod")) == (case.dimension, case.tags)
         assert 2 == len(json.loads(target.read_text())["eval_cases"][0]["metadata"])  # dimension, tags
 
+    def test_robustness_names_the_cases_without_a_translation(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """No case of the example carries ``metadata.translations``: no language case, and the command says so."""
+        assert 0 == main(["eval", "robustness", str(EVALSET), "--kind", "language", "--kind", "empty"])
+        captured = capsys.readouterr()
+        assert ["empty"] == [c["eval_id"] for c in json.loads(captured.out)["eval_cases"]]
+        assert (
+            f"vigil eval robustness: {EVALSET}: no language edge case for weather_paris, order_then_refund, greeting "
+            '(add the question in another language as metadata.translations, e.g. {"fr": "..."})'
+        ) == captured.err.strip()
+
     def test_robustness_writes_the_derived_set(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 == main(["eval", "robustness", str(EVALSET), "--kind", "empty", "--kind", "injection"])
         doc = json.loads(capsys.readouterr().out)
