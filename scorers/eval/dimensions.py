@@ -29,16 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from scorers.eval import criteria as c
 from scorers.eval.criteria import ActualTurn
 from scorers.eval.model import DIMENSIONS, CriterionConfig, EvalCase
 
-if TYPE_CHECKING:
-    from scorers.eval.evaluate import CaseResult
-
-__all__ = ["EFFICIENCY_MEASURES", "CaseMeasures", "DimensionSummary", "measure", "summarise_dimensions"]
+__all__ = [
+    "EFFICIENCY_MEASURES",
+    "CaseMeasures",
+    "DimensionSummary",
+    "MeasuredRun",
+    "measure",
+    "summarise_dimensions",
+]
 
 _ANY = CriterionConfig(threshold=0.0)
 
@@ -147,8 +151,21 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+class MeasuredRun(Protocol):
+    """What a summary reads of a case run (:class:`scorers.eval.evaluate.CaseResult` is one)."""
+
+    @property
+    def dimension(self) -> str: ...
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def measures(self) -> CaseMeasures: ...
+
+
 def summarise_dimensions(
-    results: Sequence[CaseResult], baseline: Mapping[str, Any] | None = None
+    results: Sequence[MeasuredRun], baseline: Mapping[str, Any] | None = None
 ) -> list[DimensionSummary]:
     """One summary per dimension that has case runs, in :data:`DIMENSIONS` order.
 
