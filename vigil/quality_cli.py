@@ -23,7 +23,7 @@ def add_quality_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     """Register ``vigil quality``."""
     p = sub.add_parser(
         "quality",
-        help="how good each agent is in production: estimates from the review sample with 95 % intervals",
+        help="how good each agent is in production: estimates from the review sample with 95 %% intervals",
         description="Estimates of the review pass rate, task completion corrected by reviewers and each failure "
         "category's share of production runs, per agent and for the fleet, from the random review sample's design "
         "(and Vigil's completion verdict on every run, by prediction-powered inference). The plain share of all "
