@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_quality import quality_router
 from review_queue.api_review import ErrorOut, review_router
+from review_queue.api_sessions import sessions_router
+from review_queue.api_shapes import JudgeResultOut, RunOut
 from review_queue.errors import (
     ConflictError,
     InvalidInputError,
@@ -33,7 +35,7 @@ from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore
 from scorers.judge.model import Agreement
-from scorers.model import Priority, RunStatus
+from scorers.model import Priority
 
 __all__ = ["create_api_app"]
 
@@ -41,62 +43,6 @@ MAX_PAGE = 500
 """Largest ``limit`` a listing accepts."""
 
 TRACE_ID_PATTERN = r"^[0-9a-fA-F]{32}$"
-
-
-class FlagOut(BaseModel):
-    """The flag decision of a flagged run."""
-
-    reasons: list[str] = Field(description="Every matching reason, highest priority first.")
-    priority: Priority
-    sample_rate: float = Field(description="Random sample rate in force when the run was flagged.")
-
-
-class EvidenceOut(BaseModel):
-    """One piece of evidence: which rule decided a signal or flag reason, on which span, from what."""
-
-    signal: str = Field(description="hit_max_iterations, safety_blocked, errored, or a flag reason.")
-    rule: str = Field(description="The detection rule id (limit.cutoff, block.vocabulary, ...) or rule:<name>.")
-    span_id: str
-    span_name: str
-    source: str = Field(description="Attribute key, status.message, exception.type/message, finish_reason ...")
-    value: str
-
-
-class RunOut(BaseModel):
-    """One run of the index, as listed."""
-
-    trace_id: str
-    agent: str
-    service: str
-    dialect: str
-    status: RunStatus
-    complete: bool = Field(description="False when closed by the idle timeout or without a root span.")
-    start_ns: int
-    end_ns: int
-    duration_s: float
-    llm_calls: int
-    tool_calls: int
-    tool_errors: int
-    input_tokens: int
-    output_tokens: int
-    hit_max_iterations: bool
-    safety_blocked: bool
-    errored: bool
-    error_type: str | None
-    scores: dict[str, float]
-    scorer_errors: list[str]
-    flag: FlagOut | None
-    evidence: list[EvidenceOut] = Field(
-        default_factory=list,
-        description="Why each headline signal and flag reason is set: the detection rule, span and matched value.",
-    )
-    version: int = Field(description="1 on first write, +1 per re-score.")
-    session_id: str | None = Field(
-        None, description="The session (conversation) the run is a turn of; null: a session of one."
-    )
-    user_id: str | None = Field(None, description="The end user, when the trace names one.")
-    created_at: datetime
-    updated_at: datetime
 
 
 class _ItemOut(BaseModel):
@@ -115,26 +61,6 @@ class ReviewItemOut(_ItemOut):
     """The review item of a flagged run, with the snapshot a reviewer sees."""
 
     snapshot: dict[str, Any] = Field(description="The normalised run: steps, tools, messages, scores.")
-
-
-class JudgeResultOut(BaseModel):
-    """One LLM judge's latest verdict on the run (``score`` null when ``error`` says why)."""
-
-    judge: str
-    rubric_version: str = Field(description="Rubric name@version the verdict was given under.")
-    model: str
-    score: float | None = Field(description="0 to 1, higher is better.")
-    passed: bool | None = Field(description="score >= the judge's pass threshold.")
-    reasoning: str = Field(description="The judge's justification (model output: escape it).")
-    error: str | None
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float = Field(description="Estimated cost of this verdict (0 when served from the cache).")
-    latency_s: float
-    content_hash: str
-    cached: bool
-    created_at: datetime
-    updated_at: datetime
 
 
 class RunDetailOut(RunOut):
@@ -226,7 +152,6 @@ def create_api_app(
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
-    from review_queue.api_sessions import sessions_router  # it reads this module's run shapes
 
     app.include_router(sessions_router(services))
     app.include_router(quality_router(services))

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 
 from review_queue import session_queries as sessions
 from review_queue.access import READERS
-from review_queue.api import EvidenceOut, JudgeResultOut, RunOut
 from review_queue.api_review import ErrorOut
+from review_queue.api_shapes import EvidenceOut, JudgeResultOut, RunOut
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
