@@ -41,6 +41,8 @@ echo "== ruff"; .venv/bin/ruff check collector scorers review_queue vigil tests
 .venv/bin/ruff format --check collector scorers review_queue vigil tests
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue vigil
 echo "== import-linter"; .venv/bin/lint-imports
+# The manual (docs/, mkdocs.yml): a broken link or anchor, or a page left out of the nav, fails.
+echo "== mkdocs build --strict"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q --site-dir site
 echo "== pytest"
 mkdir -p test-artifacts
 .venv/bin/pytest -q -p no:cacheprovider "$@"
