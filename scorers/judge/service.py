@@ -89,6 +89,25 @@ class JudgeRuntime(Generic[_Item]):
         self.dropped_bytes = metrics.dropped.labels(spec.name, "queue_bytes")
         self.dropped_empty = metrics.dropped.labels(spec.name, "no_content")
 
+    def drop_queued(self, release: Callable[[_Item], None] | None = None) -> None:
+        """Drop what is still queued at a stop, each counted (``shutdown``) and handed to ``release``."""
+        shutdown = self.metrics.dropped.labels(self.name, "shutdown")
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if release is not None:
+                release(item)
+            self.queue.task_done()
+            shutdown.inc()
+
+    def close(self, join_s: float = 0.5) -> None:
+        """Join the judge's threads (each for up to ``join_s``) and close its client."""
+        for t in self.threads:
+            t.join(join_s)
+        self.client.close()
+
     def selects(self, scored: ScoredRun) -> bool:
         """Whether this judge wants the run (selector, then the deterministic sample). Cheap: stream thread."""
         program = self.spec.selector
@@ -294,18 +313,9 @@ class JudgeService:
         done = self.flush(timeout_s)
         self._stop.set()
         for judge in self._judges:
-            while True:
-                try:
-                    _, _, size = judge.queue.get_nowait()
-                except queue.Empty:
-                    break
-                self._release(size)
-                judge.queue.task_done()
-                self._metrics.dropped.labels(judge.name, "shutdown").inc()
+            judge.drop_queued(lambda item: self._release(item[2]))
         for judge in self._judges:
-            for t in judge.threads:
-                t.join(0.5)
-            judge.client.close()
+            judge.close()
         return done
 
     def _work(self, judge: JudgeRuntime[_RunItem]) -> None:

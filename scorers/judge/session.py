@@ -161,17 +161,9 @@ class SessionJudgeService:
         done = self.flush(timeout_s)
         self._stop.set()
         for judge in self._judges:
-            while True:
-                try:
-                    judge.queue.get_nowait()
-                except queue.Empty:
-                    break
-                judge.queue.task_done()
-                judge.metrics.dropped.labels(judge.name, "shutdown").inc()
+            judge.drop_queued()
         for judge in self._judges:
-            for t in judge.threads:
-                t.join(0.5)
-            judge.client.close()
+            judge.close()
         return done
 
     @staticmethod
