@@ -1,7 +1,8 @@
-"""A minimal agent as the README's "The helpers" section writes it, for the README-following test.
+"""A minimal agent as the manual's "The helpers" section (docs/instrumenting.md) writes it, for the
+README-following test.
 
 Run as ``python tests/e2e/readme_agent.py <fake OpenAI base URL>``, with the ``OTEL_*`` variables of the
-README in the environment: one ``agent_run`` with one chat call whose prompt is ``PROMPT``.
+README's quick tour in the environment: one ``agent_run`` with one chat call whose prompt is ``PROMPT``.
 """
 
 from __future__ import annotations

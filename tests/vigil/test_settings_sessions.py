@@ -79,7 +79,8 @@ def test_the_wiring_applies_them(tmp_path: Path) -> None:
 
 
 def test_the_readme_example_is_valid(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    """The manual's sessions example (docs/sessions.md) is valid configuration."""
+    readme = (Path(__file__).parents[2] / "docs" / "sessions.md").read_text()
     start = readme.index("```yaml\nsession_idle_s:") + len("```yaml\n")
     s = _load(tmp_path, readme[start : readme.index("```", start)])
     assert "long_conversation" in [r.name for r in s.session_rules()]
@@ -99,10 +100,10 @@ class TestSessionJudges:
     """``session_judges``: validated by the settings, wired into the closer by the app (off when unset)."""
 
     def test_readme_example(self, tmp_path: Path) -> None:
-        """The README's session judges example is valid configuration."""
+        """The manual's session judges example (docs/sessions.md) is valid configuration."""
         import re
 
-        readme = (Path(__file__).parents[2] / "README.md").read_text()
+        readme = (Path(__file__).parents[2] / "docs" / "sessions.md").read_text()
         block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("session_judges:"))
         specs = _load(tmp_path, block).session_judge_specs({"OPENAI_API_KEY": "sk-x"})
         assert [("contradiction", "contradiction@1"), ("completeness", "conversation_completeness@1"),

@@ -243,7 +243,8 @@ class TestStartUp:
         assert 0.9 == Settings.load(environ={}, config_file=config).slo_config().targets["task_completion"].objective
 
     def test_readme_example_generates_valid_rules(self, tmp_path: Path) -> None:
-        """The README's `slo:` example: per-agent scopes, a histogram target, a disabled band — promtool accepts it."""
+        """The manual's `slo:` example (docs/quality.md): per-agent scopes, a histogram target, a disabled band —
+        promtool accepts it."""
         import re
         import shutil
         import subprocess
@@ -251,7 +252,7 @@ class TestStartUp:
         promtool = shutil.which("promtool")
         if promtool is None:
             pytest.skip("LOUD SKIP: `promtool` is missing; apt-get install prometheus (scripts/test.sh does)")
-        readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+        readme = (Path(__file__).resolve().parents[2] / "docs" / "quality.md").read_text()
         example = re.search(r"```yaml\n(slo:\n.*?)```", readme, re.S)
         assert example is not None
         config = tmp_path / "vigil.yaml"

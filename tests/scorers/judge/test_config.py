@@ -93,16 +93,16 @@ class TestCustomRubric:
 
 
 class TestReadmeExample:
-    """The README's judges example is valid configuration."""
+    """The manual's judges example (docs/judges.md) is valid configuration."""
 
     def test_readme_yaml(self) -> None:
-        """Every judge of the README example parses, and their rules compile."""
+        """Every judge of the example parses, and their rules compile."""
         import re
         from pathlib import Path
 
         import yaml
 
-        readme = (Path(__file__).parents[3] / "README.md").read_text()
+        readme = (Path(__file__).parents[3] / "docs" / "judges.md").read_text()
         block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("judges:"))
         specs = parse_judges(yaml.safe_load(block)["judges"], {"OPENAI_API_KEY": "sk-x"})
         assert ["groundedness", "safety_local", "concise"] == [s.name for s in specs]
