@@ -19,7 +19,7 @@ form directly. Building the compact form is what every run pays, so it does as l
 no per-span object with twenty keys, no per-value work for values seen before (BENCHMARKS.md,
 "run details").
 
-Bounds (per run, documented in the README):
+Bounds (per run, documented in docs/reviewing.md, "Run details"):
 
 * :data:`MAX_VALUE_CHARS` characters per attribute value, message, argument or result;
 * :data:`MAX_ATTRIBUTES` attributes and :data:`MAX_EVENTS` events per span (the rest counted);

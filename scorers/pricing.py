@@ -6,7 +6,7 @@ table key it starts with, so ``gpt-4o-mini-2024-07-18`` is priced as ``gpt-4o-mi
 so a dashboard can show how much of the spend the estimate covers.
 
 The built-in table holds OpenAI list prices; ``model_prices`` in ``vigil.yaml`` adds models
-or overrides these (see README "Metrics"). It is an estimate: cached-input discounts, batch
+or overrides these (see docs/metrics.md). It is an estimate: cached-input discounts, batch
 pricing and provider-specific billing are not modelled.
 """
 

@@ -24,7 +24,7 @@ its root span ended (``complete``) and the status is ``ok``, i.e. it neither err
 iteration cap nor was safety-blocked — and it produced a final answer (:func:`answered`). The
 first failing verdict given later (an LLM judge's or a reviewer's) revokes the completion once
 (counted apart, so the exported ratio stays exact over the window the verdict falls in; see
-README "Quality targets").
+docs/quality.md, "Quality targets").
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ VIGIL_CONFIG = "VIGIL_CONFIG"
 
 
 class Settings(BaseModel):
-    """Every knob of every role. Field docs are the reference (rendered in the README).
+    """Every knob of every role. Field docs are the reference (docs/reference/settings.md, by scripts/gen_docs.py).
 
     A default that a domain module also needs is defined once, in that module, and referenced here.
     """
@@ -223,7 +223,7 @@ class Settings(BaseModel):
     slo: Mapping[str, Any] | None = Field(
         None,
         description="Quality targets {window, targets: {name: {...}}, agents: {agent: {name: {...}}}}; YAML only; "
-        "the six defaults when unset (see scorers.slo and README, Quality targets).",
+        "the six defaults when unset (see scorers.slo and docs/quality.md).",
     )
     detection: Mapping[str, Any] | None = Field(
         None,
@@ -233,7 +233,7 @@ class Settings(BaseModel):
     sessions: Mapping[str, Any] | None = Field(
         None,
         description="Your own attribute keys of session and user ids {session_keys: [...], user_keys: [...]}, tried "
-        "after the built-in ones; YAML only (see scorers.session_ids and README, Sessions).",
+        "after the built-in ones; YAML only (see scorers.session_ids and docs/sessions.md).",
     )
     judges: Mapping[str, Any] | None = Field(
         None, description="LLM judges {name: {rubric, model, base_url, ...}}; YAML only (see scorers.judge.config)."
