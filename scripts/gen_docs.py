@@ -56,11 +56,11 @@ def settings_page() -> str:
         "variable and a `<name>` key in the YAML file (`./vigil.yaml` or `$VIGIL_CONFIG`); variables win over "
         "the file. A mapping setting given as a variable names a YAML file holding the mapping. What the "
         "settings mean together is in [Configuration](../configuration.md).\n\n",
-        "| key | variable | default | description |\n|---|---|---|---|\n",
+        "| variable and YAML key | default | description |\n|---|---|---|\n",
     ]
     for key, field in Settings.model_fields.items():
         variable = f"{ENV_PREFIX}{key.upper()}"
-        rows.append(f"| `{key}` | `{variable}` | {_cell(_default(field))} | {_cell(field.description or '')} |\n")
+        rows.append(f"| `{variable}`<br>`{key}` | {_cell(_default(field))} | {_cell(field.description or '')} |\n")
     return "".join(rows)
 
 
