@@ -35,3 +35,16 @@ def test_every_setting_and_metric_is_in_the_reference() -> None:
     assert "vigil_runs_total" in names
     for name in names:
         assert f"| `{name}` |" in metrics, name
+
+
+def test_readme_fits_on_a_screen_or_two() -> None:
+    """README.md: the title and one sentence first, under 250 lines, its images and manual links resolve."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert text.startswith("# Vigil\n\n")
+    assert len(text.splitlines()) < 250
+    targets = re.findall(r"\]\(((?:docs/)[^)#\s]+)", text)
+    assert "docs/images/review.png" in targets
+    for target in targets:
+        assert (ROOT / target).exists(), target
