@@ -135,7 +135,18 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
 
 
 def cli_page() -> str:
-    os.environ["COLUMNS"] = "100"
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: a fixed width, the same page everywhere
+    try:
+        return _cli_page()
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+
+
+def _cli_page() -> str:
     from vigil.cli import parser
 
     top = parser()
