@@ -7,7 +7,7 @@ at the server, tool calls inside the tools, limits and blocks from what it caugh
 with ``bash scripts/capture_traces.sh``. The tests replay the captures without the frameworks
 installed and compute, per stack and overall, recall and precision of ``hit_max_iterations``,
 ``safety_blocked`` and ``errored`` and the accuracy of every counted field; each must be at least
-0.99. The table is written to ``test-artifacts/conformance.md`` (and reproduced in README).
+0.99. The table is written to ``test-artifacts/conformance.md`` (and reproduced in docs/scoring.md, "Supported stacks").
 """
 
 from __future__ import annotations
