@@ -45,4 +45,5 @@ echo "== import-linter"; .venv/bin/lint-imports
 echo "== mkdocs build --strict"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q --site-dir site
 echo "== pytest"
 mkdir -p test-artifacts
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests in the log, where the suite's time goes (it must stay well inside CI's limit).
+.venv/bin/pytest -q -p no:cacheprovider --durations=30 "$@"
