@@ -846,7 +846,7 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * plain slotted class whose every name is an object slot (dataclasses with slots=True).
  */
 typedef struct {
-    PyObject_HEAD
+    PyObject_VAR_HEAD /* allocated with PyObject_GC_NewVar: ob_size must not overlap cls */
     PyTypeObject *cls;
     PyObject *names;
     Py_ssize_t n;

@@ -91,3 +91,14 @@ class TestFastConstructor:
             new_span(*FIELDS[:-1], bogus="s")
         with pytest.raises(TypeError):
             new_span(*FIELDS[:-1], trace_id="a" * 32)
+
+
+def test_constructor_object_header_is_variable_size() -> None:
+    """Issue 42 (3): the Constructor type is allocated with PyObject_GC_NewVar, so its struct starts
+    with PyObject_VAR_HEAD; with PyObject_HEAD the size field overlapped the cls pointer and
+    sys.getsizeof returned an address-sized number."""
+    import sys
+
+    from collector import model
+
+    assert sys.getsizeof(model.new_span) < 4096
