@@ -387,8 +387,8 @@ def _attributes_py(attrs: Mapping[str, AttrValue], text: Texts, depth: int = 0) 
     if len(attrs) <= MAX_ATTRIBUTES and text.clean_keys.issuperset(attrs):
         try:
             for value in attrs.values():
-                if value.__class__ is list:
-                    if len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
+                if value.__class__ is list:  # (at depth 3 a list is stored as its string: looked at below)
+                    if depth >= 3 or len(value) > MAX_LIST_ITEMS or not clean.issuperset(value):
                         break
                 elif value.__class__ is str and len(value) > Texts.CACHED_CHARS:
                     if text(value) is not value:  # a long text (messages, results): unchanged when nothing in it

@@ -224,3 +224,15 @@ def test_conversation_shows_each_message_once_as_histories_grow_are_rewritten_an
     run = Run("0" * 31 + "1", steps=tuple(call(i, h) for i, h in enumerate(histories)))
     shown = [e["content"] for e in details._conversation(run, details.Texts(Redactor())) if e["kind"] == "message"]
     assert ["a", "b", "c", "x", "d", "e"] == shown
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_list_at_depth_three_is_its_string_however_warm_the_cache(compiled: bool) -> None:
+    """Issue 42 (4): the "every key and value already known clean" shortcut skipped the rule that
+    stores a list at depth 3 as its string, so a warm cache stored ['v'] where a cold one stored "['v']"."""
+    attrs: dict[str, Any] = {"a": [{"x": "v", "b": {"c": ["v"]}}]}
+    attributes = details._attributes if compiled else details._attributes_py
+    texts = details.Texts(Redactor())
+    cold = attributes(attrs, texts)
+    warm = attributes(attrs, texts)
+    assert cold == warm == ({"a": [{"x": "v", "b": {"c": "['v']"}}]}, 0)
