@@ -12,6 +12,7 @@ import base64
 import gzip
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ from tests.support.fuzzing import otlp_requests, protobuf_bodies
 from vigil.bench.synth import bodies
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
+EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "80"))  # raised on demand, as in test_fuzz.py
 FUZZ = settings(
-    max_examples=80,
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -231,3 +233,8 @@ def test_repeated_ids_and_names_are_one_object_each() -> None:
     for batch in result.batches:  # the record key is the spans' own trace id object
         assert all(s.trace_id is batch.trace_id for s in batch.spans)
     _same(result, _python(body))
+
+
+def test_fuzz_examples_follow_vigil_fuzz_examples() -> None:
+    """Issue 42: the hypothesis fuzz tests here honour VIGIL_FUZZ_EXAMPLES like the others."""
+    assert FUZZ.max_examples == int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "80"))
