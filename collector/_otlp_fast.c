@@ -135,6 +135,22 @@ text(const uint8_t *data, Py_ssize_t len)
 }
 
 
+/* 1 when an earlier copy of a repeated text field (or none: NULL) is UTF-8. protobuf checks every
+ * copy while the decoder keeps the last: an earlier bad copy hands the body back (ODD). */
+static int
+earlier_utf8(const uint8_t *data, Py_ssize_t len)
+{
+    if (data == NULL || len == 0)
+        return 1;
+    PyObject *s = text(data, len);
+    if (s == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(s);
+    return 1;
+}
+
 /* A cache of short texts (attribute keys and short string values repeat across spans:
  * operation names, models, systems, finish reasons). A hit returns the same str object
  * (keys interned, so the normaliser's look-ups by constant compare by identity) with its
@@ -363,7 +379,7 @@ key_value_into(Ctx *c, PyObject *dict, const uint8_t *data, Py_ssize_t len, long
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         if (f.field == 1) {
-            if (f.wire != 2)
+            if (f.wire != 2 || !earlier_utf8(key, key_len))
                 return ODD;
             key = f.data;
             key_len = f.len;
@@ -433,7 +449,7 @@ event(Ctx *c, const Field *msg, PyObject **out)
                 rc = ODD;
             time_ns = f.num;
         } else if (f.field == 2) {
-            if (f.wire != 2)
+            if (f.wire != 2 || !earlier_utf8(name, name_len))
                 rc = ODD;
             name = f.data;
             name_len = f.len;
@@ -514,7 +530,14 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
             if (f.field == 1) { trace_id = f.data; trace_len = f.len; }
             else if (f.field == 2) { span_id = f.data; span_len = f.len; }
             else if (f.field == 4) { parent_id = f.data; parent_len = f.len; }
-            else if (f.field == 5) { name = f.data; name_len = f.len; }
+            else if (f.field == 5) {
+                if (!earlier_utf8(name, name_len)) {
+                    rc = ODD;
+                    break;
+                }
+                name = f.data;
+                name_len = f.len;
+            }
             else {
                 if (status != NULL)
                     rc = ODD; /* merged by protobuf */
@@ -729,7 +752,7 @@ scope_spans(Ctx *c, const Field *msg, PyObject *resource)
         while (sr.p < sr.end) {
             CHECK(next_field(&sr, &f));
             if (f.field == 1) {
-                if (f.wire != 2)
+                if (f.wire != 2 || !earlier_utf8(name, name_len))
                     return ODD;
                 name = f.data;
                 name_len = f.len;

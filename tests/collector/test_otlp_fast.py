@@ -238,3 +238,19 @@ def test_repeated_ids_and_names_are_one_object_each() -> None:
 def test_fuzz_examples_follow_vigil_fuzz_examples() -> None:
     """Issue 42: the hypothesis fuzz tests here honour VIGIL_FUZZ_EXAMPLES like the others."""
     assert FUZZ.max_examples == int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "80"))
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads under 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+def test_an_earlier_bad_utf8_copy_of_a_repeated_key_is_rejected_like_protobuf() -> None:
+    """Issue 42 (2): the C decoder kept the last copy of a repeated text field and checked only it."""
+    kv = _ld(1, b"\xff") + _ld(1, b"k") + _ld(2, _ld(1, b"v"))  # key given twice: first copy not UTF-8
+    span = _ld(1, b"\x01" * 16) + _ld(2, b"\x02" * 8) + _ld(5, b"s") + _ld(9, kv)
+    body = _ld(1, _ld(2, _ld(2, span)))  # resource_spans / scope_spans / spans
+    with pytest.raises(Exception, match=r"(?i)utf-?8|pars"):
+        ExportTraceServiceRequest.FromString(body)  # the reference rejects the body
+    assert _compiled(body) is None  # the C decoder hands it back (it accepted it before the fix)
