@@ -359,10 +359,14 @@ def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
     else:
         try:
             kv = KeyValue.FromString(raw)
-        except _ProtobufError:
+        except _ProtobufError as exc:
             # Nesting past the protobuf runtime's recursion limit (~33 kvlist levels) fails the
-            # generic parser; the wire reader cuts at MAX_DEPTH like the JSON decoder does.
-            key, value = _wire_pair(memoryview(raw), 0)
+            # generic parser; the wire reader cuts at MAX_DEPTH like the JSON decoder does. Any
+            # other failure is malformed data, rejected at once: walking it in Python would cost
+            # a hostile body seconds of CPU for nothing (a pair of 2-byte fields with a cut tag).
+            if not _too_deep(exc):
+                raise
+            key, value = _wire_pair(memoryview(raw), 0, [WIRE_FIELDS_MIN + len(raw) // WIRE_BYTES_PER_FIELD])
         else:
             key = kv.key
             value = _pb_value(kv.value, 0)
@@ -418,6 +422,22 @@ def _pb_value(value: Any, depth: int) -> AttrValue:
     return None  # unset, or string_value_strindex (profiles only)
 
 
+WIRE_BYTES_PER_FIELD = 64
+"""The wire reader's budget: at most one field per this many bytes of a pair (plus
+:data:`WIRE_FIELDS_MIN`), so a deeply nested pair padded with tiny fields costs a few times an ordinary
+pair of its size, not seconds; a pair over budget is rejected as malformed (its span counted in
+``vigil_spans_rejected_total``)."""
+
+WIRE_FIELDS_MIN = 256
+"""Fields every pair may have whatever its size."""
+
+
+def _too_deep(exc: Exception) -> bool:
+    """Whether the protobuf runtime refused a pair for its nesting alone (upb: ``…MaxDepth``)."""
+    text = str(exc).lower()
+    return "depth" in text or "recursion" in text or "too deep" in text
+
+
 def _varint(data: memoryview, at: int) -> tuple[int, int]:
     result = shift = 0
     while True:
@@ -431,10 +451,14 @@ def _varint(data: memoryview, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _wire_fields(data: memoryview) -> Iterable[tuple[int, int, int | memoryview]]:
-    """``(field, wire type, value)`` of a message's wire bytes (varints as ints, others as bytes)."""
+def _wire_fields(data: memoryview, budget: list[int]) -> Iterable[tuple[int, int, int | memoryview]]:
+    """``(field, wire type, value)`` of a message's wire bytes (varints as ints, others as bytes);
+    ``budget[0]``: the fields the walk may still read (shared by a pair's whole walk)."""
     at = 0
     while at < len(data):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _ProtobufError("attribute has too many wire fields for its size")
         tag, at = _varint(data, at)
         field, wire = tag >> 3, tag & 7
         if wire == 0:
@@ -465,21 +489,36 @@ def _text(value: int | memoryview) -> str:
         raise _ProtobufError(f"attribute text is not valid UTF-8: {exc}") from exc
 
 
-def _wire_pair(data: memoryview, depth: int) -> tuple[str, AttrValue]:
+def _wire_pair(data: memoryview, depth: int, budget: list[int]) -> tuple[str, AttrValue]:
     """A ``KeyValue`` read straight from the wire (for nesting too deep for the protobuf runtime)."""
     key, value = "", None
-    for field, _, raw in _wire_fields(data):
+    for field, _, raw in _wire_fields(data, budget):
         if field == 1:
             key = _text(raw)
         elif field == 2 and isinstance(raw, memoryview):
-            value = _wire_value(raw, depth)
+            value = _wire_value(raw, depth, budget)
+        else:
+            raise _unknown(field)
     return key, value
 
 
-def _wire_value(data: memoryview, depth: int) -> AttrValue:
+def _unknown(field: int) -> _ProtobufError:
+    """A pair too deep for protobuf that also carries a field OTLP does not define: malformed (protobuf
+    would skip it, but nothing sends one, and skipping tiny ones is the walk's whole cost)."""
+    return _ProtobufError(f"deeply nested attribute has an unknown field {field}")
+
+
+def _known(field: int) -> bool:
+    """``values`` (1) is the one field of an ``ArrayValue`` or ``KeyValueList``; any other is malformed."""
+    if field != 1:
+        raise _unknown(field)
+    return True
+
+
+def _wire_value(data: memoryview, depth: int, budget: list[int]) -> AttrValue:
     """An ``AnyValue`` from the wire; ``array``/``kvlist`` at :data:`MAX_DEPTH` become ``None`` (as in JSON)."""
     value: AttrValue = None
-    for field, wire, raw in _wire_fields(data):
+    for field, wire, raw in _wire_fields(data, budget):
         if field == 1:
             value = truncate_text(_text(raw))
         elif field == 2 and wire == 0 and isinstance(raw, int):
@@ -494,11 +533,13 @@ def _wire_value(data: memoryview, depth: int) -> AttrValue:
             if depth >= MAX_DEPTH:
                 value = None
             else:
-                items = [v for f, _, v in _wire_fields(raw) if f == 1 and isinstance(v, memoryview)]
+                items = [v for f, _, v in _wire_fields(raw, budget) if _known(f) and isinstance(v, memoryview)]
                 if field == 5:
-                    value = [_wire_value(v, depth + 1) for v in items]
+                    value = [_wire_value(v, depth + 1, budget) for v in items]
                 else:
-                    value = dict(_wire_pair(v, depth + 1) for v in items)
+                    value = dict(_wire_pair(v, depth + 1, budget) for v in items)
+        elif not 1 <= field <= 8:  # 8: string_value_strindex (profiles), None as the protobuf path reads it
+            raise _unknown(field)
     return value
 
 

@@ -381,3 +381,73 @@ class TestRobustness:
         except DecodeError:
             return
         _encodes_back(result.batches)
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    size, out = len(payload), bytearray([field << 3 | 2])
+    while True:
+        out.append(size & 0x7F | (0x80 if size > 0x7F else 0))
+        size >>= 7
+        if not size:
+            return bytes(out) + payload
+
+
+def _body_with_raw_attribute(*raws: bytes) -> bytes:
+    """A one-span request whose attributes are the given serialized ``KeyValue`` bytes, as sent."""
+    from collector._otlp_wire import WireRequest
+
+    request = WireRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = TRACE, SPAN, "s"
+    span.attributes.extend(raws)
+    return bytes(request.SerializeToString())
+
+
+def _nested(levels: int) -> bytes:
+    """A ``KeyValue`` whose value nests ``levels`` kvlists (past the protobuf runtime's ~33 at 40)."""
+    value = _ld(1, b"x")
+    for _ in range(levels):
+        value = _ld(6, _ld(1, _ld(1, b"k") + _ld(2, value)))
+    return _ld(1, b"deep") + _ld(2, value)
+
+
+class TestHostileAttributes:
+    """The Python decoder's wire reader (for nesting too deep for protobuf) cannot be made to walk junk."""
+
+    @pytest.mark.python_decoder
+    def test_a_malformed_pair_is_rejected_without_walking_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """2-byte unknown fields ending in a cut-off tag: protobuf refuses the pair as corrupt, and the
+        span is rejected at once — the field-by-field Python walk (seconds of CPU for a 20 MiB body)
+        is never started."""
+        walked: list[int] = []
+        real = otlp._wire_pair
+        monkeypatch.setattr(otlp, "_wire_pair", lambda *a: walked.append(1) or real(*a))
+        raw = _ld(1, b"a") + b"\x78\x00" * 50_000 + b"\x80"
+        result = decode_protobuf(_body_with_raw_attribute(raw))
+        assert (0, 1, []) == (len(result.batches), result.rejected, walked)
+        assert "invalid attributes" in result.errors[0]
+
+    @pytest.mark.python_decoder
+    def test_nesting_too_deep_for_protobuf_is_still_read_and_cut(self) -> None:
+        (span,) = [s for b in decode_protobuf(_body_with_raw_attribute(_nested(40))).batches for s in b.spans]
+        value = span.attributes["deep"]
+        for _ in range(MAX_DEPTH):
+            assert isinstance(value, dict)
+            value = value["k"]
+        assert value is None
+
+    @pytest.mark.python_decoder
+    def test_a_deep_pair_with_an_unknown_field_is_malformed(self) -> None:
+        """Deep enough for the wire reader, padded with 2-byte unknown fields: rejected at the first."""
+        result = decode_protobuf(_body_with_raw_attribute(_nested(40) + b"\x78\x00" * 50_000))
+        assert (0, 1) == (len(result.batches), result.rejected)
+        assert "unknown field 15" in result.errors[0]
+
+    @pytest.mark.python_decoder
+    def test_a_deep_pair_padded_with_repeated_fields_is_over_the_walks_budget(self) -> None:
+        """Deep, padded with 2-byte copies of its own key field (legal protobuf, the last one wins): more
+        fields than one per WIRE_BYTES_PER_FIELD bytes, rejected as malformed rather than walked to the end."""
+        result = decode_protobuf(_body_with_raw_attribute(_nested(40) + b"\x0a\x00" * 50_000))
+        assert (0, 1) == (len(result.batches), result.rejected)
+        assert "too many wire fields" in result.errors[0]
