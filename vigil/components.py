@@ -350,10 +350,12 @@ async def serve_until_signal(
     *,
     stop: StopSignal | None = None,
     stopping: dict[str, Any] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> bool:
     """Start ``components``, run until SIGTERM/SIGINT or until a ``watch`` ed server ends, shut them down.
 
-    Logs ``<name>_started`` (with ``started``) and ``<name>_stopping`` (with ``stopping``).
+    Logs ``<name>_started`` (with ``started``) and ``<name>_stopping`` (with ``stopping``); calls
+    ``on_started`` once everything has started (``vigil run`` prints its addresses for a person).
 
     Args:
         name: the role's name in the log.
@@ -370,6 +372,8 @@ async def serve_until_signal(
     stop = stop or StopSignal()
     await asyncio.to_thread(components.start)
     log.info(f"{name}_started", **started)
+    if on_started is not None:
+        on_started()
     waits: list[asyncio.Future[Any]] = [asyncio.create_task(stop.event.wait())]
     waits += [asyncio.wrap_future(s.future) for s in watch if s.future is not None]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -371,12 +371,40 @@ async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo
         "metrics": s.metrics_port,
         "database": _redact(s.database_url),
     }
-    await serve_until_signal("vigil", components, servers, started, stop=stop)
+    banner = start_banner(s)
+    await serve_until_signal(
+        "vigil", components, servers, started, stop=stop, on_started=lambda: print(banner, flush=True)
+    )
     drained = components.clean.get("worker", False)
     # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
     # after a restart, the next process counts only runs new to the index.
     log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)
     return drained
+
+
+def _browsable(host: str) -> str:
+    """A host a browser on this machine can open: a wildcard listen address reads as loopback."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def start_banner(s: Settings) -> str:
+    """The line ``vigil run`` prints on stdout once it serves (the JSON log stays on stderr): where the
+    reviewer UI, the OTLP receivers and the metrics are, and where the UI's token comes from."""
+    ui = f"http://{_browsable(s.bind_host('http'))}:{s.http_port}/"
+    otlp = f"http://{_browsable(s.bind_host('otlp_http'))}:{s.otlp_http_port}"
+    grpc = f" (gRPC {_browsable(s.bind_host('otlp_grpc'))}:{s.otlp_grpc_port})" if s.otlp_grpc_port else ""
+    metrics = f"http://{_browsable(s.bind_host('metrics'))}:{s.metrics_port}/metrics"
+    token = (
+        "log in with VIGIL_ADMIN_TOKEN"
+        if s.admin_token is not None
+        else "log in with a token from `vigil tokens create --role admin`, or an empty one while none exists"
+    )
+    return (
+        f"Vigil is running. Reviewer UI and API: {ui} ({token}) · OTLP: {otlp}{grpc} · metrics: {metrics} · "
+        f"store: {_redact(s.database_url)} · Ctrl-C stops it."
+    )
 
 
 DEMO_STOP_S = 10.0
