@@ -427,6 +427,23 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0 if explanations else 1
 
 
+def settings_epilog() -> str:
+    """The settings every role reads, for its ``--help``: each ``VIGIL_*`` variable, its default and
+    the first sentence of its description (the whole reference: docs/reference/settings.md)."""
+    from vigil.settings import ENV_PREFIX, Settings
+
+    lines = [
+        "settings (environment variable=default; the same key in lowercase in vigil.yaml, or $VIGIL_CONFIG;",
+        "every one explained in docs/reference/settings.md):",
+    ]
+    for name, field in Settings.model_fields.items():
+        default = "" if field.is_required() or field.default_factory is not None else field.default
+        shown = "unset" if default is None else str(getattr(default, "value", default))
+        about = (field.description or "").split(". ")[0].rstrip(".")
+        lines.append(f"  {ENV_PREFIX}{name.upper()}={shown}  {about}")
+    return "\n".join(lines)
+
+
 def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The scale-out roles and their tooling (issue 3)."""
     for role, text in (
@@ -434,7 +451,9 @@ def _add_scale_out(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         ("scorer", "Kafka consumer group: assemble, score, store, /metrics"),
         ("review", "REST API over the store (PostgreSQL via VIGIL_DATABASE_URL)"),
     ):
-        sub.add_parser(role, help=text).set_defaults(func=_cmd_role, role=role)
+        sub.add_parser(
+            role, help=text, epilog=settings_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter
+        ).set_defaults(func=_cmd_role, role=role)
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("upgrade", help="migrate VIGIL_DATABASE_URL to the newest schema").set_defaults(
@@ -542,7 +561,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("--config", default=None, help="YAML config file (default $VIGIL_CONFIG or ./vigil.yaml)")
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="everything in one process on SQLite (receivers, scorers, API, /metrics)")
+    run = sub.add_parser(
+        "run",
+        help="everything in one process on SQLite (receivers, scorers, API, /metrics)",
+        epilog=settings_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--demo", action="store_true", help="also run the demo agent fleet against this Vigil")
     run.add_argument("--demo-rate", type=_positive, default=2.0, help="demo runs per second (default 2)")
     run.set_defaults(func=_cmd_run)

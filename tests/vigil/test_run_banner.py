@@ -1,8 +1,11 @@
-"""The line ``vigil run`` prints for a person once it serves (vigil.run.start_banner)."""
+"""What a person reads of a role: the line ``vigil run`` prints once it serves (vigil.run.start_banner),
+and every role's ``--help`` with the settings it reads."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from vigil.run import start_banner
 from vigil.settings import Settings
@@ -44,3 +47,15 @@ def test_own_ports_a_wildcard_host_an_admin_token_and_a_password_in_the_url(tmp_
     assert "log in with VIGIL_ADMIN_TOKEN" in line
     assert "hunter2" not in line
     assert "s3cret-token-value" not in line
+
+
+def test_every_roles_help_lists_every_setting_with_its_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    from vigil.cli import main
+
+    for role in ("run", "collector", "scorer", "review"):
+        with pytest.raises(SystemExit):
+            main([role, "--help"])
+        text = capsys.readouterr().out
+        missing = [n for n in Settings.model_fields if f"VIGIL_{n.upper()}=" not in text]
+        assert [] == missing, role
+        assert "VIGIL_HTTP_PORT=8080  REST API and reviewer UI port" in text
