@@ -70,8 +70,8 @@ def _where(conn: sa.Connection, f: ItemFilter, *, with_state: bool = True) -> li
     return clauses
 
 
-def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200) -> list[dict[str, Any]]:
-    """Items matching ``f``, highest priority first then oldest, at most ``limit`` (≤ 500)."""
+def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
+    """Items matching ``f``, highest priority first then oldest, at most ``limit`` (≤ 500) from ``offset``."""
     query = (
         sa.select(
             review_items.c.id,
@@ -90,6 +90,7 @@ def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200) -> list[dic
         .where(*_where(conn, f))
         .order_by(review_items.c.priority_rank.desc(), review_items.c.created_at, review_items.c.id)
         .limit(min(limit, MAX_ITEMS))
+        .offset(max(0, offset))
     )
     return [dict(row) for row in conn.execute(query).mappings()]
 

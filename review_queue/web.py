@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import Depends, FastAPI, Form, Request
@@ -130,6 +130,20 @@ def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
         return response
 
 
+QUEUE_PAGE = 100
+"""Items a page of the queue shows; the page says which of how many, with links to the others."""
+
+
+def _page_links(filters: dict[str, Any], page: int, *, has_next: bool) -> dict[str, str | None]:
+    """The previous and next pages' URLs under the same filters (``None`` where there is none)."""
+    query = {k: ("1" if v is True else v) for k, v in filters.items() if v}
+
+    def at(n: int) -> str:
+        return "/queue?" + urlencode({**query, **({"page": n} if n > 1 else {})})
+
+    return {"previous": at(page - 1) if page > 1 else None, "next": at(page + 1) if has_next else None}
+
+
 def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
     access = services.access
     reader = Depends(access.require_page(*READERS))
@@ -146,7 +160,9 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
         agent: str = "",
         mine: bool = False,
         notice: str = "",
+        page: int = 1,
     ) -> HTMLResponse:
+        page = max(1, page)
         f = listing.ItemFilter(
             state=state or None,
             priority=priority or None,
@@ -155,11 +171,22 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             assignee=who.name if mine else None,
         )
         with guard("queue_page", services.store.retry_after_s), services.store.engine.connect() as conn:
-            items = listing.list_items(conn, f)
+            items = listing.list_items(conn, f, QUEUE_PAGE + 1, (page - 1) * QUEUE_PAGE)
             counts = listing.item_counts(conn, f)
         filters = {"state": state, "priority": priority, "reason": reason, "agent": agent, "mine": mine}
+        total = counts.get(state, 0) if state else sum(counts.values())
+        first = (page - 1) * QUEUE_PAGE
+        pages = _page_links(filters, page, has_next=len(items) > QUEUE_PAGE)
+        shown = {"first": first + 1, "last": first + min(len(items), QUEUE_PAGE), "total": total, **pages}
         return render(
-            "queue.html", request, items=items, counts=counts, filters=filters, now=time.time(), notice=notice
+            "queue.html",
+            request,
+            items=items[:QUEUE_PAGE],
+            counts=counts,
+            filters=filters,
+            now=time.time(),
+            notice=notice,
+            shown=shown,
         )
 
     @app.post("/queue/claim", include_in_schema=False)

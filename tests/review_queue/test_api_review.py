@@ -187,3 +187,29 @@ class TestQueueView:
         assert [] == rows(state="done")
         page = client.get("/queue", params={"reason": "errored"}, headers=alice).text
         assert 'data-state="pending">2<' in page
+
+    def test_pages_past_the_first_hundred_items(
+        self, store: SqlStore, services: ReviewServices, client: TestClient
+    ) -> None:
+        """250 pending items: three pages of at most QUEUE_PAGE, each saying which of how many, the
+        filters kept in the links; every item on exactly one page (the random-sample items at the end
+        of the order are reachable)."""
+        from review_queue.web import QUEUE_PAGE
+
+        store.write([scored_run(f"{i:032x}", reasons=["random_sample"], agent="support") for i in range(250)])
+        alice = _who(services, "alice")
+        seen: list[str] = []
+        url: str | None = "/queue?agent=support"
+        pages = 0
+        while url is not None:
+            html = client.get(url, headers=alice).text
+            rows = [part.split('"')[0] for part in html.split('data-item="')[1:]]
+            assert len(rows) <= QUEUE_PAGE
+            first = len(seen) + 1
+            assert f"Items {first}–{len(seen) + len(rows)} of 250" in html
+            seen += rows
+            pages += 1
+            found = html.split('rel="next"')[0].rsplit('href="', 1)[-1].split('"')[0] if 'rel="next"' in html else None
+            url = found.replace("&amp;", "&") if found else None
+            assert url is None or "agent=support" in url
+        assert (3, 250, 250) == (pages, len(seen), len(set(seen)))
