@@ -197,7 +197,12 @@ def snapshot_conversation(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
     final = snapshot.get("final_output")
     if final:
-        entries.append({"kind": "final", "content": final, "span_id": ""})
+        ended = None
+        if snapshot.get("hit_max_iterations"):
+            ended = "at its iteration cap"
+        elif snapshot.get("errored"):
+            ended = "with an error"
+        entries.append({"kind": "final", "content": final, "span_id": "", **({"ended": ended} if ended else {})})
     return entries
 
 

@@ -236,3 +236,25 @@ def test_a_list_at_depth_three_is_its_string_however_warm_the_cache(compiled: bo
     cold = attributes(attrs, texts)
     warm = attributes(attrs, texts)
     assert cold == warm == ({"a": [{"x": "v", "b": {"c": "['v']"}}]}, 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "ended"),
+    [
+        ({}, None),
+        ({"hit_max_iterations": True}, "at its iteration cap"),
+        ({"errored": True}, "with an error"),
+        ({"safety_blocked": True}, None),  # a blocked run's refusal is what it answered
+    ],
+)
+def test_the_last_output_of_a_run_that_ended_without_an_answer_is_not_its_final_answer(
+    fields: dict[str, bool], ended: str | None
+) -> None:
+    """A run cut at its iteration cap (or errored) whose last assistant message stands as its
+    final output: the conversation marks that message as where the run ended, never "final"."""
+    from scorers.model import Message, Run
+
+    said = (Message("user", "Where is my order?"), Message("assistant", "Calling lookup_order(42)"))
+    run = Run("0" * 31 + "2", messages=said, final_output="Calling lookup_order(42)", **fields)
+    [last] = [e for e in details._conversation(run, details.Texts(Redactor())) if e.get("role") == "assistant"]
+    assert (last.get("final", False), last.get("ended")) == (ended is None, ended)
