@@ -50,6 +50,7 @@ import zstandard
 from collector.budget import ByteAccount
 from collector.lifecycle import name_os_thread
 from collector.model import AttrValue, SpanEvent
+from review_queue.views import unanswered
 from scorers import content
 from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
 from scorers.pricing import PriceTable
@@ -542,7 +543,7 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
         last = next((e for e in reversed(entries) if e["kind"] == "message" and e["role"] == "assistant"), None)
         redacted = text(final)
         said = "" if last is None else str(last["content"]).strip()
-        ended = unanswered(run)  # the last output of a run that ended without an answer is not one
+        ended = unanswered(run.hit_max_iterations, run.errored)  # its last output is then not an answer
         if last is None or not said or (said != redacted.strip() and said not in redacted):
             entries.append({"kind": "final", "content": redacted, "span_id": "", **({"ended": ended} if ended else {})})
         elif ended:
@@ -550,16 +551,6 @@ def _conversation(run: Run, text: Texts) -> list[dict[str, Any]]:
         else:
             last["final"] = True
     return entries
-
-
-def unanswered(run: Run) -> str | None:
-    """How a run ended without an answer (``at its iteration cap``, ``with an error``), or ``None`` when it answered:
-    its last output is then what it had said so far, not a final answer (a blocked run's refusal is)."""
-    if run.hit_max_iterations:
-        return "at its iteration cap"
-    if run.errored:
-        return "with an error"
-    return None
 
 
 def _fit(doc: dict[str, Any], size: int) -> None:

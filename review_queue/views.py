@@ -35,6 +35,17 @@ ROW_HEIGHT = 22
 LABEL_WIDTH = 0
 
 
+def unanswered(hit_max_iterations: bool, errored: bool) -> str | None:
+    """How a run ended without an answer (``at its iteration cap``, ``with an error``), or ``None`` when
+    it answered: its last output is then what it had said so far, not a final answer (a blocked run's
+    refusal is its answer)."""
+    if hit_max_iterations:
+        return "at its iteration cap"
+    if errored:
+        return "with an error"
+    return None
+
+
 def waterfall(steps: Sequence[Mapping[str, Any]], start_ns: int, end_ns: int) -> dict[str, Any]:
     """Lay the run's steps out as bars on a shared time axis.
 
@@ -197,11 +208,7 @@ def snapshot_conversation(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
     final = snapshot.get("final_output")
     if final:
-        ended = None
-        if snapshot.get("hit_max_iterations"):
-            ended = "at its iteration cap"
-        elif snapshot.get("errored"):
-            ended = "with an error"
+        ended = unanswered(bool(snapshot.get("hit_max_iterations")), bool(snapshot.get("errored")))
         entries.append({"kind": "final", "content": final, "span_id": "", **({"ended": ended} if ended else {})})
     return entries
 

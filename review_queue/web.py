@@ -253,6 +253,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "item": item,
             "run": run,
             "snap": snapshot,
+            "ended": views.unanswered(bool(snapshot.get("hit_max_iterations")), bool(snapshot.get("errored"))),
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             **run_view(services, item["trace_id"], snapshot, run),
             "position": _turn_position(services, item["trace_id"]),
