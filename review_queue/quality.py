@@ -126,8 +126,9 @@ class _Agent:
     """Each LLM judge's pass on the random stratum's members it judged: judge → trace id → passed."""
 
 
-def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
-    """Every agent's strata in [since, until): sizes, completions, sample members and first verdicts."""
+def _load(conn: sa.Connection, since: float, until: float, *, judges: bool = True) -> dict[str, _Agent]:
+    """Every agent's strata in [since, until): sizes, completions, sample members and first verdicts
+    (and, with ``judges``, the LLM judges' passes on the sample: :func:`_load_judged`)."""
     in_window = sa.and_(runs.c.created_at >= since, runs.c.created_at < until)
     agents: dict[str, _Agent] = {}
     one = sa.literal(1)
@@ -182,7 +183,8 @@ def _load(conn: sa.Connection, since: float, until: float) -> dict[str, _Agent]:
         cats = frozenset(str(c) for c in categories or ())
         cell.first.append((bool(drawn), verdict == "pass", 1.0 / float(rate), bool(completed), cats))
         cell.first_ids.append(trace_id)
-    _load_judged(conn, in_window, agents)
+    if judges:
+        _load_judged(conn, in_window, agents)
     return agents
 
 
@@ -612,7 +614,7 @@ def allocation_inputs(engine: sa.Engine, now: float) -> dict[str, tuple[float, t
     out: dict[str, tuple[float, tuple[float, float]]] = {}
     with engine.connect() as conn:
         counts = {str(a): (int(n), int(c or 0)) for a, n, c in conn.execute(shares)}
-        agents = _load(conn, now - WINDOWS[ALLOCATION_WINDOW], now)
+        agents = _load(conn, now - WINDOWS[ALLOCATION_WINDOW], now, judges=False)
     for agent, (total, completed) in counts.items():
         seen = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}  # predicted completed → [passes, weight, verdicts]
         entry = agents.get(agent, _Agent())

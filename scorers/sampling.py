@@ -124,9 +124,9 @@ class ReviewBudget:
     def rate_of(self, run: Run) -> float:
         """The random stratum's rate for ``run`` now: its agent's, or its group's when the sample goes
         where the prediction is least sure (the scoring path calls it once per run)."""
-        split = self._split.get(run.agent) if self._cells is not None else None
+        split = self._split.get(run.agent)  # empty unless cells are given
         if split is None:
-            return self._own.get(run.agent, self._fleet)
+            return self.rate(run.agent)
         return split[0] if task_completed(run) else split[1]
 
     def refresh(self) -> None:
