@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import signal
@@ -427,6 +428,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0 if explanations else 1
 
 
+@functools.cache
 def settings_epilog() -> str:
     """The settings every role reads, for its ``--help``: each ``VIGIL_*`` variable, its default and
     the first sentence of its description (the whole reference: docs/reference/settings.md)."""
