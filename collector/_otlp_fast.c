@@ -82,10 +82,12 @@ static int
 next_field(Reader *r, Field *f)
 {
     uint64_t tag, len;
+    const uint8_t *start = r->p;
     CHECK(read_varint(r, &tag));
     f->field = (uint32_t)(tag >> 3);
     f->wire = (int)(tag & 7);
-    if (f->field == 0 || (tag >> 3) > 0x1FFFFFFF)
+    /* protobuf reads a tag in at most 5 bytes: a longer (over-long) encoding is corrupt there */
+    if (f->field == 0 || (tag >> 3) > 0x1FFFFFFF || r->p - start > 5)
         return ODD;
     switch (f->wire) {
     case 0:

@@ -23,8 +23,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from collector import otlp
 from collector.errors import DecodeError
-from collector.model import DecodeResult, SpanEvent, new_span
+from collector.model import DecodeResult
 from collector.otlp import decode_json, encode_batch
+from tests.support.decoders import assert_same as _same
+from tests.support.decoders import compiled_decode as _compiled
+from tests.support.decoders import python_decode as _python
 from tests.support.fuzzing import otlp_requests, protobuf_bodies
 from vigil.bench.synth import bodies
 
@@ -35,39 +38,6 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-
-def _compiled(body: bytes) -> DecodeResult | None:
-    """The compiled decoder's result, or None when it hands the body back."""
-    fast = otlp._fast
-    assert fast is not None, "collector._otlp_fast was not built by the install"
-    acc = otlp._Accumulator()
-    limits = (otlp.MAX_DEPTH, otlp.MAX_ATTRIBUTE_BYTES)
-    cut = fast.decode(body, acc.traces, acc.reject_ids, new_span, SpanEvent, otlp._KINDS, otlp._CODES, *limits)
-    if cut < 0:
-        return None
-    acc.truncated = cut
-    return acc.result(len(body))
-
-
-def _python(body: bytes) -> DecodeResult | DecodeError:
-    try:
-        return otlp._decode_protobuf_python(body)
-    except DecodeError as exc:
-        return exc
-
-
-def _same(compiled: DecodeResult, reference: DecodeResult | DecodeError) -> None:
-    assert isinstance(reference, DecodeResult), f"the Python decoder refused a body the compiled one took: {reference}"
-    # repr, not ==: a NaN double attribute is never equal to itself, but prints the same
-    assert repr([(b.trace_id, b.spans) for b in reference.batches]) == repr(
-        [(b.trace_id, b.spans) for b in compiled.batches]
-    )
-    assert (reference.rejected, reference.errors, reference.truncated) == (
-        compiled.rejected,
-        compiled.errors,
-        compiled.truncated,
-    )
 
 
 def test_installed() -> None:
@@ -254,3 +224,18 @@ def test_an_earlier_bad_utf8_copy_of_a_repeated_key_is_rejected_like_protobuf() 
     with pytest.raises(Exception, match=r"(?i)utf-?8|pars"):
         ExportTraceServiceRequest.FromString(body)  # the reference rejects the body
     assert _compiled(body) is None  # the C decoder hands it back (it accepted it before the fix)
+
+
+# Bodies the fuzz harnesses (scripts/fuzz/) found where the decoders disagreed, kept as regressions.
+FOUND_BY_FUZZING = {
+    # a 6-byte (over-long) tag: protobuf reads a tag in at most 5 bytes and refuses the body
+    "overlong tag": base64.b64decode("CgqNjY2NjQAKAAqNjY2NjQAKAAoA"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND_BY_FUZZING))
+def test_found_by_fuzzing_same_as_python_or_handed_back(name: str) -> None:
+    body = FOUND_BY_FUZZING[name]
+    compiled = _compiled(body)
+    if compiled is not None:
+        _same(compiled, _python(body))
