@@ -13,9 +13,7 @@ import json
 import re
 from typing import Any
 
-from collector.errors import DecodeError
-from collector.model import Attributes, AttrValue, DecodeResult, Span, SpanEvent, SpanKind, StatusCode
-from collector.otlp import (
+from collector._otlp_common import (
     _CODES,
     _INT64,
     _KINDS,
@@ -29,6 +27,8 @@ from collector.otlp import (
     truncate_bytes,
     truncate_text,
 )
+from collector.errors import DecodeError
+from collector.model import Attributes, AttrValue, DecodeResult, Span, SpanEvent, SpanKind, StatusCode
 
 _UINT64 = range(2**64)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

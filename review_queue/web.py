@@ -14,52 +14,34 @@ import hmac
 import math
 import secrets
 import time
-from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-import jinja2
 from fastapi import Depends, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from review_queue import explorer, listing, queries, session_queries, targets, views
-from review_queue.access import ADMINS, READERS, REVIEWERS, Caller
+from review_queue.access import ADMINS, READERS, REVIEWERS
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
-from review_queue.details_status import details_status, flagged_when_stored
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
+from review_queue.pages import HERE, render, run_view
 from review_queue.quality import quality_report
 from review_queue.services import ReviewServices
 from review_queue.store import guard
-from scorers.model import Priority
+from review_queue.web_sessions import mount_session_pages, session_view
 
 __all__ = ["mount_ui"]
 
-HERE = Path(__file__).parent
 LOGIN_CSRF_COOKIE = "vigil_login_csrf"
 STATS_WINDOW_S = 24 * 3600
 STATS_BUCKET_S = 3600
 STATS_DAYS = 14
 MAX_CHARTS = 24
 """Charts per section of the stats page (agents, failure categories)."""
-
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(HERE / "templates"),
-    autoescape=True,  # agent text is attacker-controlled: escape everything, never mark it safe
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_ENV.filters["age"] = views.age
-_ENV.filters["clock"] = views.clock_time
-_ENV.filters["pretty"] = views.pretty
-_ENV.filters["attr_text"] = views.attr_text
-_ENV.filters["span_json"] = views.span_json
-_ENV.filters["attribute_rows"] = views.attribute_rows
-_ENV.filters["path_part"] = lambda text: quote(str(text), safe="")  # a session id as one path segment
 
 
 def mount_ui(app: FastAPI, services: ReviewServices) -> None:
@@ -70,23 +52,7 @@ def mount_ui(app: FastAPI, services: ReviewServices) -> None:
     _item_pages(app, services)
     _runs_explorer(app, services)
     _admin_forms(app, services)
-    from review_queue.web_sessions import mount_session_pages  # it renders with this module's environment
-
     mount_session_pages(app, services)
-
-
-def render(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
-    """Render a template with the caller's session (for the CSRF token and the header)."""
-    caller: Caller | None = getattr(request.state, "caller", None)
-    session = caller.session if caller else None
-    context.update(
-        me=caller.principal if caller else None,
-        csrf=session["csrf"] if session else "",
-        priorities=[p.value for p in Priority],
-        states=[s.value for s in ItemState],
-    )
-    html = _ENV.get_template(name).render(**context)
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 def _auth_pages(app: FastAPI, services: ReviewServices) -> None:
@@ -348,8 +314,6 @@ def _session_item(services: ReviewServices, snapshot: dict[str, Any]) -> dict[st
     """The session a session item stands for (snapshot ``subject: session``), as the session page shows it."""
     if snapshot.get("subject") != "session" or not snapshot.get("session_id"):
         return None
-    from review_queue.web_sessions import session_view
-
     return session_view(services, str(snapshot["session_id"])[:256])
 
 
@@ -357,42 +321,6 @@ def _turn_position(services: ReviewServices, trace_id: str) -> dict[str, Any] | 
     """The run's session and neighbour turns (:func:`review_queue.session_queries.turn_position`)."""
     with guard("turn_position", services.store.retry_after_s), services.store.engine.connect() as conn:
         return session_queries.turn_position(conn, trace_id)
-
-
-def run_view(
-    services: ReviewServices, trace_id: str, snapshot: dict[str, Any], run: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Conversation, span tree and details of a run page: from the run's details document when
-    kept, else from the review snapshot (no attributes), else nothing but the summary; and why the
-    document is missing or holds no content (:func:`review_queue.details_status.details_status`)."""
-    details = services.store.get_details(trace_id)
-    if details is not None:
-        spans = details.get("spans") or []
-        conversation = details.get("conversation") or []
-    else:
-        spans = snapshot.get("steps") or []
-        conversation = views.snapshot_conversation(snapshot)
-    policy = services.details
-    created = (run or {}).get("created_at")
-    status = details_status(
-        present=details is not None,
-        content_captured=bool((details or {}).get("content_captured")),
-        flagged=flagged_when_stored(run.get("flag")) if run is not None else True,
-        trace_id=trace_id,
-        created_at=created.timestamp() if isinstance(created, datetime) else 0.0,
-        now=services.clock(),
-        sample_rate=policy.sample_rate,
-        retention_days=policy.retention_days,
-    )
-    start = (run or {}).get("start_ns") or snapshot.get("start_ns", 0)
-    end = (run or {}).get("end_ns") or snapshot.get("end_ns", 0)
-    return {
-        "fall": views.waterfall(spans, start, end),
-        "cannot_show": views.cannot_show(run or {}, details),
-        "conversation": conversation,
-        "details_status": status.value,
-        "details_policy": policy,
-    }
 
 
 def _span_of(services: ReviewServices, trace_id: str, span_id: str) -> dict[str, Any] | None:
@@ -548,6 +476,5 @@ def _next_item(services: ReviewServices, who: Principal) -> str:
 
 
 def _q(text: str) -> str:
-    from urllib.parse import quote
 
     return quote(text[:300])

@@ -19,6 +19,7 @@ from review_queue import session_queries as sessions
 from review_queue import views
 from review_queue.access import READERS
 from review_queue.model import Principal
+from review_queue.pages import render, run_view
 from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices
 from review_queue.store import guard
@@ -35,7 +36,6 @@ _SORT_LABELS = {"last": "last activity", "turns": "turns", "duration": "duration
 
 def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
-    from review_queue.web import render
 
     reader = Depends(services.access.require_page(*READERS))
     store = services.store
@@ -115,7 +115,6 @@ def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | 
     ``fresh`` conversation entries and the ``repeated`` count, its evidence by signal ``why``, ``open``),
     ``truncated``, ``judges`` (the session judges' verdicts) and ``details_policy``.
     """
-    from review_queue.web import run_view
 
     store = services.store
     with guard("session_page", store.retry_after_s), store.engine.connect() as conn:
