@@ -4,6 +4,7 @@ item, run and session pages (``review_queue/web.py``, ``review_queue/web_session
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,18 @@ from urllib.parse import quote
 import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy import Connection
 
 from review_queue import views
 from review_queue.access import Caller
 from review_queue.details_status import details_status, flagged_when_stored
 from review_queue.model import ItemState
+from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices
+from review_queue.store import guard
 from scorers.model import Priority
 
-__all__ = ["HERE", "render", "run_view"]
+__all__ = ["HERE", "list_page", "render", "run_view"]
 
 HERE = Path(__file__).parent
 
@@ -87,3 +91,42 @@ def run_view(
         "details_status": status.value,
         "details_policy": policy,
     }
+
+
+Fetch = Callable[[Connection, str | None], tuple[list[dict[str, Any]], str | None]]
+"""``fetch(conn, cursor) -> (rows, next_cursor)``: one page of a cursor-paged list."""
+
+
+def list_page(
+    template: str,
+    request: Request,
+    services: ReviewServices,
+    fetch: Fetch,
+    *,
+    operation: str,
+    cursor: str,
+    filters: dict[str, str],
+    **context: Any,
+) -> HTMLResponse:
+    """A page of a cursor-paged list (runs, sessions): its rows and next cursor, the filters kept in its
+    links, and a bad cursor or filter said on the page instead of a traceback."""
+    rows: list[dict[str, Any]] = []
+    next_cursor = None
+    error = ""
+    try:
+        with guard(operation, services.store.retry_after_s), services.store.engine.connect() as conn:
+            rows, next_cursor = fetch(conn, cursor or None)
+    except (InvalidCursorError, ValueError) as exc:
+        error = str(exc)[:200]
+    keep = {k: v for k, v in filters.items() if v}
+    return render(
+        template,
+        request,
+        rows=rows,
+        filters=filters,
+        keep=keep,
+        next_cursor=next_cursor,
+        first_page=not cursor,
+        error=error,
+        **context,
+    )

@@ -28,7 +28,7 @@ from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
-from review_queue.pages import HERE, render, run_view
+from review_queue.pages import HERE, list_page, render, run_view
 from review_queue.quality import quality_report
 from review_queue.services import ReviewServices
 from review_queue.store import guard
@@ -391,7 +391,6 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             "sort": sort if sort in explorer.SORTS else "created", "order": "asc" if order == "asc" else "desc",
             "limit": str(max(1, min(limit, explorer.MAX_PAGE))) if limit != 50 else "",
         }  # fmt: skip
-        error = ""
         query = explorer.RunQuery(
             agent=filters["agent"] or None,
             service=filters["service"] or None,
@@ -412,23 +411,14 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             descending=filters["order"] == "desc",
             limit=max(1, min(limit, explorer.MAX_PAGE)),
         )
-        rows: list[dict[str, Any]] = []
-        next_cursor = None
-        try:
-            with guard("runs_page", services.store.retry_after_s), services.store.engine.connect() as conn:
-                rows, next_cursor = explorer.explore(conn, query, cursor or None)
-        except (queries.InvalidCursorError, ValueError) as exc:
-            error = str(exc)[:200]
-        keep = {k: v for k, v in filters.items() if v}
-        return render(
+        return list_page(
             "runs.html",
             request,
-            rows=rows,
+            services,
+            lambda conn, at: explorer.explore(conn, query, at),
+            operation="runs_page",
+            cursor=cursor,
             filters=filters,
-            keep=keep,
-            next_cursor=next_cursor,
-            first_page=not cursor,
-            error=error,
             notice=notice,
             now=now,
             signals=explorer.SIGNALS,

@@ -19,8 +19,7 @@ from review_queue import session_queries as sessions
 from review_queue import views
 from review_queue.access import READERS
 from review_queue.model import Principal
-from review_queue.pages import render, run_view
-from review_queue.queries import InvalidCursorError
+from review_queue.pages import list_page, render, run_view
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
@@ -38,7 +37,6 @@ def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
 
     reader = Depends(services.access.require_page(*READERS))
-    store = services.store
 
     @app.get("/sessions", include_in_schema=False)
     def sessions_page(  # noqa: PLR0917 - one argument per filter of the form
@@ -77,24 +75,14 @@ def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
             descending=filters["order"] == "desc",
             limit=max(1, min(limit, sessions.MAX_PAGE)),
         )
-        rows: list[dict[str, Any]] = []
-        next_cursor = None
-        error = ""
-        try:
-            with guard("sessions_page", store.retry_after_s), store.engine.connect() as conn:
-                rows, next_cursor = sessions.list_sessions(conn, query, cursor or None)
-        except (InvalidCursorError, ValueError) as exc:
-            error = str(exc)[:200]
-        keep = {k: v for k, v in filters.items() if v}
-        return render(
+        return list_page(
             "sessions.html",
             request,
-            rows=rows,
+            services,
+            lambda conn, at: sessions.list_sessions(conn, query, at),
+            operation="sessions_page",
+            cursor=cursor,
             filters=filters,
-            keep=keep,
-            next_cursor=next_cursor,
-            first_page=not cursor,
-            error=error,
             now=now,
             sorts=_SORT_LABELS,
         )

@@ -193,7 +193,39 @@ class JudgeRuntime(Generic[_Item]):
         return cost
 
 
-class JudgeService:
+class JudgePool(Generic[_Item]):
+    """What the run and the session judge services share: one :class:`JudgeRuntime` per judge, and
+    the lifecycle — ``pending`` / ``flush`` / ``shutdown(timeout) -> bool``."""
+
+    def __init__(self, runtimes: list[JudgeRuntime[_Item]]) -> None:
+        self._judges = runtimes
+        self._stop = threading.Event()
+        self._accepting = True
+
+    def pending(self) -> int:
+        """Items (runs or sessions) queued or being judged, counted once per judge."""
+        return sum(j.queue.unfinished_tasks for j in self._judges)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued item is judged and recorded; True if done within ``timeout_s``."""
+        return wait_idle(self.pending, timeout_s)
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Stop accepting, judge what is queued within ``timeout_s``, drop (and count) the rest."""
+        self._accepting = False
+        done = self.flush(timeout_s)
+        self._stop.set()
+        for judge in self._judges:
+            judge.drop_queued(self._dropped)
+        for judge in self._judges:
+            judge.close()
+        return done
+
+    def _dropped(self, item: _Item) -> None:
+        """Release what a queued ``item`` held when it is dropped at shutdown (nothing by default)."""
+
+
+class JudgeService(JudgePool[_RunItem]):
     """Runs the configured judges beside the stream.
 
     Args:
@@ -236,9 +268,7 @@ class JudgeService:
         self._sample_rate = sample_rate
         self._metrics = metrics
         self._on_new_flag = on_new_flag
-        self._judges = [JudgeRuntime[_RunItem](spec, metrics, clock) for spec in specs]
-        self._stop = threading.Event()
-        self._accepting = True
+        super().__init__([JudgeRuntime[_RunItem](spec, metrics, clock) for spec in specs])
         self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._latest: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._seq = itertools.count(1)
@@ -299,24 +329,8 @@ class JudgeService:
             found = self._scores.get(trace_id)
             return dict(found) if found else {}
 
-    def pending(self) -> int:
-        """Runs queued or being judged."""
-        return sum(j.queue.unfinished_tasks for j in self._judges)
-
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until every queued run is judged and recorded; True if done within ``timeout_s``."""
-        return wait_idle(self.pending, timeout_s)
-
-    def shutdown(self, timeout_s: float = 10.0) -> bool:
-        """Stop accepting runs, judge what is queued within ``timeout_s``, drop (and count) the rest."""
-        self._accepting = False
-        done = self.flush(timeout_s)
-        self._stop.set()
-        for judge in self._judges:
-            judge.drop_queued(lambda item: self._release(item[2]))
-        for judge in self._judges:
-            judge.close()
-        return done
+    def _dropped(self, item: _RunItem) -> None:
+        self._release(item[2])
 
     def _work(self, judge: JudgeRuntime[_RunItem]) -> None:
         while not self._stop.is_set():

@@ -36,7 +36,7 @@ from scorers.judge.config import JudgeSpec
 from scorers.judge.metrics import JudgeMetrics
 from scorers.judge.model import JudgeResult, SessionJudgeSink, TranscriptTurn
 from scorers.judge.rubrics import render_session, sent_turns, transcript_has_content
-from scorers.judge.service import JudgeRuntime, base_result, store_with_retries, wait_idle
+from scorers.judge.service import JudgePool, JudgeRuntime, base_result, store_with_retries
 from scorers.rules import EVAL_ERRORS
 
 log = structlog.get_logger(__name__)
@@ -90,7 +90,7 @@ class _Closed:
             return self._conversation
 
 
-class SessionJudgeService:
+class SessionJudgeService(JudgePool[_Closed]):
     """Runs the session judges beside the idle-session closer.
 
     Args:
@@ -112,10 +112,8 @@ class SessionJudgeService:
     ) -> None:
         self._sink = sink
         self._load = load
-        self._judges = [JudgeRuntime[_Closed](spec, metrics, clock) for spec in specs]
+        super().__init__([JudgeRuntime[_Closed](spec, metrics, clock) for spec in specs])
         self._max_chars = max((spec.config.max_content_chars for spec in specs), default=0)
-        self._stop = threading.Event()
-        self._accepting = True
         for judge in self._judges:
             metrics.init_judge(judge.name)
 
@@ -146,25 +144,6 @@ class SessionJudgeService:
                 judge.queue.put_nowait(closed)
             except queue.Full:
                 judge.dropped_full.inc()
-
-    def pending(self) -> int:
-        """Sessions queued or being judged (counted once per judge)."""
-        return sum(j.queue.unfinished_tasks for j in self._judges)
-
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until every queued session is judged and recorded; True if done within ``timeout_s``."""
-        return wait_idle(self.pending, timeout_s)
-
-    def shutdown(self, timeout_s: float = 10.0) -> bool:
-        """Stop accepting sessions, judge what is queued within ``timeout_s``, drop (and count) the rest."""
-        self._accepting = False
-        done = self.flush(timeout_s)
-        self._stop.set()
-        for judge in self._judges:
-            judge.drop_queued()
-        for judge in self._judges:
-            judge.close()
-        return done
 
     @staticmethod
     def _selects(judge: JudgeRuntime[_Closed], variables: Mapping[str, Any]) -> bool:
