@@ -53,6 +53,11 @@ def start_tally() -> None:
     _tally.cut = 0
 
 
+def count_cut(values: int) -> None:
+    """Count ``values`` cut by a decode running on this thread (the compiled pair reader's count)."""
+    _tally.cut = getattr(_tally, "cut", 0) + values
+
+
 def tally() -> int:
     """Values cut on this thread since :func:`start_tally`."""
     return int(getattr(_tally, "cut", 0))

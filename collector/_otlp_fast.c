@@ -862,6 +862,45 @@ decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 
+/* pair(raw, max_depth, max_value): one serialized KeyValue, as decode() reads it inside a span. */
+static PyObject *
+pair(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pair(raw, max_depth, max_value)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Ctx c = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
+    c.max_depth = PyLong_AsLong(args[1]);
+    c.max_value = PyLong_AsSsize_t(args[2]);
+    PyObject *result = NULL;
+    PyObject *dict = NULL;
+    if ((c.max_depth == -1 || c.max_value == -1) && PyErr_Occurred())
+        goto done;
+    if ((dict = PyDict_New()) == NULL)
+        goto done;
+    int rc = key_value_into(&c, dict, (const uint8_t *)view.buf, view.len, 0);
+    if (rc == ERR)
+        goto done;
+    if (rc == ODD) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    if (PyDict_Next(dict, &at, &key, &value))
+        result = Py_BuildValue("(OOn)", key, value, c.truncated);
+done:
+    Py_XDECREF(dict);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* ---- constructor(cls, names): a positional constructor for slotted classes -------------
  *
  * collector.model.fast_constructor's compiled form. The returned object, called with one
@@ -1010,6 +1049,8 @@ static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
      "decode(body, traces, reject, new_span, new_event, kinds, codes, max_depth, max_value) -> int\n\n"
      "Append the spans of an OTLP trace request to traces; returns the values cut, -1: decode it in Python."},
+    {"pair", (PyCFunction)(void (*)(void))pair, METH_FASTCALL,
+     "pair(raw, max_depth, max_value) -> (key, value, values cut) of one serialized KeyValue, None: unusual."},
     {"constructor", (PyCFunction)(void (*)(void))constructor, METH_FASTCALL,
      "constructor(cls, names) -> callable taking one value per slot name, positionally."},
     {NULL, NULL, 0, NULL},

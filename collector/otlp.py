@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -38,6 +38,7 @@ from collector._otlp_common import (
     MAX_ERRORS,
     _Accumulator,
     _id_problem,
+    count_cut,
     start_tally,
     tally,
     truncate_bytes,
@@ -85,6 +86,7 @@ def _load_compiled() -> ModuleType | None:
 
 
 _fast = _load_compiled()
+_pair = getattr(_fast, "pair", None)  # (an extension built before it had one: every fallback pair in Python)
 
 
 def compiled_decoder() -> bool:
@@ -119,30 +121,40 @@ def decode_protobuf(body: bytes | bytearray) -> DecodeResult:
         if cut >= 0:
             acc.truncated = cut
             return acc.result(len(body))
+        return _decode_protobuf_python(body, _fallback_pair)
     return _decode_protobuf_python(body)
 
 
-def _decode_protobuf_python(body: bytes | bytearray) -> DecodeResult:
-    """The Python decoder (the reference: every edge case, every error message)."""
+PairReader = Callable[[bytes], tuple[str, AttrValue]]
+"""Reads one serialized ``KeyValue`` (raises ``google.protobuf.message.DecodeError`` when malformed)."""
+
+
+def _decode_protobuf_python(body: bytes | bytearray, read: PairReader | None = None) -> DecodeResult:
+    """The Python decoder (the reference: every edge case, every error message).
+
+    ``read``: how each attribute pair is read — the pure-Python :func:`_raw_pair` by default (the
+    reference); :func:`_fallback_pair` where the compiled decoder handed the body back.
+    """
+    read = read or _raw_pair
     start_tally()
     try:
         request = WireRequest.FromString(body)
         acc = _Accumulator()
         for rs in request.resource_spans:
             try:
-                resource = _raw_attrs(rs.resource.attributes)
+                resource = _raw_attrs(rs.resource.attributes, read)
             except _ProtobufError as exc:  # only this resource's spans are lost
                 acc.reject(f"invalid resource attributes: {exc}", sum(len(ss.spans) for ss in rs.scope_spans))
                 continue
             for ss in rs.scope_spans:
-                _pb_scope_spans(ss, resource, acc)
+                _pb_scope_spans(ss, resource, acc, read)
     except _ProtobufError as exc:
         raise DecodeError("protobuf", f"invalid OTLP protobuf body: {exc}") from exc
     acc.truncated = tally()
     return acc.result(len(body))
 
 
-def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
+def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator, read: PairReader) -> None:
     """Decode the spans of one ``ScopeSpans`` (see :mod:`collector._otlp_wire`)."""
     scope = ss.scope.name
     traces = acc.traces
@@ -162,8 +174,8 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
             acc.reject(_id_problem(trace_id, span_id, parent_id) or "invalid ids")
             continue
         try:
-            attributes = _raw_attrs(sp.attributes)
-            events = tuple(_pb_event(e) for e in sp.events) if sp.events else ()
+            attributes = _raw_attrs(sp.attributes, read)
+            events = tuple(_pb_event(e, read) for e in sp.events) if sp.events else ()
         except _ProtobufError as exc:  # one span's malformed attributes never take its neighbours down
             acc.reject(f"invalid attributes: {exc}")
             continue
@@ -190,8 +202,8 @@ def _pb_scope_spans(ss: Any, resource: Attributes, acc: _Accumulator) -> None:
         spans.append(span)
 
 
-def _pb_event(event: Any) -> SpanEvent:
-    return SpanEvent(event.name, event.time_unix_nano, _raw_attrs(event.attributes))
+def _pb_event(event: Any, read: PairReader) -> SpanEvent:
+    return SpanEvent(event.name, event.time_unix_nano, _raw_attrs(event.attributes, read))
 
 
 _PAIRS: dict[bytes, tuple[str, AttrValue]] = {}
@@ -210,7 +222,7 @@ MEMO_MAX_BYTES = 160
 """Longest serialized pair memoised: long values (content, arguments) rarely repeat."""
 
 
-def _raw_attrs(raws: Iterable[bytes]) -> dict[str, AttrValue]:
+def _raw_attrs(raws: Iterable[bytes], read: PairReader) -> dict[str, AttrValue]:
     """Attribute dict of serialized ``KeyValue`` messages (later duplicates win, as in a dict)."""
     out: dict[str, AttrValue] = {}
     memo = _PAIRS
@@ -223,7 +235,7 @@ def _raw_attrs(raws: Iterable[bytes]) -> dict[str, AttrValue]:
         if array is not None:
             out[array[0]] = list(array[1])
             continue
-        key, value = _raw_pair(raw)
+        key, value = read(raw)
         out[key] = value
     return out
 
@@ -253,7 +265,31 @@ def _short_pair(raw: bytes) -> tuple[str, AttrValue] | None:
     return None
 
 
-def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
+def _fallback_pair(raw: bytes) -> tuple[str, AttrValue]:
+    """:func:`_raw_pair` for a body the compiled decoder handed back: each pair it can read is read in C
+    (one unusual pair — a bad UTF-8 key, say — no longer makes every pair of the body cost a Python
+    walk); only the pairs it cannot are read in Python, within :data:`FALLBACK_VALUES_PER_BYTE`."""
+    found = _pair(raw, MAX_DEPTH, MAX_ATTRIBUTE_BYTES) if _pair is not None else None
+    if found is None:
+        return _raw_pair(raw, max(FALLBACK_VALUES_MIN, len(raw) // FALLBACK_BYTES_PER_VALUE))
+    key, value, cut = found
+    if cut:
+        count_cut(cut)
+    if len(raw) <= MEMO_MAX_BYTES and not isinstance(value, dict):
+        _remember(raw, key, value)
+    return key, value
+
+
+FALLBACK_BYTES_PER_VALUE = 64
+"""A pair only the Python decoder can read (nesting past :data:`MAX_DEPTH`, a oneof or message given
+twice, ``string_value_strindex``: no exporter writes these) may hold one value per this many bytes
+(at least :data:`FALLBACK_VALUES_MIN`); past that its span is rejected as malformed, so such a pair
+costs a few times an ordinary pair of its size instead of ~0.75 µs of Python per value (a 20 MiB
+body of 4-byte values: 4 s of CPU, GIL held)."""
+FALLBACK_VALUES_MIN = 4096
+
+
+def _raw_pair(raw: bytes, budget: int = 0) -> tuple[str, AttrValue]:
     """Parse one serialized ``KeyValue`` and memoise it when it is short and immutable (or a flat array).
 
     Raises:
@@ -278,7 +314,7 @@ def _raw_pair(raw: bytes) -> tuple[str, AttrValue]:
             key, value = _wire_pair(memoryview(raw), 0, [WIRE_FIELDS_MIN + len(raw) // WIRE_BYTES_PER_FIELD])
         else:
             key = kv.key
-            value = _pb_value(kv.value, 0)
+            value = _pb_value(kv.value, 0) if not budget else _counted_value(kv.value, budget)
     if len(raw) <= MEMO_MAX_BYTES and not isinstance(value, dict):
         _remember(raw, key, value)
     return key, value
@@ -329,6 +365,30 @@ def _pb_value(value: Any, depth: int) -> AttrValue:
     if which == "kvlist_value":
         return {kv.key: _pb_value(kv.value, depth + 1) for kv in value.kvlist_value.values}
     return None  # unset, or string_value_strindex (profiles only)
+
+
+def _counted_value(value: Any, budget: int) -> AttrValue:
+    """:func:`_pb_value`, refused (``google.protobuf.message.DecodeError``) when the value holds more than
+    ``budget`` values: each array and kvlist is counted by its length before any member is looked at."""
+    seen, todo = 0, [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        which = item.WhichOneof("value") if depth < MAX_DEPTH else None
+        if which == "array_value":
+            members = [(v, depth + 1) for v in _within(item.array_value.values, seen, budget)]
+        elif which == "kvlist_value":
+            members = [(kv.value, depth + 1) for kv in _within(item.kvlist_value.values, seen, budget)]
+        else:
+            continue
+        seen += len(members)
+        todo.extend(members)
+    return _pb_value(value, 0)
+
+
+def _within(members: Any, seen: int, budget: int) -> Any:
+    if seen + len(members) > budget:
+        raise _ProtobufError(f"attribute holds more than {budget} values for its size")
+    return members
 
 
 WIRE_BYTES_PER_FIELD = 64

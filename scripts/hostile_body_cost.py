@@ -61,6 +61,22 @@ def deep_padded(size: int, pad: bytes = b"\x78\x00") -> bytes:
     return _ld(1, _ld(2, spans))
 
 
+def _span(i: int, *attributes: bytes) -> bytes:
+    return _ld(2, _ld(1, bytes(range(1, 17))) + _ld(2, i.to_bytes(8, "big")) + _ld(5, b"s") + b"".join(attributes))
+
+
+def dense(size: int, unusual: bool = False) -> bytes:
+    """Spans of one pair each holding an array of 64 Ki 4-byte values (``int_value: 1``), well-formed, plus
+    one span whose attribute key is not UTF-8 (the compiled decoder hands such a body back; the Python
+    decoder rejects that span). ``unusual``: each array also holds one member that gives its oneof twice
+    (legal protobuf, last wins, that only the Python decoder reads), so every pair is read in Python."""
+    members = _ld(1, b"\x18\x01") * (64 * 1024) + (_ld(1, b"\x18\x01\x18\x02") if unusual else b"")
+    pair = _ld(1, b"dense") + _ld(2, _ld(5, members))
+    spans = b"".join(_span(i, _ld(9, pair)) for i in range(1, max(1, size // len(pair)) + 1))
+    bad = _span(2**40, _ld(9, _ld(1, b"\xff") + _ld(2, _ld(1, b"v"))))
+    return _ld(1, _ld(2, spans + bad))
+
+
 def ordinary(size: int) -> bytes:
     """The heavy bench's runs with captured content, merged into one request of about ``size`` bytes."""
     from vigil.bench.synth import body, make_run
@@ -95,16 +111,18 @@ def main() -> None:
     size = args.mib * 1024 * 1024
     normal = ordinary(size)
     n, n_out = cpu(normal, args.rounds)
-    print(f"ordinary      {len(normal) / 2**20:5.1f} MiB: {n:.3f} CPU-s median of {args.rounds} ({n_out})")
+    print(f"ordinary        {len(normal) / 2**20:5.1f} MiB: {n:.3f} CPU-s median of {args.rounds} ({n_out})")
     variants = {
         "crafted": crafted(size),
         "deep+unknown": deep_padded(size),
         "deep+repeated": deep_padded(size, b"\x0a\x00"),
+        "dense+1 bad": dense(size),
+        "dense unusual": dense(size, unusual=True),
     }
     for name, data in variants.items():
         h, h_out = cpu(data, args.rounds)
         print(
-            f"{name:11} {len(data) / 2**20:5.1f} MiB: {h:.3f} CPU-s median of {args.rounds} ({h_out}); "
+            f"{name:13} {len(data) / 2**20:5.1f} MiB: {h:.3f} CPU-s median of {args.rounds} ({h_out}); "
             f"{h / n:.1f}x the ordinary body"
         )
 

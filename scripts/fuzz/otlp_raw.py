@@ -4,8 +4,9 @@
 
 Each input is a request body as it arrives after decompression. Fails on a sanitizer report in the
 compiled decoder (``collector/_otlp_fast.c``, built with ASan + UBSan), on a result the Python
-decoder (``collector/otlp.py``, the reference) would not give, and on anything but a result or a
-``DecodeError`` from the production entry point (``decode_protobuf``).
+decoder (``collector/otlp.py``, the reference) would not give — from the compiled decoder, or from
+the fallback that reads a handed-back body's pairs with the compiled pair reader — and on anything
+but a result or a ``DecodeError`` from the production entry point (``decode_protobuf``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import atheris
 with atheris.instrument_imports(include=["collector"]):
     from collector import otlp
     from collector.errors import DecodeError
-    from tests.support.decoders import assert_same, compiled_decode, python_decode
+    from tests.support.decoders import Divergence, assert_same, compiled_decode, python_decode
 
 FAST = _sanitized.loaded("collector._otlp_fast")
 
@@ -28,9 +29,19 @@ def check(body: bytes) -> None:
     """One input: the production path answers, and the compiled result (if any) is the reference's."""
     with contextlib.suppress(DecodeError):
         otlp.decode_protobuf(body)
+    reference = python_decode(body)
     compiled = compiled_decode(body, FAST)
     if compiled is not None:
-        assert_same(compiled, python_decode(body))
+        assert_same(compiled, reference)
+    # a handed-back body: its pairs read by the compiled pair reader where it can (otlp._fallback_pair)
+    try:
+        fallback = otlp._decode_protobuf_python(body, otlp._fallback_pair)
+    except DecodeError as exc:
+        if not isinstance(reference, DecodeError):
+            raise Divergence(f"only the fallback refused the body: {exc}") from exc
+        return
+    if not any("values for its size" in e for e in fallback.errors):  # (the fallback's own budget)
+        assert_same(fallback, reference)
 
 
 def main() -> None:

@@ -113,7 +113,8 @@ class Writer:
             fields.append(fields.pop(self.pick(len(fields))))
         out = bytearray()
         for field in fields:
-            out += field * (2 if self.rare(10) else 1)
+            # (a copy only of a small field: copies at every level of nesting would grow the body 2^depth)
+            out += field * (2 if len(field) <= 256 and self.rare(10) else 1)
             if self.rare(12):
                 out += self.noise()
         return bytes(out)

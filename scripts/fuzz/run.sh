@@ -29,18 +29,18 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
 for name in "${harnesses[@]}"; do
   mkdir -p "build/fuzz/corpus/$name"
-  log="build/fuzz/logs/$name.log"
+  log="build/fuzz/logs/$name-$(date +%Y%m%dT%H%M%S).log"
   status=0
   LD_PRELOAD="$runtime" "$PY" "scripts/fuzz/$name.py" \
     -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=4096 -max_len="${FUZZ_MAX_LEN:-65536}" \
     -print_final_stats=1 -artifact_prefix="build/fuzz/findings/$name-" \
     "build/fuzz/corpus/$name" "scripts/fuzz/corpus/$name" >"$log" 2>&1 || status=$?
-  stats=$(grep -E "^#[0-9]+" "$log" | tail -1 | sed "s/.*cov:/cov:/" || true)
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  stats=$(grep -aE "^#[0-9]+" "$log" | tail -1 | sed "s/.*cov:/cov:/" || true)
+  runs=$(grep -a '^stat::number_of_executed_units:' "$log" | sed 's/.*: *//')
   if [ "$status" -ne 0 ]; then
     failed=1
     echo "fuzz $name: FAILED (exit $status) after ${runs:-?} inputs; $log:"
-    grep -v '^INFO: Instrumenting' "$log" | grep -E -A30 'ERROR|Uncaught|SUMMARY|Traceback' | head -60
+    grep -av '^INFO: Instrumenting' "$log" | grep -aE -A30 'ERROR|Uncaught|SUMMARY|Traceback' | head -60
   else
     echo "fuzz $name: ${runs:-?} inputs in ${seconds}s, no finding (${stats})"
   fi

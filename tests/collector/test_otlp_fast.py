@@ -64,6 +64,30 @@ def test_corrupt_bodies_same_as_python_or_handed_back(body: bytes) -> None:
         _same(compiled, _python(body))
 
 
+@FUZZ
+@given(otlp_requests())
+def test_the_fallback_reads_hostile_requests_as_the_reference_does(request: ExportTraceServiceRequest) -> None:
+    """A handed-back body's pairs read by the compiled pair reader where it can (otlp._fallback_pair): the
+    same result as the pure-Python reference."""
+    body = request.SerializeToString()
+    _same_fallback(body)
+
+
+@FUZZ
+@given(protobuf_bodies())
+def test_the_fallback_reads_corrupt_bodies_as_the_reference_does(body: bytes) -> None:
+    _same_fallback(body)
+
+
+def _same_fallback(body: bytes) -> None:
+    reference = _python(body)
+    if isinstance(reference, DecodeError):
+        with pytest.raises(DecodeError):
+            otlp._decode_protobuf_python(body, otlp._fallback_pair)
+        return
+    _same(otlp._decode_protobuf_python(body, otlp._fallback_pair), reference)
+
+
 def test_nan_attribute_same_as_python() -> None:
     """A NaN double decodes to NaN in both decoders (the comparison above must not trip on NaN != NaN)."""
     request = ExportTraceServiceRequest()
