@@ -19,12 +19,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.demo.agent import DemoAgent, latency_client
-from collector.demo.fakeopenai import MARKER, ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import HEADER, MARKER, ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
 from collector.demo.fleet import DemoFleet, DemoRun, openai_capture_content, session_truths
 from collector.demo.plan import (
     AGENTS,
     DECK,
     MIX,
+    VARIANTS,
     Act,
     Fault,
     Kind,
@@ -53,8 +54,14 @@ FLAGS = ("hit_max_iterations", "safety_blocked", "errored")
 
 
 def of_kind(kind: Kind) -> list[Scenario]:
-    """Every scenario of ``kind`` for :data:`SEED`."""
-    return [s for s in scenarios(SEED) if s.kind is kind]
+    """Scenarios of ``kind`` for :data:`SEED`: every variant of every agent, each asking one of the agent's
+    questions (in turn, so the kinds together cover them all). :func:`scenarios` has every pairing."""
+    k = list(Kind).index(kind)
+    return [
+        scenario(a.name, kind, v, SEED, a.intents()[(v + k) % len(a.intents())].name)
+        for a in AGENTS
+        for v in range(VARIANTS)
+    ]
 
 
 class TestMix:
@@ -97,6 +104,7 @@ class TestMix:
         assert 300 == len({p.tag for p in plans})
         lone = RunPlan(0, "t0", plans[0].scenario)
         assert f"[[scenario:{lone.scenario.name}#t0]]" == lone.marker
+        assert {HEADER: f"{lone.scenario.name}#t0"} == lone.header  # what the agents send, out of band
         assert ("t0", "t0") == (lone.session_id, lone.user_message.removesuffix(lone.scenario.prompt) or "t0")
         first = plans[0]
         turns = [p for p in plans if p.conversation == first.conversation]
@@ -104,6 +112,7 @@ class TestMix:
         assert found is not None
         assert ([p.scenario.name for p in turns], first.conversation) == (found.group(1).split(","), found.group(2))
         assert {first.marker} == {p.marker for p in turns}
+        assert {HEADER: f"{found.group(1)}#{found.group(2)}"} == first.header
 
 
 class TestGroundTruth:
@@ -255,7 +264,10 @@ class TestOwnLlmSpans:
         entries = [(e["kind"], e.get("role")) for e in doc["conversation"]]
         assert doc["content_captured"]
         user = [e for e in doc["conversation"] if e.get("role") == "user"]
-        assert [f"{plan.marker} {s.prompt}"] == [e["content"] for e in user]
+        assert [s.prompt] == [e["content"] for e in user]  # the scenario went in a header, not the content
+        assert "[[scenario:" not in json.dumps(doc)
+        assert s.name not in json.dumps(doc)
+        assert [plan.tag] == [e.tag for e in fake.served(s.name) if e.tag == plan.tag][:1]  # it still arrived
         assert entries.index(("message", "user")) < entries.index(("tool", None))
         last = doc["conversation"][-1]
         assert seen.output == last["content"]
@@ -458,7 +470,8 @@ class TestConversationsPlayed:
                 said = json.loads(str((chats[0].attributes or {})["gen_ai.input.messages"]))
                 users = [m["parts"][0]["content"] for m in said if m["role"] == "user"]
                 assert [*(m["content"] for m in history if m["role"] == "user"), plan.user_message] == users
-                assert plan.marker in said[0]["parts"][0]["content"]  # the system message
+                assert plan.scenario.system == said[0]["parts"][0]["content"]  # the system message has no marker
+                assert "[[scenario:" not in json.dumps(said)
             history.append({"role": "user", "content": plan.user_message})
             if seen.output:
                 history.append({"role": "assistant", "content": seen.output})
