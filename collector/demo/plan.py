@@ -196,8 +196,7 @@ SUPPORT_FOLLOW_UPS: Final = (
     ),
     Intent(
         "norway", "Do you ship to Norway?", lambda p: ((_call("search_kb", query="international shipping"),),),
-        "Yes, we ship to Norway: delivery takes 4-6 working days and costs 9.90 EUR, with duties prepaid at "
-        "checkout.",
+        "Yes. {search_kb[excerpt]}",
     ),
     Intent(
         "thanks", "Thanks, that is all.", _one("close_case", "case_id"),
@@ -209,7 +208,7 @@ BILLING: Final = (
     Intent(
         "twice", "Why was I charged twice?",
         lambda p: ((_call("list_payments", account_id=p["account_id"]),),
-                   (_call("issue_refund", reference=_duplicate(p)["payment_id"]),)),
+                   (_call("issue_refund", account_id=p["account_id"], reference=_duplicate(p)["payment_id"]),)),
         "You were charged {duplicate[amount]} twice on {duplicate[date]} for invoice {duplicate[invoice_id]}: "
         "the second charge ({duplicate[payment_id]}) was a duplicate from a payment retry. I've refunded it "
         "({issue_refund[refund_id]}); it will be back on your {duplicate[card]} by {issue_refund[expected_by]}.",
@@ -222,7 +221,7 @@ BILLING: Final = (
     Intent(
         "refund", "Please refund my last invoice.",
         lambda p: ((_call("get_invoice", invoice_id=p["invoice_id"]),),
-                   (_call("issue_refund", reference=p["invoice_id"]),)),
+                   (_call("issue_refund", account_id=p["account_id"], reference=p["invoice_id"]),)),
         "Done: invoice {invoice_id} from {get_invoice[date]} ({get_invoice[amount]}) is refunded under "
         "{issue_refund[refund_id]}. Expect the money on your {issue_refund[method]} by {issue_refund[expected_by]}.",
     ),
@@ -241,7 +240,10 @@ BILLING_FOLLOW_UPS: Final = (
         "Your next payment of {get_balance[next_payment_amount]} is due on {get_balance[next_payment_due]}; it "
         "will be charged automatically to your {get_balance[payment_method]}.",
     ),
-    Intent("thanks", "Great, thanks.", _one("close_case", "case_id"), "Glad I could help! I've closed this case."),
+    Intent(
+        "thanks", "Great, thanks.", _one("close_case", "case_id"),
+        "You're welcome, glad I could help! I've closed this case.",
+    ),
 )  # fmt: skip
 
 RESEARCH: Final = (
@@ -256,7 +258,7 @@ RESEARCH: Final = (
     Intent(
         "sources", "Give me three sources on {t}.",
         lambda p: ((_call("web_search", query=f"{p['topic']} overview"),),),
-        "Here are three good starting points: {listing}.",
+        "Here are three places to start: {listing}.",
     ),
 )  # fmt: skip
 RESEARCH_FOLLOW_UPS: Final = (
@@ -275,7 +277,7 @@ RESEARCH_FOLLOW_UPS: Final = (
     ),
     Intent(
         "thanks", "Thanks, that helps.", _one("save_notes", "topic"),
-        "You're welcome. I've saved these notes to your workspace.",
+        "You're welcome. I've saved these notes on {topic} to your workspace.",
     ),
 )  # fmt: skip
 
@@ -303,7 +305,7 @@ def _handoff(team: str) -> Intent:
         "human",
         "Can I talk to a human, please?",
         lambda p: ((_call("handoff_to_human", case_id=p["case_id"], reason="customer asked for a person"),),),
-        "Of course. I've passed this conversation to " + team + ": you're number "
+        "Of course. I've passed case {case_id} to " + team + ": you're number "
         "{handoff_to_human[queue_position]} in the queue, about {handoff_to_human[estimated_wait_minutes]} minutes.",
     )
 
@@ -411,8 +413,9 @@ AGENTS: Final[tuple[AgentSpec, ...]] = (
 _BY_NAME: Final = {a.name: a for a in AGENTS}
 
 
-def persona(agent: str, variant: int, seed: int = 0) -> dict[str, str]:
-    """The simulated user of ``agent``'s variant ``variant``: the ids their conversation looks up."""
+def persona(agent: str, variant: int, seed: int = 0, intent: str = "") -> dict[str, str]:
+    """The simulated user of ``agent``'s variant ``variant``: the ids their conversation looks up (the
+    ``ticket_id`` also depends on the ``intent``: each ticket is a new one)."""
     rng = random.Random(f"{seed}/{agent}/persona/{variant}")
 
     def number(prefix: str, digits: int = 5) -> str:
@@ -424,8 +427,8 @@ def persona(agent: str, variant: int, seed: int = 0) -> dict[str, str]:
         "case_id": number("CASE", 6),
         "account_id": number("ACC"),
         "invoice_id": number("INV", 6),
-        "ticket_id": number("T", 4),
         "topic": rng.choice(TOPICS),
+        "ticket_id": f"T-{random.Random(f'{seed}/{agent}/ticket/{variant}/{intent}').randrange(1000, 10000)}",
     }
 
 
@@ -620,7 +623,7 @@ def scenario(agent: str, kind: Kind, variant: int, seed: int = 0, intent: str | 
     """
     spec = _BY_NAME[agent]
     chosen = spec.intent(intent) if intent else spec.openers[variant % len(spec.openers)]
-    who = persona(agent, variant, seed)
+    who = persona(agent, variant, seed, chosen.name)
     steps = chosen.steps(who)
     script = _Script(
         name=f"{agent}.{chosen.name}.{kind.value}.{variant}",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["TOOLS", "TOPICS", "ToolSpec", "lookup", "topic_facts"]
+__all__ = ["TOOLS", "TOPICS", "ToolSpec", "card_of", "lookup", "topic_facts"]
 
 Json = dict[str, Any]
 
@@ -39,7 +39,7 @@ TOOLS: Final[Mapping[str, ToolSpec]] = {
     "get_balance": ToolSpec("Balance, next payment and payment method of an account.", ("account_id",)),
     "list_payments": ToolSpec("Recent card payments of an account.", ("account_id",)),
     "get_invoice": ToolSpec("An invoice's date, amount, status and PDF link.", ("invoice_id",)),
-    "issue_refund": ToolSpec("Refund a payment or an invoice.", ("reference",)),
+    "issue_refund": ToolSpec("Refund a payment or an invoice to the account's card.", ("account_id", "reference")),
     "web_search": ToolSpec("Search the web.", ("query",)),
     "fetch_page": ToolSpec("Fetch a web page's main text.", ("url",)),
     "summarize": ToolSpec("Condense the notes gathered so far on a topic.", ("topic",)),
@@ -119,6 +119,15 @@ def _money(rng: random.Random, low: float, high: float) -> str:
     return f"{rng.uniform(low, high):.2f} EUR"
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def card_of(account_id: object) -> str:
+    """The card on file of a billing account (the same in every tool that shows it)."""
+    return _CARDS[int(hashlib.sha256(str(account_id).encode()).hexdigest(), 16) % len(_CARDS)]
+
+
 def topic_facts(topic: str) -> Mapping[str, str]:
     """What the sources say about a research topic (``findings``, ``europe``, ``players``, ``short``)."""
     return _TOPIC_FACTS.get(topic, _TOPIC_FACTS[TOPICS[0]])
@@ -174,12 +183,12 @@ def _account(rng: random.Random, a: Mapping[str, Any]) -> Json:
         "balance": _money(rng, 0, 80),
         "next_payment_due": _day(rng, 1, 10, 28),
         "next_payment_amount": _money(rng, 19, 59),
-        "payment_method": rng.choice(_CARDS),
+        "payment_method": card_of(a.get("account_id")),
     }
 
 
 def _payments(rng: random.Random, a: Mapping[str, Any]) -> Json:
-    card = rng.choice(_CARDS)
+    card = card_of(a.get("account_id"))
     day, amount = _day(rng, 0, 1, 27), _money(rng, 19, 59)
     base = rng.randrange(10**5, 10**6)
     invoice = f"INV-{base // 10}"
@@ -210,7 +219,7 @@ def _refund(rng: random.Random, a: Mapping[str, Any]) -> Json:
         "status": "issued",
         "issued_on": _day(rng, 0, 20, 28),
         "expected_by": _day(rng, 1, 2, 5),
-        "method": rng.choice(_CARDS),
+        "method": card_of(a["account_id"]) if "account_id" in a else rng.choice(_CARDS),
     }
 
 
@@ -218,9 +227,19 @@ def _results(rng: random.Random, a: Mapping[str, Any]) -> Json:
     topic = _topic_of(str(a.get("query", "")))
     slug = topic.replace(" ", "-").lower()
     domains = rng.sample(_DOMAINS, 3)
+    facts = topic_facts(topic)
+    shown = (
+        ("{t}: the year in review", facts["findings"]),
+        ("Europe and {t}", facts["europe"]),
+        ("Who leads in {t}", facts["players"]),
+    )
     results = [
-        {"title": title.format(t=topic), "url": f"https://{d}/{slug}-{rng.randrange(100, 999)}"}
-        for title, d in zip(("{t}: the year in review", "What is next for {t}", "{t}, explained"), domains, strict=True)
+        {
+            "title": _capital(title.format(t=topic)),
+            "url": f"https://{d}/{slug}-{rng.randrange(100, 999)}",
+            "snippet": snippet,
+        }
+        for (title, snippet), d in zip(shown, domains, strict=True)
     ]
     return {"query": a.get("query"), "results": results}
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -41,6 +45,7 @@ from collector.demo.plan import (
     session_truth,
 )
 from collector.demo.progress import FleetStats
+from collector.demo.world import TOOLS, lookup
 from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from collector.otlp import decode_protobuf
 from review_queue.details import build_details
@@ -504,3 +509,132 @@ class TestConversationMarker:
         assert "c1" == fake.served()[-1].tag
         with pytest.raises(ValueError, match="must match"):
             fake.register("a,b", [TextTurn("x")])
+
+
+ANSWERS_TELL: dict[str, str] = {
+    "where": "should arrive on", "arrival": "estimate", "damaged": "return", "refund": "refund", "address": "redirect",
+    "norway": "Norway", "thanks": "welcome", "human": "queue", "twice": "twice", "balance": "balance",
+    "card": "made with", "pdf": ".pdf", "due": "is due on", "summary": "Sources", "changes": "Sources",
+    "sources": "1. ", "europe": "For Europe", "shorter": "In short", "players": "main players",
+    "mobile": "routed to Mobile", "billing": "routed to Billing", "product": "routed to Product",
+}  # fmt: skip
+"""What a good answer to each intent must say (a due date for "when is the next payment due?"...)."""
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string inside a JSON-like value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+class TestCoherentScripts:
+    """Each scenario's question, tool calls and answer fit each other (issue 38, item 3)."""
+
+    def test_good_answers_fit_their_question_and_tools(self) -> None:
+        """Every good run of every agent, intent and user: the tools are the agent's own with their declared
+        parameters, the answer says what the question asks and quotes what the tools returned, and no
+        template field is left unfilled."""
+        good = [s for s in scenarios(SEED) if s.kind is Kind.GOOD]
+        assert len(good) == sum(len(a.intents()) for a in AGENTS) * VARIANTS
+        for s in good:
+            answer = s.turns[-1]
+            assert isinstance(answer, TextTurn), s.name
+            calls = [c for t in s.turns if isinstance(t, ToolCallTurn) for c in t.calls]
+            assert calls, s.name
+            for call in calls:
+                assert call.name in s.agent.tools, s.name
+                assert set(TOOLS[call.name].parameters) == set(call.arguments), s.name
+            assert ANSWERS_TELL[s.intent] in answer.text, (s.name, answer.text)
+            returned = {v for c in calls for v in _strings(lookup(c.name, c.arguments)) if len(v) >= 4}
+            assert any(v in answer.text for v in returned), (s.name, answer.text)
+            assert "{" not in answer.text, s.name
+            assert "{" not in s.system, s.name
+            assert "{" not in s.prompt, s.name
+
+    def test_a_conversation_is_one_user(self) -> None:
+        """The turns of a conversation share the system prompt (one user's ids) and ask what their scenario
+        answers: a follow-up its question, a re-ask the earlier question, a request for a human the handoff."""
+        for conv in _conversations(300):
+            assert 1 == len({p.scenario.system for p in conv})
+            for plan in conv:
+                if plan.act in (Act.OPEN, Act.FOLLOW_UP):
+                    assert plan.scenario.prompt == plan.user_message
+                elif plan.act is Act.REASK:
+                    assert plan.scenario.prompt in plan.user_message or plan.user_message.endswith(
+                        plan.scenario.prompt[0].lower() + plan.scenario.prompt[1:]
+                    )
+                else:
+                    assert "human" == plan.scenario.intent
+
+
+class _TraceSink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver keeping every request body (``bodies`` is set on a subclass)."""
+
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:
+        self.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+class TestNoSpoilers:
+    """Nothing a reviewer can see of a demo run tells what it was meant to be (issue 38, item 3)."""
+
+    def test_fleet_spans_and_conversations_carry_no_ground_truth(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The fleet plays 150 runs (every kind) to an OTLP receiver with content capture on. No span name,
+        status, attribute or event value — prompts, answers, tool arguments and results included — and no
+        stored conversation (the details document Vigil keeps; its entries' ``kind``, Vigil's own, aside) holds
+        the scenario marker, the header, a scenario name or the name of a run kind ("good", "looping"...)."""
+        monkeypatch.setenv(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, "span_only")
+        bodies: list[bytes] = []
+        sink = ThreadingHTTPServer(("127.0.0.1", 0), type("Sink", (_TraceSink,), {"bodies": bodies}))
+        threading.Thread(target=sink.serve_forever, args=(0.05,), daemon=True).start()
+        try:
+            endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+            fleet = DemoFleet(endpoint, rate_per_s=200, runs=150, seed=SEED, pace=0.0, progress=False)
+            truth = fleet.run()
+        finally:
+            sink.shutdown()
+            sink.server_close()
+        assert set(Kind) == {Kind(r.kind) for r in truth}
+        traces: dict[str, list[Any]] = {}
+        for body in bodies:
+            for batch in decode_protobuf(body).batches:
+                traces.setdefault(batch.trace_id, []).extend(batch.spans)
+        assert {r.trace_id for r in truth} <= set(traces)
+        names = {r.scenario for r in truth} | {s.name for s in scenarios(SEED)}
+        kinds = re.compile(
+            r"\b(" + "|".join(k.value for k in Kind if k not in (Kind.ERROR, Kind.CONTENT_FILTER)) + r")\b"
+        )
+        captured = 0
+        for trace_id, trace in traces.items():
+            doc = build_details(ScoredRun(normalise(trace), {}, None), Redactor())
+            captured += bool(doc.get("content_captured"))
+            said = [{k: v for k, v in e.items() if k != "kind"} for e in doc["conversation"]]  # kind: Vigil's
+            texts = [json.dumps(said)]
+            for x in trace:  # attribute values: their keys are the conventions' (gen_ai.guardrail.*)
+                shown = [
+                    x.name,
+                    x.status_message,
+                    [*x.attributes.values()],
+                    [[*e.attributes.values()] for e in x.events],
+                ]
+                texts.append(json.dumps(shown, default=str))
+            for text in texts:
+                assert "[[scenario:" not in text, trace_id
+                assert HEADER.lower() not in text.lower(), trace_id
+                assert not [n for n in names if n in text], (trace_id, [n for n in names if n in text])
+                assert not kinds.search(text), (trace_id, kinds.search(text))
+        assert captured >= len(truth) // 2  # the conversations were there to scan
