@@ -215,7 +215,7 @@ class DemoAgent:
             message = choice.message
             if not message.tool_calls:
                 if s.guardrail == "output":
-                    return self._block(seen, "output_policy", "answer quotes an internal discount code")
+                    return self._block(seen, "output_policy", "answer quotes an internal code")
                 return message.content or ""
             messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
             for call in message.tool_calls:

@@ -1,10 +1,19 @@
 """What the demo fleet sends: agents, run kinds, the mix, scripted scenarios and their ground truth.
 
 Pure and deterministic: everything here is a function of the seed. A *scenario* is one
-scripted conversation of one agent (``support.looping.3``): the turns the fake model answers
-with, the agent's settings (iteration cap, optimal steps) and what the world does to it (a
-tool that fails, a guardrail that blocks, a slow backend). Each run of the fleet plays one
-scenario under its own tag, and :func:`expected` tells what Vigil should derive from it.
+scripted exchange of one agent with one user (``support.where.looping.3``: what the user asks,
+the kind of run, the variant, which picks the user): the turns the fake model answers with, the
+agent's settings (iteration cap, optimal steps) and what the world does to it (a tool that fails,
+a guardrail that blocks, a slow backend). Each run of the fleet plays one scenario under its own
+tag, and :func:`expected` tells what Vigil should derive from it.
+
+**Coherent, and blind.** An agent answers a fixed set of questions (:class:`Intent`): each names the
+tool calls that answer it and an answer written from what those tools return
+(:func:`collector.demo.world.lookup`, the same data the agents' simulated backends give them), so a
+"when is my next payment due?" gets a ``get_balance`` call and the due date it returned. The
+scenario's name and kind never enter a message: the agents name the script to the fake server in
+the :data:`~collector.demo.fakeopenai.HEADER` request header (:attr:`RunPlan.header`), so reviewers
+judge the runs blind while the driver side keeps the truth.
 
 The mix is dealt from shuffled *decks* of 100 runs holding exactly :data:`MIX` of each kind,
 so any 100 consecutive runs from the start of a deck have the configured proportions.
@@ -40,7 +49,7 @@ from collector.demo.fakeopenai import (
     Turn,
     Usage,
 )
-from collector.demo.world import TOPICS, lookup, topic_facts
+from collector.demo.world import TOOLS, TOPICS, lookup, topic_facts
 
 __all__ = [
     "AGENTS",
@@ -634,6 +643,7 @@ def scenario(agent: str, kind: Kind, variant: int, seed: int = 0, intent: str | 
         intent=chosen.name,
         steps=steps,
         answer=chosen.answer.format(**answer_fields(who, steps)),
+        recheck=_RECHECKS[agent](who, chosen.question),
     )
     return _BUILDERS[kind](script)
 
@@ -650,6 +660,7 @@ class _Script:
     intent: str
     steps: Steps
     answer: str
+    recheck: ToolCall
 
     def make(self, kind: Kind, turns: Sequence[Turn], **settings: Any) -> Scenario:
         return Scenario(
@@ -661,9 +672,21 @@ class _Script:
         return [ToolCallTurn(t) for t in self.steps[:count]]
 
     def rechecking(self, count: int) -> list[Turn]:
-        """``count`` tool-calling turns that look the same things up again and again (an inefficient run)."""
-        again = (*self.steps, (self.steps[0][0],))
-        return [ToolCallTurn(again[i % len(again)]) for i in range(count)]
+        """``count`` tool-calling turns that look the same things up again and again, then do what the good
+        run does once (a refund, a routed ticket: never twice) — an inefficient run."""
+        writes = [t for t in self.steps if any(TOOLS[c.name].writes for c in t)]
+        reads = [t for t in self.steps if t not in writes] or [(self.recheck,)]
+        looks = [reads[i % len(reads)] for i in range(count - len(writes))]
+        return [ToolCallTurn(t) for t in (*looks, *writes)]
+
+
+_RECHECKS: Final[Mapping[str, Callable[[Persona, str], ToolCall]]] = {
+    "support": lambda p, q: _call("get_customer", customer_id=p["customer_id"]),
+    "billing": lambda p, q: _call("get_balance", account_id=p["account_id"]),
+    "research": lambda p, q: _call("web_search", query=p["topic"]),
+    "triage": lambda p, q: _call("classify_ticket", ticket_id=p["ticket_id"], summary=q.removeprefix("New ticket: ")),
+}
+"""The read-only lookup each agent repeats when nothing else it called can be looked up again."""
 
 
 def _good(s: _Script, kind: Kind = Kind.GOOD) -> Scenario:

@@ -22,30 +22,38 @@ Json = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as the model sees it: what it does and its (string) parameters."""
+    """A tool as the model sees it: what it does and its (string) parameters; ``writes``: it changes
+    something (a refund, a return, a routed ticket), so a careful agent calls it once."""
 
     description: str
     parameters: tuple[str, ...]
+    writes: bool = False
 
 
 TOOLS: Final[Mapping[str, ToolSpec]] = {
     "get_customer": ToolSpec("Look up the signed-in customer's profile.", ("customer_id",)),
     "lookup_order": ToolSpec("Status, carrier and delivery estimate of an order.", ("order_id",)),
     "search_kb": ToolSpec("Search the help-centre articles.", ("query",)),
-    "create_return": ToolSpec("Open a return for an order and get a prepaid label.", ("order_id", "reason")),
+    "create_return": ToolSpec(
+        "Open a return for an order and get a prepaid label.", ("order_id", "reason"), writes=True
+    ),
     "get_refund": ToolSpec("Status of the refund of an order.", ("order_id",)),
-    "close_case": ToolSpec("Close the support case of this conversation.", ("case_id",)),
-    "handoff_to_human": ToolSpec("Queue this conversation for a human colleague.", ("case_id", "reason")),
+    "close_case": ToolSpec("Close the support case of this conversation.", ("case_id",), writes=True),
+    "handoff_to_human": ToolSpec("Queue this conversation for a human colleague.", ("case_id", "reason"), writes=True),
     "get_balance": ToolSpec("Balance, next payment and payment method of an account.", ("account_id",)),
     "list_payments": ToolSpec("Recent card payments of an account.", ("account_id",)),
     "get_invoice": ToolSpec("An invoice's date, amount, status and PDF link.", ("invoice_id",)),
-    "issue_refund": ToolSpec("Refund a payment or an invoice to the account's card.", ("account_id", "reference")),
+    "issue_refund": ToolSpec(
+        "Refund a payment or an invoice to the account's card.", ("account_id", "reference"), writes=True
+    ),
     "web_search": ToolSpec("Search the web.", ("query",)),
     "fetch_page": ToolSpec("Fetch a web page's main text.", ("url",)),
     "summarize": ToolSpec("Condense the notes gathered so far on a topic.", ("topic",)),
-    "save_notes": ToolSpec("Save the research notes to the user's workspace.", ("topic",)),
+    "save_notes": ToolSpec("Save the research notes to the user's workspace.", ("topic",), writes=True),
     "classify_ticket": ToolSpec("Suggest a category and priority for a ticket.", ("ticket_id", "summary")),
-    "route_ticket": ToolSpec("Assign a ticket to a team queue with a priority.", ("ticket_id", "queue", "priority")),
+    "route_ticket": ToolSpec(
+        "Assign a ticket to a team queue with a priority.", ("ticket_id", "queue", "priority"), writes=True
+    ),
 }
 """Every tool of the demo's agents."""
 
