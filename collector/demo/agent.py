@@ -6,7 +6,10 @@ model asks for inside ``tool_call`` spans, guardrails inside ``guardrail`` spans
 calls go through ``openai.OpenAI`` to the fleet's :class:`~collector.demo.fakeopenai.FakeOpenAI`,
 so the official OpenAI instrumentation (enabled by ``vigil_setup``) emits the LLM spans.
 The agent does not read the plan's ground truth; it only acts out what the world does to
-it (slow or failing tool backends, a guardrail that trips) and tallies what it saw.
+it (slow or failing tool backends, a guardrail that trips) and tallies what it saw. Its tools
+answer from :func:`collector.demo.world.lookup`. It names its script to the fake server in a
+request header (:attr:`~collector.demo.plan.RunPlan.header`), so its messages hold nothing but
+the conversation: the agent's system prompt, the user's words, the model's turns, tool results.
 """
 
 from __future__ import annotations

@@ -171,8 +171,8 @@ class Served:
     """One request the server answered, as recorded for assertions.
 
     Attributes:
-        scenario: script name (``""`` when the request had no marker).
-        tag: the marker's tag (``""`` when absent).
+        scenario: script name (``""`` when the request had no marker nor :data:`HEADER`).
+        tag: the marker's (or header's) tag (``""`` when absent).
         turn: 0-based turn index chosen from the conversation.
         api: ``chat.completions`` or ``responses``.
         stream: whether the answer was streamed.
