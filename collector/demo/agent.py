@@ -6,7 +6,10 @@ model asks for inside ``tool_call`` spans, guardrails inside ``guardrail`` spans
 calls go through ``openai.OpenAI`` to the fleet's :class:`~collector.demo.fakeopenai.FakeOpenAI`,
 so the official OpenAI instrumentation (enabled by ``vigil_setup``) emits the LLM spans.
 The agent does not read the plan's ground truth; it only acts out what the world does to
-it (slow or failing tool backends, a guardrail that trips) and tallies what it saw.
+it (slow or failing tool backends, a guardrail that trips) and tallies what it saw. Its tools
+answer from :func:`collector.demo.world.lookup`. It names its script to the fake server in a
+request header (:attr:`~collector.demo.plan.RunPlan.header`), so its messages hold nothing but
+the conversation: the agent's system prompt, the user's words, the model's turns, tool results.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from collector.demo.plan import AgentSpec, Fault, RunPlan, Scenario
+from collector.demo.world import TOOLS, lookup
 from collector.instrument import AgentRun, MaxIterationsExceeded, agent_run, guardrail, tool_call
 
 __all__ = ["BackendBugError", "DemoAgent", "Observed", "latency_client", "openai_instrumented"]
@@ -195,42 +199,44 @@ class DemoAgent:
         s = plan.scenario
         if s.guardrail == "input":
             return self._block(seen, "input_policy", "request asks for another customer's personal data")
-        system = f"You are the {s.agent.name} agent. Use the tools."
-        if plan.conversation:  # the conversation's marker stays in the system message; the user's words stay clean
-            messages: list[dict[str, Any]] = [
-                {"role": "system", "content": f"{system} {plan.marker}"},
-                *(dict(m) for m in history),
-                {"role": "user", "content": plan.user_message},
-            ]
-        else:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": f"{plan.marker} {s.prompt}"}]
+        # the script's name travels in a request header (plan.header), never in what a reviewer reads
+        system = s.system or f"You are the {s.agent.name} assistant. Use the tools."
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *(dict(m) for m in history),
+            {"role": "user", "content": plan.user_message},
+        ]
         while True:
             if not run.tick():  # the tick reaching the cap marks the hit (and raises when asked)
                 seen.hit_max_iterations = True
                 return GAVE_UP
             seen.llm_calls += 1
-            choice = self._complete(s.agent, messages).choices[0]
+            choice = self._complete(s.agent, messages, plan.header).choices[0]
             if choice.finish_reason == "content_filter":
                 seen.safety_blocked = True
                 return REFUSAL
             message = choice.message
             if not message.tool_calls:
                 if s.guardrail == "output":
-                    return self._block(seen, "output_policy", "answer quotes an internal discount code")
+                    return self._block(seen, "output_policy", "answer quotes an internal code")
                 return message.content or ""
             messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
             for call in message.tool_calls:
                 if call.type == "function":
                     messages.append(self._tool(s, call.id, call.function.name, call.function.arguments, seen))
 
-    def _complete(self, agent: AgentSpec, messages: list[dict[str, Any]]) -> ChatCompletion:
-        """One chat completion; in a GenAI ``chat`` span of our own when asked to (``llm_spans``)."""
+    def _complete(self, agent: AgentSpec, messages: list[dict[str, Any]], header: Mapping[str, str]) -> ChatCompletion:
+        """One chat completion; in a GenAI ``chat`` span of our own when asked to (``llm_spans``).
+
+        ``header`` names the fake server's script out of band (:attr:`~collector.demo.plan.RunPlan.header`).
+        """
 
         def create() -> ChatCompletion:
             return self._client.chat.completions.create(
                 model=agent.model,
                 messages=messages,  # type: ignore[arg-type]
                 tools=_tool_specs(agent),  # type: ignore[arg-type]
+                extra_headers=dict(header),
             )
 
         if self._chat_tracer is None:
@@ -278,7 +284,8 @@ class DemoAgent:
         return {"role": "tool", "tool_call_id": call_id, "content": result}
 
     def _backend(self, s: Scenario, name: str, arguments: Mapping[str, Any], fault: Fault | None) -> str:
-        """The simulated tool backend: waits, then answers or fails as the scenario says."""
+        """The simulated tool backend: waits, then answers (:func:`collector.demo.world.lookup`, as JSON) or
+        fails as the scenario says."""
         extra = s.slow_s / max(1, s.tool_call_count)
         self._sleep((random.uniform(0.05, 0.3) + extra) * self._pace)
         if fault is Fault.FATAL:
@@ -286,8 +293,7 @@ class DemoAgent:
         if fault is Fault.RECOVERABLE:
             error, message = _RECOVERABLE_FAULTS[len(name) % len(_RECOVERABLE_FAULTS)]
             raise error(f"{name}: {message}")
-        shown = ", ".join(f"{k}={v}" for k, v in arguments.items())
-        return f"{name}({shown}): ok"
+        return json.dumps(lookup(name, arguments))
 
 
 def openai_instrumented() -> bool:
@@ -353,10 +359,12 @@ def _response_attributes(reply: ChatCompletion) -> dict[str, AttributeValue]:
 
 
 def _tool_specs(agent: AgentSpec) -> list[dict[str, Any]]:
-    """The OpenAI ``tools`` parameter for ``agent`` (string parameters named after the arguments)."""
+    """The OpenAI ``tools`` parameter for ``agent`` (:data:`collector.demo.world.TOOLS`, string parameters)."""
     specs = []
-    for name, make in agent.tools.items():
-        params = sorted(make(random.Random(0)))
+    for name in agent.tools:
+        tool = TOOLS[name]
+        params = list(tool.parameters)
         schema = {"type": "object", "properties": {p: {"type": "string"} for p in params}, "required": params}
-        specs.append({"type": "function", "function": {"name": name, "description": name, "parameters": schema}})
+        function = {"name": name, "description": tool.description, "parameters": schema}
+        specs.append({"type": "function", "function": function})
     return specs

@@ -1,22 +1,27 @@
 """A scripted, OpenAI-compatible HTTP server for tests and demos (no network, no model).
 
-:class:`FakeOpenAI` serves ``POST /v1/chat/completions`` (plain and streamed as SSE) and
-``POST /v1/responses`` (plain and streamed) on 127.0.0.1, on a free port. Every answer comes
-from a *script*: a list of turns, each a tool call, a final text answer, a ``content_filter``
-finish, a refusal or an HTTP error. A request picks its script with a marker anywhere in its messages,
-``[[scenario:NAME]]`` or ``[[scenario:NAME#TAG]]`` (the tag tells repeated runs of one script
-apart in the request log), and its turn with the number of assistant turns already in the
-conversation. So concurrent conversations are deterministic, and the server keeps no
-per-conversation state. After the last turn the last one repeats, which makes an endless
-tool-calling loop a one-turn script. A script registered with ``sequential=True`` picks its
-turn by the number of requests already served for its ``NAME#TAG`` instead, so a client that
-retries the same conversation (after a 429, a timeout) walks through the script.
+:class:`FakeOpenAI` serves ``POST /v1/chat/completions`` (plain and streamed as SSE) and ``POST
+/v1/responses`` (plain and streamed) on 127.0.0.1, on a free port. Every answer comes from a
+*script*: a list of turns, each a tool call, a final text answer, a ``content_filter`` finish, a
+refusal or an HTTP error. A request picks its script with a marker anywhere in its messages,
+``[[scenario:NAME]]`` or ``[[scenario:NAME#TAG]]`` (the tag tells repeated runs of one script apart
+in the request log), or out of band with the HTTP header ``X-Vigil-Scenario: NAME#TAG``
+(:data:`HEADER`; the same syntax without the brackets), which wins over a marker in the content: a
+client that must not show its script to whoever reads the conversation (the ``vigil demo`` fleet,
+whose runs reviewers judge blind) sends the header, and its messages stay clean. It picks its turn
+with the number of assistant turns already in the conversation. So concurrent conversations are
+deterministic, and the server keeps no per-conversation state. After the last turn the last one
+repeats, which makes an endless tool-calling loop a one-turn script. A script registered with
+``sequential=True`` picks its turn by the number of requests already served for its ``NAME#TAG``
+instead, so a client that retries the same conversation (after a 429, a timeout) walks through the
+script.
 
 A **conversation marker** names one script per user message, comma-separated:
 ``[[scenario:NAME1,NAME2,NAME3#TAG]]`` (in the system message, say, which stays the same while the
-history grows). The request's *n*-th user message plays script *n* (the last one from there on),
-and its turn is the number of assistant turns since that last user message: so each turn of a
-multi-turn chat that resends its history gets its own script, still without server state.
+history grows), or the header ``X-Vigil-Scenario: NAME1,NAME2,NAME3#TAG``. The request's *n*-th user
+message plays script *n* (the last one from there on), and its turn is the number of assistant turns
+since that last user message: so each turn of a multi-turn chat that resends its history gets its
+own script, still without server state.
 
 Turns can be slow (``delay_s``: the answer waits, for client timeouts) and an
 :class:`ErrorTurn` can carry ``retry_after`` (a ``Retry-After`` header, as on a 429). A
@@ -53,6 +58,7 @@ from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
+    "HEADER",
     "ContentFilterTurn",
     "ErrorTurn",
     "FakeOpenAI",
@@ -70,6 +76,10 @@ __all__ = [
 MARKER: Final = re.compile(r"\[\[scenario:([A-Za-z0-9_.\-]+(?:,[A-Za-z0-9_.\-]+)*)(?:#([A-Za-z0-9_.\-]+))?\]\]")
 """The scenario marker: ``[[scenario:NAME]]``, ``[[scenario:NAME#TAG]]``, or a conversation's
 ``[[scenario:NAME1,NAME2#TAG]]`` (one script per user message)."""
+
+HEADER: Final = "X-Vigil-Scenario"
+"""The request header that names the script out of band: ``NAME``, ``NAME#TAG`` or ``NAME1,NAME2#TAG``
+(a marker's inside); when present and well-formed it wins over any marker in the content."""
 
 Json: TypeAlias = dict[str, Any]
 
@@ -161,8 +171,8 @@ class Served:
     """One request the server answered, as recorded for assertions.
 
     Attributes:
-        scenario: script name (``""`` when the request had no marker).
-        tag: the marker's tag (``""`` when absent).
+        scenario: script name (``""`` when the request had no marker nor :data:`HEADER`).
+        tag: the marker's (or header's) tag (``""`` when absent).
         turn: 0-based turn index chosen from the conversation.
         api: ``chat.completions`` or ``responses``.
         stream: whether the answer was streamed.
@@ -323,13 +333,16 @@ class FakeOpenAI:
         with self._lock:
             return [s for s in self._served if key is None or key in (s.key, s.scenario)]
 
-    def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, Json | Iterator[bytes]]:
+    def answer(
+        self, path: str, body: Mapping[str, Any], scenario_header: str | None = None
+    ) -> tuple[int, Json | Iterator[bytes]]:
         """Answer one API request: ``(status, JSON body)`` or ``(200, SSE byte chunks)``.
 
+        ``scenario_header``: the request's :data:`HEADER` value, if any (it wins over a content marker).
         This is the whole behaviour of the server without HTTP, for direct use in tests.
         """
         api = "responses" if path.rstrip("/").endswith("/responses") else "chat.completions"
-        scenario, tag = _find_marker(body)
+        scenario, tag = _from_header(scenario_header) or _find_marker(body)
         conversation = body.get("messages") if api == "chat.completions" else body.get("input")
         if scenario and "," in scenario:  # a conversation marker: the script of the latest user message
             scripts, conversation = _latest_exchange(scenario.split(","), conversation)
@@ -383,6 +396,12 @@ class FakeOpenAI:
 def _kind(turn: Turn) -> str:
     kinds = {ToolCallTurn: "tool_calls", TextTurn: "text", ContentFilterTurn: "content_filter", RefusalTurn: "refusal"}
     return kinds.get(type(turn), "error")
+
+
+def _from_header(value: str | None) -> tuple[str, str] | None:
+    """The script names and tag of a :data:`HEADER` value; None when absent or malformed."""
+    found = MARKER.fullmatch(f"[[scenario:{value.strip()}]]") if value else None
+    return (found.group(1), found.group(2) or "") if found else None
 
 
 def _find_marker(body: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -661,7 +680,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._json(400, _error_body(f"invalid JSON: {exc}", "invalid_json"))
             return
-        status, answer = self.server_fake.answer(path, body)
+        status, answer = self.server_fake.answer(path, body, self.headers.get(HEADER))
         if isinstance(answer, dict):
             self._json(status, answer, getattr(answer, "headers", None))
         else:

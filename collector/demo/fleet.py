@@ -108,9 +108,11 @@ def session_truths(runs: Sequence[DemoRun]) -> dict[str, dict[str, Any]]:
 class _BoundedFake(FakeOpenAI):
     """The fake server with a bounded request log, for fleets that run for days."""
 
-    def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any] | Iterator[bytes]]:
+    def answer(
+        self, path: str, body: Mapping[str, Any], scenario_header: str | None = None
+    ) -> tuple[int, dict[str, Any] | Iterator[bytes]]:
         """Answer as :class:`FakeOpenAI` does, then forget all but the newest log entries."""
-        result = super().answer(path, body)
+        result = super().answer(path, body, scenario_header)
         with self._lock:
             served: list[Served] = self._served
             if len(served) > 2 * SERVED_LOG_MAX:

@@ -1,10 +1,19 @@
 """What the demo fleet sends: agents, run kinds, the mix, scripted scenarios and their ground truth.
 
 Pure and deterministic: everything here is a function of the seed. A *scenario* is one
-scripted conversation of one agent (``support.looping.3``): the turns the fake model answers
-with, the agent's settings (iteration cap, optimal steps) and what the world does to it (a
-tool that fails, a guardrail that blocks, a slow backend). Each run of the fleet plays one
-scenario under its own tag, and :func:`expected` tells what Vigil should derive from it.
+scripted exchange of one agent with one user (``support.where.looping.3``: what the user asks,
+the kind of run, the variant, which picks the user): the turns the fake model answers with, the
+agent's settings (iteration cap, optimal steps) and what the world does to it (a tool that fails,
+a guardrail that blocks, a slow backend). Each run of the fleet plays one scenario under its own
+tag, and :func:`expected` tells what Vigil should derive from it.
+
+**Coherent, and blind.** An agent answers a fixed set of questions (:class:`Intent`): each names the
+tool calls that answer it and an answer written from what those tools return
+(:func:`collector.demo.world.lookup`, the same data the agents' simulated backends give them), so a
+"when is my next payment due?" gets a ``get_balance`` call and the due date it returned. The
+scenario's name and kind never enter a message: the agents name the script to the fake server in
+the :data:`~collector.demo.fakeopenai.HEADER` request header (:attr:`RunPlan.header`), so reviewers
+judge the runs blind while the driver side keeps the truth.
 
 The mix is dealt from shuffled *decks* of 100 runs holding exactly :data:`MIX` of each kind,
 so any 100 consecutive runs from the start of a deck have the configured proportions.
@@ -30,6 +39,7 @@ from enum import Enum
 from typing import Any, Final
 
 from collector.demo.fakeopenai import (
+    HEADER,
     ContentFilterTurn,
     ErrorTurn,
     RefusalTurn,
@@ -39,6 +49,7 @@ from collector.demo.fakeopenai import (
     Turn,
     Usage,
 )
+from collector.demo.world import TOOLS, TOPICS, lookup, topic_facts
 
 __all__ = [
     "AGENTS",
@@ -46,11 +57,13 @@ __all__ = [
     "Act",
     "AgentSpec",
     "Fault",
+    "Intent",
     "Kind",
     "RunPlan",
     "Scenario",
     "conversations",
     "expected",
+    "persona",
     "plan_runs",
     "planner",
     "scenario",
@@ -90,7 +103,220 @@ DECK: Final = sum(MIX.values())
 VARIANTS: Final = 6
 """Scripted variants per (agent, kind); a run picks one at random."""
 
-Args = Callable[[random.Random], dict[str, Any]]
+Persona = Mapping[str, str]
+"""One simulated user's context: the ids their tools look up (``customer_id``, ``order_id``, ``case_id``,
+``account_id``, ``invoice_id``, ``ticket_id``) and a research ``topic``."""
+
+Steps = tuple[tuple[ToolCall, ...], ...]
+"""Tool-calling turns: each the calls one model answer asks for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One thing a user asks an agent, and how a good agent answers it.
+
+    Attributes:
+        name: short id (part of the scenario name, never shown).
+        question: what the user says (``{t}``: the persona's research topic).
+        steps: the tool calls that answer it, turn by turn, for a persona.
+        answer: the final answer as a :meth:`str.format` template over the persona's ids (``{order_id}``),
+            what the tools returned by tool name (``{lookup_order[carrier]}``) and the derived fields of
+            :func:`answer_fields` (``{facts[findings]}``, ``{sources}``, ``{duplicate[amount]}``...).
+    """
+
+    name: str
+    question: str
+    steps: Callable[[Persona], Steps]
+    answer: str
+
+
+def _call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(name, arguments)
+
+
+def _one(name: str, key: str) -> Callable[[Persona], Steps]:
+    """Steps of a single call of tool ``name`` with the persona's ``key`` (``order_id``...)."""
+    return lambda p: ((_call(name, **{key: p[key]}),),)
+
+
+def _duplicate(p: Persona) -> dict[str, Any]:
+    """The later of the two identical payments of the persona's account (the double charge; the list is
+    newest first)."""
+    return dict(lookup("list_payments", {"account_id": p["account_id"]})["payments"][0])
+
+
+def _search_then_read(query: str) -> Callable[[Persona], Steps]:
+    """Steps of a web search for ``query`` (``{t}``: the topic), then reading its first result."""
+
+    def steps(p: Persona) -> Steps:
+        q = query.format(t=p["topic"])
+        first = lookup("web_search", {"query": q})["results"][0]["url"]
+        return ((_call("web_search", query=q),), (_call("fetch_page", url=first),))
+
+    return steps
+
+
+def answer_fields(p: Persona, steps: Steps) -> dict[str, Any]:
+    """What an answer template may use: the persona, each tool's result by name (the last call's), the
+    research topic's ``facts``, the search ``sources`` and ``listing``, a double charge's ``duplicate``."""
+    fields: dict[str, Any] = dict(p)
+    fields |= {c.name: lookup(c.name, c.arguments) for turn in steps for c in turn}
+    fields["facts"] = topic_facts(p.get("topic", ""))
+    found = fields.get("web_search", {}).get("results", [])
+    fields["sources"] = "; ".join(f"{x['title']} ({x['url']})" for x in found[:2])
+    fields["listing"] = "; ".join(f"{n}. {x['title']}, {x['url']}" for n, x in enumerate(found, 1))
+    fields["duplicate"] = _duplicate(p) if "account_id" in p else {}
+    return fields
+
+
+SUPPORT: Final = (
+    Intent(
+        "where", "Where is my order?", _one("lookup_order", "order_id"),
+        "Your order {order_id} ({lookup_order[item]}) shipped with {lookup_order[carrier]} on "
+        "{lookup_order[shipped_on]} and is {lookup_order[status]} now. It should arrive on "
+        "{lookup_order[estimated_delivery]}; the tracking number is {lookup_order[tracking_number]}.",
+    ),
+    Intent(
+        "damaged", "Can I return an item that arrived damaged?",
+        lambda p: ((_call("search_kb", query="damaged item returns"),),
+                   (_call("create_return", order_id=p["order_id"], reason="arrived damaged"),)),
+        "Yes: damaged items can be returned free of charge within 30 days. I've opened return "
+        "{create_return[return_id]} for order {order_id}. Print the prepaid label at {create_return[label_url]}; "
+        "{create_return[refund_amount]} goes back to you once the parcel is scanned.",
+    ),
+    Intent(
+        "refund", "I never got my refund.", _one("get_refund", "order_id"),
+        "I can see it: a refund of {get_refund[amount]} for order {order_id} was issued on "
+        "{get_refund[issued_on]} to your {get_refund[method]}. Banks take 3-5 working days to show it, so it "
+        "should be there by {get_refund[expected_by]}.",
+    ),
+)  # fmt: skip
+SUPPORT_FOLLOW_UPS: Final = (
+    Intent(
+        "arrival", "When will my order arrive?", _one("lookup_order", "order_id"),
+        "Order {order_id} is {lookup_order[status]} with {lookup_order[carrier]}; the current estimate is "
+        "{lookup_order[estimated_delivery]}.",
+    ),
+    Intent(
+        "address", "Can I change the delivery address?",
+        lambda p: ((_call("lookup_order", order_id=p["order_id"]), _call("search_kb", query="change address")),),
+        "Order {order_id} has already left our warehouse, so I can't change the address here any more, but you "
+        "can redirect it with {lookup_order[carrier]} using tracking number {lookup_order[tracking_number]}.",
+    ),
+    Intent(
+        "norway", "Do you ship to Norway?", lambda p: ((_call("search_kb", query="international shipping"),),),
+        "Yes. {search_kb[excerpt]}",
+    ),
+    Intent(
+        "thanks", "Thanks, that is all.", _one("close_case", "case_id"),
+        "You're welcome! I've closed this case. Have a great day.",
+    ),
+)  # fmt: skip
+
+BILLING: Final = (
+    Intent(
+        "twice", "Why was I charged twice?",
+        lambda p: ((_call("list_payments", account_id=p["account_id"]),),
+                   (_call("issue_refund", account_id=p["account_id"], reference=_duplicate(p)["payment_id"]),)),
+        "You were charged {duplicate[amount]} twice on {duplicate[date]} for invoice {duplicate[invoice_id]}: "
+        "the second charge ({duplicate[payment_id]}) was a duplicate from a payment retry. I've refunded it "
+        "({issue_refund[refund_id]}); it will be back on your {duplicate[card]} by {issue_refund[expected_by]}.",
+    ),
+    Intent(
+        "balance", "What is my balance?", _one("get_balance", "account_id"),
+        "Your current balance is {get_balance[balance]}. The next payment, {get_balance[next_payment_amount]}, "
+        "is due on {get_balance[next_payment_due]}.",
+    ),
+    Intent(
+        "refund", "Please refund my last invoice.",
+        lambda p: ((_call("get_invoice", invoice_id=p["invoice_id"]),),
+                   (_call("issue_refund", account_id=p["account_id"], reference=p["invoice_id"]),)),
+        "Done: invoice {invoice_id} from {get_invoice[date]} ({get_invoice[amount]}) is refunded under "
+        "{issue_refund[refund_id]}. Expect the money on your {issue_refund[method]} by {issue_refund[expected_by]}.",
+    ),
+)  # fmt: skip
+BILLING_FOLLOW_UPS: Final = (
+    Intent(
+        "card", "Which card was used for my last payment?", _one("list_payments", "account_id"),
+        "Your last payment, {duplicate[amount]} on {duplicate[date]}, was made with your {duplicate[card]}.",
+    ),
+    Intent(
+        "pdf", "Can I get the invoice as a PDF?", _one("get_invoice", "invoice_id"),
+        "Sure: invoice {invoice_id} ({get_invoice[date]}, {get_invoice[amount]}) is at {get_invoice[pdf_url]}.",
+    ),
+    Intent(
+        "due", "When is the next payment due?", _one("get_balance", "account_id"),
+        "Your next payment of {get_balance[next_payment_amount]} is due on {get_balance[next_payment_due]}; it "
+        "will be charged automatically to your {get_balance[payment_method]}.",
+    ),
+    Intent(
+        "thanks", "Great, thanks.", _one("close_case", "case_id"),
+        "You're welcome, glad I could help! I've closed this case.",
+    ),
+)  # fmt: skip
+
+RESEARCH: Final = (
+    Intent(
+        "summary", "Summarise recent work on {t}.", _search_then_read("{t} recent research"),
+        "Recent work on {topic} has three threads: {facts[findings]}. Sources: {sources}.",
+    ),
+    Intent(
+        "changes", "What changed this year in {t}?", _search_then_read("{t} developments this year"),
+        "Three developments stand out: {facts[findings]}. Sources: {sources}.",
+    ),
+    Intent(
+        "sources", "Give me three sources on {t}.",
+        lambda p: ((_call("web_search", query=f"{p['topic']} overview"),),),
+        "Here are three places to start: {listing}.",
+    ),
+)  # fmt: skip
+RESEARCH_FOLLOW_UPS: Final = (
+    Intent(
+        "europe", "Which of these matters most for Europe?",
+        lambda p: ((_call("web_search", query=f"{p['topic']} Europe policy"),),),
+        "For Europe, {facts[europe]}.",
+    ),
+    Intent(
+        "shorter", "Can you make that shorter?", _one("summarize", "topic"), "In short: {summarize[summary]}.",
+    ),
+    Intent(
+        "players", "Who are the main players?",
+        lambda p: ((_call("web_search", query=f"{p['topic']} leading companies"),),),
+        "The main players are {facts[players]}.",
+    ),
+    Intent(
+        "thanks", "Thanks, that helps.", _one("save_notes", "topic"),
+        "You're welcome. I've saved these notes on {topic} to your workspace.",
+    ),
+)  # fmt: skip
+
+
+def _route(summary: str, queue: str, priority: str, team: str) -> Intent:
+    """A triage ticket about ``summary`` that belongs in ``queue`` at ``priority``."""
+    return Intent(
+        queue,
+        f"New ticket: {summary}.",
+        lambda p: ((_call("route_ticket", ticket_id=p["ticket_id"], queue=queue, priority=priority),),),
+        "Ticket {ticket_id} (" + summary + ") routed to " + team + ", priority " + priority + ".",
+    )
+
+
+TRIAGE: Final = (
+    _route("the app crashes on login", "mobile", "P2", "Mobile apps"),
+    _route("the invoice PDF is blank", "billing", "P3", "Billing systems"),
+    _route("feature idea: a dark mode for the dashboard", "product", "P4", "Product management"),
+)
+
+
+def _handoff(team: str) -> Intent:
+    """How an agent hands a conversation to ``team`` when the user asks for a person."""
+    return Intent(
+        "human",
+        "Can I talk to a human, please?",
+        lambda p: ((_call("handoff_to_human", case_id=p["case_id"], reason="customer asked for a person"),),),
+        "Of course. I've passed case {case_id} to " + team + ": you're number "
+        "{handoff_to_human[queue_position]} in the queue, about {handoff_to_human[estimated_wait_minutes]} minutes.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,79 +326,119 @@ class AgentSpec:
     Attributes:
         name: ``gen_ai.agent.name``.
         model: the model it asks for.
-        tools: tool name -> generator of plausible arguments.
+        tools: the tools it offers the model (:data:`collector.demo.world.TOOLS`).
         optimal_steps: LLM calls a good run needs (declared on the root span).
         max_iterations: the iteration cap.
         weight: relative share of the traffic.
-        prompts: user requests it receives (a conversation's first message).
-        answers: final answers it gives.
+        system: its system prompt (``{…}``: the persona's ids).
+        openers: what users open a conversation with.
         follow_ups: the user's later questions in a conversation, the last a closing thanks (none:
             one-turn sessions).
+        handoff: how it answers a request for a human.
+        unavailable: its answer when a tool failed.
+        brush_off: an unhelpful answer (users give those a thumbs-down).
+        leak: what an answer stopped by the output guardrail adds (an internal code).
     """
 
     name: str
     model: str
-    tools: Mapping[str, Args]
+    tools: tuple[str, ...]
     optimal_steps: int
     max_iterations: int
     weight: int
-    prompts: tuple[str, ...]
-    answers: tuple[str, ...]
-    follow_ups: tuple[str, ...] = ()
+    system: str
+    openers: tuple[Intent, ...]
+    follow_ups: tuple[Intent, ...] = ()
+    handoff: Intent | None = None
+    unavailable: str = "Sorry, that system is not answering right now. Please try again in a few minutes."
+    brush_off: str = "You can find that in your account settings."
+    leak: str = " (Internal: staff discount code STAFF-40 applies.)"
+
+    def intents(self) -> tuple[Intent, ...]:
+        """Every intent it answers: openers, follow-ups, the handoff."""
+        return (*self.openers, *self.follow_ups, *((self.handoff,) if self.handoff else ()))
+
+    def intent(self, name: str) -> Intent:
+        """The intent called ``name``. Raises :class:`KeyError` when it has none."""
+        for intent in self.intents():
+            if intent.name == name:
+                return intent
+        raise KeyError(f"{self.name} has no intent {name!r}")
 
 
-def _id(prefix: str, digits: int = 5) -> Args:
-    key = {"A": "order_id", "C": "customer_id", "INV": "invoice_id", "ACC": "account_id", "T": "ticket_id"}[prefix]
-    return lambda rng: {key: f"{prefix}-{rng.randrange(10 ** (digits - 1), 10**digits)}"}
-
-
-def _pick(key: str, values: tuple[str, ...]) -> Args:
-    return lambda rng: {key: rng.choice(values)}
-
-
-_TOPICS = ("vector databases", "EU AI act", "battery recycling", "RISC-V adoption", "heat pumps", "GLP-1 supply")
+_SHOP: Final = (
+    "You are the customer-support assistant of Northwind Home, an online homeware shop. The signed-in "
+    "customer is {customer_id}; their latest order is {order_id}; this conversation is case {case_id}. "
+    "Look things up with the tools before answering, and keep answers short."
+)
 
 AGENTS: Final[tuple[AgentSpec, ...]] = (
     AgentSpec(
         "support", "gpt-4o-mini",
-        {"lookup_order": _id("A"), "get_customer": _id("C"),
-         "search_kb": _pick("query", ("return policy", "shipping times", "warranty", "reset password"))},
-        optimal_steps=2, max_iterations=10, weight=40,
-        prompts=("Where is my order?", "Can I return a damaged kettle?", "I never got my refund."),
-        answers=("Your order ships tomorrow.", "Yes: returns are free within 30 days.", "The refund is on its way."),
-        follow_ups=("When will it arrive?", "Can I change the delivery address?", "Do you ship to Norway?",
-                    "Thanks, that is all."),
+        ("lookup_order", "get_customer", "search_kb", "create_return", "get_refund", "close_case", "handoff_to_human"),
+        optimal_steps=2, max_iterations=10, weight=40, system=_SHOP,
+        openers=SUPPORT, follow_ups=SUPPORT_FOLLOW_UPS, handoff=_handoff("a colleague from the support team"),
+        unavailable="Sorry, I can't reach our order system right now, so I can't confirm that. Please try again "
+        "in a few minutes.",
+        brush_off="You can check this yourself under My orders in your account.",
     ),
     AgentSpec(
         "research", "gpt-4.1",
-        {"web_search": _pick("query", _TOPICS), "fetch_page": lambda rng: {"url": f"https://example.org/{rng.randrange(999)}"},
-         "summarize": _pick("topic", _TOPICS)},
+        ("web_search", "fetch_page", "summarize", "save_notes", "handoff_to_human"),
         optimal_steps=3, max_iterations=16, weight=20,
-        prompts=("Summarise recent work on {t}.", "What changed this year in {t}?", "Give me three sources on {t}."),
-        answers=("Here is a short summary with sources.", "Three developments stand out.", "Sources attached."),
-        follow_ups=("Which of these matters most for Europe?", "Can you make that shorter?",
-                    "Who are the main players?", "Thanks, that helps."),
+        system="You are a research assistant. Search the web and read sources before you answer; cite the "
+        "pages you used. This workspace session is {case_id}.",
+        openers=RESEARCH, follow_ups=RESEARCH_FOLLOW_UPS, handoff=_handoff("a research librarian"),
+        unavailable="Sorry, the search service did not answer, so I can't give you sourced findings right now.",
+        brush_off="There is a lot written about this; a web search will turn up plenty.",
+        leak=" (Internal: use the staff library login LIB-STAFF-7 for paywalled sources.)",
     ),
     AgentSpec(
         "billing", "gpt-4o",
-        {"get_invoice": _id("INV"), "get_balance": _id("ACC"), "issue_refund": _id("INV")},
+        ("get_balance", "list_payments", "get_invoice", "issue_refund", "close_case", "handoff_to_human"),
         optimal_steps=2, max_iterations=10, weight=25,
-        prompts=("Why was I charged twice?", "What is my balance?", "Please refund my last invoice."),
-        answers=("The duplicate charge was reversed.", "Your balance is 42.10 EUR.", "Refund issued."),
-        follow_ups=("Which card was used?", "Can I get the invoice as a PDF?", "When is the next payment due?",
-                    "Great, thanks."),
+        system="You are the billing assistant of Northwind Home. The signed-in customer's account is "
+        "{account_id}; their latest invoice is {invoice_id}; this conversation is case {case_id}. Check the "
+        "account with the tools before answering.",
+        openers=BILLING, follow_ups=BILLING_FOLLOW_UPS, handoff=_handoff("a colleague from the billing team"),
+        unavailable="Sorry, the billing system is not answering right now, so I can't check that. Please try "
+        "again in a few minutes.",
+        brush_off="Please see the Billing page of your account for that.",
     ),
     AgentSpec(
         "triage", "gpt-4.1-mini",
-        {"classify_ticket": _id("T"), "route_ticket": _id("T")},
+        ("classify_ticket", "route_ticket"),
         optimal_steps=1, max_iterations=6, weight=15,
-        prompts=("New ticket: app crashes on login.", "New ticket: invoice PDF is blank.", "New ticket: feature idea."),
-        answers=("Routed to mobile, priority P2.", "Routed to billing, P3.", "Routed to product, P4."),
+        system="You triage new helpdesk tickets: pick the team queue (mobile, billing or product) and a "
+        "priority (P1-P4), then route the ticket with the tools. The ticket is {ticket_id}.",
+        openers=TRIAGE,
+        unavailable="The ticketing system is not answering; the ticket stays in the inbox for now.",
+        brush_off="Routed.",
+        leak=" (Internal: on-call override code OC-5512.)",
     ),
 )  # fmt: skip
 """The fleet's agents."""
 
 _BY_NAME: Final = {a.name: a for a in AGENTS}
+
+
+def persona(agent: str, variant: int, seed: int = 0, intent: str = "") -> dict[str, str]:
+    """The simulated user of ``agent``'s variant ``variant``: the ids their conversation looks up (the
+    ``ticket_id`` also depends on the ``intent``: each ticket is a new one)."""
+    rng = random.Random(f"{seed}/{agent}/persona/{variant}")
+
+    def number(prefix: str, digits: int = 5) -> str:
+        return f"{prefix}-{rng.randrange(10 ** (digits - 1), 10**digits)}"
+
+    return {
+        "customer_id": number("C"),
+        "order_id": number("A"),
+        "case_id": number("CASE", 6),
+        "account_id": number("ACC"),
+        "invoice_id": number("INV", 6),
+        "topic": rng.choice(TOPICS),
+        "ticket_id": f"T-{random.Random(f'{seed}/{agent}/ticket/{variant}/{intent}').randrange(1000, 10000)}",
+    }
 
 
 class Fault(str, Enum):
@@ -189,11 +455,13 @@ class Scenario:
     """One scripted conversation of one agent.
 
     Attributes:
-        name: the fake server's script name, ``AGENT.KIND.VARIANT``.
+        name: the fake server's script name, ``AGENT.INTENT.KIND.VARIANT``.
         agent: the agent's spec.
         kind: what runs of it are meant to be.
         turns: the fake model's answers (the last one repeats).
         prompt: the user's request.
+        intent: the name of what the user asks (:class:`Intent`).
+        system: the agent's system prompt for this user (the persona's ids filled in).
         raise_on_max: reaching the cap raises to the caller instead of ending gracefully.
         guardrail: ``"input"`` or ``"output"`` when a guardrail blocks the run there.
         fault_at: 0-based ordinal (over the run) of the tool call that fails, if any.
@@ -213,6 +481,8 @@ class Scenario:
     fault: Fault | None = None
     slow_s: float = 0.0
     feedback: str | None = None
+    intent: str = ""
+    system: str = ""
 
     @property
     def tool_call_count(self) -> int:
@@ -262,6 +532,12 @@ class RunPlan:
         if self.conversation:
             return f"[[scenario:{','.join(self.script)}#{self.conversation}]]"
         return f"[[scenario:{self.scenario.name}#{self.tag}]]"
+
+    @property
+    def header(self) -> dict[str, str]:
+        """The request header that tells the fake server the script (:data:`~collector.demo.fakeopenai.HEADER`):
+        what :attr:`marker` says, out of band, so that no message a reviewer reads carries it."""
+        return {HEADER: self.marker.removeprefix("[[scenario:").removesuffix("]]")}
 
     @property
     def user_message(self) -> str:
@@ -334,83 +610,132 @@ def answered(s: Scenario) -> bool:
 
 def scenarios(seed: int = 0) -> list[Scenario]:
     """Every scenario a fleet with ``seed`` may play (to register them with the fake server)."""
-    return [scenario(a.name, kind, v, seed) for a in AGENTS for kind in Kind for v in range(VARIANTS)]
+    return [
+        scenario(a.name, kind, v, seed, intent.name)
+        for a in AGENTS
+        for intent in a.intents()
+        for kind in Kind
+        for v in range(VARIANTS)
+    ]
 
 
-@functools.lru_cache(maxsize=2048)
-def scenario(agent: str, kind: Kind, variant: int, seed: int = 0) -> Scenario:
-    """The scripted scenario ``agent.kind.variant`` (deterministic in its arguments).
+@functools.lru_cache(maxsize=8192)
+def scenario(agent: str, kind: Kind, variant: int, seed: int = 0, intent: str | None = None) -> Scenario:
+    """The scripted scenario ``agent.intent.kind.variant`` (deterministic in its arguments).
+
+    ``variant`` picks the user (:func:`persona`: the ids their tools look up), ``intent`` what they ask
+    (default: one of the agent's openers, by variant). The good answer is written from what the tools
+    return for that user (:func:`collector.demo.world.lookup`), so question, tool calls and answer fit.
 
     Raises:
-        KeyError: unknown agent.
+        KeyError: unknown agent or intent.
     """
     spec = _BY_NAME[agent]
-    rng = random.Random(f"{seed}/{agent}/{kind.value}/{variant}")
-    prompt = rng.choice(spec.prompts).format(t=rng.choice(_TOPICS))
-    return _BUILDERS[kind](f"{agent}.{kind.value}.{variant}", spec, rng, prompt)
+    chosen = spec.intent(intent) if intent else spec.openers[variant % len(spec.openers)]
+    who = persona(agent, variant, seed, chosen.name)
+    steps = chosen.steps(who)
+    script = _Script(
+        name=f"{agent}.{chosen.name}.{kind.value}.{variant}",
+        spec=spec,
+        rng=random.Random(f"{seed}/{agent}/{chosen.name}/{kind.value}/{variant}"),
+        prompt=chosen.question.format(t=who["topic"]),
+        system=spec.system.format(**who),
+        intent=chosen.name,
+        steps=steps,
+        answer=chosen.answer.format(**answer_fields(who, steps)),
+        recheck=_RECHECKS[agent](who, chosen.question),
+    )
+    return _BUILDERS[kind](script)
 
 
-def _calls(spec: AgentSpec, rng: random.Random, turns: int, parallel: float = 0.0) -> list[Turn]:
-    """``turns`` tool-calling turns with fresh arguments; some ask for two tools at once."""
-    out: list[Turn] = []
-    for _ in range(turns):
-        width = 2 if rng.random() < parallel else 1
-        names = rng.sample(sorted(spec.tools), min(width, len(spec.tools)))
-        out.append(ToolCallTurn(tuple(ToolCall(n, spec.tools[n](rng)) for n in names)))
-    return out
+@dataclass(frozen=True, slots=True)
+class _Script:
+    """What the builders write one scenario from: the user's question, and how a good run answers it."""
+
+    name: str
+    spec: AgentSpec
+    rng: random.Random
+    prompt: str
+    system: str
+    intent: str
+    steps: Steps
+    answer: str
+    recheck: ToolCall
+
+    def make(self, kind: Kind, turns: Sequence[Turn], **settings: Any) -> Scenario:
+        return Scenario(
+            self.name, self.spec, kind, tuple(turns), self.prompt, intent=self.intent, system=self.system, **settings
+        )
+
+    def calls(self, count: int | None = None) -> list[Turn]:
+        """The good run's first ``count`` tool-calling turns (all by default)."""
+        return [ToolCallTurn(t) for t in self.steps[:count]]
+
+    def rechecking(self, count: int) -> list[Turn]:
+        """``count`` tool-calling turns that look the same things up again and again, then do what the good
+        run does once (a refund, a routed ticket: never twice) — an inefficient run."""
+        writes = [t for t in self.steps if any(TOOLS[c.name].writes for c in t)]
+        reads = [t for t in self.steps if t not in writes] or [(self.recheck,)]
+        looks = [reads[i % len(reads)] for i in range(count - len(writes))]
+        return [ToolCallTurn(t) for t in (*looks, *writes)]
 
 
-def _good(name: str, spec: AgentSpec, rng: random.Random, prompt: str, kind: Kind = Kind.GOOD) -> Scenario:
-    low = 2 if kind is Kind.SLOW else 1  # slow runs spend their time in tool calls
-    steps = rng.randint(max(low, spec.optimal_steps - 1), max(low, spec.optimal_steps + 1))
-    turns = (*_calls(spec, rng, steps - 1, parallel=0.2), TextTurn(rng.choice(spec.answers)))
-    slow_s = round(rng.uniform(4.0, 8.0), 2) if kind is Kind.SLOW else 0.0
-    feedback = "thumbs_down" if kind is Kind.THUMBS_DOWN else None
-    return Scenario(name, spec, kind, turns, prompt, slow_s=slow_s, feedback=feedback)
+_RECHECKS: Final[Mapping[str, Callable[[Persona, str], ToolCall]]] = {
+    "support": lambda p, q: _call("get_customer", customer_id=p["customer_id"]),
+    "billing": lambda p, q: _call("get_balance", account_id=p["account_id"]),
+    "research": lambda p, q: _call("web_search", query=p["topic"]),
+    "triage": lambda p, q: _call("classify_ticket", ticket_id=p["ticket_id"], summary=q.removeprefix("New ticket: ")),
+}
+"""The read-only lookup each agent repeats when nothing else it called can be looked up again."""
 
 
-def _inefficient(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    steps = 4 * spec.optimal_steps + rng.randint(0, 1)  # efficiency <= 0.25, under the cap
-    turns = (*_calls(spec, rng, steps - 1), TextTurn(rng.choice(spec.answers)))
-    return Scenario(name, spec, Kind.INEFFICIENT, turns, prompt)
+def _good(s: _Script, kind: Kind = Kind.GOOD) -> Scenario:
+    slow_s = round(s.rng.uniform(4.0, 8.0), 2) if kind is Kind.SLOW else 0.0
+    if kind is Kind.THUMBS_DOWN:  # an unhelpful answer: what users give a thumbs-down
+        return s.make(kind, (*s.calls(), TextTurn(s.spec.brush_off)), feedback="thumbs_down")
+    return s.make(kind, (*s.calls(), TextTurn(s.answer)), slow_s=slow_s)
 
 
-def _looping(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    (same,) = _calls(spec, rng, 1)  # the model asks for the same call forever
-    return Scenario(name, spec, Kind.LOOPING, (same,), prompt, raise_on_max=rng.random() < 0.5)
+def _inefficient(s: _Script) -> Scenario:
+    steps = 4 * s.spec.optimal_steps + s.rng.randint(0, 1)  # efficiency <= 0.25, under the cap
+    return s.make(Kind.INEFFICIENT, (*s.rechecking(steps - 1), TextTurn(s.answer)))
 
 
-def _content_filter(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    turns = (*_calls(spec, rng, rng.randint(0, 1)), ContentFilterTurn(rng.choice(("I can", "Sure, here", ""))))
-    return Scenario(name, spec, Kind.CONTENT_FILTER, turns, prompt)
+def _looping(s: _Script) -> Scenario:
+    same = ToolCallTurn((s.steps[0][0],))  # the model asks for the same call forever
+    return s.make(Kind.LOOPING, (same,), raise_on_max=s.rng.random() < 0.5)
 
 
-def _guardrail(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    where = rng.choice(("input", "output"))
-    turns = (*_calls(spec, rng, rng.randint(0, 1)), TextTurn(rng.choice(spec.answers)))
-    return Scenario(name, spec, Kind.GUARDRAIL, turns, prompt, guardrail=where)
+def _content_filter(s: _Script) -> Scenario:
+    words = s.answer.split()
+    cut = " ".join(words[: s.rng.choice((0, 2, 4))])  # the filter stops the answer a few words in
+    return s.make(Kind.CONTENT_FILTER, (*s.calls(s.rng.randint(0, 1)), ContentFilterTurn(cut)))
 
 
-def _tool_failure(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    calls = _calls(spec, rng, rng.randint(1, 2))
-    turns = (*calls, TextTurn("Sorry, that system is not answering right now."))
-    fault_at = rng.randrange(len(calls))
-    return Scenario(name, spec, Kind.TOOL_FAILURE, turns, prompt, fault_at=fault_at, fault=Fault.RECOVERABLE)
+def _guardrail(s: _Script) -> Scenario:
+    where = s.rng.choice(("input", "output"))  # an output guardrail stops an answer that leaks a code
+    return s.make(Kind.GUARDRAIL, (*s.calls(), TextTurn(s.answer + s.spec.leak)), guardrail=where)
 
 
-def _error(name: str, spec: AgentSpec, rng: random.Random, prompt: str) -> Scenario:
-    calls = _calls(spec, rng, rng.randint(0, 1))
-    if calls and rng.random() < 0.5:  # a backend bug the agent does not handle
-        turns = (*calls, TextTurn(rng.choice(spec.answers)))
-        return Scenario(name, spec, Kind.ERROR, turns, prompt, fault_at=0, fault=Fault.FATAL)
+def _tool_failure(s: _Script) -> Scenario:
+    upto = s.rng.randint(1, len(s.steps))  # the last tool turn fails, and the model says so
+    fault_at = sum(len(t) for t in s.steps[: upto - 1])
+    turns = (*s.calls(upto), TextTurn(s.spec.unavailable))
+    return s.make(Kind.TOOL_FAILURE, turns, fault_at=fault_at, fault=Fault.RECOVERABLE)
+
+
+def _error(s: _Script) -> Scenario:
+    calls = s.calls(s.rng.randint(0, 1))
+    if calls and s.rng.random() < 0.5:  # a backend bug the agent does not handle
+        return s.make(Kind.ERROR, (*calls, TextTurn(s.answer)), fault_at=0, fault=Fault.FATAL)
     failure = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
-    return Scenario(name, spec, Kind.ERROR, (*calls, failure), prompt)
+    return s.make(Kind.ERROR, (*calls, failure))
 
 
-_BUILDERS: Final[Mapping[Kind, Callable[[str, AgentSpec, random.Random, str], Scenario]]] = {
+_BUILDERS: Final[Mapping[Kind, Callable[[_Script], Scenario]]] = {
     Kind.GOOD: _good,
-    Kind.SLOW: lambda n, s, r, p: _good(n, s, r, p, Kind.SLOW),
-    Kind.THUMBS_DOWN: lambda n, s, r, p: _good(n, s, r, p, Kind.THUMBS_DOWN),
+    Kind.SLOW: lambda s: _good(s, Kind.SLOW),
+    Kind.THUMBS_DOWN: lambda s: _good(s, Kind.THUMBS_DOWN),
     Kind.INEFFICIENT: _inefficient,
     Kind.LOOPING: _looping,
     Kind.CONTENT_FILTER: _content_filter,
@@ -518,15 +843,25 @@ def _dealer(rng: random.Random) -> Iterator[Kind]:
 def _conversation(
     agent: AgentSpec, rng: random.Random, deal: Iterator[Kind], seed: int
 ) -> list[tuple[Scenario, str, Act]]:
-    """One conversation of ``agent``: ``(scenario, user message, act)`` per turn."""
-    first = scenario(agent.name, next(deal), rng.randrange(VARIANTS), seed)
+    """One conversation of ``agent``: ``(scenario, user message, act)`` per turn.
+
+    One user (a variant: :func:`persona`) through the whole conversation; each turn's scenario is
+    written for what the user asks in it (the question's :class:`Intent`, a re-ask's earlier one, the
+    agent's handoff for a request for a human), with the kind the deck deals."""
+    variant = rng.randrange(VARIANTS)
+
+    def play(intent: Intent) -> Scenario:
+        return scenario(agent.name, next(deal), variant, seed, intent.name)
+
+    opener = rng.choice(agent.openers)
+    first = play(opener)
     turns = [(first, first.prompt, Act.OPEN)]
     if not agent.follow_ups:
         return turns
     planned = rng.choices(list(LENGTHS), list(LENGTHS.values()))[0]
     questions = rng.sample(agent.follow_ups, min(planned - 1, len(agent.follow_ups)))
     questions.sort(key=lambda q: q == agent.follow_ups[-1])  # the closing thanks comes last
-    question = first.prompt  # the question the user would ask again
+    asked, question = opener, first.prompt  # the question the user would ask again
     while len(turns) < MAX_CONVERSATION_TURNS:
         last = turns[-1][0]
         act = _reaction(last, rng)
@@ -535,13 +870,17 @@ def _conversation(
         if act is None:
             if not questions:
                 break
-            question = questions.pop(0)
-            act, message = Act.FOLLOW_UP, question
+            asked = questions.pop(0)
+            turn = play(asked)
+            act, question = Act.FOLLOW_UP, turn.prompt
+            message = question
         elif act is Act.REASK:
+            turn = play(asked)
             message = rng.choice(REPHRASES).format(q=question, lq=question[0].lower() + question[1:])
         else:
+            turn = play(agent.handoff or asked)
             message = rng.choice(HUMAN_REQUESTS)
-        turns.append((scenario(agent.name, next(deal), rng.randrange(VARIANTS), seed), message, act))
+        turns.append((turn, message, act))
         if act is Act.HUMAN:
             break  # the user waits for a person
     return turns

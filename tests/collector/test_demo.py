@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -19,12 +23,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.demo.agent import DemoAgent, latency_client
-from collector.demo.fakeopenai import MARKER, ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
+from collector.demo.fakeopenai import HEADER, MARKER, ContentFilterTurn, ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn
 from collector.demo.fleet import DemoFleet, DemoRun, openai_capture_content, session_truths
 from collector.demo.plan import (
     AGENTS,
     DECK,
     MIX,
+    VARIANTS,
     Act,
     Fault,
     Kind,
@@ -40,6 +45,7 @@ from collector.demo.plan import (
     session_truth,
 )
 from collector.demo.progress import FleetStats
+from collector.demo.world import TOOLS, lookup
 from collector.instrument.content import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from collector.otlp import decode_protobuf
 from review_queue.details import build_details
@@ -53,8 +59,14 @@ FLAGS = ("hit_max_iterations", "safety_blocked", "errored")
 
 
 def of_kind(kind: Kind) -> list[Scenario]:
-    """Every scenario of ``kind`` for :data:`SEED`."""
-    return [s for s in scenarios(SEED) if s.kind is kind]
+    """Scenarios of ``kind`` for :data:`SEED`: every variant of every agent, each asking one of the agent's
+    questions (in turn, so the kinds together cover them all). :func:`scenarios` has every pairing."""
+    k = list(Kind).index(kind)
+    return [
+        scenario(a.name, kind, v, SEED, a.intents()[(v + k) % len(a.intents())].name)
+        for a in AGENTS
+        for v in range(VARIANTS)
+    ]
 
 
 class TestMix:
@@ -97,6 +109,7 @@ class TestMix:
         assert 300 == len({p.tag for p in plans})
         lone = RunPlan(0, "t0", plans[0].scenario)
         assert f"[[scenario:{lone.scenario.name}#t0]]" == lone.marker
+        assert {HEADER: f"{lone.scenario.name}#t0"} == lone.header  # what the agents send, out of band
         assert ("t0", "t0") == (lone.session_id, lone.user_message.removesuffix(lone.scenario.prompt) or "t0")
         first = plans[0]
         turns = [p for p in plans if p.conversation == first.conversation]
@@ -104,6 +117,7 @@ class TestMix:
         assert found is not None
         assert ([p.scenario.name for p in turns], first.conversation) == (found.group(1).split(","), found.group(2))
         assert {first.marker} == {p.marker for p in turns}
+        assert {HEADER: f"{found.group(1)}#{found.group(2)}"} == first.header
 
 
 class TestGroundTruth:
@@ -255,7 +269,10 @@ class TestOwnLlmSpans:
         entries = [(e["kind"], e.get("role")) for e in doc["conversation"]]
         assert doc["content_captured"]
         user = [e for e in doc["conversation"] if e.get("role") == "user"]
-        assert [f"{plan.marker} {s.prompt}"] == [e["content"] for e in user]
+        assert [s.prompt] == [e["content"] for e in user]  # the scenario went in a header, not the content
+        assert "[[scenario:" not in json.dumps(doc)
+        assert s.name not in json.dumps(doc)
+        assert [plan.tag] == [e.tag for e in fake.served(s.name) if e.tag == plan.tag][:1]  # it still arrived
         assert entries.index(("message", "user")) < entries.index(("tool", None))
         last = doc["conversation"][-1]
         assert seen.output == last["content"]
@@ -458,7 +475,8 @@ class TestConversationsPlayed:
                 said = json.loads(str((chats[0].attributes or {})["gen_ai.input.messages"]))
                 users = [m["parts"][0]["content"] for m in said if m["role"] == "user"]
                 assert [*(m["content"] for m in history if m["role"] == "user"), plan.user_message] == users
-                assert plan.marker in said[0]["parts"][0]["content"]  # the system message
+                assert plan.scenario.system == said[0]["parts"][0]["content"]  # the system message has no marker
+                assert "[[scenario:" not in json.dumps(said)
             history.append({"role": "user", "content": plan.user_message})
             if seen.output:
                 history.append({"role": "assistant", "content": seen.output})
@@ -491,3 +509,132 @@ class TestConversationMarker:
         assert "c1" == fake.served()[-1].tag
         with pytest.raises(ValueError, match="must match"):
             fake.register("a,b", [TextTurn("x")])
+
+
+ANSWERS_TELL: dict[str, str] = {
+    "where": "should arrive on", "arrival": "estimate", "damaged": "return", "refund": "refund", "address": "redirect",
+    "norway": "Norway", "thanks": "welcome", "human": "queue", "twice": "twice", "balance": "balance",
+    "card": "made with", "pdf": ".pdf", "due": "is due on", "summary": "Sources", "changes": "Sources",
+    "sources": "1. ", "europe": "For Europe", "shorter": "In short", "players": "main players",
+    "mobile": "routed to Mobile", "billing": "routed to Billing", "product": "routed to Product",
+}  # fmt: skip
+"""What a good answer to each intent must say (a due date for "when is the next payment due?"...)."""
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string inside a JSON-like value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+class TestCoherentScripts:
+    """Each scenario's question, tool calls and answer fit each other (issue 38, item 3)."""
+
+    def test_good_answers_fit_their_question_and_tools(self) -> None:
+        """Every good run of every agent, intent and user: the tools are the agent's own with their declared
+        parameters, the answer says what the question asks and quotes what the tools returned, and no
+        template field is left unfilled."""
+        good = [s for s in scenarios(SEED) if s.kind is Kind.GOOD]
+        assert len(good) == sum(len(a.intents()) for a in AGENTS) * VARIANTS
+        for s in good:
+            answer = s.turns[-1]
+            assert isinstance(answer, TextTurn), s.name
+            calls = [c for t in s.turns if isinstance(t, ToolCallTurn) for c in t.calls]
+            assert calls, s.name
+            for call in calls:
+                assert call.name in s.agent.tools, s.name
+                assert set(TOOLS[call.name].parameters) == set(call.arguments), s.name
+            assert ANSWERS_TELL[s.intent] in answer.text, (s.name, answer.text)
+            returned = {v for c in calls for v in _strings(lookup(c.name, c.arguments)) if len(v) >= 4}
+            assert any(v in answer.text for v in returned), (s.name, answer.text)
+            assert "{" not in answer.text, s.name
+            assert "{" not in s.system, s.name
+            assert "{" not in s.prompt, s.name
+
+    def test_a_conversation_is_one_user(self) -> None:
+        """The turns of a conversation share the system prompt (one user's ids) and ask what their scenario
+        answers: a follow-up its question, a re-ask the earlier question, a request for a human the handoff."""
+        for conv in _conversations(300):
+            assert 1 == len({p.scenario.system for p in conv})
+            for plan in conv:
+                if plan.act in (Act.OPEN, Act.FOLLOW_UP):
+                    assert plan.scenario.prompt == plan.user_message
+                elif plan.act is Act.REASK:
+                    assert plan.scenario.prompt in plan.user_message or plan.user_message.endswith(
+                        plan.scenario.prompt[0].lower() + plan.scenario.prompt[1:]
+                    )
+                else:
+                    assert "human" == plan.scenario.intent
+
+
+class _TraceSink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver keeping every request body (``bodies`` is set on a subclass)."""
+
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:
+        self.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+class TestNoSpoilers:
+    """Nothing a reviewer can see of a demo run tells what it was meant to be (issue 38, item 3)."""
+
+    def test_fleet_spans_and_conversations_carry_no_ground_truth(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The fleet plays 150 runs (every kind) to an OTLP receiver with content capture on. No span name,
+        status, attribute or event value — prompts, answers, tool arguments and results included — and no
+        stored conversation (the details document Vigil keeps; its entries' ``kind``, Vigil's own, aside) holds
+        the scenario marker, the header, a scenario name or the name of a run kind ("good", "looping"...)."""
+        monkeypatch.setenv(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, "span_only")
+        bodies: list[bytes] = []
+        sink = ThreadingHTTPServer(("127.0.0.1", 0), type("Sink", (_TraceSink,), {"bodies": bodies}))
+        threading.Thread(target=sink.serve_forever, args=(0.05,), daemon=True).start()
+        try:
+            endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+            fleet = DemoFleet(endpoint, rate_per_s=200, runs=150, seed=SEED, pace=0.0, progress=False)
+            truth = fleet.run()
+        finally:
+            sink.shutdown()
+            sink.server_close()
+        assert set(Kind) == {Kind(r.kind) for r in truth}
+        traces: dict[str, list[Any]] = {}
+        for body in bodies:
+            for batch in decode_protobuf(body).batches:
+                traces.setdefault(batch.trace_id, []).extend(batch.spans)
+        assert {r.trace_id for r in truth} <= set(traces)
+        names = {r.scenario for r in truth} | {s.name for s in scenarios(SEED)}
+        kinds = re.compile(
+            r"\b(" + "|".join(k.value for k in Kind if k not in (Kind.ERROR, Kind.CONTENT_FILTER)) + r")\b"
+        )
+        captured = 0
+        for trace_id, trace in traces.items():
+            doc = build_details(ScoredRun(normalise(trace), {}, None), Redactor())
+            captured += bool(doc.get("content_captured"))
+            said = [{k: v for k, v in e.items() if k != "kind"} for e in doc["conversation"]]  # kind: Vigil's
+            texts = [json.dumps(said)]
+            for x in trace:  # attribute values: their keys are the conventions' (gen_ai.guardrail.*)
+                shown = [
+                    x.name,
+                    x.status_message,
+                    [*x.attributes.values()],
+                    [[*e.attributes.values()] for e in x.events],
+                ]
+                texts.append(json.dumps(shown, default=str))
+            for text in texts:
+                assert "[[scenario:" not in text, trace_id
+                assert HEADER.lower() not in text.lower(), trace_id
+                assert not [n for n in names if n in text], (trace_id, [n for n in names if n in text])
+                assert not kinds.search(text), (trace_id, kinds.search(text))
+        assert captured >= len(truth) // 2  # the conversations were there to scan

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from collector.demo.fakeopenai import (
+    HEADER,
     ContentFilterTurn,
     ErrorTurn,
     FakeOpenAI,
@@ -106,6 +107,20 @@ class TestChatCompletions:
         """A marker naming no script fails loudly."""
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[scenario:nope]]"}])
+
+    def test_scenario_header_picks_the_script(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
+        """``X-Vigil-Scenario`` names the script out of band (clean messages), wins over a content marker,
+        and a malformed header falls back to the marker."""
+        clean: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
+        first = client.chat.completions.create(model="m", messages=clean, extra_headers={HEADER: "weather#h1"})
+        assert "tool_calls" == first.choices[0].finish_reason
+        marked: Any = [{"role": "user", "content": "[[scenario:broken#h2]] hi"}]
+        client.chat.completions.create(model="m", messages=marked, extra_headers={HEADER: "filtered#h2"})
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="m", messages=marked, extra_headers={HEADER: "no such [name]"})
+        assert [("weather", "h1", 0), ("filtered", "h2", 0), ("broken", "h2", 0)] == [
+            (s.scenario, s.tag, s.turn) for s in fake.served() if s.tag in ("h1", "h2")
+        ]
 
     def test_concurrent_conversations_are_independent(self, fake: FakeOpenAI, client: openai.OpenAI) -> None:
         """Many parallel first turns of one script all get turn 0."""
