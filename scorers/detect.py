@@ -42,6 +42,17 @@ Vocabulary (exception types, exception messages and status descriptions of non-t
         answer — names a policy (personal data, unsafe content, a denied topic; ``policy_words``
         and the user's ``safety_blocked.rejections``). A rejection that names a format problem
         (``not valid JSON``) names no policy: the run stays an error.
+    ``block.output_guard``
+        An output guard that made the model answer again, whether or not a later answer passed:
+        a model call answered (a text answer, or a call of the framework's answer tool) and the
+        next model call's conversation extends the first one's with feedback (the messages after
+        the answer, or in its place when the framework discarded it) whose rejection reason — the
+        answer's own text taken out — names a safety reason (:func:`policy_words`: personal data
+        such as a social security number, unsafe content, a policy; or the user's
+        ``safety_blocked.rejections``). PydanticAI's ``ModelRetry`` retry feedback, Strands' ``Guide``
+        from an ``after_model_call`` intervention, smolagents' failed ``final_answer_checks``
+        (tests/fixtures/traces/NOTES.md). The evidence names the check's own span when the
+        framework recorded one between the two calls, else the call that carried the rejection.
     ``limit.output``
         The fixed texts frameworks answer with when they stop at their cap (LangChain's
         ``Agent stopped due to max iterations.``, LangGraph's ``Sorry, need more steps…``,
@@ -61,6 +72,7 @@ common path: spans without errors or markers are skipped by one set test.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,10 +91,12 @@ __all__ = [
     "LIMIT",
     "DetectionConfig",
     "Detector",
+    "Retry",
     "block_words",
     "limit_words",
     "output_check_spent",
     "policy_words",
+    "rejection_feedback",
     "tokens_of",
 ]
 
@@ -100,6 +114,7 @@ BUILTIN_RULES: Final = (
     "block.guardrail",
     "block.vocabulary",
     "block.output_check",
+    "block.output_guard",
 )
 """Every built-in detection rule id (what ``detection.disable`` accepts)."""
 
@@ -341,9 +356,10 @@ def output_check_spent(text: str) -> bool:
 
 
 _POLICY_SINGLE: Final = frozenset(
-    {"pii", "phi", "privacy", "gdpr", "hipaa", "confidential", "unsafe", "harmful", "harm", "toxic", "toxicity",
-     "hate", "hateful", "violence", "violent", "sexual", "nsfw", "profanity", "profane", "offensive", "harassment",
-     "jailbreak", "disallowed", "prohibited", "forbidden", "moderation", "moderated", "unsafety"}
+    {"pii", "phi", "ssn", "ssns", "iban", "privacy", "gdpr", "hipaa", "confidential", "unsafe", "harmful", "harm",
+     "toxic", "toxicity", "hate", "hateful", "violence", "violent", "sexual", "nsfw", "profanity", "profane",
+     "offensive", "harassment", "jailbreak", "disallowed", "prohibited", "forbidden", "moderation", "moderated",
+     "unsafety"}
 )  # fmt: skip
 _POLICY_ACTS: Final = frozenset({"violates", "violated", "violation", "against", "breach", "breaches"})
 
@@ -366,7 +382,34 @@ def policy_words(text: str) -> bool:
         return True
     if words & {"topic", "topics", "subject"} and words & {"denied", "banned", "restricted", "allowed", "off"}:
         return True
-    return "policy" in words and bool(words & _POLICY_ACTS)
+    if "policy" in words and bool(words & _POLICY_ACTS):
+        return True
+    pairs = _bigrams(tokens)
+    return not pairs.isdisjoint(_PII_TERMS) or not pairs.isdisjoint(_POLICY_TERMS)
+
+
+_PII_TERMS: Final = frozenset(
+    {("social", "security"), ("security", "number"), ("credit", "card"), ("card", "number"), ("card", "numbers"),
+     ("phone", "number"), ("telephone", "number"), ("mail", "address"), ("email", "address"), ("home", "address"),
+     ("date", "birth"), ("bank", "account"), ("account", "number"), ("tax", "id"), ("national", "insurance"),
+     ("national", "id"), ("driver", "license"), ("driver", "licence"), ("passport", "number"),
+     ("personally", "identifiable"), ("medical", "record"), ("medical", "records"), ("health", "information")}
+)  # fmt: skip
+"""Personal data named by two adjacent words (after :data:`_FILLER`): ``social security number``, ``card
+number``, ``e-mail address``, ``date of birth`` … (single words such as ``SSN`` and ``PII`` are in
+:data:`_POLICY_SINGLE`)."""
+_POLICY_TERMS: Final = frozenset(
+    {("content", "policy"), ("usage", "policy"), ("safety", "policy"), ("acceptable", "use"), ("privacy", "rules"),
+     ("data", "protection"), ("not", "safe"), ("policy", "forbids"), ("policy", "prohibits")}
+)  # fmt: skip
+"""Policies named by two adjacent words (``content policy``, ``acceptable use``, ``data protection``)."""
+_FILLER: Final = frozenset({"of", "the", "a", "an", "s", "your", "their", "his", "her", "my", "our"})
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    """Adjacent word pairs of ``tokens``, filler words (``of``, ``the``, possessives) skipped."""
+    words = [t for t in tokens if t not in _FILLER]
+    return set(itertools.pairwise(words))
 
 
 def _guard_type(exception_type: str) -> bool:
@@ -538,6 +581,28 @@ class SpanFacts:
     types: tuple[str, ...]
     messages: tuple[str, ...]
     reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A model call that answered, and the next model call of the run: where an output guard's rejection
+    shows (:meth:`Detector.output_guard`).
+
+    Attributes:
+        answered: the call that gave the answer.
+        carrier: the next call, whose conversation may carry the rejection.
+        before: ``answered``'s messages (input, then output), as :func:`scorers.dialects.messages_of` reads them.
+        after: ``carrier``'s messages.
+        answers: the answer's text as the answer tool recorded it (its result), when it answered through one.
+        check: a span between the two calls that recorded a check (a guardrail, validator or retry span), if any.
+    """
+
+    answered: Span
+    carrier: Span
+    before: Sequence[Message]
+    after: Sequence[Message]
+    answers: tuple[str, ...] = ()
+    check: Span | None = None
 
 
 class GrowingText:
@@ -847,6 +912,24 @@ class Detector:
                 out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
                 return
 
+    def output_guard(self, retries: Sequence[Retry], out: list[Evidence]) -> None:
+        """``block.output_guard``: a model call's answer was sent back with feedback that names a safety reason
+        (see the module doc); one evidence per run, on the first such retry."""
+        on = self._on["block.output_guard"]
+        user = self.config.block.rejections
+        if not on and not user:
+            return
+        for retry in retries:
+            for source, whole in rejection_feedback(retry.before, retry.after, retry.answers):
+                text = whole[:2000]
+                span = retry.check or retry.carrier
+                if on and policy_words(text):
+                    out.append(_ev(BLOCK, "block.output_guard", span, source, text))
+                    return
+                if any(p.search(text) for p in user):
+                    out.append(_ev(BLOCK, "user.block.rejection", span, source, text))
+                    return
+
     def cutoff(
         self,
         last_llm: tuple[Span, tuple[str, ...]] | None,
@@ -897,6 +980,49 @@ def _feedback(messages: Sequence[Message]) -> list[tuple[str, str]]:
 
 
 _ANSWER_ROLES: Final = frozenset({"assistant", "ai", "model"})
+_OWN_ROLES: Final = frozenset({*_ANSWER_ROLES, "tool-call", "tool_call"})
+"""Roles of what the model itself said (smolagents replays its tool calls as ``tool-call`` messages)."""
+
+
+def _split_output(messages: Sequence[Message]) -> int:
+    """Where a call's output starts in its messages (input then output): after the last message that
+    is not the model's own."""
+    i = len(messages)
+    while i > 0 and messages[i - 1].role in _OWN_ROLES:
+        i -= 1
+    return i
+
+
+def rejection_feedback(
+    before: Sequence[Message], after: Sequence[Message], answers: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """The feedback a check sent back with a rejected answer: ``(source, text)`` of each message the
+    next call's input adds after the answering call's input, the model's own messages (its answer,
+    re-sent) left out, the answer's text taken out of the rest (a tool result that repeats it).
+
+    Empty unless the next call's input extends the answering call's input (same roles and texts, and
+    more of them): a call of another agent, or with another history, carries no feedback on this answer.
+    """
+    start = _split_output(before)
+    if start == 0 or start == len(before):
+        return []  # no input captured, or no answer
+    end = _split_output(after)
+    if end <= start:
+        return []
+    for old, new in zip(before[:start], after[:start], strict=True):
+        if old.role != new.role or old.content != new.content:
+            return []
+    quoted = [t for t in (*(m.content for m in before[start:]), *answers) if len(t.strip()) >= 3]
+    found: list[tuple[str, str]] = []
+    for message in after[start:end]:
+        if message.role in _OWN_ROLES or not message.content:
+            continue
+        text = message.content
+        for answer in quoted:
+            text = text.replace(answer, " ")
+        if text.strip():
+            found.append((f"input.{message.role}_message", text))
+    return found
 
 
 def _has_inputs(attrs: Attributes) -> bool:

@@ -30,10 +30,22 @@ from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, session_ids, signals
-from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
+from scorers.detect import (
+    BLOCK,
+    BLOCK_REASON_FORMS,
+    DEFAULT_DETECTOR,
+    ERRORED,
+    LIMIT,
+    Detector,
+    Retry,
+    SpanFacts,
+    is_tool_request,
+    tokens_of,
+)
 from scorers.dialects import (
     ANSWER_SCOPES,
     DIALECTS,
+    RESULT_KEYS,
     TOOL_CALL_ID_KEYS,
     UNKNOWN,
     agent_name,
@@ -43,6 +55,7 @@ from scorers.dialects import (
     classify,
     first_str,
     lift_events,
+    messages_of,
     raised_in,
     service_name,
     tool_name,
@@ -274,6 +287,13 @@ class _Tally:
     evidence: list[Evidence] = field(default_factory=list)
     last_llm: tuple[Span, tuple[str, ...]] | None = None
     tools_after: list[str] = field(default_factory=list)
+    answered: Span | None = None
+    """The last LLM call, while it stands as an answer (a text answer, or a call of an answer tool)."""
+    answer_texts: list[str] | None = None
+    """What the answer tools run after :attr:`answered` returned (the answer as they recorded it)."""
+    retried: list[tuple[Span, Span, tuple[str, ...]]] | None = None
+    """(answering call, next call, answer texts): every answer another model call followed (see
+    :meth:`Detector.output_guard`); None in the common run, whose answer is its last call."""
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
@@ -330,8 +350,11 @@ class _Tally:
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
             if step.kind is _LLM:
+                self._answer_followed(span)
                 self.last_llm = (span, reasons)
                 self.tools_after.clear()
+                self.answered = None if not reasons or is_tool_request(reasons) else span
+                self.answer_texts = None
             self.steps.append(step)
             return
         if kind is _TOOL:
@@ -341,6 +364,7 @@ class _Tally:
             elif span.scope in ANSWER_SCOPES and (answer := answer_tool(span)) is not None:
                 kind = _OTHER  # how the agent answered: no tool call, still its last act
                 self.tools_after.append(answer)
+                self._answer_tool(span)
             else:
                 fills = self.tool_fills
                 call, failed = to_tool_call(span, err, None if fills is None else fills.get(sid))
@@ -352,6 +376,26 @@ class _Tally:
         elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def _answer_followed(self, span: Span) -> None:
+        """Note that LLM call ``span`` followed an answer (where an output guard's rejection can show)."""
+        if self.answered is None:
+            return
+        if self.retried is None:
+            self.retried = []
+        if len(self.retried) < _MAX_RETRIES:
+            self.retried.append((self.answered, span, tuple(self.answer_texts or ())))
+
+    def _answer_tool(self, span: Span) -> None:
+        """An answer tool ran: the last LLM call answered through it (its result is the answer's text)."""
+        if self.last_llm is None:
+            return
+        self.answered = self.last_llm[0]
+        result = first_str(span.attributes, RESULT_KEYS)
+        if result is not None:
+            if self.answer_texts is None:
+                self.answer_texts = []
+            self.answer_texts.append(result)
 
     def watch_missing(self) -> None:
         """Add the keys of the ids still missing to the span pass's set test (none once both are known),
@@ -448,6 +492,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
     if culprit is not None:
         tally.detector.output_check(culprit, messages, evidence)
+    if tally.retried:
+        tally.detector.output_guard(_retries(tree, tally.retried), evidence)
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:
@@ -486,6 +532,54 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         session_id=session_id,
         user_id=user_id,
     )
+
+
+_MAX_RETRIES: Final = 16
+"""Answers followed by another model call kept per run (the first ones: a guard rejects early)."""
+_CHECK_WORDS: Final = frozenset(
+    {"guard", "guardrail", "guardrails", "validator", "validators", "validation", "validate", "check", "checks",
+     "moderation"}
+)  # fmt: skip
+
+
+def _retries(tree: _Tree, retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> list[Retry]:
+    """The :class:`~scorers.detect.Retry` of each answer another call followed, with both calls' messages
+    and the check span recorded between them, if any."""
+    found: list[Retry] = []
+    for answered, carrier, answers in retried:
+        before = messages_of(answered.attributes)
+        if not before:
+            continue
+        found.append(
+            Retry(
+                answered,
+                carrier,
+                before,
+                messages_of(carrier.attributes),
+                answers,
+                _check_span(tree, answered, carrier),
+            )
+        )
+    return found
+
+
+def _check_span(tree: _Tree, answered: Span, carrier: Span) -> Span | None:
+    """A span that ran between two model calls and recorded a check: a guardrail span, a span named for a
+    guard, validator or check, or one carrying a framework's retry cause (PydanticAI's
+    ``pydantic_ai.output.retry.cause``, pydantic_ai/capabilities/instrumentation.py)."""
+    for span in tree.ordered:
+        if span.start_ns < answered.end_ns or span is carrier:
+            continue
+        if span.start_ns > carrier.start_ns:
+            break
+        if span.end_ns and span.end_ns > carrier.start_ns:
+            continue
+        kind = tree.kinds[span.span_id][0]
+        if kind is StepKind.GUARDRAIL or not _CHECK_WORDS.isdisjoint(tokens_of(span.name)):
+            return span
+        if any(key.endswith("retry.cause") for key in span.attributes):
+            return span
+    return None
 
 
 def _raised_evidence(culprit: Span, error_type: str | None) -> Evidence:
