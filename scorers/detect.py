@@ -471,7 +471,7 @@ class DetectionConfig:
           safety_blocked:
             exception_types: [ContentRejected]
             attributes: {myapp.moderation: [blocked]}
-            rejections: ["brand guidelines"]   # an output check that gave up on these is a block
+            rejections: ["brand guidelines"]   # an output check that rejected on these is a block
           disable: [limit.cutoff]
 
     Attribute values compare as lower-cased strings (``true`` matches a boolean true).
