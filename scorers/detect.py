@@ -74,7 +74,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -594,7 +594,6 @@ class Retry:
         before: ``answered``'s messages (input, then output), as :func:`scorers.dialects.messages_of` reads them.
         after: ``carrier``'s messages.
         answers: the answer's text as the answer tool recorded it (its result), when it answered through one.
-        check: a span between the two calls that recorded a check (a guardrail, validator or retry span), if any.
     """
 
     answered: Span
@@ -602,7 +601,6 @@ class Retry:
     before: Sequence[Message]
     after: Sequence[Message]
     answers: tuple[str, ...] = ()
-    check: Span | None = None
 
 
 class GrowingText:
@@ -912,9 +910,18 @@ class Detector:
                 out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
                 return
 
-    def output_guard(self, retries: Sequence[Retry], out: list[Evidence]) -> None:
+    def output_guard(
+        self,
+        retries: Iterable[Retry],
+        out: list[Evidence],
+        check_of: Callable[[Span, Span], Span | None] | None = None,
+    ) -> None:
         """``block.output_guard``: a model call's answer was sent back with feedback that names a safety reason
-        (see the module doc); one evidence per run, on the first such retry."""
+        (see the module doc); one evidence per run, on the first such retry.
+
+        ``check_of(answered, carrier)``: the span that recorded the check between the two calls, if any (the
+        span the evidence names; else the carrier). Asked only for the retry that matched.
+        """
         on = self._on["block.output_guard"]
         user = self.config.block.rejections
         if not on and not user:
@@ -922,12 +929,12 @@ class Detector:
         for retry in retries:
             for source, whole in rejection_feedback(retry.before, retry.after, retry.answers):
                 text = whole[:2000]
-                span = retry.check or retry.carrier
-                if on and policy_words(text):
-                    out.append(_ev(BLOCK, "block.output_guard", span, source, text))
-                    return
-                if any(p.search(text) for p in user):
-                    out.append(_ev(BLOCK, "user.block.rejection", span, source, text))
+                rule = "block.output_guard" if on and policy_words(text) else None
+                if rule is None and any(p.search(text) for p in user):
+                    rule = "user.block.rejection"
+                if rule is not None:
+                    check = check_of(retry.answered, retry.carrier) if check_of is not None else None
+                    out.append(_ev(BLOCK, rule, check or retry.carrier, source, text))
                     return
 
     def cutoff(

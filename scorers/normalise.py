@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
@@ -373,6 +373,7 @@ class _Tally:
                 self.tools.append(call)
                 self.tool_errors += failed
                 self.tools_after.append(call.name)
+                self.answered = None  # the call asked for a tool (ReAct prose, a finish reason that does not say)
         elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
@@ -493,7 +494,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     if culprit is not None:
         tally.detector.output_check(culprit, messages, evidence)
     if tally.retried:
-        tally.detector.output_guard(_retries(tree, tally.retried), evidence)
+        tally.detector.output_guard(_retries(tally.retried), evidence, functools.partial(_check_span, tree))
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:
@@ -542,25 +543,18 @@ _CHECK_WORDS: Final = frozenset(
 )  # fmt: skip
 
 
-def _retries(tree: _Tree, retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> list[Retry]:
+def _retries(retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> Iterator[Retry]:
     """The :class:`~scorers.detect.Retry` of each answer another call followed, with both calls' messages
-    and the check span recorded between them, if any."""
-    found: list[Retry] = []
+    (read as they are asked for: the first retry that names a safety reason ends the search)."""
+    read: dict[str, list[Message]] = {}
     for answered, carrier, answers in retried:
-        before = messages_of(answered.attributes)
+        before = read.get(answered.span_id)
+        if before is None:
+            before = read[answered.span_id] = messages_of(answered.attributes)
         if not before:
             continue
-        found.append(
-            Retry(
-                answered,
-                carrier,
-                before,
-                messages_of(carrier.attributes),
-                answers,
-                _check_span(tree, answered, carrier),
-            )
-        )
-    return found
+        after = read[carrier.span_id] = messages_of(carrier.attributes)
+        yield Retry(answered, carrier, before, after, answers)
 
 
 def _check_span(tree: _Tree, answered: Span, carrier: Span) -> Span | None:

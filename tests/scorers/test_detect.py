@@ -633,13 +633,15 @@ class TestOutputGuards:
         )
         assert not normalise(spans).safety_blocked
 
-    def test_tool_results_after_a_tool_request_are_no_rejection(self) -> None:
-        """The model asked for a tool: what follows is the tool's result, whatever it says."""
+    @pytest.mark.parametrize("finish", ["tool_calls", "stop"])
+    def test_tool_results_after_a_tool_request_are_no_rejection(self, finish: str) -> None:
+        """The model asked for a tool (by finish reason, or a tool ran: ReAct prose, a Responses API call that
+        finished ``completed``): what follows is the tool's result, whatever it says."""
         spans = trace(
             node(
                 "invoke_agent bot",
                 AGENT,
-                _call("chat 1", [PROMPT], "", finish="tool_calls"),
+                _call("chat 1", [PROMPT], "", finish=finish),
                 node("execute_tool search", TOOL),
                 _call("chat 2", [PROMPT, ("assistant", ""), ("user", "The SSN lookup found a date of birth.")], "ok"),
             )
