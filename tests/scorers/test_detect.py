@@ -679,6 +679,24 @@ class TestOutputGuards:
         assert not any(policy_words(text) for _, text in found)  # the answer's own "SSN" is taken out
         assert [] == rejection_feedback(before, before)  # nothing added: no feedback
 
+    def test_output_tool_retry_names_the_output_function_span(self) -> None:
+        """PydanticAI's output tool: the answer is a ``final_result`` call (no tool call), its output function
+        raised ``ModelRetry`` (retry attributes on its span), the reason comes back as the call's response."""
+        call = ("assistant", 'tool_call final_result({"summary": "SSN 078-05-1120"})')
+        first = _call("chat 1", [PROMPT], call[1], finish="tool_call")
+        rejected = node(
+            "execute_tool final_result",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "final_result",
+             "pydantic_ai.tool.retry.cause": "model_retry"},
+            status_code=StatusCode.ERROR,
+        )  # fmt: skip
+        again = _call("chat 2", [PROMPT, call, ("user", "The summary reveals a social security number.")], "ok")
+        passed = node("execute_tool final_result", {"gen_ai.operation.name": "execute_tool",
+                                                    "gen_ai.tool.name": "final_result"})  # fmt: skip
+        run = normalise(trace(node("invoke_agent bot", AGENT, first, rejected, again, passed), scope="pydantic-ai"))
+        assert (0, 0, RunStatus.BLOCKED) == (run.tool_calls, run.tool_errors, run.status)
+        assert [("block.output_guard", "execute_tool final_result")] == _evidence(run, "safety_blocked")
+
     def test_every_rule_id_can_be_disabled(self) -> None:
         assert "block.output_guard" in BUILTIN_RULES
 

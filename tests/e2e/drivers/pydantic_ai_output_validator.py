@@ -18,6 +18,11 @@ Scenarios:
   and the run raises. Truth: blocked and errored.
 * ``pv_format_retried``: the first answer is not JSON; the format validator rejects it, the second
   passes. Truth: neither blocked nor errored (a format rejection names no safety reason).
+* ``pv_ssn_output_tool``: the answer goes through an output function (``ToolOutput(book)``, the
+  ``final_result`` output tool); the function raises ``ModelRetry`` on the first call's social
+  security number, the second passes. PydanticAI records the output function's span with the
+  exception and its ``pydantic_ai.tool.retry.*`` attributes, and answers the tool call with the
+  retry (``ToolReturnPart(outcome='retried')``). Truth: blocked, not errored.
 
 Run: ``python tests/e2e/drivers/pydantic_ai_output_validator.py --capture F --out F``.
 """
@@ -36,7 +41,7 @@ sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + 
 
 from harness import API_KEY, Harness, current, tools
 from openai import AsyncOpenAI
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, ModelRetry, ToolOutput
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -87,15 +92,40 @@ def main() -> None:
             raise ModelRetry("The answer is not valid JSON. Reply with a JSON object with a 'summary' key.") from None
         return output
 
+    def book(summary: str) -> str:
+        """Book the trip; return its summary (rejected when it holds a social security number)."""
+        if SSN.search(summary):
+            current().safety_blocked = True
+            raise ModelRetry("The summary reveals a social security number (SSN). Book again without it.")
+        return summary
+
+    tooled: Agent[None, str] = Agent(
+        model,
+        name=AGENT,
+        instructions="You help travellers.",
+        tools=[get_weather, lookup_order],
+        capabilities=[instrumentation],
+        retries={"tools": 1, "output": 1},
+        output_type=ToolOutput(book, name="final_result"),
+    )
+
     h.register("pv_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
     h.register("pv_ssn_retried", [TextTurn("Booked for SSN 078-05-1120."), TextTurn("Your trip is booked.")])
     h.register("pv_ssn_exhausted", [TextTurn("Booked for SSN 078-05-1120.")])
     h.register("pv_format_retried", [TextTurn("Sunny in Paris."), TextTurn('{"summary": "Sunny in Paris."}')])
+    h.register(
+        "pv_ssn_output_tool",
+        [
+            ToolCallTurn.of("final_result", summary="Booked for SSN 078-05-1120."),
+            ToolCallTurn.of("final_result", summary="Your trip is booked."),
+        ],
+    )
     plan: list[tuple[str, Agent[None, str], str]] = [
         ("pv_normal", private, "What is the weather in Paris?"),
         ("pv_ssn_retried", private, "Book my trip to Paris."),
         ("pv_ssn_exhausted", private, "Book my trip to Rome."),
         ("pv_format_retried", formatted, "Summarise the weather in Paris."),
+        ("pv_ssn_output_tool", tooled, "Book my trip to Lima."),
     ]
     for name, app, prompt in plan:
         with h.scenario(name, agent=AGENT, expected=(AgentRunError,)) as run:
