@@ -40,19 +40,21 @@ Vocabulary (exception types, exception messages and status descriptions of non-t
         CrewAI's ``Task failed guardrail validation after 3 retries``), and the check's rejection
         — the rest of that message, or the feedback the framework sent the model before its last
         answer — names a policy (personal data, unsafe content, a denied topic; ``policy_words``
-        and the user's ``safety_blocked.rejections``). A rejection that names a format problem
-        (``not valid JSON``) names no policy: the run stays an error.
+        less the user's ``safety_blocked.benign_rejections``, and the user's
+        ``safety_blocked.rejections``). A rejection that names a format problem (``not valid
+        JSON``) names no policy: the run stays an error.
     ``block.output_guard``
         An output guard that made the model answer again, whether or not a later answer passed:
         a model call answered (a text answer, or a call of the framework's answer tool) and the
         next model call's conversation extends the first one's with feedback (the messages after
         the answer, or in its place when the framework discarded it) whose rejection reason — the
         answer's own text taken out — names a safety reason (:func:`policy_words`: personal data
-        such as a social security number, unsafe content, a policy; or the user's
-        ``safety_blocked.rejections``). PydanticAI's ``ModelRetry`` retry feedback, Strands' ``Guide``
-        from an ``after_model_call`` intervention, smolagents' failed ``final_answer_checks``
-        (tests/fixtures/traces/NOTES.md). The evidence names the check's own span when the
-        framework recorded one between the two calls, else the call that carried the rejection.
+        such as a social security number, unsafe content, a policy — less what the user's
+        ``safety_blocked.benign_rejections`` excuse; or the user's ``safety_blocked.rejections``).
+        PydanticAI's ``ModelRetry`` retry feedback, Strands' ``Guide`` from an ``after_model_call``
+        intervention, smolagents' failed ``final_answer_checks`` (tests/fixtures/traces/NOTES.md).
+        The evidence names the check's own span when the framework recorded one between the two
+        calls, else the call that carried the rejection.
     ``limit.output``
         The fixed texts frameworks answer with when they stop at their cap (LangChain's
         ``Agent stopped due to max iterations.``, LangGraph's ``Sorry, need more steps…``,
@@ -452,6 +454,7 @@ class _UserSignal:
     messages: tuple[re.Pattern[str], ...] = ()
     attributes: Mapping[str, frozenset[str]] = field(default_factory=dict)
     rejections: tuple[re.Pattern[str], ...] = ()
+    benign_rejections: tuple[re.Pattern[str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.exception_types or self.messages or self.attributes or self.rejections)
@@ -472,6 +475,7 @@ class DetectionConfig:
             exception_types: [ContentRejected]
             attributes: {myapp.moderation: [blocked]}
             rejections: ["brand guidelines"]   # an output check that rejected on these is a block
+            benign_rejections: ["phone number format"]  # never a block, whatever built-in term they hold
           disable: [limit.cutoff]
 
     Attribute values compare as lower-cased strings (``true`` matches a boolean true).
@@ -518,16 +522,19 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         return _UserSignal()
     if not isinstance(data, Mapping):
         raise DetectionConfigError(f"{where}: expected a mapping")
-    unknown = set(data) - {"exception_types", "messages", "attributes", "rejections"}
+    known = {"exception_types", "messages", "attributes", "rejections", "benign_rejections"}
+    unknown = set(data) - known
     if unknown:
         raise DetectionConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes, rejections)"
+            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes, rejections, "
+            "benign_rejections)"
         )
     types = data.get("exception_types") or []
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise DetectionConfigError(f"{where}.exception_types: expected a list of exception class names")
     compiled = _patterns(data.get("messages"), f"{where}.messages")
     rejections = _patterns(data.get("rejections"), f"{where}.rejections")
+    benign = _patterns(data.get("benign_rejections"), f"{where}.benign_rejections")
     attrs = data.get("attributes") or {}
     if not isinstance(attrs, Mapping):
         raise DetectionConfigError(f"{where}.attributes: expected a mapping of attribute key to values")
@@ -537,7 +544,7 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         if not isinstance(key, str) or not key or not items:
             raise DetectionConfigError(f"{where}.attributes: expected attribute key: [values]")
         values[key] = frozenset(_attr_text(v) for v in items)
-    return _UserSignal(frozenset(types), compiled, values, rejections)
+    return _UserSignal(frozenset(types), compiled, values, rejections, benign)
 
 
 def _patterns(patterns: object, where: str) -> tuple[re.Pattern[str], ...]:
@@ -903,12 +910,17 @@ class Detector:
             return
         for source, whole in (*(("exception", t) for t in texts), *_feedback(messages)):
             text = whole[:2000]
-            if self._on["block.output_check"] and policy_words(text):
+            if self._on["block.output_check"] and self._safety_reason(text):
                 out.append(_ev(BLOCK, "block.output_check", culprit, source, text))
                 return
             if any(p.search(text) for p in self.config.block.rejections):
                 out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
                 return
+
+    def _safety_reason(self, text: str) -> bool:
+        """Whether a check's rejection names a built-in safety reason (:func:`policy_words`) that none of
+        the user's ``safety_blocked.benign_rejections`` excuses."""
+        return policy_words(text) and not any(p.search(text) for p in self.config.block.benign_rejections)
 
     def output_guard(
         self,
@@ -929,7 +941,7 @@ class Detector:
         for retry in retries:
             for source, whole in rejection_feedback(retry.before, retry.after, retry.answers):
                 text = whole[:2000]
-                rule = "block.output_guard" if on and policy_words(text) else None
+                rule = "block.output_guard" if on and self._safety_reason(text) else None
                 if rule is None and any(p.search(text) for p in user):
                     rule = "user.block.rejection"
                 if rule is not None:

@@ -697,6 +697,17 @@ class TestOutputGuards:
         assert (0, 0, RunStatus.BLOCKED) == (run.tool_calls, run.tool_errors, run.status)
         assert [("block.output_guard", "execute_tool final_result")] == _evidence(run, "safety_blocked")
 
+    def test_benign_rejections_excuse_a_built_in_term(self) -> None:
+        """A user's ``benign_rejections`` say a rejection that holds a built-in term is about form."""
+        feedback = [("user", "The phone number format is wrong: use +44.")]
+        assert normalise(_retried(feedback)).safety_blocked
+        config = {"safety_blocked": {"benign_rejections": ["phone number format"]}}
+        detector = Detector(DetectionConfig.from_mapping(config))
+        assert not normalise(_retried(feedback), detector=detector).safety_blocked
+        assert not normalise(_gave_up("The phone number format is wrong."), detector=detector).safety_blocked
+        with pytest.raises(DetectionConfigError, match=r"safety_blocked\.benign_rejections\[0\]: invalid"):
+            DetectionConfig.from_mapping({"safety_blocked": {"benign_rejections": ["("]}})
+
     def test_every_rule_id_can_be_disabled(self) -> None:
         assert "block.output_guard" in BUILTIN_RULES
 
