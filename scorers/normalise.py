@@ -494,7 +494,7 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
     if culprit is not None:
         tally.detector.output_check(culprit, messages, evidence)
     if tally.retried:
-        tally.detector.output_guard(_retries(tally.retried), evidence, functools.partial(_check_span, tree))
+        tally.detector.output_guard(_retries(tree, tally.retried), evidence, functools.partial(_check_span, tree))
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:
@@ -543,11 +543,14 @@ _CHECK_WORDS: Final = frozenset(
 )  # fmt: skip
 
 
-def _retries(retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> Iterator[Retry]:
-    """The :class:`~scorers.detect.Retry` of each answer another call followed, with both calls' messages
-    (read as they are asked for: the first retry that names a safety reason ends the search)."""
+def _retries(tree: _Tree, retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> Iterator[Retry]:
+    """The :class:`~scorers.detect.Retry` of each answer another call of the same agent invocation followed
+    (another invocation's call is another turn, not a retry), with both calls' messages (read as they are
+    asked for: the first retry that names a safety reason ends the search)."""
     read: dict[str, list[Message]] = {}
     for answered, carrier, answers in retried:
+        if _invocation(tree, answered) != _invocation(tree, carrier):
+            continue
         before = read.get(answered.span_id)
         if before is None:
             before = read[answered.span_id] = messages_of(answered.attributes)
@@ -555,6 +558,16 @@ def _retries(retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> Iterator[
             continue
         after = read[carrier.span_id] = messages_of(carrier.attributes)
         yield Retry(answered, carrier, before, after, answers)
+
+
+def _invocation(tree: _Tree, span: Span) -> str | None:
+    """The id of the nearest agent span above ``span`` (None when no agent span is above it)."""
+    parent, hops = span.parent_span_id, 0
+    while parent is not None and parent in tree.spans and hops < len(tree.spans):
+        if tree.kinds[parent][0] is StepKind.AGENT:
+            return parent
+        parent, hops = tree.spans[parent].parent_span_id, hops + 1
+    return None
 
 
 def _check_span(tree: _Tree, answered: Span, carrier: Span) -> Span | None:

@@ -633,6 +633,20 @@ class TestOutputGuards:
         )
         assert not normalise(spans).safety_blocked
 
+    def test_a_new_invocation_is_a_new_turn(self) -> None:
+        """The next call belongs to another agent invocation (a chat's next turn in the same trace): the user's
+        new message is no check's feedback, whatever it says."""
+        again = [PROMPT, ("assistant", SSN_ANSWER), ("user", "Is my social security number stored?")]
+        spans = trace(
+            node(
+                "chat session",
+                {},
+                node("invoke_agent bot", AGENT, _call("chat 1", [PROMPT], SSN_ANSWER)),
+                node("invoke_agent bot", AGENT, _call("chat 2", again, "No.")),
+            )
+        )
+        assert not normalise(spans).safety_blocked
+
     @pytest.mark.parametrize("finish", ["tool_calls", "stop"])
     def test_tool_results_after_a_tool_request_are_no_rejection(self, finish: str) -> None:
         """The model asked for a tool (by finish reason, or a tool ran: ReAct prose, a Responses API call that
