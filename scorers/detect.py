@@ -45,9 +45,10 @@ Vocabulary (exception types, exception messages and status descriptions of non-t
         JSON``) names no policy: the run stays an error.
     ``block.output_guard``
         An output guard that made the model answer again, whether or not a later answer passed:
-        a model call answered (a text answer, or a call of the framework's answer tool) and the
-        next model call's conversation extends the first one's with feedback (the messages after
-        the answer, or in its place when the framework discarded it) whose rejection reason — the
+        a model call answered (a text answer, or a call of the framework's answer tool; no tool ran
+        after it) and the next model call of the same agent invocation extends its conversation
+        with feedback (the messages after the answer, or in its place when the framework discarded
+        it) whose rejection reason — the
         answer's own text taken out — names a safety reason (:func:`policy_words`: personal data
         such as a social security number, unsafe content, a policy — less what the user's
         ``safety_blocked.benign_rejections`` excuse; or the user's ``safety_blocked.rejections``).
