@@ -350,7 +350,8 @@ class _Tally:
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
             if step.kind is _LLM:
-                self._answer_followed(span)
+                if self.answered is not None:
+                    self._answer_followed(self.answered, span)
                 self.last_llm = (span, reasons)
                 self.tools_after.clear()
                 self.answered = None if not reasons or is_tool_request(reasons) else span
@@ -378,14 +379,13 @@ class _Tally:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
 
-    def _answer_followed(self, span: Span) -> None:
-        """Note that LLM call ``span`` followed an answer (where an output guard's rejection can show)."""
-        if self.answered is None:
-            return
+    def _answer_followed(self, answered: Span, span: Span) -> None:
+        """Note that LLM call ``span`` followed the answer of ``answered`` (where an output guard's rejection
+        can show)."""
         if self.retried is None:
             self.retried = []
         if len(self.retried) < _MAX_RETRIES:
-            self.retried.append((self.answered, span, tuple(self.answer_texts or ())))
+            self.retried.append((answered, span, tuple(self.answer_texts or ())))
 
     def _answer_tool(self, span: Span) -> None:
         """An answer tool ran: the last LLM call answered through it (its result is the answer's text)."""
@@ -573,7 +573,8 @@ def _invocation(tree: _Tree, span: Span) -> str | None:
 def _check_span(tree: _Tree, answered: Span, carrier: Span) -> Span | None:
     """A span that ran between two model calls and recorded a check: a guardrail span, a span named for a
     guard, validator or check, or one carrying a framework's retry cause (PydanticAI's
-    ``pydantic_ai.output.retry.cause``, pydantic_ai/capabilities/instrumentation.py)."""
+    ``pydantic_ai.tool.retry.cause`` / ``pydantic_ai.output.retry.cause``,
+    tests/fixtures/traces/pydantic_ai_output_validator.md)."""
     for span in tree.ordered:
         if span.start_ns < answered.end_ns or span is carrier:
             continue

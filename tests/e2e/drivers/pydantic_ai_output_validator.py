@@ -4,8 +4,8 @@
 The same agent setup as ``pydantic_ai_guards.py`` (PydanticAI's own ``Instrumentation`` capability,
 no logfire, ``OpenAIChatModel`` on the fake server, no client retries). An output validator that
 raises ``ModelRetry(reason)`` makes PydanticAI send the reason back to the model as retry feedback
-(a ``RetryFeedbackPart``, shown to the model as a user message fenced in ``<pyai:retry_feedback>``,
-``pydantic_ai/messages.py``) after the rejected answer, and ask again; past ``retries={"output": 1}``
+(a ``RetryFeedbackPart``, shown to the model as a user message fenced in ``<pyai:retry_feedback>``)
+after the rejected answer, and ask again; past ``retries={"output": 1}``
 it raises ``UnexpectedModelBehavior: Exceeded maximum output retries (1)``.
 
 Scenarios:

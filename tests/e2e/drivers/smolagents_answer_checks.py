@@ -5,7 +5,7 @@ The same agent setup as ``smolagents.py`` (a ``ToolCallingAgent`` traced by
 ``openinference-instrumentation-smolagents``, ``OpenAIServerModel`` on the fake server, no client
 retries), plus ``final_answer_checks``: before smolagents accepts a ``final_answer`` it calls each
 check; one that returns false or raises becomes ``AgentError("Check <name> failed with error:
-<message>")`` on the step (``smolagents/agents.py``, ``_validate_final_answer``), the step's error
+<message>")`` on the step (``MultiStepAgent._validate_final_answer``), the step's error
 is shown to the model, and the loop goes on.
 
 Scenarios (sequential scripts, as in ``smolagents.py``):

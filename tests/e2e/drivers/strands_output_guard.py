@@ -5,8 +5,8 @@ event-based GenAI form, ``OpenAIModel`` on the fake server, no client retries), 
 guard: an ``InterventionHandler`` (``strands.interventions``) whose ``after_model_call`` returns
 ``Guide(feedback=...)`` when the model's answer breaks the app's rule. Strands then discards the
 answer (it never enters the conversation), appends the feedback as a user message
-(``[<handler name>] <feedback>``) and calls the model again (``strands/interventions/registry.py``,
-``_apply_after_model_call``; ``strands/event_loop/event_loop.py``: ``after_model_call_event.retry``).
+(``[<handler name>] <feedback>``) and calls the model again (Strands' ``InterventionRegistry._apply_after_model_call``
+sets ``AfterModelCallEvent.retry``; see tests/fixtures/traces/strands_output_guard.md).
 
 Scenarios (the scripts are sequential: a discarded answer leaves no assistant turn to count):
 
