@@ -16,6 +16,9 @@ Scenarios (the scripts are sequential: a discarded answer leaves no assistant tu
   not errored.
 * ``so_style_guided``: the first answer lacks the source the style guard asks for; it guides,
   the second answer passes. Truth: not blocked (the rejection is about form, not safety).
+* ``so_pii_hook``: the same PII rule as a plain hook (``HookProvider`` on ``AfterModelCallEvent``)
+  that sets ``event.retry`` and appends its own user message, as Strands' hooks allow without
+  interventions. Truth: blocked, not errored.
 
 Run: ``python tests/e2e/drivers/strands_output_guard.py --capture F.json --out F.truth.json``.
 """
@@ -28,7 +31,7 @@ from typing import Any
 from harness import API_KEY, Harness, current, tools
 from opentelemetry import trace
 from strands import Agent, tool
-from strands.hooks import AfterModelCallEvent
+from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 from strands.interventions import Guide, InterventionHandler, Proceed
 from strands.models.openai import OpenAIModel
 
@@ -76,12 +79,33 @@ class CiteSource(InterventionHandler):
         return Proceed()
 
 
+class PersonalDataHook(HookProvider):
+    """The PII rule as a plain hook: discard the answer, tell the model why, and call it again."""
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Check every model answer."""
+        registry.add_callback(AfterModelCallEvent, self.after_model)
+
+    def after_model(self, event: AfterModelCallEvent) -> None:
+        """On an SSN in the answer, retry with a note (driver truth: the output safety check triggered)."""
+        if SSN.search(_answer_text(event)):
+            current().safety_blocked = True
+            event.retry = True
+            note = "Company policy: never disclose personal data such as a social security number. Answer again."
+            event.agent.messages.append({"role": "user", "content": [{"text": note}]})
+
+
 def register(h: Harness) -> None:
     """The fake model's scripts, one per scenario (sequential: the n-th request plays turn n)."""
     weather = ToolCallTurn.of("get_weather", city="Paris")
     h.register("so_normal", [weather, TextTurn("Sunny, 21 C in Paris.")], sequential=True)
     h.register(
         "so_pii_guided",
+        [TextTurn("Your booking is under SSN 078-05-1120."), TextTurn("Your booking is confirmed.")],
+        sequential=True,
+    )
+    h.register(
+        "so_pii_hook",
         [TextTurn("Your booking is under SSN 078-05-1120."), TextTurn("Your booking is confirmed.")],
         sequential=True,
     )
@@ -101,9 +125,10 @@ def scenarios(h: Harness) -> None:
         ("so_normal", "What is the weather in Paris?"),
         ("so_pii_guided", "Which booking do I have?"),
         ("so_style_guided", "What is the weather in Paris?"),
+        ("so_pii_hook", "Which booking do I have?"),
     ]
     for name, prompt in plan:
-        guards: list[InterventionHandler] = [NoPersonalData()]
+        guards: list[InterventionHandler] = [] if name == "so_pii_hook" else [NoPersonalData()]
         if name == "so_style_guided":
             guards.append(CiteSource())
         agent = Agent(
@@ -112,6 +137,7 @@ def scenarios(h: Harness) -> None:
             system_prompt="You help travellers.",
             tools=[tool(get_weather), tool(lookup_order)],
             interventions=guards,
+            hooks=[PersonalDataHook()] if name == "so_pii_hook" else [],
             callback_handler=None,
         )
         with h.scenario(name, agent=AGENT) as run:
