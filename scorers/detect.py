@@ -40,8 +40,22 @@ Vocabulary (exception types, exception messages and status descriptions of non-t
         CrewAI's ``Task failed guardrail validation after 3 retries``), and the check's rejection
         — the rest of that message, or the feedback the framework sent the model before its last
         answer — names a policy (personal data, unsafe content, a denied topic; ``policy_words``
-        and the user's ``safety_blocked.rejections``). A rejection that names a format problem
-        (``not valid JSON``) names no policy: the run stays an error.
+        less the user's ``safety_blocked.benign_rejections``, and the user's
+        ``safety_blocked.rejections``). A rejection that names a format problem (``not valid
+        JSON``) names no policy: the run stays an error.
+    ``block.output_guard``
+        An output guard that made the model answer again, whether or not a later answer passed:
+        a model call answered (a text answer, or a call of the framework's answer tool; no tool ran
+        after it) and the next model call of the same agent invocation extends its conversation
+        with feedback (the messages after the answer, or in its place when the framework discarded
+        it) whose rejection reason — the
+        answer's own text taken out — names a safety reason (:func:`policy_words`: personal data
+        such as a social security number, unsafe content, a policy — less what the user's
+        ``safety_blocked.benign_rejections`` excuse; or the user's ``safety_blocked.rejections``).
+        PydanticAI's ``ModelRetry`` retry feedback, Strands' ``Guide`` from an ``after_model_call``
+        intervention, smolagents' failed ``final_answer_checks`` (tests/fixtures/traces/NOTES.md).
+        The evidence names the check's own span when the framework recorded one between the two
+        calls, else the call that carried the rejection.
     ``limit.output``
         The fixed texts frameworks answer with when they stop at their cap (LangChain's
         ``Agent stopped due to max iterations.``, LangGraph's ``Sorry, need more steps…``,
@@ -61,8 +75,9 @@ common path: spans without errors or markers are skipped by one set test.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -79,10 +94,12 @@ __all__ = [
     "LIMIT",
     "DetectionConfig",
     "Detector",
+    "Retry",
     "block_words",
     "limit_words",
     "output_check_spent",
     "policy_words",
+    "rejection_feedback",
     "tokens_of",
 ]
 
@@ -100,6 +117,7 @@ BUILTIN_RULES: Final = (
     "block.guardrail",
     "block.vocabulary",
     "block.output_check",
+    "block.output_guard",
 )
 """Every built-in detection rule id (what ``detection.disable`` accepts)."""
 
@@ -341,9 +359,10 @@ def output_check_spent(text: str) -> bool:
 
 
 _POLICY_SINGLE: Final = frozenset(
-    {"pii", "phi", "privacy", "gdpr", "hipaa", "confidential", "unsafe", "harmful", "harm", "toxic", "toxicity",
-     "hate", "hateful", "violence", "violent", "sexual", "nsfw", "profanity", "profane", "offensive", "harassment",
-     "jailbreak", "disallowed", "prohibited", "forbidden", "moderation", "moderated", "unsafety"}
+    {"pii", "phi", "ssn", "ssns", "iban", "privacy", "gdpr", "hipaa", "confidential", "unsafe", "harmful", "harm",
+     "toxic", "toxicity", "hate", "hateful", "violence", "violent", "sexual", "nsfw", "profanity", "profane",
+     "offensive", "harassment", "jailbreak", "disallowed", "prohibited", "forbidden", "moderation", "moderated",
+     "unsafety"}
 )  # fmt: skip
 _POLICY_ACTS: Final = frozenset({"violates", "violated", "violation", "against", "breach", "breaches"})
 
@@ -366,7 +385,34 @@ def policy_words(text: str) -> bool:
         return True
     if words & {"topic", "topics", "subject"} and words & {"denied", "banned", "restricted", "allowed", "off"}:
         return True
-    return "policy" in words and bool(words & _POLICY_ACTS)
+    if "policy" in words and bool(words & _POLICY_ACTS):
+        return True
+    pairs = _bigrams(tokens)
+    return not pairs.isdisjoint(_PII_TERMS) or not pairs.isdisjoint(_POLICY_TERMS)
+
+
+_PII_TERMS: Final = frozenset(
+    {("social", "security"), ("security", "number"), ("credit", "card"), ("card", "number"), ("card", "numbers"),
+     ("phone", "number"), ("telephone", "number"), ("mail", "address"), ("email", "address"), ("home", "address"),
+     ("date", "birth"), ("bank", "account"), ("account", "number"), ("tax", "id"), ("national", "insurance"),
+     ("national", "id"), ("driver", "license"), ("driver", "licence"), ("passport", "number"),
+     ("personally", "identifiable"), ("medical", "record"), ("medical", "records"), ("health", "information")}
+)  # fmt: skip
+"""Personal data named by two adjacent words (after :data:`_FILLER`): ``social security number``, ``card
+number``, ``e-mail address``, ``date of birth`` … (single words such as ``SSN`` and ``PII`` are in
+:data:`_POLICY_SINGLE`)."""
+_POLICY_TERMS: Final = frozenset(
+    {("content", "policy"), ("usage", "policy"), ("safety", "policy"), ("acceptable", "use"), ("privacy", "rules"),
+     ("data", "protection"), ("not", "safe"), ("policy", "forbids"), ("policy", "prohibits")}
+)  # fmt: skip
+"""Policies named by two adjacent words (``content policy``, ``acceptable use``, ``data protection``)."""
+_FILLER: Final = frozenset({"of", "the", "a", "an", "s", "your", "their", "his", "her", "my", "our"})
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    """Adjacent word pairs of ``tokens``, filler words (``of``, ``the``, possessives) skipped."""
+    words = [t for t in tokens if t not in _FILLER]
+    return set(itertools.pairwise(words))
 
 
 def _guard_type(exception_type: str) -> bool:
@@ -409,6 +455,7 @@ class _UserSignal:
     messages: tuple[re.Pattern[str], ...] = ()
     attributes: Mapping[str, frozenset[str]] = field(default_factory=dict)
     rejections: tuple[re.Pattern[str], ...] = ()
+    benign_rejections: tuple[re.Pattern[str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.exception_types or self.messages or self.attributes or self.rejections)
@@ -428,7 +475,8 @@ class DetectionConfig:
           safety_blocked:
             exception_types: [ContentRejected]
             attributes: {myapp.moderation: [blocked]}
-            rejections: ["brand guidelines"]   # an output check that gave up on these is a block
+            rejections: ["brand guidelines"]   # an output check that rejected on these is a block
+            benign_rejections: ["phone number format"]  # never a block, whatever built-in term they hold
           disable: [limit.cutoff]
 
     Attribute values compare as lower-cased strings (``true`` matches a boolean true).
@@ -475,16 +523,19 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         return _UserSignal()
     if not isinstance(data, Mapping):
         raise DetectionConfigError(f"{where}: expected a mapping")
-    unknown = set(data) - {"exception_types", "messages", "attributes", "rejections"}
+    known = {"exception_types", "messages", "attributes", "rejections", "benign_rejections"}
+    unknown = set(data) - known
     if unknown:
         raise DetectionConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes, rejections)"
+            f"{where}: unknown key {sorted(unknown)[0]!r} (expected exception_types, messages, attributes, rejections, "
+            "benign_rejections)"
         )
     types = data.get("exception_types") or []
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise DetectionConfigError(f"{where}.exception_types: expected a list of exception class names")
     compiled = _patterns(data.get("messages"), f"{where}.messages")
     rejections = _patterns(data.get("rejections"), f"{where}.rejections")
+    benign = _patterns(data.get("benign_rejections"), f"{where}.benign_rejections")
     attrs = data.get("attributes") or {}
     if not isinstance(attrs, Mapping):
         raise DetectionConfigError(f"{where}.attributes: expected a mapping of attribute key to values")
@@ -494,7 +545,7 @@ def _user_signal(data: object, where: str) -> _UserSignal:
         if not isinstance(key, str) or not key or not items:
             raise DetectionConfigError(f"{where}.attributes: expected attribute key: [values]")
         values[key] = frozenset(_attr_text(v) for v in items)
-    return _UserSignal(frozenset(types), compiled, values, rejections)
+    return _UserSignal(frozenset(types), compiled, values, rejections, benign)
 
 
 def _patterns(patterns: object, where: str) -> tuple[re.Pattern[str], ...]:
@@ -538,6 +589,26 @@ class SpanFacts:
     types: tuple[str, ...]
     messages: tuple[str, ...]
     reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A model call that answered, and the next model call of the run: where an output guard's rejection
+    shows (:meth:`Detector.output_guard`).
+
+    Attributes:
+        answered: the call that gave the answer.
+        carrier: the next call, whose conversation may carry the rejection.
+        before: ``answered``'s messages (input, then output), as :func:`scorers.dialects.messages_of` reads them.
+        after: ``carrier``'s messages.
+        answers: the answer's text as the answer tool recorded it (its result), when it answered through one.
+    """
+
+    answered: Span
+    carrier: Span
+    before: Sequence[Message]
+    after: Sequence[Message]
+    answers: tuple[str, ...] = ()
 
 
 class GrowingText:
@@ -840,12 +911,44 @@ class Detector:
             return
         for source, whole in (*(("exception", t) for t in texts), *_feedback(messages)):
             text = whole[:2000]
-            if self._on["block.output_check"] and policy_words(text):
+            if self._on["block.output_check"] and self._safety_reason(text):
                 out.append(_ev(BLOCK, "block.output_check", culprit, source, text))
                 return
             if any(p.search(text) for p in self.config.block.rejections):
                 out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
                 return
+
+    def _safety_reason(self, text: str) -> bool:
+        """Whether a check's rejection names a built-in safety reason (:func:`policy_words`) that none of
+        the user's ``safety_blocked.benign_rejections`` excuses."""
+        return policy_words(text) and not any(p.search(text) for p in self.config.block.benign_rejections)
+
+    def output_guard(
+        self,
+        retries: Iterable[Retry],
+        out: list[Evidence],
+        check_of: Callable[[Span, Span], Span | None] | None = None,
+    ) -> None:
+        """``block.output_guard``: a model call's answer was sent back with feedback that names a safety reason
+        (see the module doc); one evidence per run, on the first such retry.
+
+        ``check_of(answered, carrier)``: the span that recorded the check between the two calls, if any (the
+        span the evidence names; else the carrier). Asked only for the retry that matched.
+        """
+        on = self._on["block.output_guard"]
+        user = self.config.block.rejections
+        if not on and not user:
+            return
+        for retry in retries:
+            for source, whole in rejection_feedback(retry.before, retry.after, retry.answers):
+                text = whole[:2000]
+                rule = "block.output_guard" if on and self._safety_reason(text) else None
+                if rule is None and any(p.search(text) for p in user):
+                    rule = "user.block.rejection"
+                if rule is not None:
+                    check = check_of(retry.answered, retry.carrier) if check_of is not None else None
+                    out.append(_ev(BLOCK, rule, check or retry.carrier, source, text))
+                    return
 
     def cutoff(
         self,
@@ -897,6 +1000,49 @@ def _feedback(messages: Sequence[Message]) -> list[tuple[str, str]]:
 
 
 _ANSWER_ROLES: Final = frozenset({"assistant", "ai", "model"})
+_OWN_ROLES: Final = frozenset({*_ANSWER_ROLES, "tool-call", "tool_call"})
+"""Roles of what the model itself said (smolagents replays its tool calls as ``tool-call`` messages)."""
+
+
+def _split_output(messages: Sequence[Message]) -> int:
+    """Where a call's output starts in its messages (input then output): after the last message that
+    is not the model's own."""
+    i = len(messages)
+    while i > 0 and messages[i - 1].role in _OWN_ROLES:
+        i -= 1
+    return i
+
+
+def rejection_feedback(
+    before: Sequence[Message], after: Sequence[Message], answers: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """The feedback a check sent back with a rejected answer: ``(source, text)`` of each message the
+    next call's input adds after the answering call's input, the model's own messages (its answer,
+    re-sent) left out, the answer's text taken out of the rest (a tool result that repeats it).
+
+    Empty unless the next call's input extends the answering call's input (same roles and texts, and
+    more of them): a call of another agent, or with another history, carries no feedback on this answer.
+    """
+    start = _split_output(before)
+    if start == 0 or start == len(before):
+        return []  # no input captured, or no answer
+    end = _split_output(after)
+    if end <= start:
+        return []
+    for old, new in zip(before[:start], after[:start], strict=True):
+        if old.role != new.role or old.content != new.content:
+            return []
+    quoted = [t for t in (*(m.content for m in before[start:]), *answers) if len(t.strip()) >= 3]
+    found: list[tuple[str, str]] = []
+    for message in after[start:end]:
+        if message.role in _OWN_ROLES or not message.content:
+            continue
+        text = message.content
+        for answer in quoted:
+            text = text.replace(answer, " ")
+        if text.strip():
+            found.append((f"input.{message.role}_message", text))
+    return found
 
 
 def _has_inputs(attrs: Attributes) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
@@ -30,10 +30,22 @@ from typing import Final
 
 from collector.model import Span, StatusCode, fast_constructor
 from scorers import content, session_ids, signals
-from scorers.detect import BLOCK, BLOCK_REASON_FORMS, DEFAULT_DETECTOR, ERRORED, LIMIT, Detector, SpanFacts
+from scorers.detect import (
+    BLOCK,
+    BLOCK_REASON_FORMS,
+    DEFAULT_DETECTOR,
+    ERRORED,
+    LIMIT,
+    Detector,
+    Retry,
+    SpanFacts,
+    is_tool_request,
+    tokens_of,
+)
 from scorers.dialects import (
     ANSWER_SCOPES,
     DIALECTS,
+    RESULT_KEYS,
     TOOL_CALL_ID_KEYS,
     UNKNOWN,
     agent_name,
@@ -43,6 +55,7 @@ from scorers.dialects import (
     classify,
     first_str,
     lift_events,
+    messages_of,
     raised_in,
     service_name,
     tool_name,
@@ -274,6 +287,13 @@ class _Tally:
     evidence: list[Evidence] = field(default_factory=list)
     last_llm: tuple[Span, tuple[str, ...]] | None = None
     tools_after: list[str] = field(default_factory=list)
+    answered: Span | None = None
+    """The last LLM call, while it stands as an answer (a text answer, or a call of an answer tool)."""
+    answer_texts: list[str] | None = None
+    """What the answer tools run after :attr:`answered` returned (the answer as they recorded it)."""
+    retried: list[tuple[Span, Span, tuple[str, ...]]] | None = None
+    """(answering call, next call, answer texts): every answer another model call followed (see
+    :meth:`Detector.output_guard`); None in the common run, whose answer is its last call."""
     requested: tuple[str, list[tuple[str, str | None]]] | None = None
     fills: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     tool_fills: dict[str, tuple[signals.ErrorInfo, str | None]] | None = None  # only when there are tool twins
@@ -330,8 +350,12 @@ class _Tally:
         if kind is _LLM:
             step = self._llm_step(span, tree, err, reasons)
             if step.kind is _LLM:
+                if self.answered is not None:
+                    self._answer_followed(self.answered, span)
                 self.last_llm = (span, reasons)
                 self.tools_after.clear()
+                self.answered = None if not reasons or is_tool_request(reasons) else span
+                self.answer_texts = None
             self.steps.append(step)
             return
         if kind is _TOOL:
@@ -341,6 +365,7 @@ class _Tally:
             elif span.scope in ANSWER_SCOPES and (answer := answer_tool(span)) is not None:
                 kind = _OTHER  # how the agent answered: no tool call, still its last act
                 self.tools_after.append(answer)
+                self._answer_tool(span)
             else:
                 fills = self.tool_fills
                 call, failed = to_tool_call(span, err, None if fills is None else fills.get(sid))
@@ -349,9 +374,29 @@ class _Tally:
                 self.tools.append(call)
                 self.tool_errors += failed
                 self.tools_after.append(call.name)
+                self.answered = None  # the call asked for a tool (ReAct prose, a finish reason that does not say)
         elif kind in _SCANNED_IN_VISIT:
             detector.agent_counters(span, self.evidence, kind)
         self.steps.append(to_step(span, kind, err, None, 0, 0, reasons))
+
+    def _answer_followed(self, answered: Span, span: Span) -> None:
+        """Note that LLM call ``span`` followed the answer of ``answered`` (where an output guard's rejection
+        can show)."""
+        if self.retried is None:
+            self.retried = []
+        if len(self.retried) < _MAX_RETRIES:
+            self.retried.append((answered, span, tuple(self.answer_texts or ())))
+
+    def _answer_tool(self, span: Span) -> None:
+        """An answer tool ran: the last LLM call answered through it (its result is the answer's text)."""
+        if self.last_llm is None:
+            return
+        self.answered = self.last_llm[0]
+        result = first_str(span.attributes, RESULT_KEYS)
+        if result is not None:
+            if self.answer_texts is None:
+                self.answer_texts = []
+            self.answer_texts.append(result)
 
     def watch_missing(self) -> None:
         """Add the keys of the ids still missing to the span pass's set test (none once both are known),
@@ -448,6 +493,8 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         tally.detector.injected_prompt(messages, tally.last_llm[0], evidence, (t.result for t in tally.tools))
     if culprit is not None:
         tally.detector.output_check(culprit, messages, evidence)
+    if tally.retried:
+        tally.detector.output_guard(_retries(tree, tally.retried), evidence, functools.partial(_check_span, tree))
     found = _dedupe_evidence(evidence) if evidence else ()
     limit = blocked = False
     for e in found:
@@ -486,6 +533,61 @@ def _assemble(tree: _Tree, tally: _Tally, *, complete: bool) -> Run:
         session_id=session_id,
         user_id=user_id,
     )
+
+
+_MAX_RETRIES: Final = 16
+"""Answers followed by another model call kept per run (the first ones: a guard rejects early)."""
+_CHECK_WORDS: Final = frozenset(
+    {"guard", "guardrail", "guardrails", "validator", "validators", "validation", "validate", "check", "checks",
+     "moderation"}
+)  # fmt: skip
+
+
+def _retries(tree: _Tree, retried: Sequence[tuple[Span, Span, tuple[str, ...]]]) -> Iterator[Retry]:
+    """The :class:`~scorers.detect.Retry` of each answer another call of the same agent invocation followed
+    (another invocation's call is another turn, not a retry), with both calls' messages (read as they are
+    asked for: the first retry that names a safety reason ends the search)."""
+    read: dict[str, list[Message]] = {}
+    for answered, carrier, answers in retried:
+        if _invocation(tree, answered) != _invocation(tree, carrier):
+            continue
+        before = read.get(answered.span_id)
+        if before is None:
+            before = read[answered.span_id] = messages_of(answered.attributes)
+        if not before:
+            continue
+        after = read[carrier.span_id] = messages_of(carrier.attributes)
+        yield Retry(answered, carrier, before, after, answers)
+
+
+def _invocation(tree: _Tree, span: Span) -> str | None:
+    """The id of the nearest agent span above ``span`` (None when no agent span is above it)."""
+    parent, hops = span.parent_span_id, 0
+    while parent is not None and parent in tree.spans and hops < len(tree.spans):
+        if tree.kinds[parent][0] is StepKind.AGENT:
+            return parent
+        parent, hops = tree.spans[parent].parent_span_id, hops + 1
+    return None
+
+
+def _check_span(tree: _Tree, answered: Span, carrier: Span) -> Span | None:
+    """A span that ran between two model calls and recorded a check: a guardrail span, a span named for a
+    guard, validator or check, or one carrying a framework's retry cause (PydanticAI's
+    ``pydantic_ai.tool.retry.cause`` / ``pydantic_ai.output.retry.cause``,
+    tests/fixtures/traces/pydantic_ai_output_validator.md)."""
+    for span in tree.ordered:
+        if span.start_ns < answered.end_ns or span is carrier:
+            continue
+        if span.start_ns > carrier.start_ns:
+            break
+        if span.end_ns and span.end_ns > carrier.start_ns:
+            continue
+        kind = tree.kinds[span.span_id][0]
+        if kind is StepKind.GUARDRAIL or not _CHECK_WORDS.isdisjoint(tokens_of(span.name)):
+            return span
+        if any(key.endswith("retry.cause") for key in span.attributes):
+            return span
+    return None
 
 
 def _raised_evidence(culprit: Span, error_type: str | None) -> Evidence:

@@ -228,7 +228,9 @@ class Settings(BaseModel):
     detection: Mapping[str, Any] | None = Field(
         None,
         description="Your own limit/block markers {hit_max_iterations|safety_blocked: {exception_types, messages, "
-        "attributes}, disable: [rule ids]}; YAML only (see scorers.detect.DetectionConfig).",
+        "attributes, rejections, benign_rejections}, disable: [rule ids]}: rejections / benign_rejections add "
+        "reasons an output check's rejection blocks on / never blocks on; YAML only (see "
+        "scorers.detect.DetectionConfig).",
     )
     sessions: Mapping[str, Any] | None = Field(
         None,

@@ -56,6 +56,7 @@ from scorers.dialects.llamaindex import LlamaIndex
 from scorers.dialects.openai_agents import OpenAIAgents
 from scorers.dialects.openinference import OPENINFERENCE, OpenInference, is_chain
 from scorers.dialects.openinference import agent_attribute as _oi_agent
+from scorers.dialects.pydantic_ai import PydanticAI
 from scorers.dialects.smolagents import Smolagents
 from scorers.dialects.traceloop import TRACELOOP, Traceloop
 from scorers.dialects.traceloop import agent_name as _traceloop_agent
@@ -120,6 +121,7 @@ ADAPTERS: Final[tuple[Adapter, ...]] = (
     DSPy(),
     AutoGen(),
     GoogleADK(),
+    PydanticAI(),
 )
 """Every adapter, in order."""
 

@@ -23,10 +23,11 @@ from scorers.detect import (
     limit_words,
     output_check_spent,
     policy_words,
+    rejection_feedback,
     tokens_of,
 )
 from scorers.errors import DetectionConfigError
-from scorers.model import Run, RunStatus
+from scorers.model import Message, Run, RunStatus
 from scorers.normalise import normalise
 from tests.support.spans import node, trace
 
@@ -544,6 +545,185 @@ class TestOutputChecks:
     def test_bad_rejection_pattern_is_one_line(self) -> None:
         with pytest.raises(DetectionConfigError, match=r"safety_blocked\.rejections\[0\]: invalid regular expression"):
             DetectionConfig.from_mapping({"safety_blocked": {"rejections": ["("]}})
+
+
+def _call(name: str, inputs: list[tuple[str, str]], answer: str, finish: str = "stop") -> Any:
+    """One GenAI chat span: its input conversation and its one assistant answer."""
+    attrs = {
+        **chat(finish),
+        "gen_ai.input.messages": _conversation(*inputs),
+        "gen_ai.output.messages": _conversation(("assistant", answer)),
+    }
+    return node(name, attrs)
+
+
+PROMPT = ("user", "Which booking do I have?")
+SSN_ANSWER = "Your booking is under SSN 078-05-1120."
+
+
+def _retried(feedback: list[tuple[str, str]], *between: Any, resend_answer: bool = True) -> list[Any]:
+    """A run whose first answer a check sent back with ``feedback``; the second answer passed (no error).
+
+    ``resend_answer``: the rejected answer stays in the next call's conversation (PydanticAI, smolagents);
+    else the framework discarded it (Strands' ``Guide`` after a model call).
+    """
+    again = [PROMPT, *([("assistant", SSN_ANSWER)] if resend_answer else []), *feedback]
+    return trace(
+        node(
+            "invoke_agent bot",
+            AGENT,
+            _call("chat 1", [PROMPT], SSN_ANSWER),
+            *between,
+            _call("chat 2", again, "Your booking is confirmed."),
+        )
+    )
+
+
+class TestOutputGuards:
+    """``block.output_guard``: an answer sent back with feedback that names a safety reason blocks the run,
+    even when a later answer passed (issue 40, item 1)."""
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("The answer reveals a social security number. Answer without it.", True),
+            ("SSN found in the answer", True),
+            ("Do not print the customer's card number.", True),
+            ("The answer includes a date of birth.", True),
+            ("Remove the e-mail address from the answer.", True),
+            ("Check no_personal_data failed with error: ", True),
+            ("That breaks our content policy.", True),
+            ("Name your source in square brackets at the end.", False),
+            ("Check long_enough failed with error: ", False),
+            ("Use the security group sg-1 in the answer.", False),
+        ],
+    )
+    def test_safety_reasons(self, text: str, expected: bool) -> None:
+        assert expected == policy_words(text)
+
+    def test_retry_feedback_after_the_answer_blocks(self) -> None:
+        """PydanticAI's shape: the rejected answer, then the validator's ModelRetry text as a user message."""
+        feedback = [("user", "Validation failed:\n<pyai:retry_feedback>The answer reveals a social security number.")]
+        run = normalise(_retried(feedback))
+        assert (RunStatus.BLOCKED, False) == (run.status, run.errored)
+        assert [("block.output_guard", "chat 2")] == _evidence(run, "safety_blocked")
+        assert "social security number" in run.evidence[0].value
+
+    def test_guidance_in_place_of_a_discarded_answer_blocks(self) -> None:
+        """Strands' shape: the answer is discarded, the guard's guidance follows the prompt."""
+        feedback = [("user", "[pii-guard] Your answer exposed a social security number; answer again.")]
+        run = normalise(_retried(feedback, resend_answer=False))
+        assert [("block.output_guard", "chat 2")] == _evidence(run, "safety_blocked")
+
+    def test_form_rejection_is_no_block(self) -> None:
+        """A rejection that names no safety reason — even of an answer that mentions an SSN — blocks nothing:
+        the answer's own text is taken out of the feedback before its words are read."""
+        run = normalise(_retried([("user", "Name your source in brackets. You wrote: " + SSN_ANSWER)]))
+        assert (RunStatus.OK, False) == (run.status, run.safety_blocked)
+
+    def test_another_history_carries_no_feedback(self) -> None:
+        """The next call does not extend the answering call's conversation (another agent): no rejection."""
+        spans = trace(
+            node(
+                "invoke_agent bot",
+                AGENT,
+                _call("chat 1", [PROMPT], SSN_ANSWER),
+                _call("chat 2", [("user", "Summarise"), ("user", "It holds a social security number.")], "ok"),
+            )
+        )
+        assert not normalise(spans).safety_blocked
+
+    def test_a_new_invocation_is_a_new_turn(self) -> None:
+        """The next call belongs to another agent invocation (a chat's next turn in the same trace): the user's
+        new message is no check's feedback, whatever it says."""
+        again = [PROMPT, ("assistant", SSN_ANSWER), ("user", "Is my social security number stored?")]
+        spans = trace(
+            node(
+                "chat session",
+                {},
+                node("invoke_agent bot", AGENT, _call("chat 1", [PROMPT], SSN_ANSWER)),
+                node("invoke_agent bot", AGENT, _call("chat 2", again, "No.")),
+            )
+        )
+        assert not normalise(spans).safety_blocked
+
+    @pytest.mark.parametrize("finish", ["tool_calls", "stop"])
+    def test_tool_results_after_a_tool_request_are_no_rejection(self, finish: str) -> None:
+        """The model asked for a tool (by finish reason, or a tool ran: ReAct prose, a Responses API call that
+        finished ``completed``): what follows is the tool's result, whatever it says."""
+        spans = trace(
+            node(
+                "invoke_agent bot",
+                AGENT,
+                _call("chat 1", [PROMPT], "", finish=finish),
+                node("execute_tool search", TOOL),
+                _call("chat 2", [PROMPT, ("assistant", ""), ("user", "The SSN lookup found a date of birth.")], "ok"),
+            )
+        )
+        assert not normalise(spans).safety_blocked
+
+    def test_check_span_is_the_evidence(self) -> None:
+        """A span that recorded the check between the two calls is the one the evidence names."""
+        check = node("output validator no_ssn", {})
+        run = normalise(_retried([("user", "The answer reveals a social security number.")], check))
+        assert [("block.output_guard", "output validator no_ssn")] == _evidence(run, "safety_blocked")
+
+    def test_user_rejections_and_disable(self) -> None:
+        feedback = [("user", "Your answer breaks the brand guidelines.")]
+        assert not normalise(_retried(feedback)).safety_blocked
+        config = {"safety_blocked": {"rejections": ["brand guidelines"]}}
+        run = normalise(_retried(feedback), detector=Detector(DetectionConfig.from_mapping(config)))
+        assert [("user.block.rejection", "chat 2")] == _evidence(run, "safety_blocked")
+        off = Detector(DetectionConfig.from_mapping({"disable": ["block.output_guard"]}))
+        assert not normalise(_retried([("user", "It holds a social security number.")]), detector=off).safety_blocked
+
+    def test_answer_tool_feedback(self) -> None:
+        """smolagents' shape: the answer went through the answer tool, whose result repeats it; the failed
+        check's error follows as a tool response."""
+        before = [Message("system", "You solve tasks."), Message("user", "Book my trip."), Message("assistant", "")]
+        after = [
+            *before[:2],
+            Message("tool-call", "Calling tools: final_answer"),
+            Message("tool-response", "Observation:\nBooked for SSN 078-05-1120."),
+            Message("tool-response", "Error:\nCheck long_enough failed with error: "),
+            Message("assistant", ""),
+        ]
+        found = rejection_feedback(before, after, ("Booked for SSN 078-05-1120.",))
+        assert [s for s, _ in found] == ["input.tool-response_message", "input.tool-response_message"]
+        assert not any(policy_words(text) for _, text in found)  # the answer's own "SSN" is taken out
+        assert [] == rejection_feedback(before, before)  # nothing added: no feedback
+
+    def test_output_tool_retry_names_the_output_function_span(self) -> None:
+        """PydanticAI's output tool: the answer is a ``final_result`` call (no tool call), its output function
+        raised ``ModelRetry`` (retry attributes on its span), the reason comes back as the call's response."""
+        call = ("assistant", 'tool_call final_result({"summary": "SSN 078-05-1120"})')
+        first = _call("chat 1", [PROMPT], call[1], finish="tool_call")
+        rejected = node(
+            "execute_tool final_result",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "final_result",
+             "pydantic_ai.tool.retry.cause": "model_retry"},
+            status_code=StatusCode.ERROR,
+        )  # fmt: skip
+        again = _call("chat 2", [PROMPT, call, ("user", "The summary reveals a social security number.")], "ok")
+        passed = node("execute_tool final_result", {"gen_ai.operation.name": "execute_tool",
+                                                    "gen_ai.tool.name": "final_result"})  # fmt: skip
+        run = normalise(trace(node("invoke_agent bot", AGENT, first, rejected, again, passed), scope="pydantic-ai"))
+        assert (0, 0, RunStatus.BLOCKED) == (run.tool_calls, run.tool_errors, run.status)
+        assert [("block.output_guard", "execute_tool final_result")] == _evidence(run, "safety_blocked")
+
+    def test_benign_rejections_excuse_a_built_in_term(self) -> None:
+        """A user's ``benign_rejections`` say a rejection that holds a built-in term is about form."""
+        feedback = [("user", "The phone number format is wrong: use +44.")]
+        assert normalise(_retried(feedback)).safety_blocked
+        config = {"safety_blocked": {"benign_rejections": ["phone number format"]}}
+        detector = Detector(DetectionConfig.from_mapping(config))
+        assert not normalise(_retried(feedback), detector=detector).safety_blocked
+        assert not normalise(_gave_up("The phone number format is wrong."), detector=detector).safety_blocked
+        with pytest.raises(DetectionConfigError, match=r"safety_blocked\.benign_rejections\[0\]: invalid"):
+            DetectionConfig.from_mapping({"safety_blocked": {"benign_rejections": ["("]}})
+
+    def test_every_rule_id_can_be_disabled(self) -> None:
+        assert "block.output_guard" in BUILTIN_RULES
 
 
 class TestGrowingText:
