@@ -15,9 +15,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from review_queue import listing
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_quality import quality_router
 from review_queue.api_review import ErrorOut, review_router
@@ -31,6 +35,7 @@ from review_queue.errors import (
     StoreUnavailableError,
 )
 from review_queue.model import ItemState
+from review_queue.pages import render
 from review_queue.queries import InvalidCursorError
 from review_queue.services import ReviewServices, build_services
 from review_queue.store import SqlStore
@@ -149,6 +154,8 @@ def create_api_app(
         app.add_exception_handler(error, _status(status))
     app.add_exception_handler(InvalidInputError, _invalid_input)
     app.add_exception_handler(OverCapacityError, _over_capacity)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _http_error)
     _add_probes(app, store, ready)
     app.include_router(_api_router(store, services))
     app.include_router(review_router(services))
@@ -226,12 +233,28 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
         return run
 
     @router.get("/queue", response_model=QueuePage, responses={400: {"model": ErrorOut}})
-    def list_queue(
+    def list_queue(  # noqa: PLR0917 - one argument per filter, as the queue page has
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
+        state: ItemState = ItemState.PENDING,
+        priority: Priority | None = None,
+        reason: Annotated[str | None, Query(min_length=1, max_length=256, description="A flag reason.")] = None,
+        agent: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+        assigned_to: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     ) -> dict[str, Any]:
-        """List pending review items, highest priority first, then oldest first."""
-        items, next_cursor = store.list_queue(limit, cursor)
+        """List review items (pending by default), highest priority first, then oldest first; filtered as the
+        queue page filters (state, priority, flag reason, agent, assignee)."""
+        for name, text in (("reason", reason), ("agent", agent), ("assigned_to", assigned_to)):
+            if text is not None and "\x00" in text:
+                raise HTTPException(400, f"{name} contains a NUL character")
+        f = listing.ItemFilter(
+            state=state.value,
+            priority=priority.value if priority else None,
+            reason=reason,
+            agent=agent,
+            assignee=assigned_to,
+        )
+        items, next_cursor = store.list_queue(limit, cursor, f)
         return {"items": items, "next_cursor": next_cursor}
 
     return router
@@ -290,7 +313,33 @@ async def _invalid_input(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def _status(status: int) -> Callable[[Request, Exception], Any]:
-    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+    async def handler(request: Request, exc: Exception) -> Any:
+        if is_page(request):
+            return render("error.html", request, status=status, message=str(exc)[:300])
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     return handler
+
+
+_MACHINE_PATHS = ("/api/", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/static/")
+
+
+def is_page(request: Request) -> bool:
+    """Whether ``request`` is for a page of the reviewer UI (an error is then an HTML page, not JSON)."""
+    return not request.url.path.startswith(_MACHINE_PATHS)
+
+
+async def _http_error(request: Request, exc: Exception) -> Any:
+    """FastAPI's own errors (an unknown path, a bad query value): an HTML page on UI routes, else as FastAPI
+    answers them."""
+    if is_page(request):
+        if isinstance(exc, RequestValidationError):
+            wrong = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in exc.errors()[:3])
+            return render("error.html", request, status=422, message=f"bad request: {wrong}"[:300])
+        assert isinstance(exc, StarletteHTTPException)
+        message = "page not found" if exc.status_code == 404 else str(exc.detail)[:300]
+        return render("error.html", request, status=exc.status_code, message=message)
+    if isinstance(exc, RequestValidationError):
+        return await request_validation_exception_handler(request, exc)
+    assert isinstance(exc, StarletteHTTPException)
+    return await http_exception_handler(request, exc)

@@ -19,6 +19,7 @@ __all__ = [
     "ItemFilter",
     "bucket_window",
     "depth_over_time",
+    "filter_choices",
     "flags_by_reason",
     "item_counts",
     "list_items",
@@ -55,7 +56,8 @@ def _reason_clause(dialect: str, reason: str) -> sa.ColumnElement[bool]:
     return sa.exists().select_from(each).where(each.c.value == reason)
 
 
-def _where(conn: sa.Connection, f: ItemFilter, *, with_state: bool = True) -> list[sa.ColumnElement[bool]]:
+def where(conn: sa.Connection, f: ItemFilter, *, with_state: bool = True) -> list[sa.ColumnElement[bool]]:
+    """The SQL clauses of ``f`` over ``review_items`` joined with ``runs`` (the queue page and the API)."""
     clauses: list[sa.ColumnElement[bool]] = []
     if with_state and f.state:
         clauses.append(review_items.c.state == f.state)
@@ -84,10 +86,15 @@ def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200, offset: int
             review_items.c.reviews_done,
             review_items.c.reviews_required,
             review_items.c.created_at,
+            review_items.c.updated_at,
             runs.c.agent,
+            runs.c.start_ns,
+            runs.c.end_ns,
+            _last_verdict("verdict"),
+            _last_verdict("reviewer"),
         )
         .join(runs, runs.c.trace_id == review_items.c.trace_id)
-        .where(*_where(conn, f))
+        .where(*where(conn, f))
         .order_by(review_items.c.priority_rank.desc(), review_items.c.created_at, review_items.c.id)
         .limit(min(limit, MAX_ITEMS))
         .offset(max(0, offset))
@@ -95,12 +102,44 @@ def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200, offset: int
     return [dict(row) for row in conn.execute(query).mappings()]
 
 
+def _last_verdict(column: str) -> sa.Label[Any]:
+    """The item's latest verdict's ``column`` (verdict, reviewer), ``None`` before any."""
+    return (
+        sa.select(review_verdicts.c[column])
+        .where(review_verdicts.c.item_id == review_items.c.id)
+        .order_by(review_verdicts.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label(f"last_{column}")
+    )
+
+
+def filter_choices(conn: sa.Connection) -> dict[str, list[str]]:
+    """The values the queue's filters can choose from: every agent with an item, every flag reason any item
+    carries (read from the items, so a new rule's reason appears with its first item)."""
+    agents = conn.execute(
+        sa.select(runs.c.agent)
+        .distinct()
+        .join(review_items, runs.c.trace_id == review_items.c.trace_id)
+        .order_by(runs.c.agent)
+        .limit(MAX_CHOICES)
+    ).scalars()
+    reasons: set[str] = set()
+    for (listed,) in conn.execute(sa.select(review_items.c.reasons).distinct().limit(MAX_CHOICES * 20)):
+        reasons.update(r for r in listed or () if isinstance(r, str))
+    return {"agents": [a for a in agents if a], "reasons": sorted(reasons)[:MAX_CHOICES]}
+
+
+MAX_CHOICES = 200
+"""Most values a filter lists (agents, reasons); more are still reachable by URL."""
+
+
 def item_counts(conn: sa.Connection, f: ItemFilter) -> dict[str, int]:
     """Item count per state under ``f``'s other filters (every state present, 0 when none)."""
     query = (
         sa.select(review_items.c.state, sa.func.count())
         .join(runs, runs.c.trace_id == review_items.c.trace_id)
-        .where(*_where(conn, f, with_state=False))
+        .where(*where(conn, f, with_state=False))
         .group_by(review_items.c.state)
     )
     counts = {state.value: 0 for state in ItemState}

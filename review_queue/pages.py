@@ -36,6 +36,7 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["age"] = views.age
 _ENV.filters["clock"] = views.clock_time
+_ENV.filters["iso"] = views.iso_time
 _ENV.filters["pretty"] = views.pretty
 _ENV.filters["attr_text"] = views.attr_text
 _ENV.filters["span_json"] = views.span_json

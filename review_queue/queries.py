@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -135,8 +135,13 @@ def list_runs(
     return page, _encode("r", [last["created_at"], last["trace_id"]])
 
 
-def list_queue(conn: sa.Connection, *, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    """Return one page of pending items, highest priority first then oldest, and the next cursor.
+def list_queue(
+    conn: sa.Connection, *, limit: int, cursor: str | None, where: Sequence[sa.ColumnElement[bool]] = ()
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Return one page of items, highest priority first then oldest, and the next cursor.
+
+    ``where``: the filter's clauses over ``review_items`` joined with ``runs``
+    (:func:`review_queue.listing.where`); pending items when empty.
 
     Raises:
         InvalidCursorError: ``cursor`` is not one this function returned.
@@ -145,7 +150,7 @@ def list_queue(conn: sa.Connection, *, limit: int, cursor: str | None) -> tuple[
     query = (
         sa.select(item, runs.c.agent)
         .join(runs, runs.c.trace_id == item.c.trace_id)
-        .where(item.c.state == ItemState.PENDING.value)
+        .where(*(where or (item.c.state == ItemState.PENDING.value,)))
         .order_by(item.c.priority_rank.desc(), item.c.created_at.asc(), item.c.id.asc())
         .limit(limit + 1)
     )

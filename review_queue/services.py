@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from review_queue.access import Access, random_secret
@@ -14,7 +14,7 @@ from review_queue.metrics import ReviewMetrics
 from review_queue.model import DEFAULT_CATEGORIES
 from review_queue.store import SqlStore
 from review_queue.workbench import DEFAULT_LEASE_S, ReviewObserver, Workbench
-from scorers.rules import DEFAULT_SAMPLE_RATE, Rule, compile_rules
+from scorers.rules import DEFAULT_SAMPLE_RATE, Rule, compile_rules, score_thresholds
 from scorers.slo import SloConfig, parse_slo
 
 __all__ = ["DEFAULT_SAMPLE_RATE", "ReviewServices", "build_services"]
@@ -36,6 +36,8 @@ class ReviewServices:
         details: which run details are kept (the run pages say why a run has none).
         reviewer_error: the reviewers' known ``(false_pass, false_fail)`` rates the quality estimates
             correct for (``review_error_rates``), ``None``: taken as right.
+        thresholds: ``score -> [(rule, comparison, threshold)]`` of the flag rules that test one score
+            (:func:`scorers.rules.score_thresholds`): the run pages show each score against them.
     """
 
     store: SqlStore
@@ -48,6 +50,7 @@ class ReviewServices:
     slo: SloConfig = field(default_factory=lambda: parse_slo(None))
     details: DetailsPolicy = field(default_factory=DetailsPolicy)
     reviewer_error: tuple[float, float] | None = None
+    thresholds: Mapping[str, Sequence[tuple[str, str, float]]] = field(default_factory=dict)
 
 
 def build_services(
@@ -94,9 +97,10 @@ def build_services(
     workbench = Workbench(
         store.engine, clock=clock, lease_s=lease_s, categories=categories, observer=observer, retry_after_s=retry
     )
+    compiled = tuple(rules) if rules is not None else compile_rules(None)
     feedback = FeedbackStore(
         store.engine,
-        tuple(rules) if rules is not None else compile_rules(None),
+        compiled,
         sample_rate,
         clock=clock,
         on_received=metrics.feedback_received if metrics is not None else None,
@@ -125,4 +129,5 @@ def build_services(
         slo or parse_slo(None),
         details or DetailsPolicy(),
         reviewer_error,
+        score_thresholds(compiled),
     )

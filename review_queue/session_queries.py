@@ -196,7 +196,8 @@ def turn_position(conn: sa.Connection, trace_id: str) -> dict[str, Any] | None:
     """Where a run sits in its session: ``{session_id, user_id, turn, turns, previous, next}``.
 
     ``previous`` / ``next`` are the neighbour turns' ``{trace_id, turn, status, flagged}`` (``None``
-    at either end). ``None`` when the run is unknown or has no session id (a session of one).
+    at either end); ``closed``: the session is closed (its last turn is its last). ``None`` when the
+    run is unknown or has no session id (a session of one).
     """
     me = conn.execute(
         sa.select(runs.c.session_id, runs.c.user_id, runs.c.start_ns).where(runs.c.trace_id == trace_id)
@@ -217,6 +218,7 @@ def turn_position(conn: sa.Connection, trace_id: str) -> dict[str, Any] | None:
         sa.select(*cols).where(same, after).order_by(runs.c.start_ns, runs.c.trace_id).limit(1)
     ).first()
     turn = int(earlier) + 1
+    status = conn.execute(sa.select(sessions.c.status).where(sessions.c.session_id == session_id)).scalar()
 
     def neighbour(found: Any, number: int) -> dict[str, Any] | None:
         if found is None:
@@ -230,6 +232,7 @@ def turn_position(conn: sa.Connection, trace_id: str) -> dict[str, Any] | None:
         "turns": int(total),
         "previous": neighbour(prev_row, turn - 1),
         "next": neighbour(next_row, turn + 1),
+        "closed": status == "closed",
     }
 
 

@@ -27,9 +27,9 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from review_queue import details as run_details_doc
-from review_queue import judges, queries
+from review_queue import judges, listing, queries
 from review_queue.errors import ReviewQueueError, StoreUnavailableError
-from review_queue.model import WriteOutcome
+from review_queue.model import ItemState, WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
 from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, recount_flagged, turn_features
 from review_queue.snapshot import DESIGN_COLUMNS, item_row, partial_snapshot, run_row
@@ -349,15 +349,19 @@ class SqlStore:
                 user=user,
             )
 
-    def list_queue(self, limit: int = 50, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """Return pending items, highest priority first then oldest, and the next cursor.
+    def list_queue(
+        self, limit: int = 50, cursor: str | None = None, item_filter: listing.ItemFilter | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Return the items ``item_filter`` picks (pending ones by default), highest priority first then
+        oldest, and the next cursor.
 
         Raises:
             InvalidCursorError: the cursor is malformed.
             StoreUnavailableError: the database cannot be reached.
         """
+        f = item_filter or listing.ItemFilter(state=ItemState.PENDING.value)
         with self._guard("list_queue"), self._engine.connect() as conn:
-            return queries.list_queue(conn, limit=max(1, limit), cursor=cursor)
+            return queries.list_queue(conn, limit=max(1, limit), cursor=cursor, where=listing.where(conn, f))
 
     def queue_stats(self) -> list[QueueStat]:
         """Return count and oldest ``created_at`` per (state, priority); one ``GROUP BY``.

@@ -5,6 +5,8 @@ No I/O and no HTML: templates render what these return (with autoescaping on).
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +15,7 @@ import orjson
 
 from scorers.blind_spots import Shape, blind_spots
 from scorers.model import StepKind
+from scorers.registry import SCORE_UNITS
 from scorers.signals import skipped_type
 
 __all__ = [
@@ -22,8 +25,10 @@ __all__ = [
     "attribute_rows",
     "cannot_show",
     "clock_time",
+    "iso_time",
     "line_chart",
     "pretty",
+    "score_rows",
     "snapshot_conversation",
     "span_json",
     "waterfall",
@@ -120,6 +125,53 @@ def clock_time(epoch_s: float | None) -> str:
     if epoch_s is None:
         return ""
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso_time(epoch_s: float | None) -> str:
+    """ISO 8601 UTC of an epoch time, for ``<time datetime>`` (empty for None or 0: not known)."""
+    if not epoch_s:
+        return ""
+    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+
+
+def score_rows(
+    scores: Mapping[str, float] | None, thresholds: Mapping[str, Sequence[tuple[str, str, float]]]
+) -> list[dict[str, Any]]:
+    """Each score as the run pages show it: its value in its unit, which way is better, and the flag rules
+    that test it — their threshold and whether this value crossed it (``crossed``: any rule fired)."""
+    rows = []
+    for name, value in sorted((scores or {}).items()):
+        unit, better = SCORE_UNITS.get(name, ("", None))
+        tests = [
+            {"rule": rule, "op": op, "threshold": limit, "crossed": _OPS[op](value, limit)}
+            for rule, op, limit in thresholds.get(name, ())
+        ]
+        rows.append(
+            {
+                "name": name,
+                "value": _score_text(value, unit),
+                "direction": "" if better is None else ("higher is better" if better else "lower is better"),
+                "tests": tests,
+                "crossed": any(t["crossed"] for t in tests),
+            }
+        )
+    return rows
+
+
+def _score_text(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if unit == "flag":
+        return "yes" if value else "no"
+    if unit == "ratio":
+        return f"{value:.2f}"
+    if unit == "s":
+        return f"{value:.2f} s"
+    text = f"{value:.0f}" if value == int(value) else f"{value:.3g}"
+    return f"{text} {unit}".strip()
 
 
 HEADLINE_SIGNALS = ("hit_max_iterations", "safety_blocked", "errored")

@@ -139,6 +139,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
         with guard("queue_page", services.store.retry_after_s), services.store.engine.connect() as conn:
             items = listing.list_items(conn, f, QUEUE_PAGE + 1, (page - 1) * QUEUE_PAGE)
             counts = listing.item_counts(conn, f)
+            choices = listing.filter_choices(conn)
         filters = {"state": state, "priority": priority, "reason": reason, "agent": agent, "mine": mine}
         total = counts.get(state, 0) if state else sum(counts.values())
         first = (page - 1) * QUEUE_PAGE
@@ -153,6 +154,7 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             now=time.time(),
             notice=notice,
             shown=shown,
+            choices=choices,
         )
 
     @app.post("/queue/claim", include_in_schema=False)
@@ -221,6 +223,8 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "snap": snapshot,
             "ended": views.unanswered(bool(snapshot.get("hit_max_iterations")), bool(snapshot.get("errored"))),
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
+            "evidence_kept": snapshot.get("evidence") is not None or (run or {}).get("evidence") is not None,
+            "score_rows": views.score_rows((run or {}).get("scores"), services.thresholds),
             **run_view(services, item["trace_id"], snapshot, run),
             "position": _turn_position(services, item["trace_id"]),
             "session_item": _session_item(services, snapshot),
@@ -247,6 +251,8 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             request,
             run=run,
             why=views.evidence_by_signal(run.get("evidence")),
+            evidence_kept=run.get("evidence") is not None,
+            score_rows=views.score_rows(run.get("scores"), services.thresholds),
             can_review=who.role in REVIEWERS,
             position=_turn_position(services, run["trace_id"]),
             **run_view(services, run["trace_id"], {}, run),

@@ -28,6 +28,19 @@ SIMPLE: Mapping[str, Scorer] = {
 
 BUILTIN_NAMES: tuple[str, ...] = ("step_efficiency", *SIMPLE)
 
+SCORE_UNITS: Mapping[str, tuple[str, bool | None]] = {
+    "step_efficiency": ("ratio", True),
+    "tool_error_rate": ("ratio", False),
+    "repeated_tool_calls": ("calls", False),
+    "max_iterations_hit": ("flag", False),
+    "safety_block": ("flag", False),
+    "latency": ("s", False),
+    "tokens": ("tokens", False),
+}
+"""``score -> (unit, higher is better)`` of the built-in scorers, as their docstrings in
+``scorers/builtin.py`` and ``scorers/efficiency.py`` define them (``None``: neither way); a plugin's
+scores are shown without a unit."""
+
 
 def _plugins() -> dict[str, Callable[[], Scorer]]:
     return {ep.name: ep.load for ep in entry_points(group=ENTRY_POINT_GROUP)}

@@ -233,6 +233,17 @@ def _score_test(expr: str) -> tuple[str, Callable[[float, float], bool], float] 
     return match[1], _COMPARISONS[match[2]], float(match[3])
 
 
+def score_thresholds(rules: Sequence[Rule]) -> dict[str, list[tuple[str, str, float]]]:
+    """``score -> [(rule, comparison, threshold)]`` of every rule that is one guarded comparison of a
+    score with a literal (``has(scores.X) && scores.X < 0.3``): where a score flags a run."""
+    out: dict[str, list[tuple[str, str, float]]] = {}
+    for rule in rules:
+        match = _SCORE_TEST.fullmatch(rule.expr) if rule.score_test is not None else None
+        if match is not None:
+            out.setdefault(match[1], []).append((rule.name, match[2], float(match[3])))
+    return out
+
+
 def _dry_run(rule: Rule, score_names: Sequence[str], judge_names: Sequence[str] = ()) -> None:
     sample = Run(trace_id="0" * 32, agent="sample")
     scores = dict.fromkeys(score_names, 0.0)

@@ -7,25 +7,19 @@ flagged runs. Screenshots of the queue and of a run view land in ``test-artifact
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from review_queue.api import create_api_app
-from review_queue.services import ReviewServices, build_services
-from review_queue.store import SqlStore, upgrade_database
 from review_queue.tables import review_verdicts
-from scorers.model import Message, Priority, Step, StepKind, ToolCall
-from tests.support.fixtures import served
-from tests.support.review_queue import scored_run
+from scorers.model import Message, Step, StepKind, ToolCall
+from tests.support.ui import Server, T, login, press_and_wait, run, serve
 
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-T = 1_700_000_000_000_000_000
 
 XSS_AGENT = '<img src=x onerror="window.__xss=1">'
 XSS_OUTPUT = "<script>window.__xss=2</script>Here is your answer"
@@ -34,64 +28,10 @@ XSS_MESSAGE = "<script>alert('message')</script>"
 XSS_STEP = "<svg onload=alert(1)>"
 
 
-@dataclass
-class Server:
-    """A running UI server."""
-
-    url: str
-    store: SqlStore
-    services: ReviewServices
-
-
-def _run(n: int, agent: str = "support", **fields: Any) -> Any:
-    steps = (
-        Step(f"{n:015x}1", None, f"invoke_agent {agent}", StepKind.AGENT, T, T + 3 * 10**9),
-        Step(f"{n:015x}2", f"{n:015x}1", "chat gpt-4o-mini", StepKind.LLM, T + 10**8, T + 9 * 10**8),
-        Step(f"{n:015x}3", f"{n:015x}1", "execute_tool search", StepKind.TOOL, T + 10**9, T + 2 * 10**9, error=True),
-        Step(f"{n:015x}4", f"{n:015x}1", "chat gpt-4o-mini", StepKind.LLM, T + 2 * 10**9, T + 29 * 10**8),
-    )
-    defaults: dict[str, Any] = {
-        "agent": agent,
-        "start_ns": T,
-        "end_ns": T + 3 * 10**9,
-        "llm_calls": 2,
-        "tool_calls": 1,
-        "tool_errors": 1,
-        "steps": steps,
-        "tools": (ToolCall(f"{n:015x}3", "search", "call_1", '{"q": "refund policy"}', None, "Timeout: 5 s"),),
-        "messages": (Message("user", f"Question {n}: where is my refund?"), Message("assistant", "Checking.")),
-        "final_output": f"Answer {n}",
-    }
-    defaults.update(fields)
-    return scored_run(f"{n:032x}", reasons=["low_step_efficiency"], priority=Priority.NORMAL, **defaults)
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     """The API + UI on a free port over a fresh SQLite store."""
-    url = f"sqlite:///{tmp_path / 'vigil.db'}"
-    upgrade_database(url)
-    store = SqlStore(url)
-    services = build_services(store, admin_token="bootstrap-admin-token")
-    app = create_api_app(store, admin_token="bootstrap-admin-token", services=services)
-    with served(app) as url:
-        yield Server(url, store, services)
-    store.close()
-
-
-def _login(page: Any, server: Server, token: str) -> None:
-    page.goto(f"{server.url}/login")
-    # the token field has autofocus; typing before the browser has applied it would lose keys
-    page.wait_for_function("document.activeElement !== null && document.activeElement.id === 'token'")
-    page.keyboard.type(token)
-    with page.expect_navigation():
-        page.keyboard.press("Enter")
-    assert page.url.endswith("/queue")
-
-
-def _press_and_wait(page: Any, key: str) -> None:
-    with page.expect_navigation():
-        page.keyboard.press(key)
+    yield from serve(tmp_path)
 
 
 class TestKeyboardTriage:
@@ -99,12 +39,12 @@ class TestKeyboardTriage:
 
     def test_three_items_by_keyboard(self, server: Server, browser: Any) -> None:
         """c claims, f/p/1-9/n set the verdict, Enter submits and advances; every verdict lands."""
-        server.store.write([_run(n) for n in (1, 2, 3)])
+        server.store.write([run(n) for n in (1, 2, 3)])
         token, _ = server.services.tokens.create("alice", "reviewer")
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        _login(page, server, token)
+        login(page, server, token)
         assert "3" == page.inner_text('#counts b[data-state="pending"]')
         page.keyboard.press("j")
         assert "2" == page.get_attribute("tr.item-row.selected", "data-item")
@@ -112,7 +52,7 @@ class TestKeyboardTriage:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "queue.png"), full_page=True)
 
-        _press_and_wait(page, "c")
+        press_and_wait(page, "c")
         first = page.url
         assert first.endswith("/items/1")
         assert "search" in page.inner_text("#conversation")
@@ -126,16 +66,16 @@ class TestKeyboardTriage:
         page.keyboard.press("n")
         page.keyboard.type("called search for a refund question")
         page.keyboard.press("Escape")
-        _press_and_wait(page, "Enter")
+        press_and_wait(page, "Enter")
         assert page.url.endswith("/items/2")
 
         page.keyboard.press("p")
-        _press_and_wait(page, "Enter")
+        press_and_wait(page, "Enter")
         assert page.url.endswith("/items/3")
 
         page.keyboard.press("2")  # a category implies fail
         page.keyboard.press("5")
-        _press_and_wait(page, "Enter")
+        press_and_wait(page, "Enter")
         assert "/queue" in page.url
         assert "Nothing left to claim" in page.inner_text("#notice")
         assert [] == dialogs
@@ -151,11 +91,11 @@ class TestKeyboardTriage:
 
     def test_enter_without_verdict_does_not_submit(self, server: Server, browser: Any) -> None:
         """Enter before choosing pass or fail keeps the reviewer on the item."""
-        server.store.write([_run(7)])
+        server.store.write([run(7)])
         token, _ = server.services.tokens.create("bob", "reviewer")
         page = browser.new_page()
-        _login(page, server, token)
-        _press_and_wait(page, "c")
+        login(page, server, token)
+        press_and_wait(page, "c")
         page.keyboard.press("Enter")
         page.wait_for_timeout(300)
         assert page.url.endswith("/items/1")
@@ -169,7 +109,7 @@ class TestInertPayloads:
         """No dialog, no injected flag, no injected element; the payload text is shown escaped."""
         server.store.write(
             [
-                _run(
+                run(
                     9,
                     agent=XSS_AGENT,
                     final_output=XSS_OUTPUT,
@@ -185,7 +125,7 @@ class TestInertPayloads:
         console: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.on("console", lambda m: console.append(m.text))
-        _login(page, server, token)
+        login(page, server, token)
         assert XSS_AGENT in page.inner_text("#items")
         page.goto(f"{server.url}/items/1")
         page.wait_for_load_state("load")

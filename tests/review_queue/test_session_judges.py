@@ -65,10 +65,10 @@ class RecordingFake(FakeOpenAI):
         self.bodies: list[Mapping[str, Any]] = []
         self._bodies_lock = threading.Lock()
 
-    def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+    def answer(self, path: str, body: Mapping[str, Any], scenario_header: str | None = None) -> tuple[int, Any]:
         with self._bodies_lock:
             self.bodies.append(body)
-        return super().answer(path, body)
+        return super().answer(path, body, scenario_header)
 
 
 @pytest.fixture
