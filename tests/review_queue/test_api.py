@@ -218,3 +218,42 @@ class TestDatabaseDown:
         """A store read that cannot reach the database answers 503 with Retry-After."""
         response = down.get("/api/v1/runs")
         assert (503, "3") == (response.status_code, response.headers["Retry-After"])
+
+
+class TestQueueFilters:
+    """``GET /api/v1/queue`` takes the queue page's filters (it ignored them)."""
+
+    def test_filters(self, store: SqlStore, client: TestClient) -> None:
+        store.write(
+            [
+                scored_run(_tid(1), agent="billing", reasons=["errored"], priority=Priority.NORMAL),
+                scored_run(_tid(2), agent="support", reasons=["safety_blocked"], priority=Priority.HIGH),
+                scored_run(_tid(3), agent="support", reasons=["errored", "tool_loop"], priority=Priority.NORMAL),
+            ]
+        )
+
+        def traces(**params: str) -> list[str]:
+            response = client.get("/api/v1/queue", params=params)
+            assert 200 == response.status_code, response.text
+            return [item["trace_id"] for item in response.json()["items"]]
+
+        assert [_tid(2), _tid(1), _tid(3)] == traces()
+        assert [_tid(2), _tid(3)] == traces(agent="support")
+        assert [_tid(1), _tid(3)] == traces(reason="errored")
+        assert [_tid(2)] == traces(priority="high")
+        assert [_tid(3)] == traces(agent="support", reason="tool_loop")
+        assert [] == traces(state="done")
+        assert 422 == client.get("/api/v1/queue", params={"state": "nonsense"}).status_code
+        assert 400 == client.get("/api/v1/queue", params={"agent": "a\x00b"}).status_code
+
+    def test_a_cursor_pages_through_a_filter(self, store: SqlStore, client: TestClient) -> None:
+        store.write([scored_run(_tid(n), agent="a" if n % 2 else "b", reasons=["errored"]) for n in range(1, 8)])
+        seen, cursor = [], None
+        while True:
+            params = {"agent": "a", "limit": "2", **({"cursor": cursor} if cursor else {})}
+            page = client.get("/api/v1/queue", params=params).json()
+            seen += [item["trace_id"] for item in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert [_tid(n) for n in (1, 3, 5, 7)] == seen
