@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """libFuzzer harness: raw bytes into the OTLP protobuf decoder, the compiled one checked against Python.
 
     bash scripts/fuzz/run.sh otlp_raw 60       # (builds, preloads the sanitizer runtime, seeds)

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """libFuzzer harness: a structure-aware OTLP writer driven by the input, the compiled decoder checked
 against Python.
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """libFuzzer harness: the compiled redaction and run-details loops (``scorers/_redact_fast.c``, built
 with ASan + UBSan) against their Python twins, on values the input describes.
 
