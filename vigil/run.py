@@ -21,9 +21,11 @@ import ctypes
 import gc
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TextIO
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -40,13 +42,15 @@ from collector.owed import OwedMetrics, OwedPublisher, OwedSpans
 from collector.receiver import create_otlp_app
 from collector.spool import Spool, SpoolingPublisher, SpoolMetrics, stamp
 from collector.stream import InProcessStream, Publisher
+from review_queue import listing
 from review_queue.api import create_api_app
 from review_queue.details import DetailsWriter
+from review_queue.errors import StoreUnavailableError
 from review_queue.maintenance import Maintenance
 from review_queue.model import FeedbackIn
 from review_queue.retention import Retention, deletion_counter
 from review_queue.services import ReviewServices
-from review_queue.store import SqlStore, upgrade_database
+from review_queue.store import SqlStore, guard, upgrade_database
 from scorers.acks import AckTracker
 from scorers.judge import AgreementCollector, JudgeService
 from scorers.metrics import RunMetrics
@@ -372,14 +376,55 @@ async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo
         "database": _redact(s.database_url),
     }
     banner = start_banner(s)
-    await serve_until_signal(
-        "vigil", components, servers, started, stop=stop, on_started=lambda: print(banner, flush=True)
-    )
+    progress = asyncio.create_task(show_progress(emb, stop.event))
+    try:
+        await serve_until_signal(
+            "vigil", components, servers, started, stop=stop, on_started=lambda: print(banner, flush=True)
+        )
+    finally:
+        progress.cancel()
     drained = components.clean.get("worker", False)
     # What this process counted in vigil_runs_total / vigil_flagged_runs_total (gone with it):
     # after a restart, the next process counts only runs new to the index.
     log.info("vigil_stopped", drained=drained, new_runs=emb.worker.new_runs, new_flags=emb.worker.new_flags)
     return drained
+
+
+PROGRESS_S = 60.0
+"""How often ``vigil run`` prints its progress line, when its stdout is a terminal a person watches."""
+
+
+def progress_line(now: float, scored: int, flagged: int, pending: int | None) -> str:
+    """``vigil run``'s periodic line: the runs this process scored and flagged, and the queue's pending items."""
+    queue = "queue unavailable" if pending is None else f"{pending:,} pending review"
+    clock = time.strftime("%H:%M:%S", time.localtime(now))
+    return f"{clock} · {scored:,} runs scored · {flagged:,} flagged (since start) · {queue}"
+
+
+async def show_progress(
+    emb: Embedded, stop: asyncio.Event, every_s: float = PROGRESS_S, out: TextIO | None = None
+) -> None:
+    """Print :func:`progress_line` every ``every_s`` until ``stop``, when ``out`` (stdout) is a terminal:
+    a log collector reading stdout gets the start line only, and the JSON log on stderr either way."""
+    out = out or sys.stdout
+    if not out.isatty():
+        return
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+            return
+        except TimeoutError:
+            pass
+        pending = await asyncio.to_thread(_pending, emb.store)
+        print(progress_line(time.time(), emb.worker.new_runs, emb.worker.new_flags, pending), file=out, flush=True)
+
+
+def _pending(store: SqlStore) -> int | None:
+    try:
+        with guard("progress", store.retry_after_s), store.engine.connect() as conn:
+            return listing.item_counts(conn, listing.ItemFilter())["pending"]
+    except StoreUnavailableError:
+        return None
 
 
 def _browsable(host: str) -> str:
