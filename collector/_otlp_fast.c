@@ -601,8 +601,8 @@ span(Ctx *c, const Field *msg, PyObject *resource, PyObject *scope, TraceCursor 
             if (rc != OK)
                 break;
             if (sf.field == 2) {
-                if (sf.wire != 2)
-                    rc = ODD;
+                if (sf.wire != 2 || !earlier_utf8(status_msg, status_msg_len))
+                    rc = ODD; /* protobuf checks every copy of a repeated text field, not only the last */
                 status_msg = sf.data;
                 status_msg_len = sf.len;
             } else if (sf.field == 3) {

@@ -86,6 +86,12 @@ class Writer:
             case _:
                 return self.fdp.ConsumeBytes(1) * self.fdp.ConsumeIntInRange(0, 5000)
 
+    def text_field(self, field: int) -> bytes:
+        """A singular text field, now and then given twice with different text (protobuf keeps the last
+        copy and checks every copy's UTF-8: an identical copy cannot tell the two apart)."""
+        out = length(field, self.text())
+        return out + length(field, self.text()) if self.rare(8) else out
+
     def ident(self) -> bytes:
         size = ID_LENGTHS[self.pick(len(ID_LENGTHS))]
         return bytes(size) if self.rare(8) else self.fdp.ConsumeBytes(size).ljust(size, b"\x01")
@@ -143,7 +149,7 @@ class Writer:
                 return b""
 
     def key_value(self, depth: int = 0) -> bytes:
-        fields = [length(1, self.text())]
+        fields = [self.text_field(1)]
         if not self.rare(8):
             fields.append(length(2, self.any_value(depth)))
         return self.message(fields)
@@ -156,17 +162,17 @@ class Writer:
         if self.pick(2):
             fields.append(length(4, self.ident()))
         if not self.rare(6):
-            fields.append(length(5, self.text()))
+            fields.append(self.text_field(5))
         fields.append(tag(6, 0) + varint(self.fdp.ConsumeIntInRange(-1, 7)))
         for number in (7, 8):
             if not self.rare(6):
                 fields.append(tag(number, 1) + struct.pack("<Q", self.fdp.ConsumeIntInRange(0, 2**64 - 1)))
         fields += self.attributes(9, 6)
         for _ in range(self.count(2)):
-            event = [tag(1, 1) + struct.pack("<Q", self.fdp.ConsumeIntInRange(0, 2**64 - 1)), length(2, self.text())]
+            event = [tag(1, 1) + struct.pack("<Q", self.fdp.ConsumeIntInRange(0, 2**64 - 1)), self.text_field(2)]
             fields.append(length(11, self.message(event + self.attributes(3, 3))))
         if self.pick(2):
-            status = [length(2, self.text()), tag(3, 0) + varint(self.fdp.ConsumeIntInRange(-1, 4))]
+            status = [self.text_field(2), tag(3, 0) + varint(self.fdp.ConsumeIntInRange(-1, 4))]
             fields.append(length(15, self.message(status)))
         return self.message(fields)
 
@@ -177,7 +183,7 @@ class Writer:
             if not self.rare(4):
                 fields.append(length(1, self.message(self.attributes(1, 3))))
             for _ in range(self.fdp.ConsumeIntInRange(1, 3)):
-                scope = [length(1, self.message([length(1, self.text())]))] if self.pick(2) else []
+                scope = [length(1, self.message([self.text_field(1)]))] if self.pick(2) else []
                 scope += [length(2, self.span()) for _ in range(self.fdp.ConsumeIntInRange(1, 4))]
                 fields.append(length(2, self.message(scope)))
             resources.append(length(1, self.message(fields)))

@@ -255,6 +255,13 @@ FOUND_BY_FUZZING = {
     # a 6-byte (over-long) tag: protobuf reads a tag in at most 5 bytes and refuses the body
     "overlong tag": base64.b64decode("CgqNjY2NjQAKAAqNjY2NjQAKAAoA"),
 }
+# A status message given twice, the first copy not UTF-8 (protobuf refuses the body; the compiled decoder
+# kept the last copy and took it): issue 42, defect 2, the case the first fix left out.
+_STATUS = bytes([0x7A, 0x05, 0x12, 0x01, 0xFF, 0x12, 0x00])  # Status {message: "\xff", message: ""}
+_SPAN = b"\x0a\x10" + bytes(range(1, 17)) + b"\x12\x08" + b"\x01" * 8 + _STATUS
+_SCOPE = b"\x12" + bytes([len(_SPAN)]) + _SPAN
+_RESOURCE = b"\x12" + bytes([len(_SCOPE)]) + _SCOPE
+FOUND_BY_FUZZING["status message copies"] = b"\x0a" + bytes([len(_RESOURCE)]) + _RESOURCE
 
 
 @pytest.mark.parametrize("name", sorted(FOUND_BY_FUZZING))
