@@ -171,7 +171,7 @@ def _score_text(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.2f} s"
     text = f"{value:.0f}" if value == int(value) else f"{value:.3g}"
-    return f"{text} {unit}".strip()
+    return f"{text} {unit[:-1] if value == 1 and unit.endswith('s') else unit}".strip()
 
 
 HEADLINE_SIGNALS = ("hit_max_iterations", "safety_blocked", "errored")

@@ -55,3 +55,21 @@ class TestEvidence:
 
     def test_none(self) -> None:
         assert {} == views.evidence_by_signal(None)
+
+
+def test_score_rows_give_unit_direction_and_the_rules_that_test_them() -> None:
+    from review_queue.views import score_rows
+    from scorers.rules import compile_rules, score_thresholds
+
+    rows = {r["name"]: r for r in score_rows(
+        {"step_efficiency": 0.25, "repeated_tool_calls": 1.0, "latency": 2.5, "safety_block": 1.0, "custom": 7.0},
+        score_thresholds(compile_rules(None)),
+    )}  # fmt: skip
+    step = rows["step_efficiency"]
+    assert ("0.25", "higher is better", True) == (step["value"], step["direction"], step["crossed"])
+    assert [{"rule": "low_step_efficiency", "op": "<", "threshold": 0.3, "crossed": True}] == step["tests"]
+    loop = rows["repeated_tool_calls"]
+    assert ("1 call", "lower is better", False) == (loop["value"], loop["direction"], loop["crossed"])
+    assert ("2.50 s", []) == (rows["latency"]["value"], rows["latency"]["tests"])
+    assert "yes" == rows["safety_block"]["value"]
+    assert ("7", "") == (rows["custom"]["value"], rows["custom"]["direction"])  # a plugin's score: no unit
