@@ -213,7 +213,9 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
     bench = services.workbench
 
     @app.get("/items/{item_id}", include_in_schema=False)
-    def item_page(request: Request, item_id: RowId, who: Principal = reader, error: str = "") -> HTMLResponse:
+    def item_page(
+        request: Request, item_id: RowId, who: Principal = reader, error: str = "", saved: int = 0
+    ) -> HTMLResponse:
         item = bench.item(item_id)
         run = services.store.get_run(item["trace_id"])
         snapshot = ((run or {}).get("review_item") or {}).get("snapshot") or {}
@@ -225,6 +227,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
             "why": views.evidence_by_signal(snapshot.get("evidence") or (run or {}).get("evidence")),
             "evidence_kept": snapshot.get("evidence") is not None or (run or {}).get("evidence") is not None,
             "score_rows": views.score_rows((run or {}).get("scores"), services.thresholds),
+            "saved": saved,
             **run_view(services, item["trace_id"], snapshot, run),
             "position": _turn_position(services, item["trace_id"]),
             "session_item": _session_item(services, snapshot),
@@ -313,7 +316,7 @@ def _item_pages(app: FastAPI, services: ReviewServices) -> None:
         except (ValueError, InvalidInputError, ConflictError) as exc:
             message = str(exc) if not isinstance(exc, ValueError) or isinstance(exc, InvalidInputError) else ""
             return RedirectResponse(f"/items/{item_id}?error={_q(message or 'choose pass or fail')}", status_code=303)
-        return RedirectResponse(_next_item(services, who), status_code=303)
+        return RedirectResponse(_next_item(services, who, saved=item_id), status_code=303)
 
 
 def _session_item(services: ReviewServices, snapshot: dict[str, Any]) -> dict[str, Any] | None:
@@ -462,13 +465,14 @@ def _admin_forms(app: FastAPI, services: ReviewServices) -> None:
         return RedirectResponse(f"/items/{item_id}", status_code=303)
 
 
-def _next_item(services: ReviewServices, who: Principal) -> str:
-    """Where "submit and advance" goes: the next item already held, else a fresh claim, else the queue."""
+def _next_item(services: ReviewServices, who: Principal, saved: int) -> str:
+    """Where "submit and advance" goes: the next item already held, else a fresh claim, else the queue;
+    the page says the verdict on item ``saved`` was saved."""
     held = services.workbench.claims_of(who.name)
     if held:
-        return f"/items/{held[0]}"
+        return f"/items/{held[0]}?saved={saved}"
     claim = services.workbench.claim_next(who.name)
-    return f"/items/{claim.item_id}" if claim else "/queue?notice=done"
+    return f"/items/{claim.item_id}?saved={saved}" if claim else "/queue?notice=done"
 
 
 def _q(text: str) -> str:

@@ -67,11 +67,12 @@ class TestKeyboardTriage:
         page.keyboard.type("called search for a refund question")
         page.keyboard.press("Escape")
         press_and_wait(page, "Enter")
-        assert page.url.endswith("/items/2")
+        assert page.url.endswith("/items/2?saved=1")
+        assert "Verdict on item 1 saved" in page.inner_text("#saved")  # a confirmation on the next item
 
         page.keyboard.press("p")
         press_and_wait(page, "Enter")
-        assert page.url.endswith("/items/3")
+        assert page.url.endswith("/items/3?saved=2")
 
         page.keyboard.press("2")  # a category implies fail
         page.keyboard.press("5")
