@@ -20,9 +20,11 @@ __all__ = [
     "bucket_window",
     "depth_over_time",
     "filter_choices",
+    "first_item_at",
     "flags_by_reason",
     "item_counts",
     "list_items",
+    "since_first",
     "verdict_stats",
     "verdicts_over_time",
 ]
@@ -132,6 +134,25 @@ def filter_choices(conn: sa.Connection) -> dict[str, list[str]]:
 
 MAX_CHOICES = 200
 """Most values a filter lists (agents, reasons); more are still reachable by URL."""
+
+
+def first_item_at(conn: sa.Connection) -> float | None:
+    """When the oldest review item still stored was created (``None``: the queue never held one)."""
+    found = conn.execute(sa.select(sa.func.min(review_items.c.created_at))).scalar()
+    return None if found is None else float(found)
+
+
+def since_first(history: dict[str, Any], first: float | None, bucket_s: float) -> dict[str, Any]:
+    """``history`` (:func:`depth_over_time`) without the buckets that ended before the first item: a
+    queue that did not exist yet is not a queue of depth 0 (at least two buckets stay, for a line)."""
+    buckets = history["buckets"]
+    start = next((i for i, b in enumerate(buckets) if first is not None and b + bucket_s > first), len(buckets))
+    start = min(start, max(0, len(buckets) - 2))
+    return {
+        "buckets": buckets[start:],
+        "total": history["total"][start:],
+        "agents": {a: v[start:] for a, v in history["agents"].items()},
+    }
 
 
 def item_counts(conn: sa.Connection, f: ItemFilter) -> dict[str, int]:

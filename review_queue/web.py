@@ -173,7 +173,9 @@ def _queue_pages(app: FastAPI, services: ReviewServices) -> None:
             depth = queries.queue_stats(conn)
             verdicts = listing.verdict_stats(conn)
             flags = listing.flags_by_reason(conn, *hours, STATS_BUCKET_S)
-            history = listing.depth_over_time(conn, *hours, STATS_BUCKET_S)
+            history = listing.since_first(
+                listing.depth_over_time(conn, *hours, STATS_BUCKET_S), listing.first_item_at(conn), STATS_BUCKET_S
+            )
             rates = listing.verdicts_over_time(conn, *days, 86_400)
             estimates = quality_report(conn, services.slo, now, reviewer_error=services.reviewer_error)
             slo_targets = targets.target_rows(conn, services.slo, now, estimates)  # stats_targets.html

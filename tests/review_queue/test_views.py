@@ -73,3 +73,12 @@ def test_score_rows_give_unit_direction_and_the_rules_that_test_them() -> None:
     assert ("2.50 s", []) == (rows["latency"]["value"], rows["latency"]["tests"])
     assert "yes" == rows["safety_block"]["value"]
     assert ("7", "") == (rows["custom"]["value"], rows["custom"]["direction"])  # a plugin's score: no unit
+
+
+def test_the_depth_chart_starts_with_the_first_item() -> None:
+    from review_queue.listing import since_first
+
+    history = {"buckets": [0.0, 10.0, 20.0, 30.0], "total": [0, 0, 3, 4], "agents": {"a": [0, 0, 3, 4]}}
+    assert {"buckets": [20.0, 30.0], "total": [3, 4], "agents": {"a": [3, 4]}} == since_first(history, 25.0, 10.0)
+    assert [10.0, 20.0, 30.0] == since_first(history, 15.0, 10.0)["buckets"]
+    assert [20.0, 30.0] == since_first(history, None, 10.0)["buckets"]  # no item ever: two buckets, for a line
