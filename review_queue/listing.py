@@ -117,23 +117,28 @@ def _last_verdict(column: str) -> sa.Label[Any]:
 
 
 def filter_choices(conn: sa.Connection) -> dict[str, list[str]]:
-    """The values the queue's filters can choose from: every agent with an item, every flag reason any item
-    carries (read from the items, so a new rule's reason appears with its first item)."""
-    agents = conn.execute(
-        sa.select(runs.c.agent)
-        .distinct()
-        .join(review_items, runs.c.trace_id == review_items.c.trace_id)
-        .order_by(runs.c.agent)
-        .limit(MAX_CHOICES)
-    ).scalars()
+    """The values the queue's filters choose from: the agents and flag reasons of the latest
+    :data:`CHOICES_FROM` items (read from the items, so a new rule's reason appears with its first item;
+    bounded, so a queue page costs the same on a queue of millions). Older values stay reachable by URL."""
+    latest = (
+        sa.select(runs.c.agent, review_items.c.reasons)
+        .join(runs, runs.c.trace_id == review_items.c.trace_id)
+        .order_by(review_items.c.id.desc())
+        .limit(CHOICES_FROM)
+    )
+    agents: set[str] = set()
     reasons: set[str] = set()
-    for (listed,) in conn.execute(sa.select(review_items.c.reasons).distinct().limit(MAX_CHOICES * 20)):
+    for agent, listed in conn.execute(latest):
+        if agent:
+            agents.add(agent)
         reasons.update(r for r in listed or () if isinstance(r, str))
-    return {"agents": [a for a in agents if a], "reasons": sorted(reasons)[:MAX_CHOICES]}
+    return {"agents": sorted(agents)[:MAX_CHOICES], "reasons": sorted(reasons)[:MAX_CHOICES]}
 
 
+CHOICES_FROM = 5000
+"""Latest items whose agents and reasons the queue's filters list."""
 MAX_CHOICES = 200
-"""Most values a filter lists (agents, reasons); more are still reachable by URL."""
+"""Most values a filter lists (agents, reasons)."""
 
 
 def first_item_at(conn: sa.Connection) -> float | None:

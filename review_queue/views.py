@@ -6,7 +6,6 @@ No I/O and no HTML: templates render what these return (with autoescaping on).
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ import orjson
 from scorers.blind_spots import Shape, blind_spots
 from scorers.model import StepKind
 from scorers.registry import SCORE_UNITS
+from scorers.rules import COMPARISONS
 from scorers.signals import skipped_type
 
 __all__ = [
@@ -134,9 +134,6 @@ def iso_time(epoch_s: float | None) -> str:
     return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
-
-
 def score_rows(
     scores: Mapping[str, float] | None, thresholds: Mapping[str, Sequence[tuple[str, str, float]]]
 ) -> list[dict[str, Any]]:
@@ -146,7 +143,7 @@ def score_rows(
     for name, value in sorted((scores or {}).items()):
         unit, better = SCORE_UNITS.get(name, ("", None))
         tests = [
-            {"rule": rule, "op": op, "threshold": limit, "crossed": _OPS[op](value, limit)}
+            {"rule": rule, "op": op, "threshold": limit, "crossed": COMPARISONS[op](value, limit)}
             for rule, op, limit in thresholds.get(name, ())
         ]
         rows.append(

@@ -911,17 +911,21 @@ class Detector:
             return
         for source, whole in (*(("exception", t) for t in texts), *_feedback(messages)):
             text = whole[:2000]
-            if self._on["block.output_check"] and self._safety_reason(text):
-                out.append(_ev(BLOCK, "block.output_check", culprit, source, text))
-                return
-            if any(p.search(text) for p in self.config.block.rejections):
-                out.append(_ev(BLOCK, "user.block.rejection", culprit, source, text))
+            rule = self._rejection_rule(text, "block.output_check")
+            if rule is not None:
+                out.append(_ev(BLOCK, rule, culprit, source, text))
                 return
 
-    def _safety_reason(self, text: str) -> bool:
-        """Whether a check's rejection names a built-in safety reason (:func:`policy_words`) that none of
-        the user's ``safety_blocked.benign_rejections`` excuses."""
-        return policy_words(text) and not any(p.search(text) for p in self.config.block.benign_rejections)
+    def _rejection_rule(self, text: str, rule: str) -> str | None:
+        """Which rule a check's rejection ``text`` blocks the run by: ``rule`` (when on) if it names a built-in
+        safety reason (:func:`policy_words`) that none of the user's ``safety_blocked.benign_rejections``
+        excuses, else ``user.block.rejection`` if one of the user's ``safety_blocked.rejections`` matches."""
+        block = self.config.block
+        if self._on[rule] and policy_words(text) and not any(p.search(text) for p in block.benign_rejections):
+            return rule
+        if any(p.search(text) for p in block.rejections):
+            return "user.block.rejection"
+        return None
 
     def output_guard(
         self,
@@ -935,16 +939,12 @@ class Detector:
         ``check_of(answered, carrier)``: the span that recorded the check between the two calls, if any (the
         span the evidence names; else the carrier). Asked only for the retry that matched.
         """
-        on = self._on["block.output_guard"]
-        user = self.config.block.rejections
-        if not on and not user:
+        if not self._on["block.output_guard"] and not self.config.block.rejections:
             return
         for retry in retries:
             for source, whole in rejection_feedback(retry.before, retry.after, retry.answers):
                 text = whole[:2000]
-                rule = "block.output_guard" if on and self._safety_reason(text) else None
-                if rule is None and any(p.search(text) for p in user):
-                    rule = "user.block.rejection"
+                rule = self._rejection_rule(text, "block.output_guard")
                 if rule is not None:
                     check = check_of(retry.answered, retry.carrier) if check_of is not None else None
                     out.append(_ev(BLOCK, rule, check or retry.carrier, source, text))

@@ -211,7 +211,7 @@ def _compile(name: str, spec: Mapping[str, Any]) -> Rule:
 _SCORE_TEST = re.compile(
     r"\s*has\(\s*scores\.([A-Za-z_]\w*)\s*\)\s*&&\s*scores\.\1\s*(<=|>=|<|>|==|!=)\s*(-?\d+\.\d+(?:[eE][-+]?\d+)?)\s*"
 )
-_COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
+COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
     ">": operator.gt,
@@ -219,6 +219,7 @@ _COMPARISONS: Mapping[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
+"""The comparisons a score test may make (``has(scores.X) && scores.X <op> <literal>``), by operator."""
 
 
 def _score_test(expr: str) -> tuple[str, Callable[[float, float], bool], float] | None:
@@ -230,7 +231,7 @@ def _score_test(expr: str) -> tuple[str, Callable[[float, float], bool], float] 
     match = _SCORE_TEST.fullmatch(expr)
     if match is None:
         return None
-    return match[1], _COMPARISONS[match[2]], float(match[3])
+    return match[1], COMPARISONS[match[2]], float(match[3])
 
 
 def score_thresholds(rules: Sequence[Rule]) -> dict[str, list[tuple[str, str, float]]]:
