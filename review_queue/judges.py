@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from review_queue.errors import StoreUnavailableError
 from review_queue.sessions import recount_flagged
-from review_queue.snapshot import item_row
+from review_queue.snapshot import add_to_flag, item_row
 from review_queue.tables import judge_results, review_items, review_verdicts, runs, verdict_run
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
@@ -87,9 +87,9 @@ class SqlJudgeSink:
         }
         item_set["version"] = review_items.c.version + 1
         self._upsert_item = item.on_conflict_do_update(index_elements=[review_items.c.trace_id], set_=item_set)
-        self._lock_run = sa.select(runs.c.flagged, runs.c.flag_reasons, runs.c.flag_priority, runs.c.sample_rate).where(
-            runs.c.trace_id == sa.bindparam("tid")
-        )
+        self._lock_run = sa.select(
+            runs.c.flagged, runs.c.flag_reasons, runs.c.flag_priority, runs.c.sample_rate, runs.c.flag_added
+        ).where(runs.c.trace_id == sa.bindparam("tid"))
         if engine.dialect.name == "postgresql":
             self._lock_run = self._lock_run.with_for_update()
 
@@ -128,7 +128,7 @@ class SqlJudgeSink:
         row = conn.execute(self._lock_run, {"tid": scored.run.trace_id}).first()
         if row is None:  # the run row is gone (deleted): nothing to flag
             return False
-        was_flagged, old_reasons, old_priority, old_rate = row
+        was_flagged, old_reasons, old_priority, old_rate, old_added = row
         merged = merge_reasons(
             list(old_reasons or []) if was_flagged else [], old_priority if was_flagged else None, flag
         )
@@ -143,6 +143,7 @@ class SqlJudgeSink:
                 flagged=True,
                 flag_reasons=reasons,
                 flag_priority=priority.value,
+                flag_added=(added := add_to_flag(old_added, flag.reasons, flag.priority)),
                 sample_rate=rate,
                 updated_at=now,
                 version=runs.c.version + 1,
@@ -154,7 +155,10 @@ class SqlJudgeSink:
         snapshot_of = ScoredRun(
             scored.run, scored.scores, merged_flag, scored.scorer_errors, scored.rescored, scored.evidence
         )
-        conn.execute(self._upsert_item, [item_row(snapshot_of, merged_flag, now)])
+        item = item_row(snapshot_of, merged_flag, now)
+        if added.get("session_id"):  # the last turn of a flagged session: its item stays the session's
+            item["snapshot"].update(subject="session", session_id=added["session_id"])
+        conn.execute(self._upsert_item, [item])
         return not was_flagged
 
 

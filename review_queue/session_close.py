@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from review_queue.errors import StoreUnavailableError
 from review_queue.sessions import ABANDONED, HUMAN, REASK, ClosedSession, recount_flagged
-from review_queue.snapshot import partial_snapshot
+from review_queue.snapshot import add_to_flag, partial_snapshot
 from review_queue.store import SqlStore, guard, write_transaction
 from review_queue.tables import review_events, review_items, runs, sessions
 from scorers import cel_core as cel
@@ -314,7 +314,10 @@ def flag_session(
     Returns the item id, or ``None`` when the last turn's run is gone (deleted by retention).
     """
     trace_id = closed.last_trace_id
-    run = conn.execute(sa.select(runs).where(runs.c.trace_id == trace_id)).mappings().first()
+    query = sa.select(runs).where(runs.c.trace_id == trace_id)
+    if conn.dialect.name == "postgresql":  # a re-score of the run waits, and this reads its latest flag
+        query = query.with_for_update()
+    run = conn.execute(query).mappings().first()
     if run is None:
         return None
     session_id = str(closed.row["session_id"])
@@ -325,7 +328,14 @@ def flag_session(
     conn.execute(
         sa.update(runs)
         .where(runs.c.trace_id == trace_id)
-        .values(flagged=True, flag_priority=top.value, flag_reasons=all_reasons, sample_rate=rate, updated_at=now)
+        .values(
+            flagged=True,
+            flag_priority=top.value,
+            flag_reasons=all_reasons,
+            flag_added=add_to_flag(run["flag_added"], reasons, priority, session_id=session_id),
+            sample_rate=rate,
+            updated_at=now,
+        )
     )
     if not run["flagged"]:  # the session row counts its flagged turns: it gains this one
         recount_flagged(conn, session_id, now)

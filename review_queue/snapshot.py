@@ -11,10 +11,18 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from scorers.model import Flag, Run, SampleDesign, ScoredRun, Step, StepKind, ToolCall
+from scorers.model import Flag, Priority, Run, SampleDesign, ScoredRun, Step, StepKind, ToolCall
 from scorers.slo import task_completed
 
-__all__ = ["SNAPSHOT_VERSION", "evidence_list", "item_row", "run_row", "run_snapshot"]
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "add_to_flag",
+    "evidence_list",
+    "item_row",
+    "keep_added",
+    "run_row",
+    "run_snapshot",
+]
 
 SNAPSHOT_VERSION = 1
 """Schema version of the snapshot document, stored in its ``snapshot_version`` key."""
@@ -129,6 +137,35 @@ def item_row(scored: ScoredRun, flag: Flag, now: float) -> dict[str, Any]:
         "version": 1,
         "span_count": scored.run.span_count,
     }
+
+
+def add_to_flag(
+    added: Mapping[str, Any] | None, reasons: Iterable[str], priority: Priority, *, session_id: str | None = None
+) -> dict[str, Any]:
+    """The run's ``flag_added`` after ``reasons`` were added to its flag outside the scorer.
+
+    Reasons keep their order (new ones appended), the priority is the higher, and a session flag
+    records the session's id (the item is then the session's: see :func:`keep_added`).
+    """
+    old = list((added or {}).get("reasons") or [])
+    stored = (added or {}).get("priority")
+    if stored is not None and Priority(stored).rank > priority.rank:
+        priority = Priority(stored)
+    doc: dict[str, Any] = {"reasons": [*old, *(r for r in reasons if r not in old)], "priority": priority.value}
+    session = session_id or (added or {}).get("session_id")
+    if session:
+        doc["session_id"] = session
+    return doc
+
+
+def keep_added(reasons: Iterable[str], priority: Priority, added: Mapping[str, Any]) -> tuple[list[str], Priority]:
+    """A re-score's flag reasons and priority with what ``flag_added`` holds kept (see :func:`add_to_flag`)."""
+    kept = list(reasons)
+    kept += [r for r in added.get("reasons") or [] if r not in kept]
+    stored = added.get("priority")
+    if stored is not None and Priority(stored).rank > priority.rank:
+        priority = Priority(stored)
+    return kept, priority
 
 
 _WIDTHS = {"agent": 256, "service": 256, "dialect": 32, "error_type": 256, "session_id": 256, "user_id": 256}

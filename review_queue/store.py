@@ -32,9 +32,9 @@ from review_queue.errors import ReviewQueueError, StoreUnavailableError
 from review_queue.model import ItemState, WriteOutcome
 from review_queue.queries import InvalidCursorError, QueueStat
 from review_queue.sessions import ClosedSession, SessionConfig, SessionRefresher, recount_flagged, turn_features
-from review_queue.snapshot import DESIGN_COLUMNS, item_row, partial_snapshot, run_row
+from review_queue.snapshot import DESIGN_COLUMNS, add_to_flag, item_row, keep_added, partial_snapshot, run_row
 from review_queue.tables import review_events, review_items, run_details, runs, sessions
-from scorers.model import ScoredRun
+from scorers.model import Priority, ScoredRun
 from scorers.pricing import PriceTable
 
 __all__ = [
@@ -51,7 +51,7 @@ log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 """The Alembic script location shipped as package data."""
-HEAD_REVISION: Final = "0013"
+HEAD_REVISION: Final = "0014"
 """The newest migration's revision (``review_queue/migrations/versions``; a test holds it to Alembic's
 head). A database already there is not handed to Alembic at start-up, so a long-lived process whose
 database is current never imports it."""
@@ -206,7 +206,12 @@ class SqlStore:
         self._versions = _by_ids_query(
             dialect, runs.c.trace_id, runs.c.version, review_items.c.version, with_items=True
         )
-        self._span_counts = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count)
+        self._flag_state = _by_ids_query(dialect, runs.c.trace_id, runs.c.span_count, runs.c.flag_added)
+        self._keep_flag = (
+            sa.update(runs)
+            .where(runs.c.trace_id == sa.bindparam("tid"))
+            .values(flag_reasons=sa.bindparam("reasons"), flag_priority=sa.bindparam("priority"))
+        )
         self._reason_filter = queries.reason_filter_for(dialect)
         self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         self._upsert_details = _details_upsert(dialect)
@@ -232,10 +237,12 @@ class SqlStore:
            one order): a known trace id updates every column, bumps ``version`` and keeps
            ``created_at``. A flag is sticky: a re-score without a flag keeps the earlier one.
            A re-score from fewer spans than the stored one changes nothing (run and item):
-           it is a re-delivered tail of the trace, not new information.
+           it is a re-delivered tail of the trace, not new information. A re-score with a flag
+           replaces the scorer's reasons and keeps the ones added after scoring (``flag_added``:
+           a session rule or judge, a run judge, a send-to-review), at the higher priority.
         2. Upsert review items of flagged runs: an existing item takes the new priority,
-           reasons, sample rate and snapshot, bumps its ``version`` and keeps its state (a done
-           item stays done).
+           reasons (with the added ones), sample rate and snapshot (a session's item stays the
+           session's), bumps its ``version`` and keeps its state (a done item stays done).
         3. Read back both versions (one query per 900 runs): version 1 means this transaction
            inserted the row, so ``new_run``/``new_flag`` are exact even with concurrent writers
            (the rows stay locked until commit).
@@ -412,7 +419,10 @@ class SqlStore:
         """
         now = self._clock()
         with self._guard("send_to_review"), self._engine.connect() as conn, write_transaction(conn):
-            row = conn.execute(sa.select(runs).where(runs.c.trace_id == trace_id)).mappings().first()
+            query = sa.select(runs).where(runs.c.trace_id == trace_id)
+            if conn.dialect.name == "postgresql":  # a re-score of the run waits (see write)
+                query = query.with_for_update()
+            row = conn.execute(query).mappings().first()
             if row is None:
                 return None
             existing = conn.execute(sa.select(review_items.c.id).where(review_items.c.trace_id == trace_id)).scalar()
@@ -427,6 +437,7 @@ class SqlStore:
                     flagged=True,
                     flag_priority=priority,
                     flag_reasons=reasons,
+                    flag_added=add_to_flag(row["flag_added"], [MANUAL_REASON], Priority.NORMAL),
                     sample_rate=float(row["sample_rate"] or 0.0),
                     updated_at=now,
                 )
@@ -475,11 +486,15 @@ class SqlStore:
         trace_ids = [row["trace_id"] for row in run_rows]
         self._execute_many(conn, self._upsert_runs, runs, run_rows)
         flagged = [scored for _, scored in batch if scored.flag is not None]
+        added: dict[str, Mapping[str, Any]] = {}
         if flagged:  # a tail re-score (fewer spans than stored) must not create or change an item
             ids = [s.run.trace_id for s in flagged]
-            stored: dict[str, int] = dict(_rows_by_ids(conn, self._span_counts, ids))
-            flagged = [s for s in flagged if stored.get(s.run.trace_id, 0) <= s.run.span_count]
+            stored = {tid: (count, extra) for tid, count, extra in _rows_by_ids(conn, self._flag_state, ids)}
+            flagged = [s for s in flagged if stored.get(s.run.trace_id, (0, None))[0] <= s.run.span_count]
+            added = {s.run.trace_id: extra for s in flagged if (extra := stored.get(s.run.trace_id, (0, None))[1])}
         item_rows = [item_row(scored, scored.flag, now) for scored in flagged if scored.flag is not None]
+        if added:  # reasons added after scoring (session, judge, by hand) outlive the re-score
+            self._keep_added(conn, item_rows, added)
         written_items = {row["trace_id"] for row in item_rows}
         if item_rows:
             item_rows.sort(key=_by_trace_id)
@@ -492,6 +507,24 @@ class SqlStore:
             outcome = WriteOutcome(scored.run.trace_id, run_version == 1, new_flag)
             outcomes.append((position, outcome, by_trace[scored.run.trace_id]))
         return outcomes
+
+    def _keep_added(
+        self, conn: sa.Connection, item_rows: list[dict[str, Any]], added: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """Put back what ``flag_added`` holds into re-scored runs (rows already locked by their upsert) and
+        into their items about to be upserted; a session's item stays the session's."""
+        updates = []
+        for row in item_rows:
+            extra = added.get(row["trace_id"])
+            if extra is None:
+                continue
+            reasons, priority = keep_added(row["reasons"], Priority(row["priority"]), extra)
+            row.update(reasons=reasons, priority=priority.value, priority_rank=priority.rank)
+            if extra.get("session_id"):
+                row["snapshot"].update(subject="session", session_id=extra["session_id"])
+            updates.append({"tid": row["trace_id"], "reasons": reasons, "priority": priority.value})
+        if updates:
+            conn.execute(self._keep_flag, updates)
 
     def _run_row(self, scored: ScoredRun, now: float) -> dict[str, Any]:
         row = run_row(scored, now)
@@ -717,7 +750,7 @@ def _upserts(dialect: str) -> tuple[sa.Executable, sa.Executable]:
     new = run_insert.excluded
     newer = runs.c.span_count <= new.span_count
     sticky = ("flag_priority", "flag_reasons", "sample_rate")
-    fixed = {"trace_id", "created_at", "version", "flagged", *sticky, *DESIGN_COLUMNS}
+    fixed = {"trace_id", "created_at", "version", "flagged", "flag_added", *sticky, *DESIGN_COLUMNS}
     run_set: dict[str, Any] = {c.name: sa.case((newer, new[c.name]), else_=c) for c in runs.c if c.name not in fixed}
     for name in DESIGN_COLUMNS:  # the first decision's, for good (a late flag never moves a run between strata)
         run_set[name] = sa.func.coalesce(runs.c[name], new[name])

@@ -84,6 +84,7 @@ runs = sa.Table(
     sa.Column("sample_drawn", sa.Boolean(), nullable=True),
     sa.Column("rule_flagged", sa.Boolean(), nullable=True),
     sa.Column("sample_shed", sa.Boolean(), nullable=True),
+    sa.Column("flag_added", JSON_TYPE, nullable=True),
     sa.Index("ix_runs_created", "created_at", "trace_id"),
     sa.Index("ix_runs_agent_flagged", "agent", "flagged", "created_at"),
     sa.Index("ix_runs_flagged_created", "flagged", "created_at"),
@@ -109,7 +110,12 @@ the review sample's design (:class:`scorers.model.SampleDesign`) — its probabi
 random stratum (0 while the queue shed), whether it did, whether a rule flagged it, whether shedding
 suspended the stratum — written by the run's first decision and never changed by a re-score or a late
 flag; NULL for runs stored before ``0013``. ``ix_runs_design`` covers what the quality estimates count
-per window (:mod:`review_queue.quality`): their scan of a week reads the index alone."""
+per window (:mod:`review_queue.quality`): their scan of a week reads the index alone.
+``flag_added`` (migration ``0014``): the flag reasons added to the run after scoring — by a session rule or
+session judge (:func:`review_queue.session_close.flag_session`), a run judge
+(:class:`review_queue.judges.SqlJudgeSink`) or a send-to-review — with their highest priority and, for a
+session, its id (:func:`review_queue.snapshot.add_to_flag`); a re-score replaces the scorer's reasons and
+keeps these (:meth:`review_queue.store.SqlStore.write`). NULL when nothing was added."""
 
 run_details = sa.Table(
     "run_details",

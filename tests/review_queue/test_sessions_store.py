@@ -484,3 +484,98 @@ def test_new_sessions_built_from_their_inserted_runs_equal_the_recompute(
     assert 1 == _session(priced, "c")["turns"]
     assert [("thumbs_down", _tid(21), 1)] == _signals(_session(priced, "d"))
     assert 2 == _session(priced, "old")["turns"]
+
+
+def _flag_state(store: SqlStore, trace_id: str) -> tuple[Any, ...]:
+    with store.engine.connect() as conn:
+        run = conn.execute(
+            sa.select(runs.c.flagged, runs.c.flag_reasons, runs.c.flag_priority).where(runs.c.trace_id == trace_id)
+        ).one()
+        item = conn.execute(
+            sa.select(review_items.c.reasons, review_items.c.priority, review_items.c.snapshot).where(
+                review_items.c.trace_id == trace_id
+            )
+        ).one()
+    return (*run, item.reasons, item.priority, item.snapshot.get("subject"), item.snapshot.get("session_id"))
+
+
+@pytest.mark.parametrize("more_spans", [0, 2], ids=["same-trace", "late-spans"])
+def test_a_rescored_last_turn_keeps_the_reasons_added_after_scoring(
+    priced: SqlStore, clock: Clock, more_spans: int
+) -> None:
+    """Reasons added outside the scorer — a session rule, a run judge, a reviewer's send-to-review —
+    survive a re-score of the run (its trace re-sent, or late spans): the scorer's reasons are replaced by
+    the re-score's, the added ones stay, and the session item stays the session's."""
+    rules = compile_session_rules({"session_random_sample": {"enabled": False}})
+    closer = SessionCloser(priced, rules, idle_s=60, clock=clock)
+    human = [turn(1, "human", start=0), turn(3, "human", start=10, user="talk to a human", reasons=("errored",))]
+    judged = [turn(5, "judged", start=0, reasons=("tool_errors",))]
+    manual = [turn(7, "manual", start=0)]
+    priced.write(human + judged + manual)
+    verdict = JudgeResult(_tid(5), "groundedness", "groundedness@1", "judge-model", 0.1, False, "unsupported")
+    assert not SqlJudgeSink(priced.engine).write_judgement(
+        verdict, judged[0], Flag(("judge_groundedness",), Priority.HIGH, 1.0)
+    )
+    sent = priced.send_to_review(_tid(7), "reviewer")
+    assert sent is not None
+    assert sent[1]
+    clock.now += 600
+    closer.close_idle()
+    session_state = (True, ["errored", "session_human_request"], "normal")
+    assert (*session_state, ["errored", "session_human_request"], "normal", "session", "human") == _flag_state(
+        priced, _tid(3)
+    )
+    clock.now += 5
+    rescored = [
+        turn(3, "human", start=10, user="talk to a human", reasons=("loop",), span_count=3 + more_spans),
+        turn(5, "judged", start=0, reasons=("tool_errors",), span_count=3 + more_spans),
+        turn(7, "manual", start=0, reasons=("slow",), span_count=3 + more_spans),
+    ]
+    priced.write(rescored)
+    assert (True, ["loop", "session_human_request"], "normal", ["loop", "session_human_request"], "normal") == (
+        _flag_state(priced, _tid(3))[:5]
+    )
+    assert ("session", "human") == _flag_state(priced, _tid(3))[5:]
+    assert (True, ["tool_errors", "judge_groundedness"], "high") == _flag_state(priced, _tid(5))[:3]
+    assert (["tool_errors", "judge_groundedness"], "high", None) == _flag_state(priced, _tid(5))[3:6]
+    assert (True, ["slow", "manual"]) == _flag_state(priced, _tid(7))[:2]
+    assert ["slow", "manual"] == _flag_state(priced, _tid(7))[3]
+    assert 1 == _session(priced, "human")["turns_flagged"]
+
+
+def test_migration_0014_fills_flag_added_from_the_audit_trail(
+    priced: SqlStore, clock: Clock, database_url: str
+) -> None:
+    """A database flagged by a session rule, a run judge and a send-to-review before ``0014`` gets the
+    ``flag_added`` the live code writes, read back from the review events and judge verdicts."""
+    from alembic import command
+    from alembic.config import Config
+
+    from review_queue.store import MIGRATIONS_DIR, upgrade_database
+
+    rules = compile_session_rules({"session_random_sample": {"enabled": False}})
+    batch = [turn(1, "human", start=0, user="talk to a human", reasons=("errored",)), turn(5, "j"), turn(7, "m")]
+    priced.write(batch)
+    verdict = JudgeResult(_tid(5), "groundedness", "groundedness@1", "judge-model", 0.1, False, "unsupported")
+    SqlJudgeSink(priced.engine).write_judgement(verdict, batch[1], Flag(("judge_groundedness",), Priority.HIGH, 1.0))
+    priced.send_to_review(_tid(7), "reviewer")
+    clock.now += 600
+    SessionCloser(priced, rules, idle_s=60, clock=clock).close_idle()
+
+    def added() -> dict[str, Any]:
+        with priced.engine.connect() as conn:
+            return {str(tid): extra for tid, extra in conn.execute(sa.select(runs.c.trace_id, runs.c.flag_added))}
+
+    live = added()
+    assert {
+        _tid(1): {"reasons": ["session_human_request"], "priority": "normal", "session_id": "human"},
+        _tid(5): {"reasons": ["judge_groundedness"], "priority": "high"},
+        _tid(7): {"reasons": ["manual"], "priority": "normal"},
+    } == live
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with priced.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0013")
+    upgrade_database(database_url)
+    assert live == added()
