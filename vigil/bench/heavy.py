@@ -416,8 +416,9 @@ def _counts(db: Path) -> tuple[int, int, int, int, int]:
 
 
 def _events(metrics_url: str) -> dict[str, float]:
-    """The assembler's events, the stream's refusals (``refused:<reason>``) and the refused spans the ledger
-    stopped waiting for (``owed_forgotten:<reason>``) on ``/metrics`` (empty if unreadable)."""
+    """The assembler's events, the stream's refusals (``refused:<reason>``), the refused spans the ledger
+    stopped waiting for (``owed_forgotten:<reason>``) and the runs re-scored after late spans (``rescored``)
+    on ``/metrics`` (empty if unreadable)."""
     try:
         text = httpx.get(metrics_url, timeout=10).text
     except httpx.HTTPError:
@@ -427,6 +428,8 @@ def _events(metrics_url: str) -> dict[str, float]:
         for sample in family.samples:
             if sample.name == "vigil_assembler_events_total":
                 out[sample.labels["event"]] = sample.value
+            elif sample.name == "vigil_runs_rescored_total":  # runs re-scored after late spans
+                out["rescored"] = sample.value
             elif sample.name == "vigil_owed_spans_forgotten_total":
                 out[f"owed_forgotten:{sample.labels['reason']}"] = sample.value
             elif sample.name == "vigil_refused_total" and sample.labels.get("stage") == "stream":
