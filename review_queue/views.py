@@ -337,10 +337,10 @@ def span_messages(
 ) -> dict[str, dict[str, Any]]:
     """Each span's input and output as its detail pane shows them: ``{span_id: {"entries", "earlier"}}``.
 
-    A model span's messages are read from its stored attributes (every dialect,
+    A model (or agent) span's messages are read from its stored attributes (every dialect,
     :func:`scorers.content.message_pairs`: the history it was sent, then its answer), the latest
-    :data:`SPAN_MESSAGES_SHOWN` of them (``earlier``: how many more there were); any other span
-    (tool calls, guardrails) or a model span whose attributes were not kept shows the conversation
+    :data:`SPAN_MESSAGES_SHOWN` of them (``earlier``: how many more there were); a tool span, or a
+    span whose attributes carry no messages (guardrails, spans whose attributes were not kept), shows the conversation
     entries linked to it. Entries have the conversation's shape (``kind``, ``role``, ``content`` …).
     """
     linked: dict[str, list[Mapping[str, Any]]] = {}
@@ -353,7 +353,7 @@ def span_messages(
         span_id = str(span.get("span_id") or "")
         attributes = span.get("attributes")
         entries: list[Mapping[str, Any]] = []
-        if span.get("kind") == StepKind.LLM.value and isinstance(attributes, Mapping):
+        if span.get("kind") != StepKind.TOOL.value and isinstance(attributes, Mapping):
             entries = [
                 {"kind": "message", "role": role, "content": said}
                 for role, said in content.message_pairs(attributes)

@@ -339,6 +339,8 @@
     if (key === "v" && toggleView()) { event.preventDefault(); return; }
     var inTree = target.classList && target.classList.contains("span-row");
     if (inTree && (key === "ArrowDown" || key === "ArrowUp")) { moveSpan(key === "ArrowDown" ? 1 : -1); event.preventDefault(); return; }
+    // Enter in the tree still submits a verdict being given (the arrows already show each span); Space selects
+    if (inTree && key === "Enter" && page === "item" && document.getElementById("verdict-form")) { submitVerdict(); event.preventDefault(); return; }
     if (inTree && (key === "Enter" || key === " ")) { showSpan(target, true, true); event.preventDefault(); return; }
     var hasSpans = spanRows().length > 0;
     if (hasSpans && (key === "j" || key === "k")) { moveSpan(key === "j" ? 1 : -1); }
