@@ -338,7 +338,8 @@ def span_messages(
     """Each span's input and output as its detail pane shows them: ``{span_id: {"entries", "earlier"}}``.
 
     A model (or agent) span's messages are read from its stored attributes (every dialect,
-    :func:`scorers.content.message_pairs`: the history it was sent, then its answer), the latest
+    :func:`scorers.content.message_pairs`: the history it was sent, then its answer, each message's ``side``
+    ``input`` or ``output`` where the dialect's keys tell them apart), the latest
     :data:`SPAN_MESSAGES_SHOWN` of them (``earlier``: how many more there were); a tool span, or a
     span whose attributes carry no messages (guardrails, spans whose attributes were not kept), shows the conversation
     entries linked to it. Entries have the conversation's shape (``kind``, ``role``, ``content`` …).
@@ -355,8 +356,8 @@ def span_messages(
         entries: list[Mapping[str, Any]] = []
         if span.get("kind") != StepKind.TOOL.value and isinstance(attributes, Mapping):
             entries = [
-                {"kind": "message", "role": role, "content": said}
-                for role, said in content.message_pairs(attributes)
+                {"kind": "message", "role": role, "content": said, "side": side}
+                for side, role, said in _sides(attributes)
                 if said.strip()
             ]
         if not entries:
@@ -365,6 +366,25 @@ def span_messages(
             earlier = max(0, len(entries) - SPAN_MESSAGES_SHOWN)
             found[span_id] = {"entries": entries[earlier:], "earlier": earlier}
     return found
+
+
+_OUTPUT_PREFIXES = ("gen_ai.output.messages", "llm.output_messages.", "gen_ai.completion.", "ai.response.text")
+"""The message keys of a model call's output in each dialect (GenAI, OpenInference, Traceloop, Vercel); the others
+are its input."""
+
+
+def _sides(attributes: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(side, role, content)`` of a span's messages, ``side`` ``input`` or ``output`` (read apart from each other),
+    or ``""`` for all of them when reading them apart finds fewer than reading them together."""
+    both = content.message_pairs(attributes)
+    if not both:
+        return []
+    output = {k: v for k, v in attributes.items() if k.startswith(_OUTPUT_PREFIXES)}
+    said = content.message_pairs(output) if output else []
+    sent = content.message_pairs({k: v for k, v in attributes.items() if k not in output})
+    if len(sent) + len(said) < len(both):
+        return [("", role, text) for role, text in both]
+    return [("input", role, text) for role, text in sent] + [("output", role, text) for role, text in said]
 
 
 # Where a trace may carry the input of a run blocked before any model call (docs/reviewing.md,

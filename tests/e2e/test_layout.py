@@ -203,6 +203,8 @@ def test_trace_tree_and_detail_beside_each_other_in_the_first_screen(server: Ser
     assert shown.is_visible()
     assert "Where is order A-1?" in shown.locator(".span-io").inner_text()
     assert "model turn 0: lookup_order again" in shown.locator(".span-io").inner_text()
+    sides = shown.locator(".span-io li.io-side").all_inner_texts()
+    assert ["INPUT (WHAT THE MODEL WAS SENT)", "OUTPUT (WHAT IT ANSWERED)"] == [t.upper() for t in sides]
     page.keyboard.press("j")
     page.keyboard.press("j")
     assert rows[3] == page.get_attribute(".span-row.selected", "data-span")

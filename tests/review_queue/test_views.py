@@ -149,6 +149,8 @@ def test_span_messages_of_a_model_call_and_a_tool_call() -> None:
     second = found[chats[1]["span_id"]]["entries"]
     assert [e["role"] for e in second][-1] == "assistant"
     assert "user" in [e["role"] for e in second]
+    assert "output" == second[-1]["side"]  # gen_ai.output.messages
+    assert {"input"} == {e["side"] for e in second[:-1]}  # gen_ai.input.messages
     assert len(second) > len(found[chats[0]["span_id"]]["entries"])  # the second call resends the first's history
     tool = next(s for s in doc["spans"] if s["kind"] == "tool")
     assert ["tool"] == [e["kind"] for e in found[tool["span_id"]]["entries"]]
