@@ -85,8 +85,11 @@ def run_view(
     )
     start = (run or {}).get("start_ns") or snapshot.get("start_ns", 0)
     end = (run or {}).get("end_ns") or snapshot.get("end_ns", 0)
+    blocked = bool((run or {}).get("safety_blocked") or snapshot.get("safety_blocked"))
     return {
         "fall": views.waterfall(spans, start, end),
+        "span_messages": views.span_messages(spans, conversation),
+        "blocked_input": views.blocked_input(spans, conversation, blocked=blocked),
         "cannot_show": views.cannot_show(run or {}, details),
         "conversation": conversation,
         "details_status": status.value,

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from scorers import content
 from scorers.blind_spots import Shape, blind_spots
 from scorers.model import StepKind
 from scorers.registry import SCORE_UNITS
@@ -23,6 +24,7 @@ __all__ = [
     "age",
     "attr_text",
     "attribute_rows",
+    "blocked_input",
     "cannot_show",
     "clock_time",
     "iso_time",
@@ -31,6 +33,7 @@ __all__ = [
     "score_rows",
     "snapshot_conversation",
     "span_json",
+    "span_messages",
     "waterfall",
 ]
 
@@ -323,3 +326,144 @@ def cannot_show(run: Mapping[str, Any], details: Mapping[str, Any] | None) -> tu
         safety_blocked=bool(run.get("safety_blocked")),
     )
     return blind_spots(shape)
+
+
+SPAN_MESSAGES_SHOWN = 40
+"""Messages shown per span in its detail pane (the latest; a looping run's calls each resend the history)."""
+
+
+def span_messages(
+    spans: Sequence[Mapping[str, Any]], conversation: Sequence[Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each span's input and output as its detail pane shows them: ``{span_id: {"entries", "earlier"}}``.
+
+    A model (or agent) span's messages are read from its stored attributes (every dialect,
+    :func:`scorers.content.message_pairs`: the history it was sent, then its answer, each message's ``side``
+    ``input`` or ``output`` where the dialect's keys tell them apart), the latest
+    :data:`SPAN_MESSAGES_SHOWN` of them (``earlier``: how many more there were); a tool span, or a
+    span whose attributes carry no messages (guardrails, spans whose attributes were not kept), shows the conversation
+    entries linked to it. Entries have the conversation's shape (``kind``, ``role``, ``content`` …).
+    """
+    linked: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in conversation:
+        span_id = entry.get("span_id")
+        if span_id:
+            linked.setdefault(str(span_id), []).append(entry)
+    found: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        span_id = str(span.get("span_id") or "")
+        attributes = span.get("attributes")
+        entries: list[Mapping[str, Any]] = []
+        if span.get("kind") != StepKind.TOOL.value and isinstance(attributes, Mapping):
+            entries = [
+                {"kind": "message", "role": role, "content": said, "side": side}
+                for side, role, said in _sides(attributes)
+                if said.strip()
+            ]
+        if not entries:
+            entries = linked.get(span_id, [])
+        if entries:
+            earlier = max(0, len(entries) - SPAN_MESSAGES_SHOWN)
+            found[span_id] = {"entries": entries[earlier:], "earlier": earlier}
+    return found
+
+
+_OUTPUT_PREFIXES = ("gen_ai.output.messages", "llm.output_messages.", "gen_ai.completion.", "ai.response.text")
+"""The message keys of a model call's output in each dialect (GenAI, OpenInference, Traceloop, Vercel); the others
+are its input."""
+
+
+def _sides(attributes: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(side, role, content)`` of a span's messages, ``side`` ``input`` or ``output`` (read apart from each other),
+    or ``""`` for all of them when reading them apart finds fewer than reading them together."""
+    both = content.message_pairs(attributes)
+    if not both:
+        return []
+    output = {k: v for k, v in attributes.items() if k.startswith(_OUTPUT_PREFIXES)}
+    said = content.message_pairs(output) if output else []
+    sent = content.message_pairs({k: v for k, v in attributes.items() if k not in output})
+    if len(sent) + len(said) < len(both):
+        return [("", role, text) for role, text in both]
+    return [("input", role, text) for role, text in sent] + [("output", role, text) for role, text in said]
+
+
+# Where a trace may carry the input of a run blocked before any model call (docs/reviewing.md,
+# "Blocked input"): the dialects' message keys on any span (scorers.content.message_pairs), then
+# these, which no dialect reads as the conversation: OpenInference's ``input.value`` of an agent or
+# chain span, PydanticAI's run history on its agent span (GenAI message parts), Vercel's ``ai.prompt``.
+BLOCKED_INPUT_KEYS = ("pydantic_ai.all_messages", "input.value", "ai.prompt")
+
+
+def blocked_input(
+    spans: Sequence[Mapping[str, Any]], conversation: Sequence[Mapping[str, Any]], *, blocked: bool
+) -> dict[str, Any] | None:
+    """The user's input of a run whose conversation shows no user message (typically an input guardrail
+    that stopped the turn before any model call), read from wherever a span of the trace carries it.
+
+    Args:
+        spans: the details document's spans (stored, redacted attributes).
+        conversation: the run's conversation entries.
+        blocked: the run was stored as safety-blocked.
+
+    Returns:
+        ``None`` when the conversation has a user message, or when nothing was blocked and no span carries
+        an input; else ``{"text", "span_id", "span_name", "source", "blocked"}``: the first user message a
+        span carries (``source``: the attribute it was read from), ``text`` ``None`` when the run was
+        blocked and no span carries it (the page then says the trace does not). ``blocked``: the run was
+        blocked (stored so, or a guardrail entry says so).
+    """
+    if any(e.get("kind") == "message" and e.get("role") == "user" for e in conversation):
+        return None
+    blocked = blocked or any(e.get("kind") == "guardrail" and e.get("blocked") for e in conversation)
+    for span in spans:
+        attributes = span.get("attributes")
+        if not isinstance(attributes, Mapping) or span.get("kind") == StepKind.TOOL.value:
+            continue  # (a tool span's input.value is its arguments)
+        text, source = _user_text(attributes)
+        if text:
+            return {
+                "text": text,
+                "span_id": span.get("span_id", ""),
+                "span_name": span.get("name", ""),
+                "source": source,
+                "blocked": blocked,
+            }
+    return {"text": None, "span_id": "", "span_name": "", "source": "", "blocked": True} if blocked else None
+
+
+def _user_text(attributes: Mapping[str, Any]) -> tuple[str | None, str]:
+    for role, said in content.message_pairs(attributes):
+        if role in ("user", "human") and said.strip():
+            return said, "messages"
+    for key in BLOCKED_INPUT_KEYS:
+        value = attributes.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        decoded = _json_value(value)
+        if isinstance(decoded, list):  # a message history (GenAI parts or chat messages)
+            for role, said in content.message_pairs({"gen_ai.input.messages": value}):
+                if role in ("user", "human") and said.strip():
+                    return said, key
+            continue
+        if isinstance(decoded, Mapping):  # {"messages": [...]}, {"input": "..."}, {"prompt": "..."}
+            for name in ("input", "prompt", "query", "question", "message"):
+                if isinstance(decoded.get(name), str) and decoded[name].strip():
+                    return decoded[name], key
+            messages = decoded.get("messages")
+            if isinstance(messages, list):
+                for role, said in content.message_pairs({"gen_ai.input.messages": orjson.dumps(messages).decode()}):
+                    if role in ("user", "human") and said.strip():
+                        return said, key
+            continue
+        return value, key
+    return None, ""
+
+
+def _json_value(text: str) -> object:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        return orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        return None

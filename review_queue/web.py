@@ -468,13 +468,15 @@ def _admin_forms(app: FastAPI, services: ReviewServices) -> None:
 
 
 def _next_item(services: ReviewServices, who: Principal, saved: int) -> str:
-    """Where "submit and advance" goes: the next item already held, else a fresh claim, else the queue;
-    the page says the verdict on item ``saved`` was saved."""
+    """Where "submit and advance" goes: the next item already held, else the next one the reviewer may claim,
+    **unclaimed** (its claim button has the focus: one Enter claims it), else the queue; the page says the
+    verdict on item ``saved`` was saved. Nothing is claimed here: a reviewer who submits and walks away
+    holds no lease on an item nobody is looking at (docs/reviewing.md, "Submit and next")."""
     held = services.workbench.claims_of(who.name)
     if held:
         return f"/items/{held[0]}?saved={saved}"
-    claim = services.workbench.claim_next(who.name)
-    return f"/items/{claim.item_id}?saved={saved}" if claim else "/queue?notice=done"
+    found = services.workbench.next_for(who.name)
+    return f"/items/{found}?saved={saved}" if found is not None else "/queue?notice=done"
 
 
 def _q(text: str) -> str:

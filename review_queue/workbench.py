@@ -144,14 +144,7 @@ class Workbench:
         with self._write("claim_next") as conn:
             now = self._clock()
             expired = self._expire(conn, now)
-            query = (
-                sa.select(_ITEMS.c.id)
-                .where(_ITEMS.c.state == ItemState.PENDING.value, *_eligible(reviewer))
-                .order_by(_ITEMS.c.priority_rank.desc(), SAMPLE_ORDER, _ITEMS.c.created_at.asc(), _ITEMS.c.id.asc())
-                .limit(1)
-            )
-            if priority is not None:
-                query = query.where(_ITEMS.c.priority == priority)
+            query = _next_query(reviewer, priority)
             if self._postgres:
                 query = query.with_for_update(skip_locked=True)
             item_id = conn.execute(query).scalar_one_or_none()
@@ -159,6 +152,13 @@ class Workbench:
                 claim = self._take(conn, int(item_id), reviewer, now)
         self._committed(expired, claim)
         return claim
+
+    def next_for(self, reviewer: str) -> int | None:
+        """The item :meth:`claim_next` would give ``reviewer`` now, without claiming it (nothing is written:
+        "submit and next" opens it unclaimed, so a reviewer who walks away holds no lease); ``None`` when none."""
+        with guard("next_for", self._retry_after), self._engine.connect() as conn:
+            found = conn.execute(_next_query(reviewer, None)).scalar_one_or_none()
+        return None if found is None else int(found)
 
     def claim(self, item_id: int, reviewer: str) -> Claim:
         """Claim one item by id (from the queue view).
@@ -448,6 +448,17 @@ _ITEM_FIELDS = (
     "completed_at",
     "created_at",
 )
+
+
+def _next_query(reviewer: str, priority: str | None) -> sa.Select[Any]:
+    """The most urgent pending item ``reviewer`` may take (:meth:`Workbench.claim_next`'s order)."""
+    query = (
+        sa.select(_ITEMS.c.id)
+        .where(_ITEMS.c.state == ItemState.PENDING.value, *_eligible(reviewer))
+        .order_by(_ITEMS.c.priority_rank.desc(), SAMPLE_ORDER, _ITEMS.c.created_at.asc(), _ITEMS.c.id.asc())
+        .limit(1)
+    )
+    return query if priority is None else query.where(_ITEMS.c.priority == priority)
 
 
 def _eligible(reviewer: str) -> list[sa.ColumnElement[bool]]:

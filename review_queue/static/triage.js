@@ -5,6 +5,45 @@
 
   function rows() { return Array.prototype.slice.call(document.querySelectorAll("tr.item-row, tr.run-row")); }
 
+  // ---- Conversation | Trace: one panel at a time once the script runs (both show without it) ----
+  function viewTabs() { return Array.prototype.slice.call(document.querySelectorAll("#view-tabs [role=tab]")); }
+
+  function currentView() {
+    var trace = document.getElementById("panel-trace");
+    return trace && !trace.hidden ? "trace" : "conversation";
+  }
+
+  function showView(name, focusTab) {
+    var tabs = viewTabs();
+    if (!tabs.length) { return false; }
+    tabs.forEach(function (tab) {
+      var on = tab.getAttribute("data-view") === name;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.setAttribute("tabindex", on ? "0" : "-1");
+      var panel = document.getElementById(tab.getAttribute("aria-controls"));
+      if (panel) { panel.hidden = !on; }
+      if (on && focusTab) { tab.focus({ preventScroll: true }); }
+    });
+    document.body.setAttribute("data-view", name);
+    return true;
+  }
+
+  // v: the other panel; on the trace the selected span (else the first) takes the focus, so the arrow keys walk the tree
+  function toggleView() {
+    if (!viewTabs().length) { return false; }
+    if (currentView() === "trace") {
+      showView("conversation", false);
+      if (window.location.hash && spanById(decodeURIComponent(window.location.hash.slice(1))) && window.history.replaceState) {
+        window.history.replaceState(null, "", window.location.pathname + window.location.search);
+      }
+      return true;
+    }
+    showView("trace", false);
+    var row = currentSpan() || spanRows()[0];
+    if (row) { showSpan(row, true, true); }
+    return true;
+  }
+
   // ---- span tree: selection shows the span's details; the URL fragment is the span id ----
   function spanRows() { return Array.prototype.slice.call(document.querySelectorAll(".span-row")); }
 
@@ -12,6 +51,7 @@
 
   function showSpan(row, focus, fromUser) {
     if (!row) { return; }
+    if (currentView() !== "trace") { showView("trace", false); }
     spanRows().forEach(function (r) {
       var on = r === row;
       r.classList.toggle("selected", on);
@@ -148,6 +188,7 @@
 
   function showTurn(turn, fromUser) {
     if (!turn) { return; }
+    if (currentView() !== "conversation") { showView("conversation", false); }
     turns().forEach(function (t) { t.classList.toggle("current", t === turn); });
     turn.open = true;
     var summary = turn.querySelector("summary");
@@ -206,7 +247,10 @@
     var all = turns();
     if (!all.length) { return false; }
     var current = all[currentTurnIndex()];
-    if (key === "t" && page === "item") { return toggleTarget(); }
+    if (key === "t" && page === "item") {
+      if (!current && document.getElementById("target")) { showTurn(all[0], true); }  // no turn chosen yet: the first
+      return toggleTarget();
+    }
     if (key === "j" || (key === "n" && page === "session")) { return moveTurn(1); }
     if (key === "k" || (key === "p" && page === "session")) { return moveTurn(-1); }
     if (key === "o" && current) { current.open = !current.open; return true; }
@@ -285,8 +329,18 @@
     }
     if (key === "g") { pendingG = true; event.preventDefault(); return; }
     if (onSessionKey(key, page)) { event.preventDefault(); return; }
+    var onTab = target.getAttribute && target.getAttribute("role") === "tab";
+    if (onTab && (key === "Enter" || key === " ")) { return; }  // the button's own click switches
+    if (onTab && (key === "ArrowLeft" || key === "ArrowRight")) {
+      showView(currentView() === "trace" ? "conversation" : "trace", true);
+      event.preventDefault();
+      return;
+    }
+    if (key === "v" && toggleView()) { event.preventDefault(); return; }
     var inTree = target.classList && target.classList.contains("span-row");
     if (inTree && (key === "ArrowDown" || key === "ArrowUp")) { moveSpan(key === "ArrowDown" ? 1 : -1); event.preventDefault(); return; }
+    // Enter in the tree still submits a verdict being given (the arrows already show each span); Space selects
+    if (inTree && key === "Enter" && page === "item" && document.getElementById("verdict-form")) { submitVerdict(); event.preventDefault(); return; }
     if (inTree && (key === "Enter" || key === " ")) { showSpan(target, true, true); event.preventDefault(); return; }
     var hasSpans = spanRows().length > 0;
     if (hasSpans && (key === "j" || key === "k")) { moveSpan(key === "j" ? 1 : -1); }
@@ -339,6 +393,16 @@
         if (row) { event.preventDefault(); showSpan(row, true, true); }
       });
     });
+    var tabs = document.getElementById("view-tabs");
+    if (tabs) {
+      tabs.hidden = false;
+      showView("conversation", false);
+      viewTabs().forEach(function (tab) {
+        tab.addEventListener("click", function () {
+          if (tab.getAttribute("data-view") !== currentView()) { toggleView(); }
+        });
+      });
+    }
     window.addEventListener("hashchange", fromHash);
     fromHash();
     var targetToggle = document.getElementById("target-toggle");

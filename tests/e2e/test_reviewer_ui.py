@@ -38,7 +38,8 @@ class TestKeyboardTriage:
     """A reviewer logs in and triages three items with the keyboard only."""
 
     def test_three_items_by_keyboard(self, server: Server, browser: Any) -> None:
-        """c claims, f/p/1-9/n set the verdict, Enter submits and advances; every verdict lands."""
+        """c claims, f/p/1-9/n set the verdict, Enter submits and advances (to the next item, unclaimed: Enter
+        claims it); every verdict lands."""
         server.store.write([run(n) for n in (1, 2, 3)])
         token, _ = server.services.tokens.create("alice", "reviewer")
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -69,10 +70,12 @@ class TestKeyboardTriage:
         press_and_wait(page, "Enter")
         assert page.url.endswith("/items/2?saved=1")
         assert "Verdict on item 1 saved" in page.inner_text("#saved")  # a confirmation on the next item
+        press_and_wait(page, "Enter")  # the next item opens unclaimed, its claim button focused: Enter claims it
 
         page.keyboard.press("p")
         press_and_wait(page, "Enter")
         assert page.url.endswith("/items/3?saved=2")
+        press_and_wait(page, "Enter")
 
         page.keyboard.press("2")  # a category implies fail
         page.keyboard.press("5")

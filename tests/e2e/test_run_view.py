@@ -167,9 +167,12 @@ class TestConversation:
         assert "get_weather" in texts[tool_at]
         assert "Paris" in texts[tool_at]
         assert 0 == page.locator("#no-content").count()
-        # the conversation comes first on the page, before the summary and the spans
-        top = page.eval_on_selector("#conversation-view", "e => e.getBoundingClientRect().top")
-        assert top < page.eval_on_selector("#spans", "e => e.getBoundingClientRect().top")
+        # the conversation is what the page opens on; the spans are behind the Trace tab (v)
+        assert page.is_visible("#conversation-view")
+        assert not page.is_visible("#spans")
+        page.keyboard.press("v")
+        assert page.is_visible("#spans")
+        assert not page.is_visible("#conversation-view")
         _shot(page, f"run-conversation-{stack}.png")
 
 

@@ -252,6 +252,24 @@ class TestSessionItemPage:
         page.screenshot(path=str(ARTIFACTS / "session-item.png"))
         page.close()
 
+    def test_t_before_any_turn_is_chosen(self, url: str, browser: Any) -> None:
+        """``t`` right after claiming (no turn chosen with j/k yet) chooses the first turn and gives it the verdict."""
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
+        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        _login(page, url, ADMIN_TOKEN)
+        page.goto(f"{url}/items/{item['id']}")
+        with page.expect_navigation():
+            page.click("#claim-item button")
+        assert 0 == page.locator("details.session-turn.current").count()
+        page.keyboard.press("t")
+        assert f"turn 1 only (run {f'{11:032x}'[:12]})" == page.inner_text("#target-label")
+        assert ("turn", f"{11:032x}") == (page.input_value("#target"), page.input_value("#target-trace"))
+        assert ["turn-1"] == page.eval_on_selector_all("details.session-turn.current", "els => els.map(e => e.id)")
+        assert page.evaluate("document.activeElement.parentElement.id") == "turn-1"
+        page.close()
+
     def test_turn_verdict_by_keyboard(self, url: str, browser: Any) -> None:
         """The verdict form judges the session until ``t`` on a turn gives it to that turn (label and mark say
         which); ``f`` then Enter stores a fail on that turn's trace id; ``t`` twice returns to the session."""

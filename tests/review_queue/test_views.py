@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from review_queue import views
 from review_queue.views import WATERFALL_WIDTH, age, clock_time, waterfall
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 
 class TestWaterfall:
@@ -82,3 +90,76 @@ def test_the_depth_chart_starts_with_the_first_item() -> None:
     assert {"buckets": [20.0, 30.0], "total": [3, 4], "agents": {"a": [3, 4]}} == since_first(history, 25.0, 10.0)
     assert [10.0, 20.0, 30.0] == since_first(history, 15.0, 10.0)["buckets"]
     assert [20.0, 30.0] == since_first(history, None, 10.0)["buckets"]  # no item ever: two buckets, for a line
+
+
+def _captured_details(stack: str, scenario: str) -> dict[str, Any]:
+    """The details document of one captured run (tests/fixtures/traces), as the details writer stores it."""
+    from collector.otlp import decode_json
+    from review_queue.details import build_details
+    from scorers.model import ScoredRun
+    from scorers.normalise import normalise
+    from scorers.redact import Redactor
+
+    truth = json.loads((FIXTURES / f"{stack}.truth.json").read_text())
+    trace_id = next(r["trace_id"] for r in truth["runs"] if r["scenario"] == scenario)
+    batches = decode_json((FIXTURES / f"{stack}.json").read_bytes()).batches
+    spans = [s for b in batches if b.trace_id == trace_id for s in b.spans]
+    return build_details(ScoredRun(normalise(spans), {}, None), Redactor())
+
+
+@pytest.mark.parametrize(
+    ("stack", "scenario", "source", "said"),
+    [
+        ("pydantic_ai_guards", "pg_input_guard", "pydantic_ai.all_messages", "book me a flight."),
+        ("agno", "ag_pii_guardrail", "input.value", "book a hotel."),
+    ],
+)
+def test_blocked_input_read_where_the_trace_carries_it(stack: str, scenario: str, source: str, said: str) -> None:
+    """An input-guard run has no user message in its conversation; its input is read from the span that has it
+    (redacted as stored: the card number in it is not)."""
+    doc = _captured_details(stack, scenario)
+    assert not [e for e in doc["conversation"] if e.get("role") == "user"]
+    found = views.blocked_input(doc["spans"], doc["conversation"], blocked=True)
+    assert found is not None
+    assert source == found["source"]
+    assert found["text"].endswith(said)
+    assert "[REDACTED:card]" in found["text"]
+    assert found["span_id"] in {s["span_id"] for s in doc["spans"]}
+
+
+def test_blocked_input_said_missing_where_the_trace_has_none() -> None:
+    """OpenAI Agents SDK input guardrail: a guardrail span and a tripped turn span, no input anywhere."""
+    doc = _captured_details("openai_agents", "ag_guardrail")
+    found = views.blocked_input(doc["spans"], doc["conversation"], blocked=False)  # the guardrail entry says blocked
+    assert found == {"text": None, "span_id": "", "span_name": "", "source": "", "blocked": True}
+
+
+def test_no_blocked_input_when_the_conversation_has_the_user_message() -> None:
+    doc = _captured_details("openai_agents", "ag_output_guardrail")  # blocked on the way out: the input is shown
+    assert views.blocked_input(doc["spans"], doc["conversation"], blocked=True) is None
+    doc = _captured_details("pydantic_ai_guards", "pg_normal")
+    assert views.blocked_input(doc["spans"], doc["conversation"], blocked=False) is None
+
+
+def test_span_messages_of_a_model_call_and_a_tool_call() -> None:
+    """A model span shows the messages its attributes carry (history then answer); a tool span its call entry."""
+    doc = _captured_details("pydantic_ai_guards", "pg_normal")
+    found = views.span_messages(doc["spans"], doc["conversation"])
+    chats = [s for s in doc["spans"] if s["kind"] == "llm"]
+    second = found[chats[1]["span_id"]]["entries"]
+    assert [e["role"] for e in second][-1] == "assistant"
+    assert "user" in [e["role"] for e in second]
+    assert "output" == second[-1]["side"]  # gen_ai.output.messages
+    assert {"input"} == {e["side"] for e in second[:-1]}  # gen_ai.input.messages
+    assert len(second) > len(found[chats[0]["span_id"]]["entries"])  # the second call resends the first's history
+    tool = next(s for s in doc["spans"] if s["kind"] == "tool")
+    assert ["tool"] == [e["kind"] for e in found[tool["span_id"]]["entries"]]
+
+
+def test_span_messages_keep_the_latest() -> None:
+    pairs = [{"role": "user", "parts": [{"type": "text", "content": f"m{i}"}]} for i in range(50)]
+    span = {"span_id": "a", "kind": "llm", "attributes": {"gen_ai.input.messages": json.dumps(pairs)}}
+    found = views.span_messages([span], [])["a"]
+    assert views.SPAN_MESSAGES_SHOWN == len(found["entries"])
+    assert 50 - views.SPAN_MESSAGES_SHOWN == found["earlier"]
+    assert "m49" == found["entries"][-1]["content"]

@@ -57,6 +57,29 @@ class TestClaim:
         assert [high, normal_old, normal_new, low] == [c.item_id for c in got if c is not None]
         assert got[4] is None
 
+    def test_next_for_names_the_next_claim_without_taking_it(
+        self, store: SqlStore, bench: Workbench, clock: Clock
+    ) -> None:
+        """next_for gives the item claim_next would, leaves it pending (no lease, no audit event) and skips what
+        the reviewer may not take: another's lease, another's assignment, an item the reviewer already judged."""
+        normal = _flag(store, clock, 1, Priority.NORMAL)
+        high = _flag(store, clock, 2, Priority.HIGH)
+        assert high == bench.next_for("alice")
+        assert high == bench.next_for("alice")  # asking twice takes nothing
+        assert "pending" == bench.item(high)["state"]
+        assert [] == [e for e in bench.events(high, ADMIN) if e["action"] == "claim"]  # (claim_next writes one)
+        claim = bench.claim_next("bob")
+        assert claim is not None
+        assert high == claim.item_id
+        assert normal == bench.next_for("alice")  # bob's lease
+        bench.assign(normal, "root", "carol")
+        assert bench.next_for("alice") is None  # carol's item
+        assert normal == bench.next_for("carol")
+        bench.submit_verdict(high, "bob", PASS)
+        bench.requeue(high, "root", reviews_required=2)
+        assert high == bench.next_for("alice")
+        assert bench.next_for("bob") is None  # bob judged high; normal is carol's
+
     def test_the_sample_lane_comes_out_in_random_order(self, store: SqlStore, bench: Workbench, clock: Clock) -> None:
         """Low-priority items (the random sample's lane) are claimed in the order of their trace ids' last
         8 hex digits, not oldest first: a reviewer who falls behind reviews a random part of the waiting
