@@ -9,7 +9,6 @@ shows is agent- or user-controlled text: autoescaped by the environment, never m
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -19,7 +18,7 @@ from review_queue import session_queries as sessions
 from review_queue import views
 from review_queue.access import READERS
 from review_queue.model import Principal
-from review_queue.pages import list_page, render, run_view
+from review_queue.pages import ListForm, list_form, list_page, render, run_view
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
@@ -37,55 +36,37 @@ def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
 
     reader = Depends(services.access.require_page(*READERS))
+    sessions_form = Depends(list_form(services.clock, _SORT_LABELS, sessions.MAX_PAGE))
 
     @app.get("/sessions", include_in_schema=False)
     def sessions_page(  # noqa: PLR0917 - one argument per filter of the form
         request: Request,
         who: Principal = reader,
+        form: ListForm = sessions_form,
         agent: str = "",
         user: str = "",
         status: str = "",
         flagged: str = "",
         signal: str = "",
-        since_h: str = "",
-        until_h: str = "",
-        sort: str = "last",
-        order: str = "desc",
-        cursor: str = "",
-        limit: int = 50,
     ) -> Response:
-        now = services.clock()
         filters = {
             "agent": agent[:256], "user": user[:256], "status": status if status in sessions.STATUSES else "",
             "flagged": flagged if flagged in ("yes", "no") else "", "signal": signal[:64],
-            "since_h": since_h[:16], "until_h": until_h[:16],
-            "sort": sort if sort in sessions.SORTS else "last", "order": "asc" if order == "asc" else "desc",
-            "limit": str(max(1, min(limit, sessions.MAX_PAGE))) if limit != 50 else "",
+            "since_h": form.since_h[:16], "until_h": form.until_h[:16],
+            **form.filters(),
         }  # fmt: skip
-        since, until = _hours_ago(now, since_h), _hours_ago(now, until_h)
-        query = sessions.SessionQuery(
+        query = form.query(
+            sessions.SessionQuery,
             agent=filters["agent"] or None,
             user=filters["user"] or None,
             status=filters["status"] or None,
             flagged={"yes": True, "no": False}.get(filters["flagged"]),
             signal=filters["signal"] or None,
-            since=since,
-            until=until,
-            sort=filters["sort"],
-            descending=filters["order"] == "desc",
-            limit=max(1, min(limit, sessions.MAX_PAGE)),
         )
         return list_page(
-            "sessions.html",
-            request,
-            services,
-            lambda conn, at: sessions.list_sessions(conn, query, at),
-            operation="sessions_page",
-            cursor=cursor,
+            "sessions.html", request, services, form, lambda conn, at: sessions.list_sessions(conn, query, at),
             filters=filters,
-            now=now,
-            sorts=_SORT_LABELS,
-        )
+        )  # fmt: skip
 
     @app.get("/sessions/{session_id:path}", include_in_schema=False)
     def session_page(request: Request, session_id: str, who: Principal = reader) -> Response:
@@ -126,11 +107,3 @@ def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | 
         "truncated": found["turns_truncated"] or len(turns) > len(shown),
         "details_policy": services.details,
     }
-
-
-def _hours_ago(now: float, text: str) -> float | None:
-    try:
-        hours = float(text)
-    except ValueError:
-        return None
-    return now - 3600 * hours if math.isfinite(hours) else None
