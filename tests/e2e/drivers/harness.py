@@ -361,6 +361,58 @@ class Conversation:
         """The conversation is over; ``abandoned``: it ended right after a failed, blocked or cut-off turn."""
         self.truth.signals["abandoned"] = abandoned
 
+    def play(self, says: Sequence[Say], say: Callable[[str], object], *, abandoned: bool) -> None:
+        """Run ``says`` as the conversation's turns (``say(text)`` runs the app once), then :meth:`end` it."""
+        for s in says:
+            with self.turn(expected=s.expected, reask=s.reask, human=s.human) as run:
+                run.rejected_kinds = list(s.rejected_kinds)
+                run.safety_blocked = s.safety_blocked
+                say(s.text)
+        self.end(abandoned=abandoned)
+
+
+@dataclass(frozen=True)
+class Say:
+    """One user turn of a :class:`Plan`: what the user says and what the turn is.
+
+    ``reask`` / ``human``: the user asks again / asks for a human (:meth:`Conversation.turn`);
+    ``expected``: the exceptions that reach the caller in this turn; ``rejected_kinds`` /
+    ``safety_blocked``: preset on the turn's :class:`RunTruth` (a framework that raises before
+    recording usage, or a content filter whose error reaches the caller).
+    """
+
+    text: str
+    reask: bool = False
+    human: bool = False
+    expected: tuple[type[BaseException], ...] = ()
+    rejected_kinds: tuple[str, ...] = ()
+    safety_blocked: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scripted conversation as data: its name, session id (``{session}-{tag}``), user, the model's
+    answers over the whole conversation (``script``), the user's turns and whether it is abandoned."""
+
+    name: str
+    session: str
+    user_id: str | None
+    script: Sequence[Turn]
+    says: Sequence[Say]
+    abandoned: bool = False
+
+
+def converse(
+    h: Harness, agent: str, plans: Sequence[Plan], start: Callable[[Conversation], Callable[[str], object]]
+) -> None:
+    """Run each conversation of ``plans`` for ``agent``: ``start(conversation)`` sets the app up for it
+    (its marker, its ids) and returns the function that runs one user turn."""
+    for plan in plans:
+        c = Conversation(
+            h, plan.name, agent, session_id=f"{plan.session}-{h.tag}", user_id=plan.user_id, script=plan.script
+        )
+        c.play(plan.says, start(c), abandoned=plan.abandoned)
+
 
 def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """``spans`` as an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, integer enums)."""
