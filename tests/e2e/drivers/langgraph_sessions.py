@@ -24,37 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Conversation, Harness, Plan, Say, converse, tools
-from langchain_core.tools import tool
+from harness import API_KEY, Conversation, Harness, Plan, Say, converse
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph_agent import build_graph
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from pydantic import SecretStr
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
-get_weather, lookup_order = (tool(f) for f in tools())
-TOOLS = [get_weather, lookup_order]
 SYSTEM = "You are a helpful travel and orders assistant."
-
-
-def build_graph(model: ChatOpenAI, name: str, checkpointer: InMemorySaver | None) -> Any:
-    """``agent`` (model with tools) <-> ``tools`` (ToolNode), with the given checkpointer."""
-    bound = model.bind_tools(TOOLS)
-
-    def agent(state: MessagesState) -> dict[str, list[Any]]:
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(TOOLS, handle_tool_errors=True))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    return graph.compile(name=name, checkpointer=checkpointer)
-
 
 PLANS = [
     Plan(
