@@ -48,6 +48,7 @@ from collector.demo.fakeopenai import (
     ToolCall,
     ToolCallTurn,
     Turn,
+    function_tools,
     turn_to_json,
 )
 
@@ -57,17 +58,7 @@ API_KEY = "sk-vigil-e2e-fake"
 SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 """The model's answer in the ``*_http_500`` scenarios: OpenAI's own 500."""
 
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
+TOOL_SPECS = function_tools((("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status")))
 """The two tools of :func:`tools` as Chat Completions ``tools``, for drivers that run their own loop."""
 
 
