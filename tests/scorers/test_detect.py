@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -295,12 +296,9 @@ class TestStructure:
                       status_code=StatusCode.ERROR, status_message="Error code: 500 - internal error")  # fmt: skip
         run = normalise(trace(node("invoke_agent bot", {**AGENT, "error.type": "openai.InternalServerError"}, failed,
                                    status_code=StatusCode.ERROR, status_message="Error code: 500")))  # fmt: skip
-        assert (True, False, False, RunStatus.ERROR) == (
-            run.errored,
-            run.safety_blocked,
-            run.hit_max_iterations,
-            run.status,
-        )
+        assert (True, False, False, RunStatus.ERROR) == attrgetter(
+            "errored", "safety_blocked", "hit_max_iterations", "status"
+        )(run)
 
 
 class TestUserRules:
