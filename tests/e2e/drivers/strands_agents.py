@@ -28,6 +28,7 @@ Run: ``python tests/e2e/drivers/strands_agents.py --capture F.json --out F.truth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -99,13 +100,19 @@ def scenarios(h: Harness) -> None:
             agent(f"{run.marker} {text}")
 
 
+def drive(driver: str, service_name: str, *steps: Callable[[Harness], None]) -> None:
+    """A Strands driver's main (here and strands_output_guard.py): set the global provider Strands
+    traces into, run ``steps`` (register the scripts, run the scenarios), write the ground truth."""
+    h = Harness(driver, service_name)
+    trace.set_tracer_provider(h.provider)
+    for step in steps:
+        step(h)
+    h.finish()
+
+
 def main(driver: str = "strands_agents") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    h = Harness(driver, "strands-travel-desk")
-    trace.set_tracer_provider(h.provider)
-    register(h)
-    scenarios(h)
-    h.finish()
+    drive(driver, "strands-travel-desk", register, scenarios)
 
 
 if __name__ == "__main__":

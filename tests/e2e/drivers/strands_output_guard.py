@@ -29,11 +29,11 @@ import re
 from typing import Any
 
 from harness import API_KEY, Harness, current, tools
-from opentelemetry import trace
 from strands import Agent, tool
 from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 from strands.interventions import Guide, InterventionHandler, Proceed
 from strands.models.openai import OpenAIModel
+from strands_agents import drive
 
 from collector.demo.fakeopenai import TextTurn, ToolCallTurn
 
@@ -146,11 +146,7 @@ def scenarios(h: Harness) -> None:
 
 def main(driver: str = "strands_output_guard") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    h = Harness(driver, "strands-guarded-desk")
-    trace.set_tracer_provider(h.provider)
-    register(h)
-    scenarios(h)
-    h.finish()
+    drive(driver, "strands-guarded-desk", register, scenarios)
 
 
 if __name__ == "__main__":
