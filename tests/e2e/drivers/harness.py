@@ -19,7 +19,9 @@ spans as OTLP/JSON, for reference fixtures).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import inspect
 import json
 import sys
 import urllib.parse
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -270,6 +273,23 @@ class Harness:
             self._fake.shutdown()
         for run in self.runs:
             print(json.dumps(asdict(run)), file=sys.stderr)
+
+
+def drive(driver: str, service_name: str, *steps: Callable[[Harness], object]) -> None:
+    """A driver's main: its :class:`Harness`, then each step with it in order (instrument, register the
+    scripts, run the scenarios; a step that returns a coroutine has it run with ``asyncio.run``), then
+    :meth:`Harness.finish`."""
+    h = Harness(driver, service_name)
+    for step in steps:
+        result = step(h)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+    h.finish()
+
+
+def global_provider(h: Harness) -> None:
+    """A :func:`drive` step for frameworks that trace into OpenTelemetry's global tracer provider."""
+    trace.set_tracer_provider(h.provider)
 
 
 @dataclass

@@ -28,12 +28,10 @@ Run: ``python tests/e2e/drivers/strands_agents.py --capture F.json --out F.truth
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import openai
-from harness import API_KEY, SERVER_ERROR, Harness, current, tools
-from opentelemetry import trace
+from harness import API_KEY, SERVER_ERROR, Harness, current, drive, global_provider, tools
 from strands import Agent, tool
 from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
 from strands.models.openai import OpenAIModel
@@ -100,19 +98,9 @@ def scenarios(h: Harness) -> None:
             agent(f"{run.marker} {text}")
 
 
-def drive(driver: str, service_name: str, *steps: Callable[[Harness], None]) -> None:
-    """A Strands driver's main (here and strands_output_guard.py): set the global provider Strands
-    traces into, run ``steps`` (register the scripts, run the scenarios), write the ground truth."""
-    h = Harness(driver, service_name)
-    trace.set_tracer_provider(h.provider)
-    for step in steps:
-        step(h)
-    h.finish()
-
-
 def main(driver: str = "strands_agents") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    drive(driver, "strands-travel-desk", register, scenarios)
+    drive(driver, "strands-travel-desk", global_provider, register, scenarios)
 
 
 if __name__ == "__main__":

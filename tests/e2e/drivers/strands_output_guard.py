@@ -28,12 +28,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness import API_KEY, Harness, current, tools
+from harness import API_KEY, Harness, current, drive, global_provider, tools
 from strands import Agent, tool
 from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 from strands.interventions import Guide, InterventionHandler, Proceed
 from strands.models.openai import OpenAIModel
-from strands_agents import drive
 
 from collector.demo.fakeopenai import TextTurn, ToolCallTurn
 
@@ -146,7 +145,7 @@ def scenarios(h: Harness) -> None:
 
 def main(driver: str = "strands_output_guard") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    drive(driver, "strands-guarded-desk", register, scenarios)
+    drive(driver, "strands-guarded-desk", global_provider, register, scenarios)
 
 
 if __name__ == "__main__":
