@@ -9,6 +9,7 @@ shows is agent- or user-controlled text: autoescaped by the environment, never m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -22,7 +23,7 @@ from review_queue.pages import ListForm, list_form, list_page, render, run_view
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
-__all__ = ["PAGE_TURNS", "mount_session_pages", "session_view"]
+__all__ = ["PAGE_TURNS", "SessionFilters", "mount_session_pages", "session_view"]
 
 PAGE_TURNS = 200
 """Turns the session page renders with their conversation (the API lists up to ``sessions.MAX_TURNS``)."""
@@ -32,37 +33,45 @@ OPEN_ALL_UP_TO = 10
 _SORT_LABELS = {"last": "last activity", "turns": "turns", "duration": "duration"}
 
 
+@dataclass(frozen=True)
+class SessionFilters:
+    """The sessions explorer's own filters, one query parameter each (a FastAPI dependency)."""
+
+    agent: str = ""
+    user: str = ""
+    status: str = ""
+    flagged: str = ""
+    signal: str = ""
+
+    def checked(self, form: ListForm) -> dict[str, str]:
+        """The filters the page keeps in its links (and the form's): capped; an unknown status or flag dropped."""
+        return {
+            "agent": self.agent[:256], "user": self.user[:256],
+            "status": self.status if self.status in sessions.STATUSES else "",
+            "flagged": self.flagged if self.flagged in ("yes", "no") else "", "signal": self.signal[:64],
+            "since_h": form.since_h[:16], "until_h": form.until_h[:16],
+            **form.filters(),
+        }  # fmt: skip
+
+    def query(self, form: ListForm, checked: dict[str, str]) -> sessions.SessionQuery:
+        """The listing query of the ``checked`` filters (empty: any) and the form's window, sort and page."""
+        text = {name: checked[name] or None for name in ("agent", "user", "status", "signal")}
+        return form.query(sessions.SessionQuery, **text, flagged={"yes": True, "no": False}.get(checked["flagged"]))
+
+
 def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
 
     reader = Depends(services.access.require_page(*READERS))
     sessions_form = Depends(list_form(services.clock, _SORT_LABELS, sessions.MAX_PAGE))
+    filtered = Depends(SessionFilters)
 
     @app.get("/sessions", include_in_schema=False)
-    def sessions_page(  # noqa: PLR0917 - one argument per filter of the form
-        request: Request,
-        who: Principal = reader,
-        form: ListForm = sessions_form,
-        agent: str = "",
-        user: str = "",
-        status: str = "",
-        flagged: str = "",
-        signal: str = "",
+    def sessions_page(
+        request: Request, who: Principal = reader, form: ListForm = sessions_form, chosen: SessionFilters = filtered
     ) -> Response:
-        filters = {
-            "agent": agent[:256], "user": user[:256], "status": status if status in sessions.STATUSES else "",
-            "flagged": flagged if flagged in ("yes", "no") else "", "signal": signal[:64],
-            "since_h": form.since_h[:16], "until_h": form.until_h[:16],
-            **form.filters(),
-        }  # fmt: skip
-        query = form.query(
-            sessions.SessionQuery,
-            agent=filters["agent"] or None,
-            user=filters["user"] or None,
-            status=filters["status"] or None,
-            flagged={"yes": True, "no": False}.get(filters["flagged"]),
-            signal=filters["signal"] or None,
-        )
+        filters = chosen.checked(form)
+        query = chosen.query(form, filters)
         return list_page(
             "sessions.html", request, services, form, lambda conn, at: sessions.list_sessions(conn, query, at),
             filters=filters,
