@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from review_queue.errors import StoreUnavailableError
 from review_queue.sessions import recount_flagged
 from review_queue.snapshot import add_to_flag, item_row
-from review_queue.tables import judge_results, review_items, review_verdicts, runs, verdict_run
+from review_queue.tables import judge_results, review_items, review_verdicts, runs, upsert, verdict_run
 from scorers.judge.model import JudgeResult, VerdictPair
 from scorers.model import Flag, Priority, ScoredRun
 
@@ -75,12 +75,7 @@ class SqlJudgeSink:
         self._clock = clock
         self._retry_after = retry_after_s
         insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-        stmt = insert(judge_results)
-        keep = {"trace_id", "judge", "created_at"}
-        self._upsert_result = stmt.on_conflict_do_update(
-            index_elements=[judge_results.c.trace_id, judge_results.c.judge],
-            set_={c.name: stmt.excluded[c.name] for c in judge_results.c if c.name not in keep},
-        )
+        self._upsert_result = upsert(engine.dialect.name, judge_results, ("trace_id", "judge"), kept=("created_at",))
         item = insert(review_items)
         item_set: dict[str, Any] = {
             name: item.excluded[name] for name in ("priority", "priority_rank", "reasons", "snapshot", "updated_at")

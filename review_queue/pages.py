@@ -4,10 +4,12 @@ item, run and session pages (``review_queue/web.py``, ``review_queue/web_session
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import jinja2
@@ -24,7 +26,7 @@ from review_queue.services import ReviewServices
 from review_queue.store import guard
 from scorers.model import Priority
 
-__all__ = ["HERE", "list_page", "render", "run_view"]
+__all__ = ["HERE", "ListForm", "hours_ago", "list_form", "list_page", "number", "render", "run_view"]
 
 HERE = Path(__file__).parent
 
@@ -101,14 +103,103 @@ Fetch = Callable[[Connection, str | None], tuple[list[dict[str, Any]], str | Non
 """``fetch(conn, cursor) -> (rows, next_cursor)``: one page of a cursor-paged list."""
 
 
+def number(text: str) -> float | None:
+    """A form field as a finite number, or ``None`` (empty, not a number, infinite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def hours_ago(now: float, text: str) -> float | None:
+    """A form's "hours ago" field (``since_h``, ``until_h``) as a time, or ``None``."""
+    hours = number(text)
+    return None if hours is None else now - 3600 * hours
+
+
+Q = TypeVar("Q")
+
+DEFAULT_PAGE = 50
+"""Rows a list page shows when the form does not say."""
+
+
+@dataclass(frozen=True)
+class ListForm:
+    """What the cursor-paged list pages (runs, sessions) read alike from their form, checked: the time,
+    the cursor, the window (``since_h``/``until_h`` hours ago), the sort (labelled for the page), its
+    order and the page size. A route gets one from :func:`list_form`."""
+
+    now: float
+    cursor: str
+    since_h: str
+    until_h: str
+    sort: str
+    descending: bool
+    limit: int
+    explicit_limit: bool
+    labels: Mapping[str, str]
+
+    @property
+    def since(self) -> float | None:
+        return hours_ago(self.now, self.since_h)
+
+    @property
+    def until(self) -> float | None:
+        return hours_ago(self.now, self.until_h)
+
+    def query(self, make: Callable[..., Q], **filters: Any) -> Q:
+        """``make(**filters)`` (a :class:`~review_queue.explorer.RunQuery`, a
+        :class:`~review_queue.session_queries.SessionQuery`) with the form's window, sort and page size."""
+        return make(
+            **filters, since=self.since, until=self.until, sort=self.sort, descending=self.descending, limit=self.limit
+        )
+
+    def filters(self) -> dict[str, str]:
+        """The form's ``sort``, ``order`` and ``limit`` values to keep in the page's links."""
+        return {
+            "sort": self.sort,
+            "order": "desc" if self.descending else "asc",
+            "limit": str(self.limit) if self.explicit_limit else "",
+        }
+
+
+def list_form(clock: Callable[[], float], labels: Mapping[str, str], max_page: int) -> Callable[..., ListForm]:
+    """A FastAPI dependency reading a list page's shared query parameters into a :class:`ListForm`:
+    ``sort`` one of ``labels`` (the first by default), descending unless ``order`` is ``asc``, at most
+    ``max_page`` rows."""
+    default = next(iter(labels))
+
+    def read(  # noqa: PLR0917 - one argument per field of the form
+        cursor: str = "",
+        since_h: str = "",
+        until_h: str = "",
+        sort: str = default,
+        order: str = "desc",
+        limit: int = DEFAULT_PAGE,
+    ) -> ListForm:
+        return ListForm(
+            clock(),
+            cursor,
+            since_h,
+            until_h,
+            sort if sort in labels else default,
+            order != "asc",
+            max(1, min(limit, max_page)),
+            limit != DEFAULT_PAGE,
+            labels,
+        )
+
+    return read
+
+
 def list_page(
     template: str,
     request: Request,
     services: ReviewServices,
+    form: ListForm,
     fetch: Fetch,
     *,
-    operation: str,
-    cursor: str,
     filters: dict[str, str],
     **context: Any,
 ) -> HTMLResponse:
@@ -117,9 +208,10 @@ def list_page(
     rows: list[dict[str, Any]] = []
     next_cursor = None
     error = ""
+    operation = template.removesuffix(".html") + "_page"
     try:
         with guard(operation, services.store.retry_after_s), services.store.engine.connect() as conn:
-            rows, next_cursor = fetch(conn, cursor or None)
+            rows, next_cursor = fetch(conn, form.cursor or None)
     except (InvalidCursorError, ValueError) as exc:
         error = str(exc)[:200]
     keep = {k: v for k, v in filters.items() if v}
@@ -130,7 +222,9 @@ def list_page(
         filters=filters,
         keep=keep,
         next_cursor=next_cursor,
-        first_page=not cursor,
+        first_page=not form.cursor,
         error=error,
+        now=form.now,
+        sorts=form.labels,
         **context,
     )

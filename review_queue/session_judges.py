@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from review_queue import details as run_details_doc
@@ -26,7 +25,7 @@ from review_queue.session_close import flag_session
 from review_queue.session_queries import fresh_entries
 from review_queue.sessions import ClosedSession
 from review_queue.store import guard, write_transaction
-from review_queue.tables import review_items, run_details, runs, session_judge_results, sessions
+from review_queue.tables import review_items, run_details, runs, session_judge_results, sessions, upsert
 from review_queue.views import snapshot_conversation
 from scorers.judge.model import JudgeResult, TranscriptTurn
 from scorers.judge.session import Conversation
@@ -62,13 +61,7 @@ class SqlSessionJudgeSink:
         self._rate = sample_rate
         self._clock = clock
         self._retry_after = retry_after_s
-        insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-        stmt = insert(session_judge_results)
-        keep = {"session_id", "judge", "created_at"}
-        self._upsert = stmt.on_conflict_do_update(
-            index_elements=[session_judge_results.c.session_id, session_judge_results.c.judge],
-            set_={c.name: stmt.excluded[c.name] for c in session_judge_results.c if c.name not in keep},
-        )
+        self._upsert = upsert(engine.dialect.name, session_judge_results, ("session_id", "judge"), kept=("created_at",))
 
     def write_session_judgement(
         self, session_id: str, result: JudgeResult, reason: str | None, priority: Priority

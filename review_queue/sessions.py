@@ -53,9 +53,9 @@ from zlib import crc32
 
 import orjson
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
-from review_queue.tables import feedback, runs, sessions
+from review_queue.tables import feedback, runs, sessions, upsert
 from scorers import content
 from scorers.dialects.base import as_json
 from scorers.dialects.genai import INPUT, message_of
@@ -465,12 +465,7 @@ class SessionRefresher:
     def __init__(self, dialect: str, config: SessionConfig | None = None) -> None:
         self._dialect = dialect
         self._config = config or SessionConfig()
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = insert(sessions)
-        self.upsert = stmt.on_conflict_do_update(
-            index_elements=[sessions.c.session_id],
-            set_={c.name: stmt.excluded[c.name] for c in sessions.c if c.name not in _KEPT},
-        )
+        self.upsert = upsert(dialect, sessions, ("session_id",), kept=_KEPT)
         self._turns = _turns_query(dialect)
         self._stored = sa.select(sessions.c.session_id).where(_in_ids(sessions.c.session_id, dialect))
         self._down = (

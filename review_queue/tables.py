@@ -9,8 +9,10 @@ JSON columns are ``JSONB`` on PostgreSQL and ``JSON`` (text) elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = [
     "JSON_TYPE",
@@ -26,6 +28,7 @@ __all__ = [
     "session_judge_results",
     "sessions",
     "ui_sessions",
+    "upsert",
     "verdict_run",
 ]
 
@@ -362,3 +365,14 @@ session_judge_results = sa.Table(
 :mod:`scorers.judge.session`): the columns of :data:`judge_results`, keyed by session id instead of
 a run. ``trace_id`` is the session's last turn when it was judged (where its review item is); it is
 no foreign key, a retention sweep may delete that turn while the session stays."""
+
+
+def upsert(dialect: str, table: sa.Table, keys: Collection[str], kept: Collection[str] = ()) -> sa.Insert:
+    """``INSERT … ON CONFLICT (keys) DO UPDATE`` of ``table`` in ``dialect`` (``postgresql`` or ``sqlite``):
+    a conflicting row takes every new column but the ``keys`` and the ``kept`` ones."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(table)
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c[k] for k in keys],
+        set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys and c.name not in kept},
+    )

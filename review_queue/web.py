@@ -11,7 +11,6 @@ safe; the Content-Security-Policy forbids inline scripts, so the keyboard handli
 from __future__ import annotations
 
 import hmac
-import math
 import secrets
 import time
 from typing import Annotated, Any
@@ -28,7 +27,7 @@ from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
 from review_queue.errors import ConflictError, InvalidInputError
 from review_queue.model import ItemState, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
-from review_queue.pages import HERE, list_page, render, run_view
+from review_queue.pages import HERE, Fetch, ListForm, list_form, list_page, number, render, run_view
 from review_queue.quality import quality_report
 from review_queue.services import ReviewServices
 from review_queue.store import guard
@@ -353,10 +352,13 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
     access = services.access
     reader = Depends(access.require_page(*READERS))
 
+    runs_form = Depends(list_form(services.clock, _SORT_LABELS, explorer.MAX_PAGE))
+
     @app.get("/runs", include_in_schema=False)
     def runs_page(  # noqa: PLR0917 - one argument per filter of the form
         request: Request,
         who: Principal = reader,
+        form: ListForm = runs_form,
         agent: str = "",
         service: str = "",
         status: str = "",
@@ -370,20 +372,13 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
         score: str = "",
         score_min: str = "",
         score_max: str = "",
-        since_h: str = "",
-        until_h: str = "",
         trace: str = "",
         q: str = "",
-        sort: str = "created",
-        order: str = "desc",
-        cursor: str = "",
         notice: str = "",
-        limit: int = 50,
     ) -> Response:
         trace = trace.strip().lower()
         if len(trace) == 32 and all(c in "0123456789abcdef" for c in trace):
             return RedirectResponse(f"/runs/{trace}", status_code=303)
-        now = services.clock()
         signals = tuple(
             (name, value == "yes")
             for name, value in (
@@ -398,11 +393,11 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             "user": user[:256], "flagged": flagged,
             "reason": reason[:256], "hit_max_iterations": hit_max_iterations, "safety_blocked": safety_blocked,
             "errored": errored, "score": score[:64], "score_min": score_min[:32], "score_max": score_max[:32],
-            "since_h": since_h[:16], "until_h": until_h[:16], "trace": trace[:32], "q": q[:256],
-            "sort": sort if sort in explorer.SORTS else "created", "order": "asc" if order == "asc" else "desc",
-            "limit": str(max(1, min(limit, explorer.MAX_PAGE))) if limit != 50 else "",
+            "since_h": form.since_h[:16], "until_h": form.until_h[:16], "trace": trace[:32], "q": q[:256],
+            **form.filters(),
         }  # fmt: skip
-        query = explorer.RunQuery(
+        query = form.query(
+            explorer.RunQuery,
             agent=filters["agent"] or None,
             service=filters["service"] or None,
             status=filters["status"] or None,
@@ -412,38 +407,16 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
             flagged={"yes": True, "no": False}.get(flagged),
             reason=filters["reason"] or None,
             score=filters["score"] or None,
-            score_min=_number(score_min),
-            score_max=_number(score_max),
-            since=None if _number(since_h) is None else now - 3600 * (_number(since_h) or 0.0),
-            until=None if _number(until_h) is None else now - 3600 * (_number(until_h) or 0.0),
+            score_min=number(score_min),
+            score_max=number(score_max),
             trace=filters["trace"] or None,
             text=filters["q"] or None,
-            sort=filters["sort"],
-            descending=filters["order"] == "desc",
-            limit=max(1, min(limit, explorer.MAX_PAGE)),
         )
+        fetch: Fetch = lambda conn, at: explorer.explore(conn, query, at)  # noqa: E731
         return list_page(
-            "runs.html",
-            request,
-            services,
-            lambda conn, at: explorer.explore(conn, query, at),
-            operation="runs_page",
-            cursor=cursor,
-            filters=filters,
-            notice=notice,
-            now=now,
-            signals=explorer.SIGNALS,
-            sorts=_SORT_LABELS,
+            "runs.html", request, services, form, fetch, filters=filters, notice=notice, signals=explorer.SIGNALS,
             can_review=who.role in REVIEWERS,
-        )
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
+        )  # fmt: skip
 
 
 def _admin_forms(app: FastAPI, services: ReviewServices) -> None:

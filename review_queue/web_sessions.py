@@ -9,7 +9,7 @@ shows is agent- or user-controlled text: autoescaped by the environment, never m
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -19,11 +19,11 @@ from review_queue import session_queries as sessions
 from review_queue import views
 from review_queue.access import READERS
 from review_queue.model import Principal
-from review_queue.pages import list_page, render, run_view
+from review_queue.pages import ListForm, list_form, list_page, render, run_view
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
-__all__ = ["PAGE_TURNS", "mount_session_pages", "session_view"]
+__all__ = ["PAGE_TURNS", "SessionFilters", "mount_session_pages", "session_view"]
 
 PAGE_TURNS = 200
 """Turns the session page renders with their conversation (the API lists up to ``sessions.MAX_TURNS``)."""
@@ -33,59 +33,49 @@ OPEN_ALL_UP_TO = 10
 _SORT_LABELS = {"last": "last activity", "turns": "turns", "duration": "duration"}
 
 
+@dataclass(frozen=True)
+class SessionFilters:
+    """The sessions explorer's own filters, one query parameter each (a FastAPI dependency)."""
+
+    agent: str = ""
+    user: str = ""
+    status: str = ""
+    flagged: str = ""
+    signal: str = ""
+
+    def checked(self, form: ListForm) -> dict[str, str]:
+        """The filters the page keeps in its links (and the form's): capped; an unknown status or flag dropped."""
+        return {
+            "agent": self.agent[:256], "user": self.user[:256],
+            "status": self.status if self.status in sessions.STATUSES else "",
+            "flagged": self.flagged if self.flagged in ("yes", "no") else "", "signal": self.signal[:64],
+            "since_h": form.since_h[:16], "until_h": form.until_h[:16],
+            **form.filters(),
+        }  # fmt: skip
+
+    def query(self, form: ListForm, checked: dict[str, str]) -> sessions.SessionQuery:
+        """The listing query of the ``checked`` filters (empty: any) and the form's window, sort and page."""
+        text = {name: checked[name] or None for name in ("agent", "user", "status", "signal")}
+        return form.query(sessions.SessionQuery, **text, flagged={"yes": True, "no": False}.get(checked["flagged"]))
+
+
 def mount_session_pages(app: FastAPI, services: ReviewServices) -> None:
     """Add ``/sessions`` and ``/sessions/{session_id}`` to ``app``."""
 
     reader = Depends(services.access.require_page(*READERS))
+    sessions_form = Depends(list_form(services.clock, _SORT_LABELS, sessions.MAX_PAGE))
+    filtered = Depends(SessionFilters)
 
     @app.get("/sessions", include_in_schema=False)
-    def sessions_page(  # noqa: PLR0917 - one argument per filter of the form
-        request: Request,
-        who: Principal = reader,
-        agent: str = "",
-        user: str = "",
-        status: str = "",
-        flagged: str = "",
-        signal: str = "",
-        since_h: str = "",
-        until_h: str = "",
-        sort: str = "last",
-        order: str = "desc",
-        cursor: str = "",
-        limit: int = 50,
+    def sessions_page(
+        request: Request, who: Principal = reader, form: ListForm = sessions_form, chosen: SessionFilters = filtered
     ) -> Response:
-        now = services.clock()
-        filters = {
-            "agent": agent[:256], "user": user[:256], "status": status if status in sessions.STATUSES else "",
-            "flagged": flagged if flagged in ("yes", "no") else "", "signal": signal[:64],
-            "since_h": since_h[:16], "until_h": until_h[:16],
-            "sort": sort if sort in sessions.SORTS else "last", "order": "asc" if order == "asc" else "desc",
-            "limit": str(max(1, min(limit, sessions.MAX_PAGE))) if limit != 50 else "",
-        }  # fmt: skip
-        since, until = _hours_ago(now, since_h), _hours_ago(now, until_h)
-        query = sessions.SessionQuery(
-            agent=filters["agent"] or None,
-            user=filters["user"] or None,
-            status=filters["status"] or None,
-            flagged={"yes": True, "no": False}.get(filters["flagged"]),
-            signal=filters["signal"] or None,
-            since=since,
-            until=until,
-            sort=filters["sort"],
-            descending=filters["order"] == "desc",
-            limit=max(1, min(limit, sessions.MAX_PAGE)),
-        )
+        filters = chosen.checked(form)
+        query = chosen.query(form, filters)
         return list_page(
-            "sessions.html",
-            request,
-            services,
-            lambda conn, at: sessions.list_sessions(conn, query, at),
-            operation="sessions_page",
-            cursor=cursor,
+            "sessions.html", request, services, form, lambda conn, at: sessions.list_sessions(conn, query, at),
             filters=filters,
-            now=now,
-            sorts=_SORT_LABELS,
-        )
+        )  # fmt: skip
 
     @app.get("/sessions/{session_id:path}", include_in_schema=False)
     def session_page(request: Request, session_id: str, who: Principal = reader) -> Response:
@@ -126,11 +116,3 @@ def session_view(services: ReviewServices, session_id: str) -> dict[str, Any] | 
         "truncated": found["turns_truncated"] or len(turns) > len(shown),
         "details_policy": services.details,
     }
-
-
-def _hours_ago(now: float, text: str) -> float | None:
-    try:
-        hours = float(text)
-    except ValueError:
-        return None
-    return now - 3600 * hours if math.isfinite(hours) else None

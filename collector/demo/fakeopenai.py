@@ -49,7 +49,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -69,6 +69,7 @@ __all__ = [
     "ToolCallTurn",
     "Turn",
     "Usage",
+    "function_tools",
     "turn_from_json",
     "turn_to_json",
 ]
@@ -771,3 +772,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def function_tools(specs: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """Chat Completions ``tools`` of functions of one string argument: ``(name, argument, description)`` each."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": doc,
+                "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
+            },
+        }
+        for name, arg, doc in specs
+    ]

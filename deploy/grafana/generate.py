@@ -16,10 +16,10 @@ import json
 import sys
 from pathlib import Path
 
-from panels import DS, ENV, Layout, Panel
-from rows_ops import judge_row, pipeline_row, review_row
-from rows_runs import cost_row, latency_row, quality_row, runs_row
-from rows_sessions import sessions_row
+from panels import DS, ENV, Layout, Panel, build_rows
+from rows_ops import JUDGE, PIPELINE, REVIEW
+from rows_runs import COST, LATENCY, QUALITY, RUNS
+from rows_sessions import SESSIONS
 from rows_slo import slo_rows
 
 OUT = Path(__file__).parent / "dashboards" / "vigil.json"
@@ -58,9 +58,9 @@ def variables() -> list[Panel]:
 def dashboard() -> Panel:
     """The dashboard document (Grafana schema 39)."""
     g = Layout()
-    rows = (runs_row, quality_row, sessions_row, slo_rows, cost_row, latency_row, review_row, judge_row, pipeline_row)
-    for build in rows:
-        build(g)
+    build_rows(g, [RUNS, QUALITY, SESSIONS])
+    slo_rows(g)  # one row per default quality target: built from scorers.slo.DEFAULT_TARGETS
+    build_rows(g, [COST, LATENCY, REVIEW, JUDGE, PIPELINE])
     return {
         "uid": "vigil-fleet",
         "title": "Vigil - agent fleet",

@@ -6,6 +6,8 @@ Queries use the ``datasource`` variable and, through :data:`ENV` / :data:`SEL`, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -46,6 +48,81 @@ class Layout:
         panel["gridPos"] = {"x": self.x, "y": self.y, "w": w, "h": h}
         self.next_id += 1
         self.panels.append(panel)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A timeseries panel of a row table: its title, series (``(expr, legend)`` or a :func:`target`), unit, size."""
+
+    title: str
+    series: Sequence[tuple[str, str] | Panel]
+    unit: str = "short"
+    description: str = ""
+    w: int = 8
+    h: int = 8
+    stack: bool = False
+    thresholds: list[Panel] | None = None
+
+    def panel(self) -> Panel:
+        targets = [target(*s) if isinstance(s, tuple) else dict(s) for s in self.series]
+        return timeseries(
+            self.title, targets, self.unit, self.description, thresholds=self.thresholds, stack=self.stack
+        )
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A stat panel of a row table (see :func:`stat`)."""
+
+    title: str
+    expr: str
+    unit: str = "short"
+    description: str = ""
+    decimals: int | None = None
+    w: int = 8
+    h: int = 8
+
+    def panel(self) -> Panel:
+        return stat(self.title, self.expr, self.unit, self.description, self.decimals)
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """A heatmap panel of a row table (see :func:`heatmap`)."""
+
+    title: str
+    expr: str
+    unit: str
+    description: str = ""
+    w: int = 8
+    h: int = 8
+
+    def panel(self) -> Panel:
+        return heatmap(self.title, self.expr, self.unit, self.description)
+
+
+@dataclass(frozen=True)
+class Custom:
+    """Any other panel of a row table: a function that builds it."""
+
+    build: Callable[[], Panel]
+    w: int = 8
+    h: int = 8
+
+    def panel(self) -> Panel:
+        return self.build()
+
+
+Row = tuple[str, Sequence[Chart | Stat | Heatmap | Custom]]
+"""A dashboard row as data: its title and its panels, left to right."""
+
+
+def build_rows(g: Layout, rows: Sequence[Row]) -> None:
+    """Lay out each row of a table: the row header, then its panels."""
+    for title, panels in rows:
+        g.row(title)
+        for p in panels:
+            g.add(p.panel(), p.w, p.h)
 
 
 def target(expr: str, legend: str = "", ref: str = "A", *, exemplar: bool = False, fmt: str = "") -> Panel:

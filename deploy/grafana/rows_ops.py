@@ -2,233 +2,187 @@
 
 from __future__ import annotations
 
-from panels import ENV, RI, SEL, Layout, stat, target, timeseries
+from panels import ENV, RI, SEL, Chart, Row, Stat
 
+_QUALITY = 'vigil_quality_estimate{%s, target="review_pass_rate", bound="%s"}'
 
-def review_row(g: Layout) -> None:
-    g.row("Human review")
-    g.add(
-        timeseries(
+REVIEW: Row = (
+    "Human review",
+    [
+        Chart(
             "Review queue depth by priority",
-            [target(f'sum by (priority) (vigil_review_items{{{ENV}, state="pending"}})', "{{priority}}")],
-            "short",
-            "Pending review items.",
+            [(f'sum by (priority) (vigil_review_items{{{ENV}, state="pending"}})', "{{priority}}")],
+            description="Pending review items.",
             stack=True,
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Oldest pending item age by priority",
             [
-                target(f"max by (priority) (vigil_review_oldest_pending_age_seconds{{{ENV}}})", "{{priority}}"),
-                target("vigil:review_sla_seconds", "SLA {{priority}}"),
+                (f"max by (priority) (vigil_review_oldest_pending_age_seconds{{{ENV}}})", "{{priority}}"),
+                ("vigil:review_sla_seconds", "SLA {{priority}}"),
             ],
             "s",
             "Alert VigilReviewBacklogOverSLA fires when an age crosses its priority's SLA line.",
         ),
-    )
-    quality = 'vigil_quality_estimate{%s, target="review_pass_rate", bound="%s"}'
-    g.add(
-        timeseries(
+        Chart(
             "Human review pass rate (7-day estimate, 95 % interval)",
             [
-                target(f"avg by (agent) ({quality % (SEL, 'value')})", "{{agent}}"),
-                target(f"avg by (agent) ({quality % (SEL, 'low')})", "{{agent}} low"),
-                target(f"avg by (agent) ({quality % (SEL, 'high')})", "{{agent}} high"),
+                (f"avg by (agent) ({_QUALITY % (SEL, 'value')})", "{{agent}}"),
+                (f"avg by (agent) ({_QUALITY % (SEL, 'low')})", "{{agent}} low"),
+                (f"avg by (agent) ({_QUALITY % (SEL, 'high')})", "{{agent}} high"),
             ],
             "percentunit",
             "Share of production runs a reviewer would pass, estimated from the random review sample's "
             "design (not the share of all verdicts, which counts the rule-flagged runs: mostly failures).",
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Verdicts and feedback",
             [
-                target(f"sum by (verdict) (rate(vigil_review_verdicts_total{{{SEL}}}[{RI}]))", "verdict {{verdict}}"),
-                target(f"sum by (kind) (rate(vigil_feedback_received_total{{{ENV}}}[{RI}]))", "feedback {{kind}}"),
+                (f"sum by (verdict) (rate(vigil_review_verdicts_total{{{SEL}}}[{RI}]))", "verdict {{verdict}}"),
+                (f"sum by (kind) (rate(vigil_feedback_received_total{{{ENV}}}[{RI}]))", "feedback {{kind}}"),
             ],
             "ops",
+            w=12,
         ),
-        12,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Claims, lease expiries, shed flags",
             [
-                target(f"sum(rate(vigil_review_claims_total{{{ENV}}}[{RI}]))", "claims"),
-                target(f"sum(rate(vigil_review_lease_expiries_total{{{ENV}}}[{RI}]))", "lease expiries"),
-                target(f"sum by (reason) (rate(vigil_review_shed_total{{{ENV}}}[{RI}]))", "shed {{reason}}"),
+                (f"sum(rate(vigil_review_claims_total{{{ENV}}}[{RI}]))", "claims"),
+                (f"sum(rate(vigil_review_lease_expiries_total{{{ENV}}}[{RI}]))", "lease expiries"),
+                (f"sum by (reason) (rate(vigil_review_shed_total{{{ENV}}}[{RI}]))", "shed {{reason}}"),
             ],
             "ops",
+            w=12,
         ),
-        12,
-    )
+    ],
+)
 
-
-def judge_row(g: Layout) -> None:
-    g.row("LLM judge (when configured)")
-    g.add(
-        timeseries(
+JUDGE: Row = (
+    "LLM judge (when configured)",
+    [
+        Chart(
             "Judge score median",
             [
-                target(
+                (
                     f"histogram_quantile(0.5, sum by (judge, le) (rate(vigil_judge_score_bucket{{{ENV}}}[{RI}])))",
                     "{{judge}}",
                 )
             ],
-            "short",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Judge requests by outcome, and runs not judged",
             [
-                target(
-                    f"sum by (judge, outcome) (rate(vigil_judge_requests_total{{{ENV}}}[{RI}]))",
-                    "{{judge}} {{outcome}}",
-                ),
-                target(
+                (f"sum by (judge, outcome) (rate(vigil_judge_requests_total{{{ENV}}}[{RI}]))", "{{judge}} {{outcome}}"),
+                (
                     f"sum by (judge, reason) (rate(vigil_judge_dropped_total{{{ENV}}}[{RI}]))",
                     "{{judge}} dropped: {{reason}}",
                 ),
             ],
             "ops",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Judge agreement with reviewers",
             [
-                target(f"max by (judge, rubric_version) (vigil_judge_cohen_kappa{{{ENV}}})", "kappa {{judge}}"),
-                target(f"max by (judge, rubric_version) (vigil_judge_agreement_rate{{{ENV}}})", "agreement {{judge}}"),
+                (f"max by (judge, rubric_version) (vigil_judge_cohen_kappa{{{ENV}}})", "kappa {{judge}}"),
+                (f"max by (judge, rubric_version) (vigil_judge_agreement_rate{{{ENV}}})", "agreement {{judge}}"),
             ],
-            "short",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Judge latency p95 and cost",
             [
-                target(
+                (
                     "histogram_quantile(0.95, sum by (judge, le)"
                     f" (rate(vigil_judge_latency_seconds_bucket{{{ENV}}}[{RI}])))",
                     "{{judge}} p95 s",
                 ),
-                target(f"sum by (judge) (rate(vigil_judge_cost_usd_total{{{ENV}}}[{RI}])) * 3600", "{{judge}} USD/h"),
+                (f"sum by (judge) (rate(vigil_judge_cost_usd_total{{{ENV}}}[{RI}])) * 3600", "{{judge}} USD/h"),
             ],
-            "short",
+            w=6,
         ),
-        6,
-    )
+    ],
+)
 
-
-def pipeline_row(g: Layout) -> None:
-    g.row("Pipeline health")
-    g.add(
-        timeseries(
+PIPELINE: Row = (
+    "Pipeline health",
+    [
+        Chart(
             "Spans in / rejected",
             [
-                target(f"sum by (encoding) (rate(vigil_spans_received_total{{{ENV}}}[{RI}]))", "in {{encoding}}"),
-                target(f"sum by (reason) (rate(vigil_spans_rejected_total{{{ENV}}}[{RI}]))", "rejected {{reason}}"),
+                (f"sum by (encoding) (rate(vigil_spans_received_total{{{ENV}}}[{RI}]))", "in {{encoding}}"),
+                (f"sum by (reason) (rate(vigil_spans_rejected_total{{{ENV}}}[{RI}]))", "rejected {{reason}}"),
             ],
             "ops",
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "OTLP requests by status",
             [
-                target(f"sum by (code) (rate(vigil_otlp_requests_total{{{ENV}}}[{RI}]))", "{{code}}"),
-                target(
-                    f"sum by (reason) (rate(vigil_otlp_rejected_requests_total{{{ENV}}}[{RI}]))", "refused {{reason}}"
-                ),
+                (f"sum by (code) (rate(vigil_otlp_requests_total{{{ENV}}}[{RI}]))", "{{code}}"),
+                (f"sum by (reason) (rate(vigil_otlp_rejected_requests_total{{{ENV}}}[{RI}]))", "refused {{reason}}"),
             ],
             "reqps",
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Late spans and assembler events",
             [
-                target(f"sum by (event) (rate(vigil_assembler_events_total{{{ENV}}}[{RI}]))", "{{event}}"),
-                target(f"sum(rate(vigil_runs_rescored_total{{{ENV}}}[{RI}]))", "runs re-scored"),
+                (f"sum by (event) (rate(vigil_assembler_events_total{{{ENV}}}[{RI}]))", "{{event}}"),
+                (f"sum(rate(vigil_runs_rescored_total{{{ENV}}}[{RI}]))", "runs re-scored"),
             ],
             "ops",
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Runs in flight",
-            [target(f"sum by (instance) (vigil_runs_in_flight{{{ENV}}})", "{{instance}}")],
-            "short",
-            "Runs being assembled (waiting for their quiet period).",
+            [(f"sum by (instance) (vigil_runs_in_flight{{{ENV}}})", "{{instance}}")],
+            description="Runs being assembled (waiting for their quiet period).",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Late-span cache age",
-            [target(f"min by (instance) (vigil_late_cache_age_seconds{{{ENV}}})", "{{instance}}")],
+            [(f"min by (instance) (vigil_late_cache_age_seconds{{{ENV}}})", "{{instance}}")],
             "s",
             "How long ago the scored run the late-span cache forgets next was scored: a span arriving later "
             "than this after its run was scored is dropped (late_evicted). It shrinks as throughput grows.",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Consumer lag (Kafka)",
-            [target(f"sum by (partition) (vigil_consumer_lag_records{{{ENV}}})", "partition {{partition}}")],
-            "short",
-            "Records the vigil-scorers group is behind the otlp_spans high watermark (vigil scorer only).",
+            [(f"sum by (partition) (vigil_consumer_lag_records{{{ENV}}})", "partition {{partition}}")],
+            description="Records the vigil-scorers group is behind the otlp_spans high watermark (vigil scorer only).",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Kafka producer and consumer",
             [
-                target(
+                (
                     f"max by (instance) (vigil_kafka_buffer_bytes{{{ENV}}}"
                     f" / (vigil_kafka_buffer_capacity_bytes{{{ENV}}} > 0))",
                     "collector buffer {{instance}}",
                 ),
-                target(f"sum(rate(vigil_kafka_delivery_failures_total{{{ENV}}}[{RI}]))", "delivery failures/s"),
-                target(f"sum(rate(vigil_consumer_bad_records_total{{{ENV}}}[{RI}]))", "bad records/s"),
-                target(f"max by (instance) (vigil_consumer_paused{{{ENV}}})", "paused {{instance}}"),
+                (f"sum(rate(vigil_kafka_delivery_failures_total{{{ENV}}}[{RI}]))", "delivery failures/s"),
+                (f"sum(rate(vigil_consumer_bad_records_total{{{ENV}}}[{RI}]))", "bad records/s"),
+                (f"max by (instance) (vigil_consumer_paused{{{ENV}}})", "paused {{instance}}"),
             ],
-            "short",
-            "vigil collector's unacknowledged bytes (503 when full), failed deliveries, undecodable"
+            description="vigil collector's unacknowledged bytes (503 when full), failed deliveries, undecodable"
             " records, scorers paused on a store outage.",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Drops and refusals",
             [
-                target(
-                    f"sum by (stage, reason) (rate(vigil_dropped_total{{{ENV}}}[{RI}]))", "lost {{stage}} {{reason}}"
-                ),
-                target(
-                    f"sum by (stage, reason) (rate(vigil_refused_total{{{ENV}}}[{RI}]))", "refused {{stage}} {{reason}}"
-                ),
+                (f"sum by (stage, reason) (rate(vigil_dropped_total{{{ENV}}}[{RI}]))", "lost {{stage}} {{reason}}"),
+                (f"sum by (stage, reason) (rate(vigil_refused_total{{{ENV}}}[{RI}]))", "refused {{stage}} {{reason}}"),
             ],
             "ops",
             "Spans lost after they were accepted (dropped), and spans refused with 503 + Retry-After after"
             " decoding (refused: the senders retry them).",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "In-process stream fill",
             [
-                target(
+                (
                     f"max by (instance) (vigil_stream_depth_batches{{{ENV}}}"
                     f" / (vigil_stream_capacity_batches{{{ENV}}} > 0))",
                     "{{instance}}",
@@ -236,32 +190,23 @@ def pipeline_row(g: Layout) -> None:
             ],
             "percentunit",
             "vigil run only; 503 + Retry-After when full.",
+            w=6,
         ),
-        6,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Scorer errors and store writes",
             [
-                target(
-                    f"sum by (stage, name) (rate(vigil_scorer_errors_total{{{ENV}}}[{RI}]))",
-                    "error {{stage}}/{{name}}",
-                ),
-                target(f"sum(rate(vigil_store_write_errors_total{{{ENV}}}[{RI}]))", "store write errors"),
-                target(
+                (f"sum by (stage, name) (rate(vigil_scorer_errors_total{{{ENV}}}[{RI}]))", "error {{stage}}/{{name}}"),
+                (f"sum(rate(vigil_store_write_errors_total{{{ENV}}}[{RI}]))", "store write errors"),
+                (
                     f"histogram_quantile(0.95, sum by (le) (rate(vigil_store_write_seconds_bucket{{{ENV}}}[{RI}])))",
                     "store write p95 (s)",
                 ),
             ],
-            "short",
+            w=12,
         ),
-        12,
-    )
-    g.add(
-        stat("Vigil targets up", f'sum(up{{job=~"vigil.*", {ENV}}})', "short", "Scraped Vigil processes answering."),
-        6,
-    )
-    g.add(
-        stat("Runs scored (time range)", f"sum(increase(vigil_runs_total{{{SEL}}}[$__range]))", "short", decimals=0),
-        6,
-    )
+        Stat(
+            "Vigil targets up", f'sum(up{{job=~"vigil.*", {ENV}}})', "short", "Scraped Vigil processes answering.", w=6
+        ),
+        Stat("Runs scored (time range)", f"sum(increase(vigil_runs_total{{{SEL}}}[$__range]))", decimals=0, w=6),
+    ],
+)

@@ -2,64 +2,54 @@
 
 from __future__ import annotations
 
-from panels import DS, ENV, RI, SEL, Layout, heatmap, quantiles, ratio_band, stat, target, timeseries
+from panels import DS, ENV, RI, SEL, Chart, Custom, Heatmap, Panel, Row, Stat, quantiles, ratio_band, target
 
 
-def runs_row(g: Layout) -> None:
-    g.row("Runs")
-    g.add(
-        timeseries(
+def _outcomes() -> Panel:
+    return {
+        "type": "piechart",
+        "title": "Outcomes (time range)",
+        "datasource": DS,
+        "targets": [target(f"sum by (outcome) (increase(vigil_runs_total{{{SEL}}}[$__range]))", "{{outcome}}")],
+        "fieldConfig": {"defaults": {"unit": "short"}, "overrides": []},
+        "options": {"reduceOptions": {"calcs": ["lastNotNull"]}, "legend": {"displayMode": "table"}},
+    }
+
+
+RUNS: Row = (
+    "Runs",
+    [
+        Chart(
             "Run rate by agent and outcome",
-            [target(f"sum by (agent, outcome) (rate(vigil_runs_total{{{SEL}}}[{RI}]))", "{{agent}} {{outcome}}")],
+            [(f"sum by (agent, outcome) (rate(vigil_runs_total{{{SEL}}}[{RI}]))", "{{agent}} {{outcome}}")],
             "ops",
             "Runs scored per second (outcome: ok, error, limit_hit, blocked).",
+            w=12,
             stack=True,
         ),
-        12,
-    )
-    g.add(
-        {
-            "type": "piechart",
-            "title": "Outcomes (time range)",
-            "datasource": DS,
-            "targets": [target(f"sum by (outcome) (increase(vigil_runs_total{{{SEL}}}[$__range]))", "{{outcome}}")],
-            "fieldConfig": {"defaults": {"unit": "short"}, "overrides": []},
-            "options": {"reduceOptions": {"calcs": ["lastNotNull"]}, "legend": {"displayMode": "table"}},
-        },
-        4,
-    )
-    g.add(
-        timeseries(
+        Custom(_outcomes, w=4),
+        Chart(
             "Flag rate by reason",
-            [target(f"sum by (reason, priority) (rate(vigil_flags_total{{{ENV}}}[{RI}]))", "{{reason}} {{priority}}")],
+            [(f"sum by (reason, priority) (rate(vigil_flags_total{{{ENV}}}[{RI}]))", "{{reason}} {{priority}}")],
             "ops",
             "Flag reasons recorded per second; one flagged run may have several reasons.",
         ),
-        8,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Share of runs flagged for review",
-            [target(f"environment_agent:vigil_flag_ratio:rate5m{{{SEL}}}", "{{agent}}")],
+            [(f"environment_agent:vigil_flag_ratio:rate5m{{{SEL}}}", "{{agent}}")],
             "percentunit",
             "Random sample (5 % by default) plus every rule-triggered run.",
         ),
-        8,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Error rate",
-            [target(f"environment_agent:vigil_error_ratio:rate5m{{{SEL}}}", "{{agent}}")],
+            [(f"environment_agent:vigil_error_ratio:rate5m{{{SEL}}}", "{{agent}}")],
             "percentunit",
             "Share of runs whose exception reached the caller (alert: VigilErrorRateSpike).",
         ),
-        8,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Tool error rate by tool",
             [
-                target(
+                (
                     f"sum by (tool) (rate(vigil_tool_errors_total{{{SEL}}}[{RI}]))"
                     f" / (sum by (tool) (rate(vigil_tool_calls_total{{{SEL}}}[{RI}])) > 0)",
                     "{{tool}}",
@@ -68,38 +58,33 @@ def runs_row(g: Layout) -> None:
             "percentunit",
             "Failed tool calls / tool calls.",
         ),
-        8,
-    )
+    ],
+)
 
-
-def quality_row(g: Layout) -> None:
-    g.row("Quality")
-    g.add(
-        timeseries(
+QUALITY: Row = (
+    "Quality",
+    [
+        Chart(
             "Safety-block rate (band 0.05 % - 10 %)",
             [
-                target(f"environment_agent:vigil_safety_block_ratio:rate5m{{{SEL}}}", "{{agent}} 5m"),
-                target(f"environment_agent:vigil_safety_block_ratio:rate1h{{{SEL}}}", "{{agent}} 1h"),
+                (f"environment_agent:vigil_safety_block_ratio:rate5m{{{SEL}}}", "{{agent}} 5m"),
+                (f"environment_agent:vigil_safety_block_ratio:rate1h{{{SEL}}}", "{{agent}} 1h"),
             ],
             "percentunit",
             "Too high: the model or its users changed. Too low: guardrails not firing. The red areas are"
             " the alert thresholds (VigilSafetyBlockRateHigh on 1h, VigilSafetyBlockRateLow on 6h).",
             thresholds=ratio_band(0.0005, 0.10),
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Max-iteration hit rate",
             [
-                target(f"environment_agent:vigil_max_iterations_ratio:rate5m{{{SEL}}}", "{{agent}} 5m"),
-                target(f"environment_agent:vigil_max_iterations_ratio:rate1d{{{SEL}}}", "{{agent}} 1d baseline"),
+                (f"environment_agent:vigil_max_iterations_ratio:rate5m{{{SEL}}}", "{{agent}} 5m"),
+                (f"environment_agent:vigil_max_iterations_ratio:rate1d{{{SEL}}}", "{{agent}} 1d baseline"),
             ],
             "percentunit",
             "Share of runs that hit an iteration/turn/recursion cap (loops).",
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Step efficiency median",
             [
                 target(
@@ -108,26 +93,22 @@ def quality_row(g: Layout) -> None:
                     "{{agent}}",
                     exemplar=True,
                 ),
-                target(f"environment_agent:vigil_step_efficiency:p50_1d{{{SEL}}}", "{{agent}} 1d"),
+                (f"environment_agent:vigil_step_efficiency:p50_1d{{{SEL}}}", "{{agent}} 1d"),
             ],
             "percentunit",
             "min(1, optimal / actual steps); 1 = optimal. Exemplar dots are runs (trace id).",
         ),
-    )
-    g.add(
-        heatmap(
+        Heatmap(
             "Step efficiency distribution",
             f"sum by (le) (rate(vigil_run_step_efficiency_bucket{{{SEL}}}[{RI}]))",
             "percentunit",
             "Runs per efficiency bucket.",
+            w=12,
         ),
-        12,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Steps per run",
             [
-                target(
+                (
                     f"sum by (agent) (rate(vigil_run_steps_sum{{{SEL}}}[{RI}]))"
                     f" / (sum by (agent) (rate(vigil_run_steps_count{{{SEL}}}[{RI}])) > 0)",
                     "{{agent}} mean",
@@ -138,53 +119,43 @@ def quality_row(g: Layout) -> None:
                     exemplar=True,
                 ),
             ],
-            "short",
-            "LLM calls per run.",
+            description="LLM calls per run.",
+            w=12,
         ),
-        12,
-    )
+    ],
+)
 
-
-def cost_row(g: Layout) -> None:
-    g.row("Tokens and estimated cost")
-    g.add(
-        timeseries(
+COST: Row = (
+    "Tokens and estimated cost",
+    [
+        Chart(
             "Tokens per second",
-            [target(f"sum by (agent, direction) (rate(vigil_tokens_total{{{SEL}}}[{RI}]))", "{{agent}} {{direction}}")],
-            "short",
+            [(f"sum by (agent, direction) (rate(vigil_tokens_total{{{SEL}}}[{RI}]))", "{{agent}} {{direction}}")],
             stack=True,
         ),
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Estimated cost (USD per hour)",
-            [target(f"sum by (agent) (rate(vigil_estimated_cost_usd_total{{{SEL}}}[{RI}])) * 3600", "{{agent}}")],
+            [(f"sum by (agent) (rate(vigil_estimated_cost_usd_total{{{SEL}}}[{RI}])) * 3600", "{{agent}}")],
             "currencyUSD",
             "From the model price table (model_prices in vigil.yaml over built-in list prices).",
             stack=True,
         ),
-    )
-    g.add(
-        stat(
+        Stat(
             "Estimated cost (time range)",
             f"sum(increase(vigil_estimated_cost_usd_total{{{SEL}}}[$__range]))",
             "currencyUSD",
             decimals=2,
+            w=4,
         ),
-        4,
-    )
-    g.add(
-        stat(
+        Stat(
             "Unpriced token share",
             f"sum(rate(vigil_unpriced_tokens_total{{{SEL}}}[{RI}]))"
             f" / (sum(rate(vigil_tokens_total{{{SEL}}}[{RI}])) > 0)",
             "percentunit",
             "Tokens of models missing from the price table: the cost estimate leaves them out.",
+            w=4,
         ),
-        4,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Tokens per run",
             [
                 target(
@@ -194,30 +165,28 @@ def cost_row(g: Layout) -> None:
                 )
                 for q in (0.5, 0.95)
             ],
-            "short",
+            w=24,
+            h=7,
         ),
-        24,
-        7,
-    )
+    ],
+)
 
-
-def latency_row(g: Layout) -> None:
-    g.row("Latency")
-    g.add(
-        timeseries(
+LATENCY: Row = (
+    "Latency",
+    [
+        Chart(
             "Run duration p50 / p95 / p99",
             quantiles("vigil_run_duration_seconds", "", SEL),
             "s",
             "Root span duration of the selected agents. Exemplar dots are runs: click for the trace id.",
+            w=12,
         ),
-        12,
-    )
-    g.add(
-        timeseries(
+        Chart(
             "Flag latency p50 / p95 / p99",
             quantiles("vigil_flag_latency_seconds", "", ENV),
             "s",
             "Root span end to review item committed (includes the quiet period).",
+            w=12,
         ),
-        12,
-    )
+    ],
+)

@@ -26,22 +26,14 @@ Run from the repository root::
 from __future__ import annotations
 
 import ast
-import json
 import math
 import operator
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import openai
-
-from collector.demo.fakeopenai import ErrorTurn, FakeOpenAI, TextTurn, ToolCallTurn, Turn
-from collector.instrument import agent_run, tool_call, vigil_setup
-
-os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
-
-MODEL = "gpt-4o-mini"
+from collector.demo.fakeopenai import ErrorTurn, TextTurn, ToolCallTurn, Turn, function_tools
+from collector.instrument import tool_call
+from examples.scripted import ScriptedModel, tool_loop
 
 SYSTEM_PROMPT = (
     "You are Compass, a shopping and weather assistant for the Northwind store. Answer with the tools: "
@@ -170,39 +162,15 @@ def calculator(expression: str) -> str:
 
 TOOLS: dict[str, Callable[..., str]] = {"get_weather": get_weather, "get_price": get_price, "calculator": calculator}
 
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (
+TOOL_SPECS = function_tools(
+    (
         ("get_weather", "city", "Current weather of a city"),
         ("get_price", "product", "Current price of a Northwind product, in dollars"),
         ("calculator", "expression", "Evaluate an arithmetic expression (+ - * / ** sqrt)"),
     )
-]
+)
 
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
-
-
-def _openai() -> openai.OpenAI:
-    """The client (and, the first time, the tracing and the scripted server)."""
-    with _lock:
-        if "client" not in _state:
-            _state["tracing"] = vigil_setup(service_name="react-agent", capture_content=True)
-            base_url = os.environ.get("OPENAI_BASE_URL")
-            if not base_url:
-                _state["fake"] = FakeOpenAI(SCRIPTS).start()
-                base_url = _state["fake"].base_url
-            key = os.environ.get("OPENAI_API_KEY", "unused")
-            _state["client"] = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
-        client: openai.OpenAI = _state["client"]
-        return client
+_model = ScriptedModel("react-agent", SCRIPTS)
 
 
 def scenario(message: str) -> str:
@@ -226,20 +194,6 @@ def _act(name: str, call_id: str, args: dict[str, Any]) -> str:
 
 def answer(message: str, history: Sequence[dict[str, str]] = ()) -> str:
     """The ReAct agent: answer ``message`` given the conversation so far."""
-    client = _openai()
     system = f"{SYSTEM_PROMPT} [[scenario:{scenario(message)}]]"
     messages: list[Any] = [{"role": "system", "content": system}, *history, {"role": "user", "content": message}]
-    with agent_run("react_agent", max_iterations=6) as run:
-        while run.tick():
-            reply = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOL_SPECS)  # type: ignore[arg-type]
-            choice = reply.choices[0].message
-            if not choice.tool_calls:
-                text = choice.content or ""
-                run.set_output(text)
-                return text
-            messages.append(choice)
-            for call in choice.tool_calls:
-                args = json.loads(call.function.arguments)  # type: ignore[union-attr]
-                result = _act(call.function.name, call.id, args)  # type: ignore[union-attr]
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return "I ran out of steps."
+    return tool_loop(_model, "react_agent", messages, TOOL_SPECS, _act, max_iterations=6)

@@ -21,20 +21,12 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import openai
-
-from collector.demo.fakeopenai import FakeOpenAI, TextTurn, ToolCallTurn, Turn
-from collector.instrument import agent_run, tool_call, vigil_setup
-
-os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
-
-MODEL = "gpt-4o-mini"
+from collector.demo.fakeopenai import TextTurn, ToolCallTurn, Turn, function_tools
+from collector.instrument import tool_call
+from examples.scripted import ScriptedModel, tool_loop
 
 SCRIPTS: dict[str, list[Turn]] = {
     "weather": [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("It is 21 C and sunny in Paris.")],
@@ -47,44 +39,27 @@ SCRIPTS: dict[str, list[Turn]] = {
 }
 KEYWORDS = (("weather", "weather"), ("refund", "refund"), ("order", "order"))
 
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (
+TOOL_SPECS = function_tools(
+    (
         ("get_weather", "city", "Current weather of a city"),
         ("lookup_order", "order_id", "Status of an order"),
         ("refund_order", "order_id", "Refund an order"),
     )
-]
+)
 TOOLS: dict[str, Callable[..., str]] = {
     "get_weather": lambda city: f"21 C and sunny in {city}",
     "lookup_order": lambda order_id: f"order {order_id}: shipping today",
     "refund_order": lambda order_id: f"order {order_id} refunded",
 }
 
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
+_model = ScriptedModel("support-agent", SCRIPTS)
 
 
-def _openai() -> openai.OpenAI:
-    """The client (and, the first time, the tracing and the scripted server)."""
-    with _lock:
-        if "client" not in _state:
-            _state["tracing"] = vigil_setup(service_name="support-agent", capture_content=True)
-            base_url = os.environ.get("OPENAI_BASE_URL")
-            if not base_url:
-                _state["fake"] = FakeOpenAI(SCRIPTS).start()
-                base_url = _state["fake"].base_url
-            key = os.environ.get("OPENAI_API_KEY", "unused")
-            _state["client"] = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
-        client: openai.OpenAI = _state["client"]
-        return client
+def _act(name: str, call_id: str, args: dict[str, Any]) -> str:
+    with tool_call(name, call_id=call_id, arguments=args) as step:
+        result = TOOLS[name](**args)
+        step.set_result(result)
+    return result
 
 
 def _scenario(message: str, suffix: str) -> str:
@@ -94,29 +69,12 @@ def _scenario(message: str, suffix: str) -> str:
 
 
 def _run(message: str, history: Sequence[dict[str, str]], suffix: str) -> str:
-    client = _openai()
     earlier = " ".join(f"{m['role']}: {m['content']}" for m in history)
     system = f"You are a support agent. [[scenario:{_scenario(message, suffix)}]]"
     if earlier:
         system += f" Earlier in this conversation: {earlier}"
     messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": message}]
-    with agent_run("support_agent", max_iterations=5) as run:
-        while run.tick():
-            reply = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOL_SPECS)  # type: ignore[arg-type]
-            choice = reply.choices[0].message
-            if not choice.tool_calls:
-                answer = choice.content or ""
-                run.set_output(answer)
-                return answer
-            messages.append(choice)
-            for call in choice.tool_calls:
-                args = json.loads(call.function.arguments)  # type: ignore[union-attr]
-                name = call.function.name  # type: ignore[union-attr]
-                with tool_call(name, call_id=call.id, arguments=args) as step:
-                    result = TOOLS[name](**args)
-                    step.set_result(result)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return "I ran out of steps."
+    return tool_loop(_model, "support_agent", messages, TOOL_SPECS, _act, max_iterations=5)
 
 
 def answer(message: str, history: Sequence[dict[str, str]] = ()) -> str:

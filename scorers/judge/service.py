@@ -197,10 +197,29 @@ class JudgePool(Generic[_Item]):
     """What the run and the session judge services share: one :class:`JudgeRuntime` per judge, and
     the lifecycle — ``pending`` / ``flush`` / ``shutdown(timeout) -> bool``."""
 
-    def __init__(self, runtimes: list[JudgeRuntime[_Item]]) -> None:
-        self._judges = runtimes
+    _thread_name = "vigil-judge"
+    """The worker threads' names: ``{_thread_name}-{judge}-{i}``."""
+
+    def __init__(self, specs: Sequence[JudgeSpec], metrics: JudgeMetrics, clock: Callable[[], float]) -> None:
+        self._judges: list[JudgeRuntime[_Item]] = [JudgeRuntime(spec, metrics, clock) for spec in specs]
         self._stop = threading.Event()
         self._accepting = True
+        for judge in self._judges:
+            metrics.init_judge(judge.name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The judge names."""
+        return tuple(j.name for j in self._judges)
+
+    def start(self) -> None:
+        """Start every judge's worker threads."""
+        for judge in self._judges:
+            for i in range(judge.spec.config.concurrency):
+                name = f"{self._thread_name}-{judge.name}-{i}"
+                t = threading.Thread(target=self._work, args=(judge,), name=name, daemon=True)
+                judge.threads.append(t)
+                t.start()
 
     def pending(self) -> int:
         """Items (runs or sessions) queued or being judged, counted once per judge."""
@@ -216,13 +235,36 @@ class JudgePool(Generic[_Item]):
         done = self.flush(timeout_s)
         self._stop.set()
         for judge in self._judges:
-            judge.drop_queued(self._dropped)
+            judge.drop_queued(self._release_item)
         for judge in self._judges:
             judge.close()
         return done
 
-    def _dropped(self, item: _Item) -> None:
-        """Release what a queued ``item`` held when it is dropped at shutdown (nothing by default)."""
+    def _work(self, judge: JudgeRuntime[_Item]) -> None:
+        """A worker thread of ``judge``: judge its queued items until shutdown."""
+        while not self._stop.is_set():
+            try:
+                item = judge.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self._judge_item(judge, item)
+            except Exception:  # noqa: BLE001 - plugin boundary: one bad item must not kill the judge (_failed logs it)
+                self._failed(judge, item)
+            finally:
+                self._release_item(item)
+                judge.queue.task_done()
+
+    def _judge_item(self, judge: JudgeRuntime[_Item], item: _Item) -> None:
+        """Judge one queued ``item`` and record the verdict."""
+        raise NotImplementedError
+
+    def _failed(self, judge: JudgeRuntime[_Item], item: _Item) -> None:
+        """Log that judging ``item`` raised (called in the ``except`` block)."""
+        log.exception("judge_failed", judge=judge.name)
+
+    def _release_item(self, item: _Item) -> None:
+        """Release what a queued ``item`` held once it is judged or dropped at shutdown (nothing by default)."""
 
 
 class JudgeService(JudgePool[_RunItem]):
@@ -268,34 +310,17 @@ class JudgeService(JudgePool[_RunItem]):
         self._sample_rate = sample_rate
         self._metrics = metrics
         self._on_new_flag = on_new_flag
-        super().__init__([JudgeRuntime[_RunItem](spec, metrics, clock) for spec in specs])
+        super().__init__(specs, metrics, clock)
         self._scores: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._latest: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._seq = itertools.count(1)
         self._max_tracked = max_tracked_runs
         self._lock = threading.Lock()
-        for judge in self._judges:
-            metrics.init_judge(judge.name)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The judge names."""
-        return tuple(j.name for j in self._judges)
 
     @property
     def metrics(self) -> JudgeMetrics:
         """The judge metrics (the process's session judges count into the same ones)."""
         return self._metrics
-
-    def start(self) -> None:
-        """Start every judge's worker threads."""
-        for judge in self._judges:
-            for i in range(judge.spec.config.concurrency):
-                t = threading.Thread(
-                    target=self._work, args=(judge,), name=f"vigil-judge-{judge.name}-{i}", daemon=True
-                )
-                judge.threads.append(t)
-                t.start()
 
     def submit(self, runs: Sequence[ScoredRun]) -> None:
         """Queue the selected runs for their judges. Never blocks; full queues drop and count."""
@@ -329,22 +354,15 @@ class JudgeService(JudgePool[_RunItem]):
             found = self._scores.get(trace_id)
             return dict(found) if found else {}
 
-    def _dropped(self, item: _RunItem) -> None:
+    def _release_item(self, item: _RunItem) -> None:
         self._release(item[2])
 
-    def _work(self, judge: JudgeRuntime[_RunItem]) -> None:
-        while not self._stop.is_set():
-            try:
-                seq, scored, size = judge.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            try:
-                self._judge_one(judge, scored, seq)
-            except Exception:  # plugin boundary: one bad run must not kill the judge (logged with trace)
-                log.exception("judge_failed", judge=judge.name, trace_id=scored.run.trace_id)
-            finally:
-                self._release(size)
-                judge.queue.task_done()
+    def _judge_item(self, judge: JudgeRuntime[_RunItem], item: _RunItem) -> None:
+        seq, scored, _ = item
+        self._judge_one(judge, scored, seq)
+
+    def _failed(self, judge: JudgeRuntime[_RunItem], item: _RunItem) -> None:
+        log.exception("judge_failed", judge=judge.name, trace_id=item[1].run.trace_id)
 
     def _release(self, size: int) -> None:
         with self._account_lock:

@@ -101,6 +101,8 @@ class SessionJudgeService(JudgePool[_Closed]):
         clock: Unix seconds for the budget windows (injected in tests).
     """
 
+    _thread_name = "vigil-session-judge"
+
     def __init__(
         self,
         specs: Sequence[JudgeSpec],
@@ -112,25 +114,8 @@ class SessionJudgeService(JudgePool[_Closed]):
     ) -> None:
         self._sink = sink
         self._load = load
-        super().__init__([JudgeRuntime[_Closed](spec, metrics, clock) for spec in specs])
+        super().__init__(specs, metrics, clock)
         self._max_chars = max((spec.config.max_content_chars for spec in specs), default=0)
-        for judge in self._judges:
-            metrics.init_judge(judge.name)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The session judge names."""
-        return tuple(j.name for j in self._judges)
-
-    def start(self) -> None:
-        """Start every judge's worker threads."""
-        for judge in self._judges:
-            for i in range(judge.spec.config.concurrency):
-                t = threading.Thread(
-                    target=self._work, args=(judge,), name=f"vigil-session-judge-{judge.name}-{i}", daemon=True
-                )
-                judge.threads.append(t)
-                t.start()
 
     def submit(self, session_id: str, last_trace_id: str, variables: Mapping[str, Any]) -> None:
         """Queue a closed session for the judges whose selector and sample take it. Never blocks."""
@@ -158,20 +143,10 @@ class SessionJudgeService(JudgePool[_Closed]):
             log.warning("session_judge_selector_failed", judge=judge.name, exc_info=True)
             return False
 
-    def _work(self, judge: JudgeRuntime[_Closed]) -> None:
-        while not self._stop.is_set():
-            try:
-                closed = judge.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            try:
-                self._judge_one(judge, closed)
-            except Exception:  # plugin boundary: one bad session must not kill the judge (logged with trace)
-                log.exception("session_judge_failed", judge=judge.name, session_id=closed.session_id)
-            finally:
-                judge.queue.task_done()
+    def _failed(self, judge: JudgeRuntime[_Closed], item: _Closed) -> None:
+        log.exception("session_judge_failed", judge=judge.name, session_id=item.session_id)
 
-    def _judge_one(self, judge: JudgeRuntime[_Closed], closed: _Closed) -> None:
+    def _judge_item(self, judge: JudgeRuntime[_Closed], closed: _Closed) -> None:
         loaded = store_with_retries(lambda: (closed.conversation(self._load, self._max_chars),), judge, self._stop)
         if loaded is None:  # the store stayed unavailable (counted)
             return

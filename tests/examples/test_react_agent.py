@@ -63,13 +63,7 @@ def _undo_example_tracing() -> Iterator[None]:
     yield
     from examples.react_agent import agent
 
-    tracing = agent._state.pop("tracing", None)
-    if tracing is not None:
-        tracing.shutdown()
-    fake = agent._state.pop("fake", None)
-    if fake is not None:
-        fake.shutdown()
-    agent._state.pop("client", None)
+    agent._model.reset()
 
 
 def _run(tmp: Path, *extra: str) -> int:

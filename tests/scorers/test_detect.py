@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -169,6 +171,11 @@ class TestBlockVocabulary:
         assert isinstance(block_words(text), bool)
 
 
+def _bot(*children: Any, attrs: Mapping[str, Any] = AGENT, complete: bool = True, **root: Any) -> Run:
+    """The run of one ``invoke_agent bot`` root span (``attrs``, :data:`AGENT` by default) over ``children``."""
+    return normalise(trace(node("invoke_agent bot", dict(attrs), *children, **root)), complete=complete)
+
+
 def _evidence(run: Run, signal: str) -> list[tuple[str, str]]:
     return [(e.rule, e.span_name) for e in run.evidence if e.signal == signal]
 
@@ -176,65 +183,44 @@ def _evidence(run: Run, signal: str) -> list[tuple[str, str]]:
 class TestStructure:
     def test_cutoff_graceful_cap(self) -> None:
         """The run ends while the model's last turn asked for tools: a limit hit, with evidence on that LLM span."""
-        run = normalise(
-            trace(
-                node(
-                    "invoke_agent bot",
-                    AGENT,
-                    node("chat 1", chat("tool_calls")),
-                    node("execute_tool search", TOOL),
-                    node("chat 2", chat("tool-calls")),
-                    node("execute_tool search", TOOL),
-                )
-            )
+        run = _bot(
+            node("chat 1", chat("tool_calls")),
+            node("execute_tool search", TOOL),
+            node("chat 2", chat("tool-calls")),
+            node("execute_tool search", TOOL),
         )
         assert (True, RunStatus.LIMIT_HIT) == (run.hit_max_iterations, run.status)
         assert [("limit.cutoff", "chat 2")] == _evidence(run, "hit_max_iterations")
 
     def test_answer_after_tools_is_not_cutoff(self) -> None:
-        run = normalise(
-            trace(
-                node(
-                    "invoke_agent bot",
-                    AGENT,
-                    node("chat 1", chat("tool_calls")),
-                    node("t", TOOL),
-                    node("c", chat("stop")),
-                )
-            )
-        )
+        run = _bot(node("chat 1", chat("tool_calls")), node("t", TOOL), node("c", chat("stop")))
         assert not run.hit_max_iterations
         assert [] == list(run.evidence)
 
     def test_answer_tool_is_not_cutoff(self) -> None:
         """smolagents/PydanticAI answer through a final_answer/final_result tool."""
         final = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "final_result"}
-        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("tool_calls")), node("f", final))))
+        run = _bot(node("chat", chat("tool_calls")), node("f", final))
         assert not run.hit_max_iterations
 
     def test_error_explains_the_end(self) -> None:
         """A run that raised an unrelated error is errored, not a limit hit."""
-        run = normalise(
-            trace(
-                node(
-                    "invoke_agent bot",
-                    {**AGENT, "error.type": "ValueError"},
-                    node("chat", chat("tool_calls")),
-                    node("t", TOOL, status_code=StatusCode.ERROR, status_message="boom"),
-                    status_code=StatusCode.ERROR,
-                    status_message="ValueError: boom",
-                )
-            )
+        run = _bot(
+            node("chat", chat("tool_calls")),
+            node("t", TOOL, status_code=StatusCode.ERROR, status_message="boom"),
+            attrs={**AGENT, "error.type": "ValueError"},
+            status_code=StatusCode.ERROR,
+            status_message="ValueError: boom",
         )
         assert (False, True, RunStatus.ERROR) == (run.hit_max_iterations, run.errored, run.status)
         assert [("errored.root", "invoke_agent bot")] == _evidence(run, "errored")
 
     def test_incomplete_run_is_not_cutoff(self) -> None:
-        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("tool_calls")))), complete=False)
+        run = _bot(node("chat", chat("tool_calls")), complete=False)
         assert not run.hit_max_iterations
 
     def test_counter_reaches_cap(self) -> None:
-        run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 8, "agent.max_steps": 8})))
+        run = _bot(attrs={**AGENT, "agent.steps": 8, "agent.max_steps": 8})
         assert [("limit.counter", "invoke_agent bot")] == _evidence(run, "hit_max_iterations")
 
     @pytest.mark.parametrize("filler", [0, 100])
@@ -248,33 +234,27 @@ class TestStructure:
         assert signals == [(True, False), (False, True), (False, False)]
 
     def test_counter_below_cap(self) -> None:
-        run = normalise(trace(node("invoke_agent bot", {**AGENT, "agent.steps": 3, "agent.max_steps": 8})))
+        run = _bot(attrs={**AGENT, "agent.steps": 3, "agent.max_steps": 8})
         assert not run.hit_max_iterations
 
     def test_refusal_field(self) -> None:
         """OpenAI structured refusal in the output messages, with no finish reason: a block."""
         output = '[{"role": "assistant", "content": null, "refusal": "I can\'t help with that."}]'
-        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("stop", **{"output.value": output})))))
+        run = _bot(node("chat", chat("stop", **{"output.value": output})))
         assert (True, RunStatus.BLOCKED) == (run.safety_blocked, run.status)
         assert [("block.refusal", "chat")] == _evidence(run, "safety_blocked")
 
     def test_null_refusal_is_not_a_block(self) -> None:
         output = '{"role": "assistant", "content": "Sunny.", "refusal": null}'
-        run = normalise(trace(node("invoke_agent bot", AGENT, node("chat", chat("stop", **{"output.value": output})))))
+        run = _bot(node("chat", chat("stop", **{"output.value": output})))
         assert not run.safety_blocked
 
     def test_own_exception_on_agent_span(self) -> None:
-        run = normalise(
-            trace(
-                node(
-                    "invoke_agent bot",
-                    AGENT,
-                    node("chat", chat("tool_calls")),
-                    events=(_exc("myapp.MaxIterationsExceeded", "agent bot stopped after 6 iterations"),),
-                    status_code=StatusCode.ERROR,
-                    status_message="agent bot stopped after 6 iterations",
-                )
-            )
+        run = _bot(
+            node("chat", chat("tool_calls")),
+            events=(_exc("myapp.MaxIterationsExceeded", "agent bot stopped after 6 iterations"),),
+            status_code=StatusCode.ERROR,
+            status_message="agent bot stopped after 6 iterations",
         )
         assert run.hit_max_iterations
         assert run.errored
@@ -285,9 +265,7 @@ class TestStructure:
         """A tool that fails with 'rate limit' or 'content filter' is a tool error only."""
         tool = node("t", {**TOOL, "error.type": "RateLimitError"}, status_code=StatusCode.ERROR,
                     status_message="Max iterations exceeded: content filter")  # fmt: skip
-        run = normalise(
-            trace(node("invoke_agent bot", AGENT, node("c", chat("tool_calls")), tool, node("c2", chat("stop"))))
-        )
+        run = _bot(node("c", chat("tool_calls")), tool, node("c2", chat("stop")))
         assert (False, False, 1) == (run.hit_max_iterations, run.safety_blocked, run.tool_errors)
 
     def test_http_500_is_errored_not_blocked(self) -> None:
@@ -295,12 +273,9 @@ class TestStructure:
                       status_code=StatusCode.ERROR, status_message="Error code: 500 - internal error")  # fmt: skip
         run = normalise(trace(node("invoke_agent bot", {**AGENT, "error.type": "openai.InternalServerError"}, failed,
                                    status_code=StatusCode.ERROR, status_message="Error code: 500")))  # fmt: skip
-        assert (True, False, False, RunStatus.ERROR) == (
-            run.errored,
-            run.safety_blocked,
-            run.hit_max_iterations,
-            run.status,
-        )
+        assert (True, False, False, RunStatus.ERROR) == attrgetter(
+            "errored", "safety_blocked", "hit_max_iterations", "status"
+        )(run)
 
 
 class TestUserRules:
@@ -509,6 +484,17 @@ class TestOutputChecks:
             ("The answer is not valid JSON. Reply with a JSON object.", False),
             ("Missing field 'summary'.", False),
             ("The answer must be shorter than 200 characters.", False),
+            # the feedback of an output guard (block.output_guard) is read with the same words
+            ("The answer reveals a social security number. Answer without it.", True),
+            ("SSN found in the answer", True),
+            ("Do not print the customer's card number.", True),
+            ("The answer includes a date of birth.", True),
+            ("Remove the e-mail address from the answer.", True),
+            ("Check no_personal_data failed with error: ", True),
+            ("That breaks our content policy.", True),
+            ("Name your source in square brackets at the end.", False),
+            ("Check long_enough failed with error: ", False),
+            ("Use the security group sg-1 in the answer.", False),
         ],
     )
     def test_policy_words(self, text: str, expected: bool) -> None:
@@ -582,24 +568,6 @@ def _retried(feedback: list[tuple[str, str]], *between: Any, resend_answer: bool
 class TestOutputGuards:
     """``block.output_guard``: an answer sent back with feedback that names a safety reason blocks the run,
     even when a later answer passed (issue 40, item 1)."""
-
-    @pytest.mark.parametrize(
-        ("text", "expected"),
-        [
-            ("The answer reveals a social security number. Answer without it.", True),
-            ("SSN found in the answer", True),
-            ("Do not print the customer's card number.", True),
-            ("The answer includes a date of birth.", True),
-            ("Remove the e-mail address from the answer.", True),
-            ("Check no_personal_data failed with error: ", True),
-            ("That breaks our content policy.", True),
-            ("Name your source in square brackets at the end.", False),
-            ("Check long_enough failed with error: ", False),
-            ("Use the security group sg-1 in the answer.", False),
-        ],
-    )
-    def test_safety_reasons(self, text: str, expected: bool) -> None:
-        assert expected == policy_words(text)
 
     def test_retry_feedback_after_the_answer_blocks(self) -> None:
         """PydanticAI's shape: the rejected answer, then the validator's ModelRetry text as a user message."""

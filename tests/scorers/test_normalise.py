@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any
 
 from collector.model import Span, SpanEvent, StatusCode
@@ -130,14 +131,9 @@ class TestOpenInference:
     def test_langgraph_run(self) -> None:
         """Graph name, nested LLM de-duplicated with usage filled in, and the final answer from the state."""
         run = normalise(self._langgraph())
-        assert ("LangGraph", "openinference", 2, 1, 280, 42) == (
-            run.agent,
-            run.dialect,
-            run.llm_calls,
-            run.tool_calls,
-            run.input_tokens,
-            run.output_tokens,
-        )
+        assert ("LangGraph", "openinference", 2, 1, 280, 42) == attrgetter(
+            "agent", "dialect", "llm_calls", "tool_calls", "input_tokens", "output_tokens"
+        )(run)
         outer = run.steps[2]
         assert (StepKind.LLM, "gpt-4o", 120) == (outer.kind, outer.model, outer.input_tokens)
         assert StepKind.OTHER == run.steps[3].kind
@@ -173,13 +169,9 @@ class TestOpenInference:
     def test_agents_sdk_max_turns(self) -> None:
         """``Max turns exceeded: {...}`` on the agent span is a limit hit; the OK root is not errored."""
         run = normalise(self._agents_sdk("Max turns exceeded: {'max_turns': 10}"))
-        assert ("Triage", RunStatus.LIMIT_HIT, True, False, 1) == (
-            run.agent,
-            run.status,
-            run.hit_max_iterations,
-            run.errored,
-            run.tool_errors,
-        )
+        assert ("Triage", RunStatus.LIMIT_HIT, True, False, 1) == attrgetter(
+            "agent", "status", "hit_max_iterations", "errored", "tool_errors"
+        )(run)
         assert "Error running tool (non-fatal): {'tool_name': 'lookup'}" == run.tools[0].error
 
     def test_agents_sdk_guardrail(self) -> None:
@@ -239,15 +231,9 @@ class TestTraceloop:
     def test_run(self) -> None:
         """Agent entity name, legacy token names, tool arguments and the workflow output."""
         run = normalise(self._run())
-        assert ("triage", "traceloop", 1, 1, 40, 4, "done") == (
-            run.agent,
-            run.dialect,
-            run.llm_calls,
-            run.tool_calls,
-            run.input_tokens,
-            run.output_tokens,
-            run.final_output,
-        )
+        assert ("triage", "traceloop", 1, 1, 40, 4, "done") == attrgetter(
+            "agent", "dialect", "llm_calls", "tool_calls", "input_tokens", "output_tokens", "final_output"
+        )(run)
         assert '{"args":[],"kwargs":{"q":"x"}}' == run.tools[0].arguments
 
     def test_root_error(self) -> None:
@@ -259,12 +245,9 @@ class TestTraceloop:
         """A raised GraphRecursionError errors the run, but the status says limit hit."""
         root = {"traceloop.span.kind": "workflow", "error.type": "GraphRecursionError"}
         run = normalise(trace(node("LangGraph.workflow", root, status_code=StatusCode.ERROR)))
-        assert (True, True, RunStatus.LIMIT_HIT, "GraphRecursionError") == (
-            run.errored,
-            run.hit_max_iterations,
-            run.status,
-            run.error_type,
-        )
+        assert (True, True, RunStatus.LIMIT_HIT, "GraphRecursionError") == attrgetter(
+            "errored", "hit_max_iterations", "status", "error_type"
+        )(run)
 
 
 class TestVercel:
@@ -304,14 +287,9 @@ class TestVercel:
         run = self._run(
             ("ai.usage.promptTokens", "ai.usage.completionTokens"), ("ai.toolCall.args", "ai.toolCall.result")
         )
-        assert ("weather-bot", "vercel", 2, 500, 50, "Sunny.") == (
-            run.agent,
-            run.dialect,
-            run.llm_calls,
-            run.input_tokens,
-            run.output_tokens,
-            run.final_output,
-        )
+        assert ("weather-bot", "vercel", 2, 500, 50, "Sunny.") == attrgetter(
+            "agent", "dialect", "llm_calls", "input_tokens", "output_tokens", "final_output"
+        )(run)
         assert ToolCall(run.tools[0].span_id, "weather", "t1", '{"city":"Paris"}', "18C") == run.tools[0]
 
     def test_v5(self) -> None:

@@ -36,13 +36,7 @@ def _undo_example_tracing() -> Iterator[None]:
     yield
     from examples.support_agent import agent
 
-    tracing = agent._state.pop("tracing", None)
-    if tracing is not None:
-        tracing.shutdown()
-    fake = agent._state.pop("fake", None)
-    if fake is not None:
-        fake.shutdown()
-    agent._state.pop("client", None)
+    agent._model.reset()
 
 
 def _vigil_yaml(tmp_path: Path) -> Path:

@@ -25,8 +25,6 @@ Run: ``python tests/e2e/drivers/autogen.py --capture F.json --out F.truth.json``
 
 from __future__ import annotations
 
-import asyncio
-
 import openai
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
@@ -34,9 +32,8 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.messages import ToolCallRequestEvent, ToolCallSummaryMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
-from harness import API_KEY, SERVER_ERROR, Harness, tools
+from harness import API_KEY, SERVER_ERROR, Harness, drive, global_provider, tools
 from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
-from opentelemetry import trace
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
@@ -100,14 +97,15 @@ def _used_all_tool_iterations(result: TaskResult) -> bool:
     return rounds >= MAX_TOOL_ITERATIONS and isinstance(result.messages[-1], ToolCallSummaryMessage)
 
 
+def instrument(h: Harness) -> None:
+    """OpenInference's AutoGen AgentChat instrumentor, into ``h``'s provider."""
+    AutogenAgentChatInstrumentor().instrument(tracer_provider=h.provider)
+
+
 def main() -> None:
     """Register the scripts, instrument (both dialects), run, and write the ground truth."""
-    h = Harness("autogen", "autogen-travel-desk")
-    trace.set_tracer_provider(h.provider)  # AutoGen's native spans use the global provider
-    AutogenAgentChatInstrumentor().instrument(tracer_provider=h.provider)
-    register(h)
-    asyncio.run(scenarios(h))
-    h.finish()
+    # AutoGen's native spans use the global provider
+    drive("autogen", "autogen-travel-desk", global_provider, instrument, register, scenarios)
 
 
 if __name__ == "__main__":

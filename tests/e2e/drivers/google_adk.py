@@ -30,7 +30,6 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use the bundled cost map
 
-import asyncio
 from typing import Any
 
 import openai
@@ -44,8 +43,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
-from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, tools
-from opentelemetry import trace
+from harness import API_KEY, SERVER_ERROR, Harness, RunTruth, drive, global_provider, tools
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn
 
@@ -145,11 +143,7 @@ async def scenarios(h: Harness) -> None:
 
 def main() -> None:
     """Register the scripts, set the global provider for ADK, run, and write the ground truth."""
-    h = Harness("google_adk", "adk-travel-desk")
-    trace.set_tracer_provider(h.provider)
-    register(h)
-    asyncio.run(scenarios(h))
-    h.finish()
+    drive("google_adk", "adk-travel-desk", global_provider, register, scenarios)
 
 
 if __name__ == "__main__":

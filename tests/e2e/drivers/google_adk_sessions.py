@@ -27,6 +27,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: use the bundled cost map
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from google.adk.agents import LlmAgent
@@ -34,7 +35,7 @@ from google.adk.models.lite_llm import LiteLlm
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
-from harness import API_KEY, Conversation, Harness, tools
+from harness import API_KEY, Conversation, Harness, Plan, Say, converse, tools
 from opentelemetry import trace
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
@@ -78,83 +79,66 @@ class Chat:
             pass
 
 
-async def conversations(h: Harness) -> None:
-    """Run every conversation; each ``run_async`` is one trace."""
-    model = LiteLlm(model="openai/gpt-4o-mini", api_base=h.base_url, api_key=API_KEY, num_retries=0)
-
-    trip = Conversation(
-        h,
+PLANS = [
+    Plan(
         "adks_trip",
-        "travel_agent",
-        session_id=f"adk-session-trip-{h.tag}",
-        user_id="gina",
-        script=[
+        "adk-session-trip",
+        "gina",
+        [
             ToolCallTurn.of("get_weather", city="Paris"),
             TextTurn("It is 21 C and sunny in Paris."),
             ToolCallTurn.of("get_weather", city="Paris"),
             TextTurn("Still 21 C and sunny in Paris."),
             TextTurn("Goodbye, safe travels!"),
         ],
-    )
-    chat = Chat(model, trip.marker)
-    await chat.open("gina", trip.session_id)
-    with trip.turn():
-        await chat.say("What is the weather in Paris?")
-    with trip.turn(reask=True):
-        await chat.say("Sorry, how warm is Paris right now, again?")
-    with trip.turn():
-        await chat.say("Thanks, bye.")
-    trip.end(abandoned=False)
-
-    orders = Conversation(
-        h,
+        [
+            Say("What is the weather in Paris?"),
+            Say("Sorry, how warm is Paris right now, again?", reask=True),
+            Say("Thanks, bye."),
+        ],
+    ),
+    Plan(
         "adks_orders",
-        "travel_agent",
-        session_id=f"adk-session-orders-{h.tag}",
-        user_id="gina",
-        script=[
+        "adk-session-orders",
+        "gina",
+        [
             ToolCallTurn.of("lookup_order", order_id="A-404"),
             TextTurn("I could not find order A-404."),
             TextTurn("A human colleague will call you back."),
         ],
-    )
-    chat = Chat(model, orders.marker)
-    await chat.open("gina", orders.session_id)
-    with orders.turn():
-        await chat.say("Where is my order A-404?")
-    with orders.turn(human=True):
-        await chat.say("I want to talk to a human being.")
-    orders.end(abandoned=False)
-
-    filtered = Conversation(
-        h,
+        [Say("Where is my order A-404?"), Say("I want to talk to a human being.", human=True)],
+    ),
+    Plan(
         "adks_filtered",
-        "travel_agent",
-        session_id=f"adk-session-filtered-{h.tag}",
-        user_id="hank",
-        script=[TextTurn("Hello! How can I help?"), ContentFilterTurn("")],
-    )
-    chat = Chat(model, filtered.marker)
-    await chat.open("hank", filtered.session_id)
-    with filtered.turn():
-        await chat.say("Hi.")
-    with filtered.turn():
-        await chat.say("Write something your filter blocks.")
-    filtered.end(abandoned=True)
-
-    h.register("adks_single", [ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C.")])
-    with h.scenario("adks_single", agent="travel_agent") as run:
-        chat = Chat(model, run.marker)
-        run.session_id = await chat.open("ivan", None)
-        run.user_id = "ivan"
-        await chat.say("Weather in Oslo?")
+        "adk-session-filtered",
+        "hank",
+        [TextTurn("Hello! How can I help?"), ContentFilterTurn("")],
+        [Say("Hi."), Say("Write something your filter blocks.")],
+        abandoned=True,
+    ),
+]
+"""The conversations, each on its own ADK session (created with the driver's id)."""
 
 
 def main() -> None:
-    """Set the global provider for ADK, run the conversations, and write the ground truth."""
+    """Set the global provider for ADK, run the conversations (each ``run_async`` one trace), write the truth."""
     h = Harness("google_adk_sessions", "adk-travel-chat")
     trace.set_tracer_provider(h.provider)
-    asyncio.run(conversations(h))
+    with asyncio.Runner() as loop:  # one event loop for every turn, as one asyncio.run would be
+        model = LiteLlm(model="openai/gpt-4o-mini", api_base=h.base_url, api_key=API_KEY, num_retries=0)
+
+        def start(c: Conversation) -> Callable[[str], None]:
+            chat = Chat(model, c.marker)
+            loop.run(chat.open(c.user_id or "", c.session_id))
+            return lambda text: loop.run(chat.say(text))
+
+        converse(h, "travel_agent", PLANS, start)
+        h.register("adks_single", [ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C.")])
+        with h.scenario("adks_single", agent="travel_agent") as run:
+            chat = Chat(model, run.marker)
+            run.session_id = loop.run(chat.open("ivan", None))
+            run.user_id = "ivan"
+            loop.run(chat.say("Weather in Oslo?"))
     h.finish()
 
 

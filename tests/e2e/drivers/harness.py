@@ -19,7 +19,9 @@ spans as OTLP/JSON, for reference fixtures).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import inspect
 import json
 import sys
 import urllib.parse
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -48,6 +51,7 @@ from collector.demo.fakeopenai import (
     ToolCall,
     ToolCallTurn,
     Turn,
+    function_tools,
     turn_to_json,
 )
 
@@ -57,17 +61,7 @@ API_KEY = "sk-vigil-e2e-fake"
 SERVER_ERROR = ErrorTurn(500, "The server had an error while processing your request.", "server_error")
 """The model's answer in the ``*_http_500`` scenarios: OpenAI's own 500."""
 
-TOOL_SPECS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": doc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, arg, doc in (("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status"))
-]
+TOOL_SPECS = function_tools((("get_weather", "city", "Current weather"), ("lookup_order", "order_id", "Order status")))
 """The two tools of :func:`tools` as Chat Completions ``tools``, for drivers that run their own loop."""
 
 
@@ -281,6 +275,23 @@ class Harness:
             print(json.dumps(asdict(run)), file=sys.stderr)
 
 
+def drive(driver: str, service_name: str, *steps: Callable[[Harness], object]) -> None:
+    """A driver's main: its :class:`Harness`, then each step with it in order (instrument, register the
+    scripts, run the scenarios; a step that returns a coroutine has it run with ``asyncio.run``), then
+    :meth:`Harness.finish`."""
+    h = Harness(driver, service_name)
+    for step in steps:
+        result = step(h)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+    h.finish()
+
+
+def global_provider(h: Harness) -> None:
+    """A :func:`drive` step for frameworks that trace into OpenTelemetry's global tracer provider."""
+    trace.set_tracer_provider(h.provider)
+
+
 @dataclass
 class SessionTruth:
     """What a driver scripted for one conversation: its ids, its turns' traces, its session signals.
@@ -360,6 +371,58 @@ class Conversation:
     def end(self, *, abandoned: bool) -> None:
         """The conversation is over; ``abandoned``: it ended right after a failed, blocked or cut-off turn."""
         self.truth.signals["abandoned"] = abandoned
+
+    def play(self, says: Sequence[Say], say: Callable[[str], object], *, abandoned: bool) -> None:
+        """Run ``says`` as the conversation's turns (``say(text)`` runs the app once), then :meth:`end` it."""
+        for s in says:
+            with self.turn(expected=s.expected, reask=s.reask, human=s.human) as run:
+                run.rejected_kinds = list(s.rejected_kinds)
+                run.safety_blocked = s.safety_blocked
+                say(s.text)
+        self.end(abandoned=abandoned)
+
+
+@dataclass(frozen=True)
+class Say:
+    """One user turn of a :class:`Plan`: what the user says and what the turn is.
+
+    ``reask`` / ``human``: the user asks again / asks for a human (:meth:`Conversation.turn`);
+    ``expected``: the exceptions that reach the caller in this turn; ``rejected_kinds`` /
+    ``safety_blocked``: preset on the turn's :class:`RunTruth` (a framework that raises before
+    recording usage, or a content filter whose error reaches the caller).
+    """
+
+    text: str
+    reask: bool = False
+    human: bool = False
+    expected: tuple[type[BaseException], ...] = ()
+    rejected_kinds: tuple[str, ...] = ()
+    safety_blocked: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scripted conversation as data: its name, session id (``{session}-{tag}``), user, the model's
+    answers over the whole conversation (``script``), the user's turns and whether it is abandoned."""
+
+    name: str
+    session: str
+    user_id: str | None
+    script: Sequence[Turn]
+    says: Sequence[Say]
+    abandoned: bool = False
+
+
+def converse(
+    h: Harness, agent: str, plans: Sequence[Plan], start: Callable[[Conversation], Callable[[str], object]]
+) -> None:
+    """Run each conversation of ``plans`` for ``agent``: ``start(conversation)`` sets the app up for it
+    (its marker, its ids) and returns the function that runs one user turn."""
+    for plan in plans:
+        c = Conversation(
+            h, plan.name, agent, session_id=f"{plan.session}-{h.tag}", user_id=plan.user_id, script=plan.script
+        )
+        c.play(plan.says, start(c), abandoned=plan.abandoned)
 
 
 def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:

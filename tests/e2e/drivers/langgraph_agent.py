@@ -23,6 +23,7 @@ from harness import API_KEY, Harness, tools
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -40,8 +41,9 @@ get_weather, lookup_order = (tool(f) for f in tools())
 TOOLS = [get_weather, lookup_order]
 
 
-def build_graph(model: ChatOpenAI, name: str) -> Any:
-    """A hand-built agent graph: ``agent`` (model with tools) <-> ``tools`` (ToolNode)."""
+def build_graph(model: ChatOpenAI, name: str, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
+    """A hand-built agent graph: ``agent`` (model with tools) <-> ``tools`` (ToolNode), with ``checkpointer``
+    (the conversations of langgraph_sessions.py keep their history in one)."""
     bound = model.bind_tools(TOOLS)
 
     def agent(state: MessagesState) -> dict[str, list[Any]]:
@@ -53,7 +55,7 @@ def build_graph(model: ChatOpenAI, name: str) -> Any:
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
     graph.add_edge("tools", "agent")
-    return graph.compile(name=name)
+    return graph.compile(name=name, checkpointer=checkpointer)
 
 
 def main() -> None:

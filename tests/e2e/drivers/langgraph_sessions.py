@@ -21,46 +21,72 @@ Run: ``python tests/e2e/drivers/langgraph_sessions.py --capture traces.json --ou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from harness import API_KEY, Conversation, Harness, tools
-from langchain_core.tools import tool
+from harness import API_KEY, Conversation, Harness, Plan, Say, converse
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph_agent import build_graph
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from pydantic import SecretStr
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCallTurn
 
-get_weather, lookup_order = (tool(f) for f in tools())
-TOOLS = [get_weather, lookup_order]
 SYSTEM = "You are a helpful travel and orders assistant."
 
+PLANS = [
+    Plan(
+        "lgs_weather",
+        "lg-thread-weather",
+        "alice",
+        [
+            ToolCallTurn.of("get_weather", city="Paris"),
+            TextTurn("It is 21 C and sunny in Paris."),
+            ToolCallTurn.of("get_weather", city="Paris"),
+            TextTurn("Right now Paris is at 21 C, sunny."),
+            ToolCallTurn.of("get_weather", city="Rome"),
+            TextTurn("Rome is 21 C and sunny too."),
+        ],
+        [
+            Say("What is the weather in Paris?"),
+            Say("Sorry, so how warm is it in Paris right now?", reask=True),
+            Say("Thanks. And in Rome?"),
+        ],
+    ),
+    Plan(
+        "lgs_orders",
+        "lg-thread-orders",
+        "alice",
+        [
+            ToolCallTurn.of("lookup_order", order_id="A-404"),
+            TextTurn("I could not find order A-404."),
+            TextTurn("I will hand you over to a human colleague."),
+        ],
+        [Say("Where is my order A-404?"), Say("That does not help. Can I talk to a human, please?", human=True)],
+    ),
+    Plan(
+        "lgs_filtered",
+        "lg-thread-filtered",
+        "bob",
+        [ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C, sunny."), ContentFilterTurn("")],
+        [Say("Weather in Oslo?"), Say("Now write something your filter blocks.")],
+        abandoned=True,
+    ),
+]
+"""The conversations on the checkpointer's threads."""
 
-def build_graph(model: ChatOpenAI, name: str, checkpointer: InMemorySaver | None) -> Any:
-    """``agent`` (model with tools) <-> ``tools`` (ToolNode), with the given checkpointer."""
-    bound = model.bind_tools(TOOLS)
 
-    def agent(state: MessagesState) -> dict[str, list[Any]]:
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(TOOLS, handle_tool_errors=True))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    return graph.compile(name=name, checkpointer=checkpointer)
-
-
-def say(graph: Any, c: Conversation, text: str, first: bool = False) -> Any:
+def on_thread(graph: Any, c: Conversation) -> Callable[[str], Any]:
     """One user turn on the conversation's thread (the first also carries the system prompt and marker)."""
-    messages: list[tuple[str, str]] = [("system", f"{c.marker} {SYSTEM}")] if first else []
-    messages.append(("user", text))
-    config = {"configurable": {"thread_id": c.session_id}, "metadata": {"user_id": c.user_id}}
-    return graph.invoke({"messages": messages}, config)
+
+    def say(text: str) -> Any:
+        messages: list[tuple[str, str]] = [] if c.truth.traces else [("system", f"{c.marker} {SYSTEM}")]
+        messages.append(("user", text))
+        config = {"configurable": {"thread_id": c.session_id}, "metadata": {"user_id": c.user_id}}
+        return graph.invoke({"messages": messages}, config)
+
+    return say
 
 
 def main() -> None:
@@ -71,61 +97,7 @@ def main() -> None:
         model="gpt-4o-mini", base_url=h.base_url, api_key=SecretStr(API_KEY), max_retries=0, temperature=0
     )
     chat = build_graph(model, "chat_agent", InMemorySaver())
-
-    weather = Conversation(
-        h,
-        "lgs_weather",
-        "chat_agent",
-        session_id=f"lg-thread-weather-{h.tag}",
-        user_id="alice",
-        script=[
-            ToolCallTurn.of("get_weather", city="Paris"),
-            TextTurn("It is 21 C and sunny in Paris."),
-            ToolCallTurn.of("get_weather", city="Paris"),
-            TextTurn("Right now Paris is at 21 C, sunny."),
-            ToolCallTurn.of("get_weather", city="Rome"),
-            TextTurn("Rome is 21 C and sunny too."),
-        ],
-    )
-    with weather.turn():
-        say(chat, weather, "What is the weather in Paris?", first=True)
-    with weather.turn(reask=True):
-        say(chat, weather, "Sorry, so how warm is it in Paris right now?")
-    with weather.turn():
-        say(chat, weather, "Thanks. And in Rome?")
-    weather.end(abandoned=False)
-
-    orders = Conversation(
-        h,
-        "lgs_orders",
-        "chat_agent",
-        session_id=f"lg-thread-orders-{h.tag}",
-        user_id="alice",
-        script=[
-            ToolCallTurn.of("lookup_order", order_id="A-404"),
-            TextTurn("I could not find order A-404."),
-            TextTurn("I will hand you over to a human colleague."),
-        ],
-    )
-    with orders.turn():
-        say(chat, orders, "Where is my order A-404?", first=True)
-    with orders.turn(human=True):
-        say(chat, orders, "That does not help. Can I talk to a human, please?")
-    orders.end(abandoned=False)
-
-    filtered = Conversation(
-        h,
-        "lgs_filtered",
-        "chat_agent",
-        session_id=f"lg-thread-filtered-{h.tag}",
-        user_id="bob",
-        script=[ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C, sunny."), ContentFilterTurn("")],
-    )
-    with filtered.turn():
-        say(chat, filtered, "Weather in Oslo?", first=True)
-    with filtered.turn():
-        say(chat, filtered, "Now write something your filter blocks.")
-    filtered.end(abandoned=True)
+    converse(h, "chat_agent", PLANS, lambda c: on_thread(chat, c))
 
     single = build_graph(model, "chat_agent", None)
     h.register("lgs_single", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])

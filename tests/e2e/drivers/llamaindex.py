@@ -23,12 +23,11 @@ Run: ``python tests/e2e/drivers/llamaindex.py --capture F.json --out F.truth.jso
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import openai
-from harness import API_KEY, SERVER_ERROR, Harness, tools
+from harness import API_KEY, SERVER_ERROR, Harness, drive, tools
 from llama_index.core.agent.workflow import AgentOutput, FunctionAgent, ReActAgent
 from llama_index.llms.openai import OpenAI
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
@@ -133,13 +132,14 @@ async def scenarios(h: Harness) -> None:
                 raise
 
 
+def instrument(h: Harness) -> None:
+    """OpenInference's LlamaIndex instrumentor, into ``h``'s provider."""
+    LlamaIndexInstrumentor().instrument(tracer_provider=h.provider)
+
+
 def main() -> None:
     """Register the scripts, instrument, run, and write the ground truth."""
-    h = Harness("llamaindex", "llamaindex-travel-desk")
-    LlamaIndexInstrumentor().instrument(tracer_provider=h.provider)
-    register(h)
-    asyncio.run(scenarios(h))
-    h.finish()
+    drive("llamaindex", "llamaindex-travel-desk", instrument, register, scenarios)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ Run: ``python tests/e2e/drivers/openai_agents_sessions.py --capture traces.json 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, SQLiteSession, function_tool
 from agents.exceptions import AgentsException
-from harness import API_KEY, Conversation, Harness, tools
+from harness import API_KEY, Conversation, Harness, Plan, Say, converse, tools
 from openai import AsyncOpenAI, OpenAIError
 from openinference.instrumentation import using_attributes
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
@@ -54,81 +55,72 @@ async def say(c: Conversation, agent: Agent[Any], memory: SQLiteSession, text: s
         return await Runner.run(agent, text, session=memory, run_config=run_config)
 
 
-async def conversations(h: Harness) -> None:
-    """Run every conversation; each ``Runner.run`` is one trace."""
-    client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
-    model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
-
-    weather = Conversation(
-        h,
+PLANS = [
+    Plan(
         "ags_weather",
-        "travel_agent",
-        session_id=f"ag-conv-weather-{h.tag}",
-        user_id="carol",
-        script=[
+        "ag-conv-weather",
+        "carol",
+        [
             ToolCallTurn.of("get_weather", city="Paris"),
             TextTurn("It is 21 C and sunny in Paris."),
             ToolCallTurn.of("get_weather", city="Paris"),
             TextTurn("Paris: 21 C and sunny right now."),
             TextTurn("I am passing you to a human agent."),
         ],
-    )
-    agent, memory = agent_for(model, weather.marker), SQLiteSession(weather.session_id)
-    with weather.turn():
-        await say(weather, agent, memory, "What is the weather in Paris?")
-    with weather.turn(reask=True):
-        await say(weather, agent, memory, "I mean, how warm is it in Paris at the moment?")
-    with weather.turn(human=True):
-        await say(weather, agent, memory, "I would rather speak to a real person.")
-    weather.end(abandoned=False)
-
-    filtered = Conversation(
-        h,
+        [
+            Say("What is the weather in Paris?"),
+            Say("I mean, how warm is it in Paris at the moment?", reask=True),
+            Say("I would rather speak to a real person.", human=True),
+        ],
+    ),
+    Plan(
         "ags_filtered",
-        "travel_agent",
-        session_id=f"ag-conv-filtered-{h.tag}",
-        user_id="dave",
-        script=[ToolCallTurn.of("get_weather", city="Lima"), TextTurn("Mild in Lima."), ContentFilterTurn("")],
-    )
-    agent, memory = agent_for(model, filtered.marker), SQLiteSession(filtered.session_id)
-    with filtered.turn():
-        await say(filtered, agent, memory, "Weather in Lima?")
-    with filtered.turn(expected=(AgentsException, OpenAIError)) as run:
-        # The SDK raises on an `incomplete` response before adding its usage (see openai_agents.py).
-        run.rejected_kinds = ["content_filter"]
-        await say(filtered, agent, memory, "Now say something your filter blocks.")
-    filtered.end(abandoned=True)
-
-    orders = Conversation(
-        h,
+        "ag-conv-filtered",
+        "dave",
+        [ToolCallTurn.of("get_weather", city="Lima"), TextTurn("Mild in Lima."), ContentFilterTurn("")],
+        [
+            Say("Weather in Lima?"),
+            # The SDK raises on an `incomplete` response before adding its usage (see openai_agents.py).
+            Say(
+                "Now say something your filter blocks.",
+                expected=(AgentsException, OpenAIError),
+                rejected_kinds=("content_filter",),
+            ),
+        ],
+        abandoned=True,
+    ),
+    Plan(
         "ags_orders",
-        "travel_agent",
-        session_id=f"ag-conv-orders-{h.tag}",
-        user_id=None,
-        script=[
+        "ag-conv-orders",
+        None,
+        [
             ToolCallTurn.of("lookup_order", order_id="A-404"),
             TextTurn("I could not find order A-404."),
             TextTurn("You are welcome."),
         ],
-    )
-    agent, memory = agent_for(model, orders.marker), SQLiteSession(orders.session_id)
-    with orders.turn():
-        await say(orders, agent, memory, "Where is my order A-404?")
-    with orders.turn():
-        await say(orders, agent, memory, "Thanks, I will check the number.")
-    orders.end(abandoned=False)
-
-    h.register("ags_single", [ToolCallTurn.of("get_weather", city="Rome"), TextTurn("Sunny in Rome.")])
-    with h.scenario("ags_single", agent="travel_agent") as run:
-        await Runner.run(agent_for(model, run.marker), "Weather in Rome?")
-    await client.close()
+        [Say("Where is my order A-404?"), Say("Thanks, I will check the number.")],
+    ),
+]
+"""The conversations, each on its own SDK session."""
 
 
 def main() -> None:
-    """Instrument, run the conversations, and write the ground truth."""
+    """Instrument, run the conversations (each ``Runner.run`` one trace), and write the ground truth."""
     h = Harness("openai_agents_sessions", "agents-travel-chat")
     OpenAIAgentsInstrumentor().instrument(tracer_provider=h.provider)
-    asyncio.run(conversations(h))
+    with asyncio.Runner() as loop:  # one event loop for every turn, as one asyncio.run would be
+        client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
+        model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+
+        def start(c: Conversation) -> Callable[[str], Any]:
+            agent, memory = agent_for(model, c.marker), SQLiteSession(c.session_id)
+            return lambda text: loop.run(say(c, agent, memory, text))
+
+        converse(h, "travel_agent", PLANS, start)
+        h.register("ags_single", [ToolCallTurn.of("get_weather", city="Rome"), TextTurn("Sunny in Rome.")])
+        with h.scenario("ags_single", agent="travel_agent") as run:
+            loop.run(Runner.run(agent_for(model, run.marker), "Weather in Rome?"))
+        loop.run(client.close())
     h.finish()
 
 

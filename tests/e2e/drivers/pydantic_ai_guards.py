@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,26 +72,44 @@ class NoCardNumbers(AbstractCapability[Any]):
         return response
 
 
-def main() -> None:
-    """Register the scripts, build the instrumented agents, run every scenario."""
-    h = Harness("pydantic_ai_guards", "pa-guarded-travel-desk")
+def json_summary(output: str) -> str:
+    """Output validator: reject answers that are not a JSON object."""
+    try:
+        json.loads(output)
+    except ValueError:
+        raise ModelRetry(NOT_JSON) from None
+    return output
+
+
+def travel_agents(h: Harness, name: str) -> Callable[..., Agent[None, str]]:
+    """A factory of the guarded drivers' agents (here and pydantic_ai_output_validator.py): PydanticAI's own
+    ``Instrumentation`` into ``h``'s provider, ``OpenAIChatModel`` on the fake server with no client
+    retries, the two tools, one retry each for tools and output. ``agent(*capabilities, **options)``."""
     client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
     model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
     instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=h.provider))
 
-    def agent() -> Agent[None, str]:
+    def agent(*capabilities: AbstractCapability[Any], **options: Any) -> Agent[None, str]:
         return Agent(
             model,
-            name=AGENT,
+            name=name,
             instructions="You help travellers.",
             tools=[get_weather, lookup_order],
-            capabilities=[instrumentation, NoCardNumbers()],
+            capabilities=[instrumentation, *capabilities],
             retries={"tools": 1, "output": 1},
+            **options,
         )
 
-    guarded = agent()
-    private = agent()
-    formatted = agent()
+    return agent
+
+
+def main() -> None:
+    """Register the scripts, build the instrumented agents, run every scenario."""
+    h = Harness("pydantic_ai_guards", "pa-guarded-travel-desk")
+    agent = travel_agents(h, AGENT)
+    guarded = agent(NoCardNumbers())
+    private = agent(NoCardNumbers())
+    formatted = agent(NoCardNumbers())
 
     @private.output_validator
     def no_personal_data(output: str) -> str:
@@ -99,14 +118,7 @@ def main() -> None:
             raise ModelRetry(PERSONAL_DATA)
         return output
 
-    @formatted.output_validator
-    def json_summary(output: str) -> str:
-        """Reject answers that are not a JSON object."""
-        try:
-            json.loads(output)
-        except ValueError:
-            raise ModelRetry(NOT_JSON) from None
-        return output
+    formatted.output_validator(json_summary)
 
     h.register("pg_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
     h.register("pg_input_guard", [TextTurn("This must never be served.")])

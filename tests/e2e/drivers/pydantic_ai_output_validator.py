@@ -29,7 +29,6 @@ Run: ``python tests/e2e/drivers/pydantic_ai_output_validator.py --capture F --ou
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -39,39 +38,21 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + [_HERE]
 
-from harness import API_KEY, Harness, current, tools
-from openai import AsyncOpenAI
+from harness import Harness, current
 from pydantic_ai import Agent, ModelRetry, ToolOutput
-from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import AgentRunError
-from pydantic_ai.models.instrumented import InstrumentationSettings
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai_guards import json_summary, travel_agents
 
 from collector.demo.fakeopenai import TextTurn, ToolCallTurn
 
 AGENT = "pv_travel_agent"
 SSN = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
-get_weather, lookup_order = tools(ModelRetry)
 
 
 def main() -> None:
     """Register the scripts, build the instrumented agents, run every scenario."""
     h = Harness("pydantic_ai_output_validator", "pa-validated-travel-desk")
-    client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
-    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
-    instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=h.provider))
-
-    def agent() -> Agent[None, str]:
-        return Agent(
-            model,
-            name=AGENT,
-            instructions="You help travellers.",
-            tools=[get_weather, lookup_order],
-            capabilities=[instrumentation],
-            retries={"tools": 1, "output": 1},
-        )
-
+    agent = travel_agents(h, AGENT)
     private = agent()
     formatted = agent()
 
@@ -83,14 +64,7 @@ def main() -> None:
             raise ModelRetry("The answer reveals a social security number (SSN). Answer without it.")
         return output
 
-    @formatted.output_validator
-    def json_summary(output: str) -> str:
-        """Reject answers that are not a JSON object."""
-        try:
-            json.loads(output)
-        except ValueError:
-            raise ModelRetry("The answer is not valid JSON. Reply with a JSON object with a 'summary' key.") from None
-        return output
+    formatted.output_validator(json_summary)
 
     def book(summary: str) -> str:
         """Book the trip; return its summary (rejected when it holds a social security number)."""
@@ -99,15 +73,7 @@ def main() -> None:
             raise ModelRetry("The summary reveals a social security number (SSN). Book again without it.")
         return summary
 
-    tooled: Agent[None, str] = Agent(
-        model,
-        name=AGENT,
-        instructions="You help travellers.",
-        tools=[get_weather, lookup_order],
-        capabilities=[instrumentation],
-        retries={"tools": 1, "output": 1},
-        output_type=ToolOutput(book, name="final_result"),
-    )
+    tooled = agent(output_type=ToolOutput(book, name="final_result"))
 
     h.register("pv_normal", [ToolCallTurn.of("get_weather", city="Paris"), TextTurn("Sunny in Paris.")])
     h.register("pv_ssn_retried", [TextTurn("Booked for SSN 078-05-1120."), TextTurn("Your trip is booked.")])

@@ -33,7 +33,7 @@ sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + 
 
 from typing import Any
 
-from harness import API_KEY, Conversation, Harness, tools
+from harness import API_KEY, Conversation, Harness, Plan, Say, converse, tools
 from openai import AsyncOpenAI
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.capabilities import Instrumentation
@@ -72,69 +72,57 @@ class Chat:
         self.history = result.all_messages()
 
 
-def main() -> None:
-    """Run every conversation against the fake model and write the ground truth."""
-    h = Harness("pydantic_ai_sessions", "pa-travel-chat")
-    client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
-    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
-
-    trip = Conversation(
-        h,
+PLANS = [
+    Plan(
         "pas_trip",
-        AGENT,
-        session_id=f"pa-conv-trip-{h.tag}",
-        user_id="erin",
-        script=[
+        "pa-conv-trip",
+        "erin",
+        [
             ToolCallTurn.of("get_weather", city="Paris"),
             TextTurn("It is 21 C and sunny in Paris."),
             ToolCallTurn.of("get_weather", city="Rome"),
             TextTurn("Rome is sunny, 21 C."),
             TextTurn("As I said, Paris is 21 C and sunny."),
         ],
-    )
-    chat = Chat(h, trip, model)
-    with trip.turn():
-        chat.say("What is the weather in Paris?")
-    with trip.turn():
-        chat.say("And in Rome?")
-    with trip.turn(reask=True):
-        chat.say("Sorry, what was the weather in Paris again?")
-    trip.end(abandoned=False)
-
-    cut = Conversation(
-        h,
+        [
+            Say("What is the weather in Paris?"),
+            Say("And in Rome?"),
+            Say("Sorry, what was the weather in Paris again?", reask=True),
+        ],
+    ),
+    Plan(
         "pas_cut",
-        AGENT,
-        session_id=f"pa-conv-cut-{h.tag}",
-        user_id="erin",
-        script=[TextTurn("Hello! How can I help?"), ContentFilterTurn("")],
-    )
-    chat = Chat(h, cut, model)
-    with cut.turn():
-        chat.say("Hi there.")
-    with cut.turn(expected=(AgentRunError,)) as run:
-        run.safety_blocked = True  # ContentFilterError reaches the caller
-        chat.say("Write something your filter blocks.")
-    cut.end(abandoned=True)
-
-    human = Conversation(
-        h,
+        "pa-conv-cut",
+        "erin",
+        [TextTurn("Hello! How can I help?"), ContentFilterTurn("")],
+        [
+            Say("Hi there."),
+            # ContentFilterError reaches the caller
+            Say("Write something your filter blocks.", expected=(AgentRunError,), safety_blocked=True),
+        ],
+        abandoned=True,
+    ),
+    Plan(
         "pas_human",
-        AGENT,
-        session_id=f"pa-conv-human-{h.tag}",
-        user_id="frank",
-        script=[
+        "pa-conv-human",
+        "frank",
+        [
             ToolCallTurn.of("lookup_order", order_id="A-404"),
             TextTurn("I could not find order A-404."),
             TextTurn("Of course: a human colleague will contact you."),
         ],
-    )
-    chat = Chat(h, human, model)
-    with human.turn():
-        chat.say("Where is my order A-404?")
-    with human.turn(human=True):
-        chat.say("Please get me a human operator.")
-    human.end(abandoned=False)
+        [Say("Where is my order A-404?"), Say("Please get me a human operator.", human=True)],
+    ),
+]
+"""The conversations, each on its own agent (its instructions carry the conversation's marker)."""
+
+
+def main() -> None:
+    """Run every conversation against the fake model and write the ground truth."""
+    h = Harness("pydantic_ai_sessions", "pa-travel-chat")
+    client = AsyncOpenAI(base_url=h.base_url, api_key=API_KEY, max_retries=0)
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+    converse(h, AGENT, PLANS, lambda c: Chat(h, c, model).say)
 
     h.register("pas_single", [ToolCallTurn.of("get_weather", city="Oslo"), TextTurn("Oslo: 21 C.")])
     single: Agent[None, str] = Agent(

@@ -39,41 +39,14 @@ sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + 
 from collections.abc import Sequence
 from typing import Any
 
-from harness import API_KEY, SERVER_ERROR, Harness, current
-from openinference.instrumentation.smolagents import SmolagentsInstrumentor
-from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+from harness import SERVER_ERROR, Harness
+from smolagents import ToolCallingAgent
 from smolagents.utils import AgentError, AgentMaxStepsError
+from smolagents_tools import final, get_weather, instrumented_model, lookup_order
 
 from collector.demo.fakeopenai import ContentFilterTurn, TextTurn, ToolCall, ToolCallTurn, Turn
 
 AGENT = "sa_travel_agent"
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Return the current weather for a city.
-
-    Args:
-        city: the city name.
-    """
-    current().tool()
-    return f"It is 21 C and sunny in {city}."
-
-
-@tool
-def lookup_order(order_id: str) -> str:
-    """Return the status of an order.
-
-    Args:
-        order_id: the order id.
-    """
-    current().tool(failed=True)
-    raise LookupError(f"order {order_id} not found")
-
-
-def final(answer: str) -> ToolCallTurn:
-    """A model turn that calls smolagents' built-in ``final_answer`` tool."""
-    return ToolCallTurn.of("final_answer", answer=answer)
 
 
 def register(h: Harness, name: str, turns: Sequence[Turn]) -> None:
@@ -88,10 +61,7 @@ def register(h: Harness, name: str, turns: Sequence[Turn]) -> None:
 def main() -> None:
     """Register the scripts, instrument, run every scenario and write the ground truth."""
     h = Harness("smolagents", "sa-travel-desk")
-    SmolagentsInstrumentor().instrument(tracer_provider=h.provider)
-    model = OpenAIServerModel(
-        model_id="gpt-4o-mini", api_base=h.base_url, api_key=API_KEY, client_kwargs={"max_retries": 0}
-    )
+    model = instrumented_model(h)
     weather = ToolCallTurn.of("get_weather", city="Paris")
     register(h, "sa_normal", [weather, final("Sunny in Paris.")])
     both = ToolCallTurn((ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome"})))

@@ -32,26 +32,15 @@ sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(_HERE)] + 
 
 from typing import Any
 
-from harness import API_KEY, Harness, current
-from openinference.instrumentation.smolagents import SmolagentsInstrumentor
-from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+from harness import Harness, current
+from smolagents import ToolCallingAgent
 from smolagents.utils import AgentError
+from smolagents_tools import final, get_weather, instrumented_model
 
 from collector.demo.fakeopenai import ToolCallTurn
 
 AGENT = "sc_travel_agent"
 SSN = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Return the current weather for a city.
-
-    Args:
-        city: the city name.
-    """
-    current().tool()
-    return f"It is 21 C and sunny in {city}."
 
 
 def no_personal_data(final_answer: Any, memory: Any, agent: Any = None) -> bool:
@@ -67,18 +56,10 @@ def long_enough(final_answer: Any, memory: Any, agent: Any = None) -> bool:
     return len(str(final_answer).split()) >= 3
 
 
-def final(answer: str) -> ToolCallTurn:
-    """A model turn that calls smolagents' built-in ``final_answer`` tool."""
-    return ToolCallTurn.of("final_answer", answer=answer)
-
-
 def main() -> None:
     """Register the scripts, instrument, run every scenario and write the ground truth."""
     h = Harness("smolagents_answer_checks", "sa-checked-travel-desk")
-    SmolagentsInstrumentor().instrument(tracer_provider=h.provider)
-    model = OpenAIServerModel(
-        model_id="gpt-4o-mini", api_base=h.base_url, api_key=API_KEY, client_kwargs={"max_retries": 0}
-    )
+    model = instrumented_model(h)
     h.register("sc_normal", [ToolCallTurn.of("get_weather", city="Paris"), final("Sunny in Paris.")], sequential=True)
     h.register(
         "sc_pii_rejected", [final("Booked for SSN 078-05-1120."), final("Your trip is booked.")], sequential=True

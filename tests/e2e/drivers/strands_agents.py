@@ -31,8 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-from harness import API_KEY, SERVER_ERROR, Harness, current, tools
-from opentelemetry import trace
+from harness import API_KEY, SERVER_ERROR, Harness, current, drive, global_provider, tools
 from strands import Agent, tool
 from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
 from strands.models.openai import OpenAIModel
@@ -101,11 +100,7 @@ def scenarios(h: Harness) -> None:
 
 def main(driver: str = "strands_agents") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    h = Harness(driver, "strands-travel-desk")
-    trace.set_tracer_provider(h.provider)
-    register(h)
-    scenarios(h)
-    h.finish()
+    drive(driver, "strands-travel-desk", global_provider, register, scenarios)
 
 
 if __name__ == "__main__":

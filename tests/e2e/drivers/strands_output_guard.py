@@ -28,8 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness import API_KEY, Harness, current, tools
-from opentelemetry import trace
+from harness import API_KEY, Harness, current, drive, global_provider, tools
 from strands import Agent, tool
 from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 from strands.interventions import Guide, InterventionHandler, Proceed
@@ -146,11 +145,7 @@ def scenarios(h: Harness) -> None:
 
 def main(driver: str = "strands_output_guard") -> None:
     """Register the scripts, set the global provider for Strands, run, and write the ground truth."""
-    h = Harness(driver, "strands-guarded-desk")
-    trace.set_tracer_provider(h.provider)
-    register(h)
-    scenarios(h)
-    h.finish()
+    drive(driver, "strands-guarded-desk", global_provider, register, scenarios)
 
 
 if __name__ == "__main__":
