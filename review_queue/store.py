@@ -452,6 +452,19 @@ class SqlStore:
         log.info("sent_to_review", trace_id=trace_id, item_id=item_id)
         return item_id, True
 
+    def has_session_prefix(self, prefix: str) -> bool:
+        """Whether a stored run's session id starts with ``prefix`` (a range of ``ix_runs_session``, no scan).
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        if not prefix:
+            raise ValueError("empty prefix")
+        bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        query = sa.select(runs.c.trace_id).where(runs.c.session_id >= prefix, runs.c.session_id < bound).limit(1)
+        with self._guard("has_session_prefix"), self._engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
     def ping(self) -> bool:
         """Return True when the database answers and the schema is migrated (for ``/readyz``)."""
         try:
