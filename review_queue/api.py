@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
@@ -26,7 +25,7 @@ from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_quality import quality_router
 from review_queue.api_review import ErrorOut, review_router
 from review_queue.api_sessions import sessions_router
-from review_queue.api_shapes import JudgeResultOut, RunOut
+from review_queue.api_shapes import JudgeResultOut, RunOut, UtcTime
 from review_queue.errors import (
     ConflictError,
     InvalidInputError,
@@ -58,8 +57,8 @@ class _ItemOut(BaseModel):
     priority: Priority
     reasons: list[str]
     sample_rate: float
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
 
 
 class ReviewItemOut(_ItemOut):

@@ -8,7 +8,6 @@ The read side is :mod:`review_queue.sessions`.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
@@ -17,7 +16,7 @@ from pydantic import BaseModel, Field
 from review_queue import session_queries as sessions
 from review_queue.access import READERS
 from review_queue.api_review import ErrorOut
-from review_queue.api_shapes import EvidenceOut, JudgeResultOut, RunOut
+from review_queue.api_shapes import EvidenceOut, JudgeResultOut, RunOut, UtcTime
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
@@ -58,8 +57,8 @@ class SessionOut(BaseModel):
     thumbs_down: int
     signals: list[SessionSignalOut]
     status: Literal["open", "closed"] = Field(description="open while turns arrive; closed after the idle time.")
-    closed_at: datetime | None
-    updated_at: datetime
+    closed_at: UtcTime | None
+    updated_at: UtcTime
 
 
 class SessionPage(BaseModel):

@@ -1,18 +1,43 @@
 """The run shapes the REST API's routers share (:mod:`review_queue.api`, :mod:`review_queue.api_sessions`).
 
 A run as listed (:class:`RunOut`), its flag and evidence, and an LLM judge's verdict on it: the session
-routes show a session's turns in the same shapes as the run routes.
+routes show a session's turns in the same shapes as the run routes. Every time of every route is a
+:data:`UtcTime` (ISO 8601 UTC with milliseconds, ``2026-12-02T19:45:03.123Z``), but the spans' own
+``*_ns`` (Unix nanoseconds, as OTLP carries them).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from scorers.model import Priority, RunStatus
 
-__all__ = ["EvidenceOut", "FlagOut", "JudgeResultOut", "RunOut"]
+__all__ = ["EvidenceOut", "FlagOut", "JudgeResultOut", "RunOut", "UtcTime", "iso_time"]
+
+
+def _from_epoch(value: Any) -> Any:
+    """A stored time (Unix seconds) as an aware datetime; anything else as it is (pydantic checks it)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=UTC)
+    return value
+
+
+def iso_time(value: datetime) -> str:
+    """``value`` as the API writes times: ISO 8601 in UTC, milliseconds, ``Z`` (``2026-12-02T19:45:03.123Z``)."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+UtcTime = Annotated[
+    datetime,
+    BeforeValidator(_from_epoch),
+    PlainSerializer(iso_time, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-12-02T19:45:03.123Z"]}),
+]
+"""A time field of the REST API: stored as Unix seconds or a datetime, written as ISO 8601 UTC (:func:`iso_time`)."""
 
 
 class FlagOut(BaseModel):
@@ -67,8 +92,8 @@ class RunOut(BaseModel):
         None, description="The session (conversation) the run is a turn of; null: a session of one."
     )
     user_id: str | None = Field(None, description="The end user, when the trace names one.")
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
 
 
 class JudgeResultOut(BaseModel):
@@ -87,5 +112,5 @@ class JudgeResultOut(BaseModel):
     latency_s: float
     content_hash: str
     cached: bool
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
