@@ -92,6 +92,11 @@ class RunOut(BaseModel):
         None, description="The session (conversation) the run is a turn of; null: a session of one."
     )
     user_id: str | None = Field(None, description="The end user, when the trace names one.")
+    user_message: str | None = Field(
+        None,
+        description="What the user asked in the run (a turn's own message), redacted, at most 2,048 characters; "
+        "in listings only (`GET /api/v1/runs`), null when no span captured it or the run's details are gone.",
+    )
     created_at: UtcTime
     updated_at: UtcTime
 
