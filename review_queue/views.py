@@ -21,7 +21,6 @@ from scorers.signals import skipped_type
 __all__ = [
     "WATERFALL_WIDTH",
     "age",
-    "snippet",
     "attr_text",
     "attribute_rows",
     "cannot_show",
@@ -31,6 +30,7 @@ __all__ = [
     "pretty",
     "score_rows",
     "snapshot_conversation",
+    "snippet",
     "span_json",
     "waterfall",
 ]
@@ -128,7 +128,7 @@ def clock_time(epoch_s: float | None) -> str:
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-SNIPPET_CHARS = 90
+SNIPPET_CHARS = 80
 """Characters of agent text a list cell shows (the rest in its tooltip, up to :data:`TOOLTIP_CHARS`)."""
 TOOLTIP_CHARS = 600
 

@@ -141,8 +141,9 @@ class TestTimeFormat:
     def test_openapi_says_date_time(self, client: TestClient) -> None:
         """The OpenAPI document gives each time field as a date-time string, no number."""
         schemas = client.get("/openapi.json").json()["components"]["schemas"]
-        for shape, field in (("ClaimOut", "lease_expires_at"), ("EventOut", "at"), ("VerdictOut", "created_at"),
-                             ("TokenOut", "created_at"), ("QualityOut", "since"), ("RunOut", "created_at")):  # fmt: skip
+        fields = (("ClaimOut", "lease_expires_at"), ("EventOut", "at"), ("VerdictOut", "created_at"),
+                  ("TokenOut", "created_at"), ("QualityOut", "since"), ("RunOut", "created_at"))  # fmt: skip
+        for shape, field in fields:
             assert {"type": "string", "format": "date-time"}.items() <= schemas[shape]["properties"][field].items()
 
 
