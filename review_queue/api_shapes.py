@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, WithJso
 
 from scorers.model import Priority, RunStatus
 
-__all__ = ["EvidenceOut", "FlagOut", "JudgeResultOut", "RunOut", "UtcTime", "iso_time"]
+__all__ = ["EvidenceOut", "FlagOut", "JudgeResultOut", "QueryTime", "RunOut", "UtcTime", "iso_time"]
 
 
 def _from_epoch(value: Any) -> Any:
@@ -38,6 +38,25 @@ UtcTime = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-12-02T19:45:03.123Z"]}),
 ]
 """A time field of the REST API: stored as Unix seconds or a datetime, written as ISO 8601 UTC (:func:`iso_time`)."""
+
+
+def _to_epoch(value: Any) -> Any:
+    """A query's time as Unix seconds: an ISO 8601 text (what the API writes; no zone: UTC) or a number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return value  # pydantic refuses it (422)
+        return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).timestamp()
+    return value
+
+
+QueryTime = Annotated[float, BeforeValidator(_to_epoch)]
+"""A time query parameter: ISO 8601 (``2026-12-02T19:45:03.123Z``, as the API writes times) or Unix seconds."""
 
 
 class FlagOut(BaseModel):
