@@ -86,6 +86,9 @@ class QueueItemOut(_ItemOut):
 
     trace_id: str
     agent: str
+    user_message: str | None = Field(
+        None, description="What the user asked in the run, redacted (null: no span captured it, or no details)."
+    )
 
 
 class QueuePage(BaseModel):

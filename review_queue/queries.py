@@ -159,8 +159,9 @@ def list_queue(
     """
     item = review_items
     query = (
-        sa.select(item, runs.c.agent)
+        sa.select(item, runs.c.agent, run_details.c.user_message)
         .join(runs, runs.c.trace_id == item.c.trace_id)
+        .outerjoin(run_details, run_details.c.trace_id == item.c.trace_id)
         .where(*(where or (item.c.state == ItemState.PENDING.value,)))
         .order_by(item.c.priority_rank.desc(), item.c.created_at.asc(), item.c.id.asc())
         .limit(limit + 1)
@@ -258,7 +259,8 @@ def _item_dict(row: sa.RowMapping) -> dict[str, Any]:
 
 
 def _queue_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return {**_item_fields(row), "trace_id": row["trace_id"], "agent": row["agent"]}
+    fields = {"trace_id": row["trace_id"], "agent": row["agent"], "user_message": row["user_message"]}
+    return {**_item_fields(row), **fields}
 
 
 def _time(epoch_s: float) -> datetime:

@@ -94,10 +94,14 @@ class TestSearch:
         assert [] == self._ids(store, explorer.RunQuery(text="first question"))
 
     def test_queue_lists_user_message(self, store: SqlStore) -> None:
-        """The queue's items carry their run's user message; None for a run without details."""
+        """The queue's items (page and ``GET /api/v1/queue``) carry their run's user message; None without details."""
         asked = _run(6, ("loop",), messages=(Message("user", "cancel my order"),))
         store.write([asked, _run(7, ("loop",))])
         DetailsWriter(store.write_details, Redactor()).write_now([asked])
         with store.engine.connect() as conn:
             items = listing.list_items(conn, listing.ItemFilter())
-        assert {f"{6:032x}": "cancel my order", f"{7:032x}": None} == {i["trace_id"]: i["user_message"] for i in items}
+        expected = {f"{6:032x}": "cancel my order", f"{7:032x}": None}
+        assert expected == {i["trace_id"]: i["user_message"] for i in items}
+        client = TestClient(create_api_app(store, admin_token=None, services=build_services(store, admin_token=None)))
+        listed = client.get("/api/v1/queue").json()["items"]
+        assert expected == {i["trace_id"]: i["user_message"] for i in listed}
