@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
@@ -21,12 +20,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from review_queue import listing
+from review_queue import listing, search
 from review_queue.access import READERS, AuthFailure, SecurityHeaders
 from review_queue.api_quality import quality_router
 from review_queue.api_review import ErrorOut, review_router
 from review_queue.api_sessions import sessions_router
-from review_queue.api_shapes import JudgeResultOut, RunOut
+from review_queue.api_shapes import JudgeResultOut, RunOut, UtcTime
 from review_queue.errors import (
     ConflictError,
     InvalidInputError,
@@ -58,8 +57,8 @@ class _ItemOut(BaseModel):
     priority: Priority
     reasons: list[str]
     sample_rate: float
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
 
 
 class ReviewItemOut(_ItemOut):
@@ -87,6 +86,9 @@ class QueueItemOut(_ItemOut):
 
     trace_id: str
     agent: str
+    user_message: str | None = Field(
+        None, description="What the user asked in the run, redacted (null: no span captured it, or no details)."
+    )
 
 
 class QueuePage(BaseModel):
@@ -216,12 +218,21 @@ def _api_router(store: SqlStore, services: ReviewServices) -> APIRouter:
         user: Annotated[
             str | None, Query(min_length=1, max_length=256, description="The runs of this end user.")
         ] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=search.MAX_QUERY_CHARS,
+                description="Text in the user message or the final answer (case-insensitive; the newest "
+                f"{search.SEARCH_WINDOW:,} runs).",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
-        """List runs newest first, optionally by agent, flagged state, flag reason, session or user."""
-        for name, text in (("session", session), ("user", user)):
+        """List runs newest first, optionally by agent, flagged state, flag reason, session, user or text."""
+        for name, text in (("session", session), ("user", user), ("q", q)):
             if text is not None and "\x00" in text:
                 raise HTTPException(400, f"{name} contains a NUL character")
-        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor, session=session, user=user)
+        items, next_cursor = store.list_runs(agent, flagged, reason, limit, cursor, session=session, user=user, text=q)
         return {"items": items, "next_cursor": next_cursor}
 
     @router.get("/runs/{trace_id}", response_model=RunDetailOut, responses={404: {"model": ErrorOut}})

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from review_queue.access import READERS
 from review_queue.api_review import ErrorOut
+from review_queue.api_shapes import UtcTime
 from review_queue.quality import quality_report
 from review_queue.services import ReviewServices
 from review_queue.store import guard
@@ -104,8 +105,8 @@ class QualityOut(BaseModel):
     """The estimates of a window ending now."""
 
     window: str
-    since: float = Field(description="Unix epoch seconds.")
-    until: float
+    since: UtcTime = Field(description="The window's start.")
+    until: UtcTime = Field(description="The window's end: now.")
     confidence: float
     judges: list[JudgeCalibrationOut]
     agents: list[AgentQualityOut]

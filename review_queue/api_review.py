@@ -7,12 +7,14 @@ requeue, assignment and tokens admin; feedback admin or ingest.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from review_queue.access import ADMINS, FEEDBACK_SENDERS, READERS, REVIEWERS
+from review_queue.api_shapes import UtcTime, iso_time
 from review_queue.feedback import parse_score
 from review_queue.model import FeedbackIn, Principal, Role, VerdictIn, VerdictTarget, VerdictValue
 from review_queue.services import ReviewServices
@@ -33,7 +35,7 @@ class ClaimOut(BaseModel):
 
     item_id: int
     trace_id: str
-    lease_expires_at: float = Field(description="Unix epoch seconds.")
+    lease_expires_at: UtcTime
 
 
 class VerdictBody(BaseModel):
@@ -59,7 +61,7 @@ class VerdictOut(BaseModel):
     categories: list[str]
     notes: str
     corrected_answer: str | None
-    created_at: float
+    created_at: UtcTime
     target: VerdictTarget = VerdictTarget.RUN
     target_trace_id: str | None = Field(None, description="The run the verdict applies to; null for a session verdict.")
 
@@ -76,8 +78,19 @@ class EventOut(BaseModel):
 
     actor: str
     action: str
-    detail: dict[str, Any]
-    at: float
+    detail: dict[str, Any] = Field(description="What the action recorded; its times (``*_at``) as ISO 8601 UTC.")
+    at: UtcTime
+
+    @field_validator("detail")
+    @classmethod
+    def _detail_times(cls, detail: dict[str, Any]) -> dict[str, Any]:
+        """A recorded time (``lease_expires_at`` of a claim: Unix seconds) in the API's one format."""
+        return {
+            k: iso_time(datetime.fromtimestamp(v, tz=UTC))
+            if k.endswith("_at") and isinstance(v, int | float) and not isinstance(v, bool)
+            else v
+            for k, v in detail.items()
+        }
 
 
 class ItemOut(BaseModel):
@@ -93,7 +106,7 @@ class ItemOut(BaseModel):
     reviews_done: int
     assigned_to: str | None
     claimed_by: str | None
-    lease_expires_at: float | None
+    lease_expires_at: UtcTime | None
     verdicts: list[VerdictOut]
     events: list[EventOut]
 
@@ -150,8 +163,8 @@ class TokenOut(BaseModel):
     name: str
     role: Role
     prefix: str
-    created_at: float
-    revoked_at: float | None
+    created_at: UtcTime
+    revoked_at: UtcTime | None
 
 
 class TokenCreated(TokenOut):

@@ -8,7 +8,6 @@ The read side is :mod:`review_queue.sessions`.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
@@ -17,7 +16,7 @@ from pydantic import BaseModel, Field
 from review_queue import session_queries as sessions
 from review_queue.access import READERS
 from review_queue.api_review import ErrorOut
-from review_queue.api_shapes import EvidenceOut, JudgeResultOut, RunOut
+from review_queue.api_shapes import EvidenceOut, JudgeResultOut, QueryTime, RunOut, UtcTime
 from review_queue.services import ReviewServices
 from review_queue.store import guard
 
@@ -58,8 +57,8 @@ class SessionOut(BaseModel):
     thumbs_down: int
     signals: list[SessionSignalOut]
     status: Literal["open", "closed"] = Field(description="open while turns arrive; closed after the idle time.")
-    closed_at: datetime | None
-    updated_at: datetime
+    closed_at: UtcTime | None
+    updated_at: UtcTime
 
 
 class SessionPage(BaseModel):
@@ -114,10 +113,12 @@ def sessions_router(services: ReviewServices) -> APIRouter:
         flagged: Annotated[bool | None, Query(description="With (true) or without (false) a flagged turn.")] = None,
         signal: Annotated[str | None, Query(pattern=f"^{sessions.SIGNAL_NAME.pattern}$")] = None,
         since: Annotated[
-            float | None, Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity ≥, Unix seconds.")
+            QueryTime | None,
+            Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity ≥: ISO 8601 or Unix seconds."),
         ] = None,
         until: Annotated[
-            float | None, Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity <, Unix seconds.")
+            QueryTime | None,
+            Query(ge=0, le=sessions.MAX_TIME_S, description="Last activity <: ISO 8601 or Unix seconds."),
         ] = None,
         sort: Literal["last", "turns", "duration"] = "last",
         order: Literal["desc", "asc"] = "desc",

@@ -50,6 +50,7 @@ import zstandard
 from collector.budget import ByteAccount
 from collector.lifecycle import name_os_thread
 from collector.model import AttrValue, SpanEvent
+from review_queue.sessions import user_message
 from review_queue.views import unanswered
 from scorers import content
 from scorers.model import Run, ScoredRun, Step, StepKind, ToolCall, run_bytes
@@ -246,8 +247,10 @@ def details_row(
         _fit_compact(doc, len(body))
         body = orjson.dumps(doc)
     final = scored.run.final_output
+    asked = user_message(scored.run)
     return {
         "final_output": None if final is None else texts(final),
+        "user_message": texts(asked) if asked else None,
         "trace_id": scored.run.trace_id,
         "span_count": scored.run.span_count,
         "codec": CODEC,

@@ -1,9 +1,9 @@
 """The runs explorer's query: every stored run, filtered, sorted, one keyset page at a time.
 
 Filters: agent, service, status, session, user, each headline signal, flagged or not, flag reason, a score
-range, a time range (index time), a trace-id prefix and text in the final answer (the run's
-details, :mod:`review_queue.details`, keep it for their retention). Sorting by index time,
-duration, LLM calls, tool errors or tokens, either way, with a cursor that stays valid under
+range, a time range (index time), a trace-id prefix and text in what the user asked or the final answer
+(:mod:`review_queue.search`; the run's details, :mod:`review_queue.details`, keep both for their retention).
+Sorting by index time, duration, LLM calls, tool errors or tokens, either way, with a cursor that stays valid under
 inserts. Every value reaches SQL as a bound parameter; names (sort column, score name) are
 checked against a list or a pattern first.
 """
@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from review_queue.queries import InvalidCursorError, reason_filter_for
+from review_queue.search import text_match
 from review_queue.tables import run_details, runs
 
 __all__ = ["SIGNALS", "SORTS", "RunQuery", "decode_cursor", "encode_cursor", "explore", "score_value"]
@@ -51,7 +52,7 @@ class RunQuery:
         score / score_min / score_max: a score name and its inclusive bounds.
         since / until: index time bounds, Unix seconds ([since, until)).
         trace: a trace-id prefix (hex).
-        text: a substring of the final answer (case-insensitive on SQLite, ``ILIKE`` on PostgreSQL).
+        text: a substring of the user message or the final answer (:func:`review_queue.search.text_match`).
         sort: a key of :data:`SORTS`; ``descending`` its direction.
         limit: page size (≤ :data:`MAX_PAGE`).
     """
@@ -88,10 +89,6 @@ def score_value(dialect: str, name: str) -> sa.ColumnElement[Any]:
     return sa.func.json_extract(runs.c.scores, f'$."{name}"')
 
 
-def _like(text: str) -> str:
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """One page of runs matching ``q`` and the next page's cursor (``None`` on the last page).
 
@@ -124,6 +121,7 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
         runs.c.session_id,
         runs.c.user_id,
         run_details.c.final_output,
+        run_details.c.user_message,
     ).select_from(runs.outerjoin(run_details, run_details.c.trace_id == runs.c.trace_id))
     for name, value in (
         ("agent", q.agent), ("service", q.service), ("status", q.status), ("session_id", q.session),
@@ -156,9 +154,7 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
             return [], None
         query = query.where(runs.c.trace_id.like(prefix + "%"))
     if q.text:
-        pattern = _like(q.text[:256])
-        matcher = run_details.c.final_output.ilike if dialect == "postgresql" else run_details.c.final_output.like
-        query = query.where(matcher(pattern, escape="\\"))
+        query = query.where(text_match(dialect, q.text))
     if cursor is not None:
         key, trace_id = decode_cursor(cursor, "x", q.sort, q.descending)
         if q.descending:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from review_queue.model import ItemState
-from review_queue.tables import review_items, review_verdicts, runs
+from review_queue.tables import review_items, review_verdicts, run_details, runs
 
 __all__ = [
     "ItemFilter",
@@ -75,7 +75,9 @@ def where(conn: sa.Connection, f: ItemFilter, *, with_state: bool = True) -> lis
 
 
 def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
-    """Items matching ``f``, highest priority first then oldest, at most ``limit`` (≤ 500) from ``offset``."""
+    """Items matching ``f``, highest priority first then oldest, at most ``limit`` (≤ 500) from ``offset``;
+    each with its run's agent, times, user message (``run_details.user_message``, None without details)
+    and latest verdict."""
     query = (
         sa.select(
             review_items.c.id,
@@ -92,10 +94,12 @@ def list_items(conn: sa.Connection, f: ItemFilter, limit: int = 200, offset: int
             runs.c.agent,
             runs.c.start_ns,
             runs.c.end_ns,
+            run_details.c.user_message,
             _last_verdict("verdict"),
             _last_verdict("reviewer"),
         )
         .join(runs, runs.c.trace_id == review_items.c.trace_id)
+        .outerjoin(run_details, run_details.c.trace_id == review_items.c.trace_id)
         .where(*where(conn, f))
         .order_by(review_items.c.priority_rank.desc(), review_items.c.created_at, review_items.c.id)
         .limit(min(limit, MAX_ITEMS))

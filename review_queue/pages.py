@@ -40,6 +40,7 @@ _ENV.filters["age"] = views.age
 _ENV.filters["clock"] = views.clock_time
 _ENV.filters["iso"] = views.iso_time
 _ENV.filters["pretty"] = views.pretty
+_ENV.filters["snippet"] = views.snippet
 _ENV.filters["attr_text"] = views.attr_text
 _ENV.filters["span_json"] = views.span_json
 _ENV.filters["attribute_rows"] = views.attribute_rows

@@ -20,7 +20,8 @@ from sqlalchemy.dialects import postgresql
 
 from review_queue.errors import ReviewQueueError
 from review_queue.model import ItemState
-from review_queue.tables import review_items, runs
+from review_queue.search import text_match
+from review_queue.tables import review_items, run_details, runs
 from scorers.model import OUTCOME_FIELDS, Priority
 
 __all__ = [
@@ -99,8 +100,11 @@ def list_runs(
     cursor: str | None,
     session: str | None = None,
     user: str | None = None,
+    text: str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Return one page of runs, newest first, and the cursor of the next page (or ``None``).
+
+    ``text``: only runs whose user message or final answer contains it (:func:`review_queue.search.text_match`).
 
     "Newest" is the time the run entered the index (``created_at``), ties broken by trace id:
     re-scores do not move a run, so paging never repeats or skips one.
@@ -108,7 +112,12 @@ def list_runs(
     Raises:
         InvalidCursorError: ``cursor`` is not one this function returned.
     """
-    query = sa.select(runs).order_by(runs.c.created_at.desc(), runs.c.trace_id.desc()).limit(limit + 1)
+    query = (
+        sa.select(runs, run_details.c.user_message)
+        .select_from(runs.outerjoin(run_details, run_details.c.trace_id == runs.c.trace_id))
+        .order_by(runs.c.created_at.desc(), runs.c.trace_id.desc())
+        .limit(limit + 1)
+    )
     if agent is not None:
         query = query.where(runs.c.agent == agent)
     if flagged is not None:
@@ -119,6 +128,8 @@ def list_runs(
         query = query.where(runs.c.session_id == session)
     if user is not None:
         query = query.where(runs.c.user_id == user)
+    if text:
+        query = query.where(text_match(conn.dialect.name, text))
     if cursor is not None:
         created, trace_id = _decode(cursor, "r", (float, str))
         query = query.where(
@@ -128,7 +139,7 @@ def list_runs(
             )
         )
     rows = conn.execute(query).mappings().all()
-    page = [_run_dict(row) for row in rows[:limit]]
+    page = [{**_run_dict(row), "user_message": row["user_message"]} for row in rows[:limit]]
     if len(rows) <= limit:
         return page, None
     last = rows[limit - 1]
@@ -148,8 +159,9 @@ def list_queue(
     """
     item = review_items
     query = (
-        sa.select(item, runs.c.agent)
+        sa.select(item, runs.c.agent, run_details.c.user_message)
         .join(runs, runs.c.trace_id == item.c.trace_id)
+        .outerjoin(run_details, run_details.c.trace_id == item.c.trace_id)
         .where(*(where or (item.c.state == ItemState.PENDING.value,)))
         .order_by(item.c.priority_rank.desc(), item.c.created_at.asc(), item.c.id.asc())
         .limit(limit + 1)
@@ -247,7 +259,8 @@ def _item_dict(row: sa.RowMapping) -> dict[str, Any]:
 
 
 def _queue_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return {**_item_fields(row), "trace_id": row["trace_id"], "agent": row["agent"]}
+    fields = {"trace_id": row["trace_id"], "agent": row["agent"], "user_message": row["user_message"]}
+    return {**_item_fields(row), **fields}
 
 
 def _time(epoch_s: float) -> datetime:

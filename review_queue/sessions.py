@@ -72,6 +72,8 @@ __all__ = [
     "recount_flagged",
     "session_signals",
     "turn_features",
+    "user_message",
+    "user_message_step",
     "word_set",
 ]
 
@@ -316,7 +318,7 @@ def turn_features(run: Run, config: SessionConfig) -> dict[str, Any] | None:
     if run.session_id is None:
         return None
     root = next((s for s in run.steps if s.parent_id is None), run.steps[0] if run.steps else None)
-    llm, user = _user_message(run)
+    llm, user = user_message_step(run)
     llm = llm or root
     found = _ANY_WORD.findall(user[:MAX_USER_CHARS].lower())  # _normalise's words, kept for word_set's
     words = sorted({w for w in found if len(w) > 1} - _STOP)[:MAX_TERMS]
@@ -353,7 +355,15 @@ def _call_user(attributes: Mapping[str, Any]) -> tuple[bool, str | None]:
     return bool(found), _last_user(found) if found else None
 
 
-def _user_message(run: Run) -> tuple[Step | None, str]:
+def user_message(run: Run) -> str:
+    """What the user asked in ``run`` (``""`` when no span captured it): a turn's own message, not the history.
+
+    The last user message in the input of the run's first LLM call that captured messages, else of the
+    run's conversation (:func:`user_message_step`)."""
+    return user_message_step(run)[1]
+
+
+def user_message_step(run: Run) -> tuple[Step | None, str]:
     """The LLM step the turn's user message was read from (or ``None``) and the message (``""`` when none)."""
     last_llm = next((s for s in reversed(run.steps) if s.kind is StepKind.LLM), None)
     looked = 0

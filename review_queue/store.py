@@ -51,7 +51,7 @@ log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 """The Alembic script location shipped as package data."""
-HEAD_REVISION: Final = "0014"
+HEAD_REVISION: Final = "0015"
 """The newest migration's revision (``review_queue/migrations/versions``; a test holds it to Alembic's
 head). A database already there is not handed to Alembic at start-up, so a long-lived process whose
 database is current never imports it."""
@@ -327,6 +327,7 @@ class SqlStore:
         *,
         session: str | None = None,
         user: str | None = None,
+        text: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Return runs newest first (by index time) and the next page's cursor, or ``None``.
 
@@ -337,6 +338,7 @@ class SqlStore:
             limit: page size (≥ 1).
             session: only the turns of this session (``runs.session_id``).
             user: only the runs of this end user (``runs.user_id``).
+            text: only runs whose user message or final answer contains it (:mod:`review_queue.search`).
             cursor: ``next_cursor`` of the previous page.
 
         Raises:
@@ -354,6 +356,7 @@ class SqlStore:
                 cursor=cursor,
                 session=session,
                 user=user,
+                text=text,
             )
 
     def list_queue(
@@ -462,6 +465,19 @@ class SqlStore:
             conn.execute(sa.insert(review_events).values(event))
         log.info("sent_to_review", trace_id=trace_id, item_id=item_id)
         return item_id, True
+
+    def has_session_prefix(self, prefix: str) -> bool:
+        """Whether a stored run's session id starts with ``prefix`` (a range of ``ix_runs_session``, no scan).
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        if not prefix:
+            raise ValueError("empty prefix")
+        bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        query = sa.select(runs.c.trace_id).where(runs.c.session_id >= prefix, runs.c.session_id < bound).limit(1)
+        with self._guard("has_session_prefix"), self._engine.connect() as conn:
+            return conn.execute(query).first() is not None
 
     def ping(self) -> bool:
         """Return True when the database answers and the schema is migrated (for ``/readyz``)."""
@@ -782,7 +798,10 @@ def _details_upsert(dialect: str) -> sa.Executable:
     stmt = insert(run_details)
     return stmt.on_conflict_do_update(
         index_elements=[run_details.c.trace_id],
-        set_={name: stmt.excluded[name] for name in ("span_count", "codec", "body", "created_at", "final_output")},
+        set_={
+            name: stmt.excluded[name]
+            for name in ("span_count", "codec", "body", "created_at", "final_output", "user_message")
+        },
         where=run_details.c.span_count <= stmt.excluded.span_count,
     )
 

@@ -129,11 +129,15 @@ run_details = sa.Table(
     sa.Column("body", sa.LargeBinary(), nullable=False),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("final_output", sa.Text(), nullable=True),
+    sa.Column("user_message", sa.Text(), nullable=True),
     sa.Index("ix_run_details_created", "created_at"),
 )
 """The details document of a run (:mod:`review_queue.details`, migration ``0007``): compressed JSON
-of its spans (attributes, events) and conversation. No foreign key: written after the run, by another
-thread; deleted with the run (purge, retention) and earlier for unflagged runs (details retention)."""
+of its spans (attributes, events) and conversation. ``final_output`` and ``user_message`` (migration
+``0015``): the final answer and what the user asked in the run, redacted and cut at 2,048 characters,
+in the clear for the lists and the runs search (:mod:`review_queue.search`).
+No foreign key: written after the run, by another thread; deleted with the run (purge, retention) and
+earlier for unflagged runs (details retention)."""
 
 review_items = sa.Table(
     "review_items",

@@ -32,6 +32,7 @@ __all__ = [
     "pretty",
     "score_rows",
     "snapshot_conversation",
+    "snippet",
     "span_json",
     "span_messages",
     "waterfall",
@@ -128,6 +129,22 @@ def clock_time(epoch_s: float | None) -> str:
     if epoch_s is None:
         return ""
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+SNIPPET_CHARS = 80
+"""Characters of agent text a list cell shows (the rest in its tooltip, up to :data:`TOOLTIP_CHARS`)."""
+TOOLTIP_CHARS = 600
+
+
+def snippet(text: str | None, limit: int = SNIPPET_CHARS) -> str:
+    """``text`` on one line (runs of whitespace as one space), cut at a word within ``limit`` characters
+    with ``…``; empty for None. Plain text: the template escapes it."""
+    flat = " ".join((text or "").split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
 
 
 def iso_time(epoch_s: float | None) -> str:

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from review_queue import explorer, listing, queries, session_queries, targets, views
+from review_queue import explorer, listing, queries, search, session_queries, targets, views
 from review_queue.access import ADMINS, READERS, REVIEWERS
 from review_queue.api_review import RowId
 from review_queue.auth import ANONYMOUS
@@ -416,6 +416,7 @@ def _runs_explorer(app: FastAPI, services: ReviewServices) -> None:
         return list_page(
             "runs.html", request, services, form, fetch, filters=filters, notice=notice, signals=explorer.SIGNALS,
             can_review=who.role in REVIEWERS,
+            search_window=search.SEARCH_WINDOW,
         )  # fmt: skip
 
 

@@ -42,7 +42,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         settings = demo_settings(settings)
     upgrade_database_in_child(settings.database_url)  # the server then never imports Alembic
     emb = build(settings)
-    drained = asyncio.run(serve(emb, demo_rate=args.demo_rate if args.demo else None))
+    drained = asyncio.run(serve(emb, demo_rate=args.demo_rate if args.demo else None, demo_seed=args.demo_seed))
     return 0 if drained else 1
 
 
@@ -58,6 +58,7 @@ def demo_settings(settings: Settings) -> Settings:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from collector.demo.fleet import DemoFleet
+    from collector.demo.plan import fresh_seed
 
     configure_logging("warning")  # the live progress display owns the terminal
     endpoint = args.endpoint or ("http://127.0.0.1:4317" if args.protocol == "grpc" else "http://127.0.0.1:4318")
@@ -67,7 +68,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             rate_per_s=args.rate,
             duration_s=args.duration,
             runs=args.runs,
-            seed=args.seed,
+            seed=fresh_seed() if args.seed is None else args.seed,
             protocol=args.protocol,
             pace=args.pace,
             on_feedback=_feedback_poster(args.feedback_url, args.feedback_token) if args.feedback_url else None,
@@ -83,7 +84,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if args.truth is not None:
-        doc = {"endpoint": endpoint, "seed": args.seed, "runs": [asdict(r) for r in runs]}
+        doc = {"endpoint": endpoint, "seed": fleet.seed, "runs": [asdict(r) for r in runs]}
         args.truth.write_text(json.dumps(doc, indent=1) + "\n")
     print(fleet.stats.summary(), file=sys.stderr)
     stats = fleet.stats
@@ -571,6 +572,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--demo", action="store_true", help="also run the demo agent fleet against this Vigil")
     run.add_argument("--demo-rate", type=_positive, default=2.0, help="demo runs per second (default 2)")
+    run.add_argument(
+        "--demo-seed",
+        type=int,
+        default=None,
+        help="seed of the demo's runs (default: a fresh one each start, whose session ids the database has not seen)",
+    )
     run.set_defaults(func=_cmd_run)
     demo = sub.add_parser("demo", help="send simulated agent runs (a realistic good/bad mix) to an OTLP endpoint")
     demo.add_argument("--endpoint", help="OTLP endpoint (default http://127.0.0.1:4318, :4317 for grpc)")
@@ -579,7 +586,9 @@ def parser() -> argparse.ArgumentParser:
     limit = demo.add_mutually_exclusive_group()
     limit.add_argument("--duration", type=_positive, default=None, help="seconds to send for (default: until Ctrl-C)")
     limit.add_argument("--runs", type=int, default=None, help="number of runs to send")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the run sequence (default 0)")
+    demo.add_argument(
+        "--seed", type=int, default=None, help="seed of the run sequence (default: a fresh one; --truth records it)"
+    )
     demo.add_argument("--pace", type=float, default=1.0, help="latency multiplier, 0 = no simulated latency")
     demo.add_argument("--truth", type=Path, default=None, help="write every run's ground truth to this JSON file")
     demo.add_argument(

@@ -359,14 +359,21 @@ def durable_store(store: SqlStore) -> None:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
 
-async def serve(emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, *, demo_rate: float | None = None) -> bool:
+async def serve(
+    emb: Embedded,
+    drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    *,
+    demo_rate: float | None = None,
+    demo_seed: int | None = None,
+) -> bool:
     """Run every role until SIGTERM/SIGINT, then drain. Returns True when the drain completed.
 
     With ``demo_rate`` the demo fleet (:mod:`collector.demo.fleet`) also runs, on a thread, sending
-    that many runs per second to the OTLP/HTTP receiver; it is stopped and flushed first.
+    that many runs per second to the OTLP/HTTP receiver; it is stopped and flushed first. It plays
+    ``demo_seed``, or (None) a fresh seed no earlier start on this database played (:func:`demo_seed_for`).
     """
     stop = StopSignal()  # before the state is loaded: from here on a SIGTERM saves it again
-    components, servers = await run_components(emb, drain_timeout_s, demo_rate)
+    components, servers = await run_components(emb, drain_timeout_s, demo_rate, demo_seed)
     s = emb.settings
     started = {
         "otlp_http": s.otlp_http_port,
@@ -457,7 +464,10 @@ DEMO_STOP_S = 10.0
 
 
 async def run_components(
-    emb: Embedded, drain_timeout_s: float = DRAIN_TIMEOUT_S, demo_rate: float | None = None
+    emb: Embedded,
+    drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    demo_rate: float | None = None,
+    demo_seed: int | None = None,
 ) -> tuple[Components, list[HttpServer]]:
     """The components of ``vigil run`` in start order (they stop in reverse), and its HTTP servers.
 
@@ -555,7 +565,7 @@ async def run_components(
     c.add("worker", Drain(emb.worker, s.state_path, emb.spool, s.memory_budgets().inflight), drain_timeout_s)
     c.add("receivers", Together(*receivers), max(receiver.stop_budget_s, GRPC_STOP_GRACE_S))
     if demo_rate:
-        c.add("demo", _demo(emb, receiver, demo_rate), DEMO_STOP_S)
+        c.add("demo", _demo(emb, receiver, demo_rate, demo_seed_for(emb.store, demo_seed)), DEMO_STOP_S)
     return c, [receiver, api, metrics]
 
 
@@ -625,8 +635,19 @@ def replay_spool(spool: Spool, worker: StreamWorker) -> int:
     return replayed
 
 
-def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
-    """The demo fleet, started once the OTLP/HTTP receiver listens.
+def demo_seed_for(store: SqlStore, seed: int | None) -> int:
+    """The demo fleet's seed: ``seed`` when given (``--demo-seed``: the same runs every start), else a fresh
+    one whose session ids (:func:`collector.demo.plan.session_prefix`) no run in ``store`` has, so a restart
+    on the same database starts new sessions instead of adding turns to an earlier start's."""
+    from collector.demo.plan import fresh_seed, session_prefix
+
+    if seed is not None:
+        return seed
+    return fresh_seed(lambda drawn: store.has_session_prefix(session_prefix(drawn)))
+
+
+def _demo(emb: Embedded, receiver: HttpServer, rate: float, seed: int) -> Component:
+    """The demo fleet playing ``seed``, started once the OTLP/HTTP receiver listens.
 
     Its users' thumbs-down go straight to the feedback store (as ``POST /api/v1/feedback`` would).
     """
@@ -639,7 +660,7 @@ def _demo(emb: Embedded, receiver: HttpServer, rate: float) -> Component:
     fleet = DemoFleet(
         f"http://{host}:{s.otlp_http_port}",
         rate_per_s=rate,
-        seed=0,
+        seed=seed,
         progress=False,
         headers=token,
         on_feedback=partial(_demo_feedback, emb.services),

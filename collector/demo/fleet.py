@@ -235,7 +235,9 @@ class DemoFleet:
             sleep=self._stop.wait,
         )
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="vigil-demo")
-        log.info("demo_started", endpoint=self.endpoint, rate_per_s=self.rate_per_s, own_llm_spans=fallback)
+        log.info(
+            "demo_started", endpoint=self.endpoint, rate_per_s=self.rate_per_s, seed=self.seed, own_llm_spans=fallback
+        )
         try:
             with LiveProgress(self.stats, self.progress):
                 self._schedule(pool, agent)

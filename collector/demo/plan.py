@@ -1,6 +1,8 @@
 """What the demo fleet sends: agents, run kinds, the mix, scripted scenarios and their ground truth.
 
-Pure and deterministic: everything here is a function of the seed. A *scenario* is one
+Pure and deterministic: everything here is a function of the seed (but :func:`fresh_seed`, which draws one:
+``vigil run --demo`` plays a fresh seed each start unless ``--demo-seed`` names one, so a restart on the
+same database never reuses an earlier start's session ids). A *scenario* is one
 scripted exchange of one agent with one user (``support.where.looping.3``: what the user asks,
 the kind of run, the variant, which picks the user): the turns the fake model answers with, the
 agent's settings (iteration cap, optimal steps) and what the world does to it (a tool that fails,
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import random
+import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -63,11 +66,13 @@ __all__ = [
     "Scenario",
     "conversations",
     "expected",
+    "fresh_seed",
     "persona",
     "plan_runs",
     "planner",
     "scenario",
     "scenarios",
+    "session_prefix",
     "session_truth",
 ]
 
@@ -823,7 +828,7 @@ def conversations(seed: int) -> Iterator[tuple[RunPlan, ...]]:
     while True:
         agent = rng.choices(AGENTS, weights)[0]
         turns = _conversation(agent, rng, deal, seed)
-        tag = f"s{seed}c{number}"
+        tag = f"{session_prefix(seed)}{number}"
         script = tuple(s.name for s, _, _ in turns)
         yield tuple(
             RunPlan(index + n, f"s{seed}r{index + n}", s, tag, n, message, act, script)
@@ -908,6 +913,33 @@ def session_truth(turns: Sequence[RunPlan]) -> dict[str, Any]:
             truth[signal].append(position)
     truth["abandoned"] = bool(turns) and failed(turns[-1].scenario)
     return truth
+
+
+MAX_SEED: Final = 2**32
+"""Fresh seeds (:func:`fresh_seed`) are below it: session ids stay short (``s3141592653c17``)."""
+
+
+def session_prefix(seed: int) -> str:
+    """What every session id of a fleet with ``seed`` starts with (``s{seed}c``, then the conversation's number)."""
+    return f"s{seed}c"
+
+
+def fresh_seed(taken: Callable[[int], bool] | None = None, draws: int = 16) -> int:
+    """A seed from the system's entropy, for a fleet whose ids must not meet an earlier fleet's.
+
+    Args:
+        taken: whether a seed's session ids (:func:`session_prefix`) are already stored; a taken seed
+            is drawn again, up to ``draws`` times (a clash of two 32-bit draws is already rare).
+        draws: how many seeds to try before giving up.
+
+    Raises:
+        RuntimeError: every draw was taken.
+    """
+    for _ in range(draws):
+        seed = secrets.randbelow(MAX_SEED)
+        if taken is None or not taken(seed):
+            return seed
+    raise RuntimeError(f"no untaken demo seed in {draws} draws")
 
 
 def planner(seed: int) -> Iterator[RunPlan]:

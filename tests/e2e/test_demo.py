@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from collector.demo.fleet import DemoFleet, DemoRun, session_truths
 from collector.demo.plan import Kind
 from review_queue.store import SqlStore
-from review_queue.tables import run_details
+from review_queue.tables import run_details, runs
 from tests.support.review_queue import TRUTH_FIELDS as FIELDS
 from vigil.process import VigilProcess, spawn_vigil, start_vigil
 
@@ -250,6 +250,59 @@ class TestRunDemo:
         assert not any("[[scenario:" in e["content"] for e in system)
         assert any(sum(e.get("role") == "user" for e in d["conversation"]) > 1 for d in docs)  # later turns
         assert any(e.get("role") == "assistant" or e["kind"] == "final" for d in docs for e in d["conversation"])
+
+    def test_restart_starts_fresh_sessions(self, tmp_path: Path) -> None:
+        """Two starts of ``vigil run --demo`` on one database play different seeds: the runs the second
+        start stores name no session of the first start's (with one fixed seed they would carry on the
+        old sessions), and each start logs the seed it plays."""
+        env = {"VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_QUIET_PERIOD_S": "0.5"}
+        earlier: dict[str, str | None] = {}  # trace id → session id of every run the earlier starts stored
+        sessions: list[set[str]] = []
+        seeds: list[int] = []
+        for _ in range(2):
+            vigil = spawn_vigil(tmp_path, env, ["--demo", "--demo-rate", "8"])
+            try:
+                _wait_new_sessions(vigil, set(earlier), at_least=3, timeout_s=45)
+            finally:
+                code = vigil.stop()
+            assert 0 == code, vigil.log_tail()
+            started = [json.loads(line) for line in vigil.log_path.read_text().splitlines() if "demo_started" in line]
+            seeds += [line["seed"] for line in started if "seed" in line]
+            stored = _stored_sessions(tmp_path / "vigil.db")  # all of them: runs stored after the poll too
+            sessions.append({s for t, s in stored.items() if t not in earlier and s})
+            earlier = stored
+        first, second = sessions
+        assert len(first) >= 3, sessions
+        assert len(second) >= 3, sessions
+        assert not first & second, f"the second start added turns to the first's sessions {first & second}"
+        assert 2 == len(seeds), seeds
+        assert seeds[0] != seeds[1], seeds
+
+
+def _wait_new_sessions(vigil: VigilProcess, earlier: set[str], at_least: int, timeout_s: float) -> None:
+    """Poll ``GET /api/v1/runs`` until the runs not in ``earlier`` name ``at_least`` sessions (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and vigil.process.poll() is None:
+        try:
+            r = httpx.get(f"{vigil.api}/api/v1/runs", params={"limit": 500}, timeout=2)
+            if r.status_code == 200:
+                listed = r.json()["items"]
+                new = {x["session_id"] for x in listed if x["session_id"] and x["trace_id"] not in earlier}
+                if len(new) >= at_least:
+                    return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+
+
+def _stored_sessions(db: Path) -> dict[str, str | None]:
+    """Trace id → session id of every run stored in the SQLite database ``db``."""
+    store = SqlStore(f"sqlite:///{db}")
+    try:
+        with store.engine.connect() as conn:
+            return {row.trace_id: row.session_id for row in conn.execute(sa.select(runs.c.trace_id, runs.c.session_id))}
+    finally:
+        store.close()
 
 
 def _wait_run(vigil: VigilProcess, trace_id: str, timeout_s: float = 15.0) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -100,6 +103,48 @@ class TestWorkbenchApi:
     def test_taxonomy(self, client: TestClient) -> None:
         """The default taxonomy is served."""
         assert "wrong_tool" in client.get("/api/v1/taxonomy", headers=ADMIN).json()
+
+
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+"""The one time format of the API: ISO 8601 UTC with milliseconds."""
+
+
+class TestTimeFormat:
+    """Every time field of the API is ISO 8601 UTC with milliseconds, list and item routes alike."""
+
+    def test_item_routes_write_iso_times(self, store: SqlStore, services: ReviewServices, client: TestClient,
+                                         clock: Clock) -> None:  # fmt: skip
+        """Claim, item (verdicts, events and the claim event's lease), tokens, queue, run and quality: ISO."""
+        store.write([scored_run("5" * 32, reasons=["a"])])
+        alice = _who(services, "alice")
+        claim = client.post("/api/v1/queue/claim", headers=alice).json()
+        lease = datetime.fromtimestamp(clock.now + 60, tz=UTC)
+        assert lease.isoformat(timespec="milliseconds").replace("+00:00", "Z") == claim["lease_expires_at"]
+        held = client.get(f"/api/v1/items/{claim['item_id']}", headers=ADMIN).json()
+        assert claim["lease_expires_at"] == held["lease_expires_at"]
+        assert claim["lease_expires_at"] == held["events"][-1]["detail"]["lease_expires_at"]
+        client.post(f"/api/v1/items/{claim['item_id']}/verdict", json={"verdict": "pass"}, headers=alice)
+        item = client.get(f"/api/v1/items/{claim['item_id']}", headers=ADMIN).json()
+        times = [item["verdicts"][0]["created_at"], *(e["at"] for e in item["events"])]
+        token = client.get("/api/v1/tokens", headers=ADMIN).json()[0]
+        times.append(token["created_at"])
+        run = client.get(f"/api/v1/runs/{'5' * 32}", headers=ADMIN).json()
+        times += [run["created_at"], run["updated_at"], run["review_item"]["created_at"]]
+        listed = client.get("/api/v1/runs", headers=ADMIN).json()["items"][0]
+        times += [listed["created_at"]]
+        quality = client.get("/api/v1/quality", headers=ADMIN).json()
+        times += [quality["since"], quality["until"]]
+        assert all(isinstance(t, str) and ISO_UTC.fullmatch(t) for t in times), times
+        assert run["created_at"] == listed["created_at"]
+        assert None is item["lease_expires_at"]
+
+    def test_openapi_says_date_time(self, client: TestClient) -> None:
+        """The OpenAPI document gives each time field as a date-time string, no number."""
+        schemas = client.get("/openapi.json").json()["components"]["schemas"]
+        fields = (("ClaimOut", "lease_expires_at"), ("EventOut", "at"), ("VerdictOut", "created_at"),
+                  ("TokenOut", "created_at"), ("QualityOut", "since"), ("RunOut", "created_at"))  # fmt: skip
+        for shape, field in fields:
+            assert {"type": "string", "format": "date-time"}.items() <= schemas[shape]["properties"][field].items()
 
 
 class TestVerdictTargetsApi:

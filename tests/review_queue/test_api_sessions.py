@@ -90,6 +90,8 @@ class TestListSessions:
             ({"since": 150}, ["a", "b"]),
             ({"until": 250}, ["b", "c"]),
             ({"since": 150, "until": 250}, ["b"]),
+            ({"since": "1970-01-01T00:02:30.000Z", "until": "1970-01-01T00:04:10Z"}, ["b"]),  # the API's own format
+            ({"since": "1970-01-01T00:02:30"}, ["a", "b"]),  # no zone: UTC
             ({"sort": "turns"}, ["b", "a", "c"]),
             ({"sort": "turns", "order": "asc"}, ["c", "a", "b"]),
             ({"sort": "duration"}, ["c", "a", "b"]),
@@ -130,6 +132,7 @@ class TestListSessions:
             ({"limit": 0}, 422, "limit"),
             ({"limit": 501}, 422, "limit"),
             ({"since": "yesterday"}, 422, "since"),
+            ({"since": "1969-12-31T23:59:59Z"}, 422, "since"),
             ({"since": -1}, 422, "since"),
             ({"until": 9.3e9}, 422, "until"),
             ({"signal": "re ask; drop"}, 422, "signal"),

@@ -303,6 +303,9 @@ class TestStoredXss:
             assert 'href="javascript:' not in page.text.lower(), path
             assert 'src="javascript:' not in page.text.lower(), path
             assert "script-src 'self'" in page.headers["content-security-policy"]
+        for path in ("/queue", "/runs"):  # the user-message column: the hostile user's text, escaped
+            cells = re.findall(r'<td class="asked"[^>]*>(.*?)</td>', client.get(path).text, re.S)
+            assert any("&lt;script&gt;" in c for c in cells), path
         item_page = client.get(f"/items/{item_id}").text
         assert 'class="ev-span" href="#1111111111111111"' in item_page  # evidence links to its span
         assert 'id="1111111111111111"' in item_page

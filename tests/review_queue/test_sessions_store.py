@@ -579,3 +579,27 @@ def test_migration_0014_fills_flag_added_from_the_audit_trail(
         command.downgrade(config, "0013")
     upgrade_database(database_url)
     assert live == added()
+
+
+class TestDemoSeeds:
+    """``vigil run --demo`` draws a seed whose session ids the database has not stored."""
+
+    def test_has_session_prefix(self, store: SqlStore) -> None:
+        """A range of the session index: the prefix matches, its neighbours do not."""
+        store.write([scored_run(session_id="s41c7"), scored_run(session_id="s4c1")])
+        assert store.has_session_prefix("s41c")
+        assert store.has_session_prefix("s4c")
+        assert not store.has_session_prefix("s42c")
+        assert not store.has_session_prefix("s41d")
+        assert not store.has_session_prefix("s1c")
+
+    def test_taken_seed_drawn_again(self, store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A seed an earlier start played is drawn again; a fixed ``--demo-seed`` is kept as given."""
+        from collector.demo import plan
+        from vigil.run import demo_seed_for
+
+        store.write([scored_run(session_id=f"{plan.session_prefix(7)}0")])
+        draws = iter([7, 7, 8])
+        monkeypatch.setattr(plan.secrets, "randbelow", lambda _n: next(draws))
+        assert 8 == demo_seed_for(store, None)
+        assert 7 == demo_seed_for(store, 7)

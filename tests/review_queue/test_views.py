@@ -52,6 +52,16 @@ class TestFormat:
         """UTC timestamp, empty for None."""
         assert ("1970-01-01 00:01:00", "") == (clock_time(60), clock_time(None))
 
+    def test_snippet(self) -> None:
+        """One line, cut at a word with an ellipsis within the limit; short text as it is; None empty."""
+        assert ("", "hi there") == (views.snippet(None), views.snippet("  hi\n\tthere "))
+        cut = views.snippet("word " * 40, 30)
+        assert cut.endswith("…")
+        assert len(cut) <= 30
+        assert "word word" in cut
+        assert not cut[:-1].endswith(" ")
+        assert 20 == len(views.snippet("x" * 50, 20))  # no space: cut mid-word
+
 
 class TestEvidence:
     def test_grouped_and_deduplicated(self) -> None:
