@@ -118,6 +118,8 @@ def explore(conn: sa.Connection, q: RunQuery, cursor: str | None = None) -> tupl
         runs.c.flag_reasons,
         runs.c.scores,
         runs.c.created_at,
+        runs.c.start_ns,
+        runs.c.cost_usd,
         runs.c.session_id,
         runs.c.user_id,
         run_details.c.final_output,

@@ -19,6 +19,7 @@ from review_queue.services import ReviewServices, build_services
 from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.session_queries import fresh_entries
 from review_queue.store import SqlStore, upgrade_database
+from review_queue.views import iso_time
 from scorers.redact import Redactor
 from tests.support.review_queue import login, scored_run
 from tests.support.sessions import T0, S, chat_turns, put_session
@@ -231,6 +232,25 @@ class TestSessionsExplorer:
         assert {f"{9:032x}"} == listed("?user=other")
         assert set() == listed("?session=s1&user=other")
         assert 'href="/sessions/s1"' in client.get("/runs?session=s1").text
+
+    def test_runs_list_their_start_time_and_cost(self, tmp_path: Path) -> None:
+        """Each row of the runs explorer says when its run started (UTC) and what it cost where priced."""
+        from scorers.pricing import PriceTable
+
+        url = f"sqlite:///{tmp_path / 'priced.db'}"
+        upgrade_database(url)
+        store = SqlStore(url, prices=PriceTable())
+        services = build_services(store, admin_token=ADMIN_TOKEN)
+        client = TestClient(create_api_app(store, admin_token=ADMIN_TOKEN, services=services))
+        login(client, services.tokens.create("root", "admin")[0])
+        turns = chat_turns("s1", EXCHANGES[:1])
+        store.write(turns)
+        page = client.get("/runs").text
+        store.close()
+        started = re.findall(r'<time datetime="([^"]+)" title="run started', page)
+        assert [iso_time(turns[0].run.start_ns / 1e9)] == started
+        assert started[0].startswith("2023-11-14T")  # T0 is 1,700,000,000 s
+        assert re.search(r'<span class="cost"[^>]*>\$\d+\.\d{4}</span>', page)
 
 
 class TestFreshEntries:
