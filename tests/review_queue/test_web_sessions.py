@@ -20,6 +20,7 @@ from review_queue.session_close import SessionCloser, compile_session_rules
 from review_queue.session_queries import fresh_entries
 from review_queue.store import SqlStore, upgrade_database
 from review_queue.views import iso_time
+from scorers.model import Step, StepKind
 from scorers.redact import Redactor
 from tests.support.review_queue import login, scored_run
 from tests.support.sessions import T0, S, chat_turns, put_session
@@ -243,14 +244,30 @@ class TestSessionsExplorer:
         services = build_services(store, admin_token=ADMIN_TOKEN)
         client = TestClient(create_api_app(store, admin_token=ADMIN_TOKEN, services=services))
         login(client, services.tokens.create("root", "admin")[0])
-        turns = chat_turns("s1", EXCHANGES[:1])
+        start = T0
+        root = Step("1" * 16, None, "invoke_agent support", StepKind.AGENT, start, start + 2 * S)
+        llm = Step(
+            "2" * 16, root.span_id, "chat gpt-4o-mini", StepKind.LLM, start, start + S,
+            model="gpt-4o-mini", input_tokens=1000, output_tokens=100,
+        )  # fmt: skip
+        turns = [
+            scored_run(
+                f"{1:032x}", agent="support", session_id="s1", start_ns=start, end_ns=start + 2 * S,
+                input_tokens=1000, output_tokens=100, llm_calls=1, steps=(root, llm),
+            )
+        ]  # fmt: skip
         store.write(turns)
         page = client.get("/runs").text
-        store.close()
         started = re.findall(r'<time datetime="([^"]+)" title="run started', page)
         assert [iso_time(turns[0].run.start_ns / 1e9)] == started
         assert started[0].startswith("2023-11-14T")  # T0 is 1,700,000,000 s
         assert re.search(r'<span class="cost"[^>]*>\$\d+\.\d{4}</span>', page)
+        sessions_page = client.get("/sessions").text
+        assert re.search(r'<span class="cost"[^>]*>\$\d+\.\d{4}</span>', sessions_page)
+        assert [iso_time(turns[-1].run.end_ns / 1e9)] == re.findall(
+            r'<time datetime="([^"]+)" title="last turn ended', sessions_page
+        )
+        store.close()
 
 
 class TestFreshEntries:
