@@ -187,6 +187,7 @@ class DemoAgent:
                 tracer_provider=self._tp,
             ) as run:
                 seen.trace_id = run.trace_id
+                run.set_input(plan.user_message)  # on the agent span: an input guardrail's block shows what it stopped
                 seen.output = self._converse(run, plan, seen, history)
                 run.set_output(seen.output)
         except Exception as exc:  # noqa: BLE001 - reaching the caller is the scenario; the worker must survive it

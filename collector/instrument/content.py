@@ -77,6 +77,13 @@ def json_text(value: object, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
     return clip(text, limit)
 
 
+def input_messages(value: object, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
+    """``gen_ai.input.messages`` JSON for what the user asked the agent (one user text part), clipped like
+    :func:`output_messages`."""
+    message = {"role": "user", "parts": [{"type": "text", "content": json_text(value, limit)}]}
+    return _ENCODER.encode([message])
+
+
 def output_messages(value: object, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
     """``gen_ai.output.messages`` JSON for an agent's final answer (one assistant text part).
 

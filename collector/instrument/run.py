@@ -18,7 +18,7 @@ from opentelemetry.trace import Span, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from collector.instrument import spans
-from collector.instrument.content import clip, output_messages
+from collector.instrument.content import clip, input_messages, output_messages
 from collector.instrument.errors import MaxIterationsExceeded
 
 CURRENT_RUN: Final[ContextVar[AgentRun | None]] = ContextVar("vigil_current_run", default=None)
@@ -191,6 +191,12 @@ class AgentRun(spans.Scope):
         if self.raise_on_max:
             raise MaxIterationsExceeded(self.name, self._iterations, limit)
         return False
+
+    def set_input(self, message: object) -> None:
+        """Record what the user asked as ``gen_ai.input.messages`` on the run's span (content capture on only;
+        strings as they are, other values as JSON, clipped to 8 KiB), so a run stopped before any model call
+        — an input guardrail — still shows what was blocked; ``RuntimeError`` outside the ``with`` block."""
+        self._record_content("set_input", "gen_ai.input.messages", message, self._capture, input_messages)
 
     def set_output(self, output: object) -> None:
         """Record the agent's final answer as ``gen_ai.output.messages`` (with content capture on: strings

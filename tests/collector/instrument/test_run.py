@@ -243,6 +243,32 @@ class TestOutput:
         assert MAX_ATTRIBUTE_CHARS == len(messages[0]["parts"][0]["content"])
 
 
+class TestInput:
+    """set_input records what the user asked on the run's span only when content capture is on."""
+
+    def test_not_recorded_by_default(self, exporter: InMemorySpanExporter) -> None:
+        """Capture off: no input attribute."""
+        with agent_run("a") as run:
+            run.set_input("my card is 4111 1111 1111 1111")
+        assert "gen_ai.input.messages" not in (only(exporter).attributes or {})
+
+    def test_recorded_as_input_messages(self, capturing: InMemorySpanExporter) -> None:
+        """Capture on: one user text part in gen_ai.input.messages, clipped inside valid JSON."""
+        with agent_run("a") as run:
+            run.set_input("Where is my order?")
+        messages = json.loads(str((only(capturing).attributes or {})["gen_ai.input.messages"]))
+        assert [{"role": "user", "parts": [{"type": "text", "content": "Where is my order?"}]}] == messages
+        with agent_run("b") as run:
+            run.set_input("x" * 1_000_000)
+        long = json.loads(str((capturing.get_finished_spans()[-1].attributes or {})["gen_ai.input.messages"]))
+        assert MAX_ATTRIBUTE_CHARS == len(long[0]["parts"][0]["content"])
+
+    def test_outside_the_block_raises(self) -> None:
+        """Like set_output, it needs the run's span."""
+        with pytest.raises(RuntimeError):
+            agent_run("a").set_input("x")
+
+
 class TestDecorator:
     """@agent_run(...) makes every call its own run."""
 
