@@ -206,9 +206,10 @@ def prometheus_config(vigil: VigilProcess, tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vigil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VigilProcess]:
-    """``vigil run --demo`` on free ports with a short quiet period."""
+    """``vigil run --demo`` on free ports with a short quiet period, its sessions closed 20 s after their
+    last turn (the demo's turns are a few seconds apart; the default minute only makes the wait longer)."""
     workdir = tmp_path_factory.mktemp("vigil")
-    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_OTLP_GRPC_PORT": "0"}
+    env = {"VIGIL_QUIET_PERIOD_S": "0.5", "VIGIL_OTLP_GRPC_PORT": "0", "VIGIL_SESSION_IDLE_S": "20"}
     with start_vigil(workdir, env, args=("--demo", "--demo-rate", DEMO_RATE)) as running:
         yield running
 
