@@ -365,7 +365,13 @@
     else if (/^[1-9]$/.test(key)) { toggleCategory(key); }
     else if (key === "n") { var notes = document.getElementById("notes"); if (notes) { notes.focus(); } else { handled = false; } }
     else if (key === "Enter") {
-      if (page === "item") { handled = submitVerdict(); }
+      if (page === "item") {
+        // after "submit and next" the next item opens unclaimed and says Enter claims it: so it does, whether
+        // or not the browser has applied the button's autofocus yet
+        var claim = document.getElementById("claim-item-button");
+        if (!document.getElementById("verdict-form") && claim && claim.hasAttribute("autofocus")) { handled = submit("claim-item"); }
+        else { handled = submitVerdict(); }
+      }
       else if (page === "queue" || page === "runs" || page === "sessions") {
         var row = rows()[selectedIndex()];
         if (row) { window.location.href = row.getAttribute("data-href"); } else { handled = false; }
