@@ -147,12 +147,10 @@ def add_to_flag(
     Reasons keep their order (new ones appended), the priority is the higher, and a session flag
     records the session's id (the item is then the session's: see :func:`keep_added`).
     """
-    old = list((added or {}).get("reasons") or [])
-    stored = (added or {}).get("priority")
-    if stored is not None and Priority(stored).rank > priority.rank:
-        priority = Priority(stored)
-    doc: dict[str, Any] = {"reasons": [*old, *(r for r in reasons if r not in old)], "priority": priority.value}
-    session = session_id or (added or {}).get("session_id")
+    added = added or {}
+    merged, top = _union(added.get("reasons") or (), reasons, priority, added.get("priority"))
+    doc: dict[str, Any] = {"reasons": merged, "priority": top.value}
+    session = session_id or added.get("session_id")
     if session:
         doc["session_id"] = session
     return doc
@@ -160,11 +158,17 @@ def add_to_flag(
 
 def keep_added(reasons: Iterable[str], priority: Priority, added: Mapping[str, Any]) -> tuple[list[str], Priority]:
     """A re-score's flag reasons and priority with what ``flag_added`` holds kept (see :func:`add_to_flag`)."""
-    kept = list(reasons)
-    kept += [r for r in added.get("reasons") or [] if r not in kept]
-    stored = added.get("priority")
-    if stored is not None and Priority(stored).rank > priority.rank:
-        priority = Priority(stored)
+    return _union(reasons, added.get("reasons") or (), priority, added.get("priority"))
+
+
+def _union(
+    first: Iterable[str], then: Iterable[str], priority: Priority, other: str | None
+) -> tuple[list[str], Priority]:
+    """``first``'s reasons, then ``then``'s not among them; the higher of ``priority`` and ``other``."""
+    kept = list(first)
+    kept += [r for r in then if r not in kept]
+    if other is not None and Priority(other).rank > priority.rank:
+        priority = Priority(other)
     return kept, priority
 
 
