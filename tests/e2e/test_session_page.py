@@ -229,17 +229,24 @@ class TestCapturedConversation:
             page.close()
 
 
+def _session_item_page(url: str, browser: Any, *, height: int) -> tuple[Any, dict[str, Any]]:
+    """A page logged in as admin on the session item of conv-q (its last turn, trace 14), 1280 px wide,
+    and that item as the queue API lists it."""
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
+    item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
+    page = browser.new_page(viewport={"width": 1280, "height": height})
+    _login(page, url, ADMIN_TOKEN)
+    page.goto(f"{url}/items/{item['id']}")
+    return page, item
+
+
 class TestSessionItemPage:
     """A session flagged into the queue: its item page walks the turns with j/k (p/n stay verdict keys)."""
 
     def test_walk_turns_on_the_item_page(self, url: str, browser: Any) -> None:
         """The session item of conv-q lists its four turns; j/k move between them like on the session page."""
-        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
-        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        _login(page, url, ADMIN_TOKEN)
-        page.goto(f"{url}/items/{item['id']}")
+        page, _ = _session_item_page(url, browser, height=800)
         assert 4 == page.locator("#session-item details.session-turn").count()
         page.keyboard.press("j")
         assert _at(1) == _state(page)
@@ -254,12 +261,7 @@ class TestSessionItemPage:
 
     def test_t_before_any_turn_is_chosen(self, url: str, browser: Any) -> None:
         """``t`` right after claiming (no turn chosen with j/k yet) chooses the first turn and gives it the verdict."""
-        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
-        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        _login(page, url, ADMIN_TOKEN)
-        page.goto(f"{url}/items/{item['id']}")
+        page, _ = _session_item_page(url, browser, height=900)
         with page.expect_navigation():
             page.click("#claim-item button")
         assert 0 == page.locator("details.session-turn.current").count()
@@ -273,12 +275,7 @@ class TestSessionItemPage:
     def test_turn_verdict_by_keyboard(self, url: str, browser: Any) -> None:
         """The verdict form judges the session until ``t`` on a turn gives it to that turn (label and mark say
         which); ``f`` then Enter stores a fail on that turn's trace id; ``t`` twice returns to the session."""
-        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        items = httpx.get(f"{url}/api/v1/queue", headers=auth, params={"limit": 50}).json()["items"]
-        item = next(i for i in items if "long_conversation" in i["reasons"] and i["trace_id"] == f"{14:032x}")
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        _login(page, url, ADMIN_TOKEN)
-        page.goto(f"{url}/items/{item['id']}")
+        page, item = _session_item_page(url, browser, height=900)
         page.click("#claim-item button")
         label = page.locator("#target-label")
         assert "the whole session conv-q" == label.inner_text()
@@ -301,6 +298,7 @@ class TestSessionItemPage:
         assert page.evaluate("() => window.__xss") is None
         with page.expect_navigation():
             page.keyboard.press("Enter")
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         stored = httpx.get(f"{url}/api/v1/items/{item['id']}", headers=auth).json()
         assert [("fail", "turn", f"{12:032x}")] == [
             (v["verdict"], v["target"], v["target_trace_id"]) for v in stored["verdicts"]
