@@ -87,6 +87,9 @@ worker's usual pause between two pulls, so a run whose spans are still coming is
 one whose spans stopped; short enough that a flood of traces whose root never comes holds the
 intake back for about that long, within the senders' retries (an exporter retries a 503 for
 longer)."""
+DEFAULT_RESCORE_HOLD_MAX_S = 60.0
+"""Longest a run reopened again by late spans waits, from its first late span, before it is re-scored
+(module doc): about as long as an OTLP exporter keeps retrying a refused body."""
 DEFAULT_FREEZE_HOLD_S = 60.0
 """Seconds a late span's lateness is remembered: the closed-run cache freezes runs (rather than
 forgetting them) until this long after the last late span (module doc). A minute covers an OTLP
@@ -181,6 +184,8 @@ class _Pending:
     deadline: float = 0.0
     size: int = 0
     held: bool = False  # kept past its deadline for spans it is owed (counted once)
+    reopens: int = 0  # how many times late spans reopened this run (module doc)
+    opened_at: float = 0.0  # when late spans last reopened it
 
 
 class Assembler:
@@ -214,6 +219,8 @@ class Assembler:
             (module doc). None: no such ledger (the Kafka consumer).
         freeze_hold_s: the closed-run cache freezes runs rather than forgetting them until this long
             after the last late span (module doc); 0: it never freezes.
+        rescore_hold_max_s: the longest a run reopened again by late spans waits before it is
+            re-scored (module doc); at most the quiet period: every reopening waits only that.
     """
 
     def __init__(
@@ -232,6 +239,7 @@ class Assembler:
         pressure: Pressure | None = None,
         owed: OwedSpans | None = None,
         freeze_hold_s: float = DEFAULT_FREEZE_HOLD_S,
+        rescore_hold_max_s: float = DEFAULT_RESCORE_HOLD_MAX_S,
     ) -> None:
         self._quiet = quiet_period_s
         self._idle = max_idle_s
@@ -252,6 +260,8 @@ class Assembler:
         self._compressor: zstandard.ZstdCompressor | None = None
         self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
+        self._rescore_hold_max = rescore_hold_max_s
+        self._reopens: dict[str, int] = {}  # runs in flight or cached that late spans reopened: how often
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
         self._rooted: OrderedDict[str, None] = OrderedDict()  # in flight, root ended: due soonest first
         self._evict_idle = evict_idle_s
@@ -464,7 +474,8 @@ class Assembler:
             return None
         self._count("late_spans", len(fresh))
         self._seen_late(now, now - scored_at)
-        pending = _Pending(spans={s.span_id: s for s in old}, last_seen=now, rescore=True, size=size)
+        reopens = self._reopens[trace_id] = self._reopens.get(trace_id, 0) + 1
+        pending = _Pending({s.span_id: s for s in old}, now, rescore=True, size=size, reopens=reopens, opened_at=now)
         pending.root_ended = any(s.parent_span_id is None and s.end_ns for s in old)
         return pending
 
@@ -492,8 +503,13 @@ class Assembler:
             self._count("spans_dropped_cap", dropped)
 
     def _schedule(self, trace_id: str, pending: _Pending) -> None:
-        wait = self._quiet if pending.root_ended else self._idle
-        pending.deadline = pending.last_seen + wait
+        if not pending.root_ended:
+            pending.deadline = pending.last_seen + self._idle
+        elif pending.reopens > 1:  # reopened again: wait longer for the rest of its late spans (module doc)
+            hold = min(self._quiet * 2 ** min(pending.reopens - 1, 32), max(self._quiet, self._rescore_hold_max))
+            pending.deadline = max(pending.opened_at + hold, pending.last_seen + self._quiet)
+        else:
+            pending.deadline = pending.last_seen + self._quiet
         heapq.heappush(self._heap, (pending.deadline, trace_id))
 
     def _over(self) -> bool:
@@ -624,6 +640,8 @@ class Assembler:
         return 1
 
     def _forgotten(self, trace_id: str) -> None:
+        if self._reopens:
+            self._reopens.pop(trace_id, None)
         recent = self._recently_evicted
         recent[trace_id] = None
         if len(recent) > max(self._closed_size, len(self._closed) + len(self._frozen)) * 4:

@@ -136,6 +136,77 @@ class TestLateSpans:
         assert (3, True, True) == (len(closed.spans), closed.rescore, closed.complete)
         assert 1 == events.counts["late_spans"]
 
+    def test_a_run_reopened_again_waits_longer_from_its_first_late_span(self) -> None:
+        """The first reopening is re-scored a quiet period after its last span, as before; the second waits
+        2 × quiet from its first late span, the third 4 ×, never less than quiet after its last span."""
+        clock = Clock(1000.0)
+        asm = make(clock)
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        assert 1 == len(asm.due())
+        for n, hold in ((2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0)):
+            asm.add(batch(span(str(n))))  # reopening n - 1
+            clock.now += hold - 0.1
+            assert [] == asm.due()
+            clock.now += 0.2
+            (closed,) = asm.due()
+            assert (n, True, True) == (len(closed.spans), closed.rescore, closed.complete)
+            clock.now += 3
+
+    def test_late_spans_coming_while_a_reopened_run_waits_share_its_rescore(self) -> None:
+        """Spans of a run held for its re-score merge into it: one re-score carries them all; one coming
+        just before the hold ends still gets its quiet period."""
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events)
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        asm.due()
+        asm.add(batch(span("2")))
+        clock.now += 3
+        asm.due()  # first reopening: re-scored after the quiet period
+        asm.add(batch(span("3")))  # second: held 4 s from now
+        clock.now += 3.5
+        assert [] == asm.due()
+        asm.add(batch(span("4")))  # in flight: merged, and quiet for 2 s more (until +5.5)
+        clock.now += 1.0
+        assert [] == asm.due()  # the hold has passed, the quiet period has not
+        clock.now += 1.1
+        (closed,) = asm.due()
+        assert (4, True) == (len(closed.spans), closed.rescore)
+        assert 2 == events.counts["late_spans"]  # span 4 came to a run in flight: not late
+
+    def test_a_trickle_of_late_spans_costs_about_log2_rescores(self) -> None:
+        """40 late spans, each 3 s after the last (longer than the quiet period): 40 re-scores before, now
+        one per doubling hold; the last re-score carries every span."""
+        clock = Clock(1000.0)
+        asm = make(clock, rescore_hold_max_s=60.0)
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        released = asm.due()
+        for n in range(2, 42):
+            asm.add(batch(span(str(n))))
+            clock.now += 3
+            released += asm.due()
+        clock.now += 61
+        released += asm.due()
+        rescores = [c for c in released if c.rescore]
+        assert 6 == len(rescores)  # holds of 2, 4, 8, 16, 32 and 60 s (the cap) cover the 120 s trickle
+        assert 41 == len(rescores[-1].spans)
+        assert sorted(len(c.spans) for c in rescores) == [len(c.spans) for c in rescores]
+
+    def test_the_hold_is_capped(self) -> None:
+        """No reopening waits longer than ``rescore_hold_max_s`` from its first late span."""
+        clock = Clock(1000.0)
+        asm = make(clock, rescore_hold_max_s=5.0)
+        asm.add(batch(span("1", None)))
+        clock.now += 3
+        asm.due()
+        for n in range(2, 9):
+            asm.add(batch(span(str(n))))
+            clock.now += 5.1
+            (closed,) = asm.due()
+            assert n == len(closed.spans)
+
     def test_duplicate_after_close_is_ignored(self) -> None:
         """A retry of spans already scored is not a late span and reopens nothing."""
         clock, events = Clock(1000.0), Events()
