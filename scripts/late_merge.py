@@ -86,10 +86,14 @@ with tempfile.TemporaryDirectory() as tmp:
     emb.store.close()
 late_spans = sum(len(v) for v in late.values())
 whole = sum(1 for t, s in traces.items() if last_size.get(t) == len(s))
-print(f"{N} runs, {sum(len(s) for s in traces.values()) / N:.1f} spans a run; {late_spans} late spans "
-      f"({LATE} a run, one every {GAP:g} s)")
+print(
+    f"{N} runs, {sum(len(s) for s in traces.values()) / N:.1f} spans a run; {late_spans} late spans "
+    f"({LATE} a run, one every {GAP:g} s)"
+)
 print(f"first scorings: {count['first']}, {cpu['first'] / count['first'] * 1e6:,.0f} µs a run")
-print(f"re-scores: {count['rescore']} ({count['rescore'] / late_spans:.2f} a late span), "
-      f"{cpu['rescore'] * 1e6 / late_spans:,.0f} µs a late span; "
-      f"re-scoring / first scoring CPU: {cpu['rescore'] / cpu['first']:.2f}")
+print(
+    f"re-scores: {count['rescore']} ({count['rescore'] / late_spans:.2f} a late span), "
+    f"{cpu['rescore'] * 1e6 / late_spans:,.0f} µs a late span; "
+    f"re-scoring / first scoring CPU: {cpu['rescore'] / cpu['first']:.2f}"
+)
 print(f"runs whose last scoring held every span: {whole}/{N}")
