@@ -18,7 +18,8 @@ long). While spans have come late in the last ``freeze_hold_s``, a run the byte 
 that was scored within :data:`LATE_MARGIN` times the greatest such lateness is *frozen* instead
 (``closed_frozen``): its spans are packed (:func:`freeze_spans`: ``marshal`` and Zstandard, ~1/8 of
 their decoded size on content-heavy runs) and unpacked only if a late span comes for it. The same
-budget then covers several times as long a lateness. A stream whose spans all come in time, or
+budget then covers several times as long a lateness; the run count (``closed_cache_size``) caps only the
+runs kept unpacked, packed ones are bounded by the bytes alone. A stream whose spans all come in time, or
 within what the cache covers anyway, packs nothing and pays nothing for it.
 
 Everything is bounded, in runs and in bytes (the records' memory estimates,
@@ -588,24 +589,27 @@ class Assembler:
         account = self.closed_account
         owed = self._owed
         now = self._clock()
+        cap = self._closed_size
         (pinned if owed is not None and trace_id in owed else closed)[trace_id] = (spans, size, now)
         account.held += size
-        if len(closed) + len(pinned) + len(frozen) <= self._closed_size and (
-            not account.budget or account.held <= account.budget
-        ):
+        # Packed runs (which exist only under a byte budget) are bounded by its bytes alone: the run count
+        # caps the runs kept unpacked. Counted with them, a fast stream (600 heavy runs/s: 5,000 runs are
+        # 8 s) forgot packed runs its bytes still had room for, and the late spans of a connection lagging
+        # longer were dropped (BENCHMARKS.md, "session 21").
+        if len(closed) + len(pinned) <= cap and not account.over():
             return
         evicted = unpinned = 0
-        if account.over() and now < self._freeze_until:  # spans come late: keep what they may come for
+        if account.budget and now < self._freeze_until:  # spans come late: keep what they may come for
             oldest_kept = now - LATE_MARGIN * self._lateness
-            while closed and account.over():  # scored longer ago than spans come late: forgotten
-                first = next(iter(closed))
+            while closed and (account.over() or len(closed) + len(pinned) > cap):  # scored longer ago than
+                first = next(iter(closed))  # spans come late: forgotten
                 if first == trace_id or closed[first][2] >= oldest_kept:
                     break
                 evicted += self._forget_oldest()
             self._freeze(trace_id)
+        # the oldest first, packed ones (the oldest) before any unpacked one: the cache keeps the newest runs
         while (closed or pinned or frozen) and (
-            len(closed) + len(pinned) + len(frozen) > self._closed_size
-            or (account.over() and len(closed) + len(pinned) + len(frozen) > 1)
+            len(closed) + len(pinned) > cap or (account.over() and len(closed) + len(pinned) + len(frozen) > 1)
         ):
             if frozen or closed:
                 evicted += self._forget_oldest()
@@ -656,7 +660,8 @@ class Assembler:
 
     def _freeze(self, keep: str) -> None:
         """Pack the oldest closed runs (never ``keep``, the run just remembered) until the cache is back
-        within its byte budget or none is left to pack; a run that cannot be packed is left as it is."""
+        within its byte budget and its count of unpacked runs, or none is left to pack; a run that cannot
+        be packed is left as it is."""
         closed = self._closed
         frozen = self._frozen
         account = self.closed_account
@@ -664,7 +669,8 @@ class Assembler:
         if compressor is None:
             compressor = self._compressor = zstandard.ZstdCompressor(level=1)
         packed = 0
-        while account.over() and closed:
+        cap = self._closed_size
+        while closed and (account.over() or len(closed) + len(self._pinned) > cap):
             trace_id = next(iter(closed))
             if trace_id == keep:
                 break

@@ -125,7 +125,10 @@ class Settings(BaseModel):
     closed_run_cache: int = Field(
         DEFAULT_CLOSED_CACHE,
         ge=0,
-        description="Scored runs whose spans are kept so late spans can re-score them (~22 KiB each).",
+        description=(
+            "Scored runs whose spans are kept unpacked so late spans can re-score them (~22 KiB each); runs "
+            "packed while spans come late are bounded by the late cache's bytes alone."
+        ),
     )
     max_agent_labels: int = Field(DEFAULT_MAX_AGENTS, gt=0, description="Distinct agent label values before 'other'.")
     max_tool_labels: int = Field(DEFAULT_MAX_TOOLS, gt=0, description="Distinct tool label values before 'other'.")

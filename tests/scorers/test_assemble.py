@@ -817,15 +817,32 @@ class TestFrozenLateCache:
         self.fill(asm, clock, 3, first=4)
         assert events.counts["closed_frozen"] >= 1
 
-    def test_frozen_runs_are_forgotten_first_and_their_late_spans_counted(self) -> None:
+    def test_packed_runs_are_bounded_by_the_bytes_not_the_run_count(self) -> None:
+        """The run count caps the runs kept unpacked; packed ones stay while the bytes hold them (a fast
+        stream turned the count over faster than the lateness, and dropped late spans the bytes had room for)."""
         clock, events = Clock(1000.0), Events()
         asm = make(clock, events, closed_cache_bytes=12_000, closed_cache_size=4)
         self.late_by(asm, clock, 5.0)
         self.fill(asm, clock, 6)
-        assert 4 == len(cached(asm))
-        asm.add(sized(10, span("7", trace=trace(0))))  # frozen, then forgotten for the run cap
+        assert [trace(i) for i in (99, 0, 1, 2, 3, 4, 5)] == cached(asm)  # 7 runs: more than 4, packed
+        assert len(asm._closed) + len(asm._pinned) <= 4
+        assert asm.closed_account.held <= 12_000
+        asm.add(sized(10, span("7", trace=trace(0))))  # packed, not forgotten: merged
+        assert (2, "late_evicted" not in events.counts) == (events.counts["late_spans"], True)
+
+    def test_packed_runs_are_forgotten_first_past_the_bytes(self) -> None:
+        clock, events = Clock(1000.0), Events()
+        asm = make(clock, events, closed_cache_bytes=12_000, closed_cache_size=4)
+        self.late_by(asm, clock, 60.0)  # runs scored within 120 s are packed rather than forgotten
+        self.fill(asm, clock, 60)
+        kept = cached(asm)
+        assert asm.closed_account.held <= 12_000
+        assert len(asm._closed) + len(asm._pinned) <= 4
+        assert 4 < len(kept) < 61
+        assert [trace(i) for i in range(60 - len(kept), 60)] == kept  # the oldest went first
+        assert events.counts["closed_cache_evicted"] == 61 - len(kept)
+        asm.add(sized(10, span("7", trace=trace(59 - len(kept)))))  # forgotten for the bytes: dropped, counted
         assert 1 == events.counts["late_evicted"]
-        assert [trace(i) for i in (2, 3, 4, 5)] == cached(asm)
 
     def test_export_state_thaws_frozen_runs_oldest_first(self) -> None:
         clock = Clock(1000.0)
