@@ -221,7 +221,7 @@ class Assembler:
         freeze_hold_s: the closed-run cache freezes runs rather than forgetting them until this long
             after the last late span (module doc); 0: it never freezes.
         rescore_hold_max_s: the longest a run reopened again by late spans waits before it is
-            re-scored (module doc); at most the quiet period: every reopening waits only that.
+            re-scored (module doc); at or below the quiet period, every reopening waits only that.
     """
 
     def __init__(
