@@ -261,7 +261,7 @@ class Assembler:
         self._compressor: zstandard.ZstdCompressor | None = None
         self._owed = owed
         self._recently_evicted: OrderedDict[str, None] = OrderedDict()
-        self._rescore_hold_max = rescore_hold_max_s
+        self._rescore_hold_max = max(quiet_period_s, rescore_hold_max_s)
         self._reopens: dict[str, int] = {}  # runs in flight or cached that late spans reopened: how often
         self._rootless: OrderedDict[str, None] = OrderedDict()  # in flight, root not ended: least recently fed first
         self._rooted: OrderedDict[str, None] = OrderedDict()  # in flight, root ended: due soonest first
@@ -507,7 +507,7 @@ class Assembler:
         if not pending.root_ended:
             pending.deadline = pending.last_seen + self._idle
         elif pending.reopens > 1:  # reopened again: wait longer for the rest of its late spans (module doc)
-            hold = min(self._quiet * 2 ** min(pending.reopens - 1, 32), max(self._quiet, self._rescore_hold_max))
+            hold = min(self._quiet * 2 ** min(pending.reopens - 1, 32), self._rescore_hold_max)
             pending.deadline = max(pending.opened_at + hold, pending.last_seen + self._quiet)
         else:
             pending.deadline = pending.last_seen + self._quiet
@@ -596,13 +596,13 @@ class Assembler:
         # caps the runs kept unpacked. Counted with them, a fast stream (600 heavy runs/s: 5,000 runs are
         # 8 s) forgot packed runs its bytes still had room for, and the late spans of a connection lagging
         # longer were dropped (BENCHMARKS.md, "session 21").
-        if len(closed) + len(pinned) <= cap and not account.over():
+        if not self._crowded():
             return
         evicted = unpinned = 0
         if account.budget and now < self._freeze_until:  # spans come late: keep what they may come for
             oldest_kept = now - LATE_MARGIN * self._lateness
-            while closed and (account.over() or len(closed) + len(pinned) > cap):  # scored longer ago than
-                first = next(iter(closed))  # spans come late: forgotten
+            while closed and self._crowded():  # scored longer ago than spans come late: forgotten
+                first = next(iter(closed))
                 if first == trace_id or closed[first][2] >= oldest_kept:
                     break
                 evicted += self._forget_oldest()
@@ -622,6 +622,10 @@ class Assembler:
             self._count("closed_cache_evicted", evicted)
         if unpinned:
             self._count("pinned_evicted", unpinned)
+
+    def _crowded(self) -> bool:
+        """Whether the closed-run cache is over its bytes or holds more unpacked runs than its run count."""
+        return self.closed_account.over() or len(self._closed) + len(self._pinned) > self._closed_size
 
     def _forget_oldest(self) -> int:
         """Forget the oldest run not owed spans (frozen runs are the oldest), or pin it if it turns out to
@@ -669,8 +673,7 @@ class Assembler:
         if compressor is None:
             compressor = self._compressor = zstandard.ZstdCompressor(level=1)
         packed = 0
-        cap = self._closed_size
-        while closed and (account.over() or len(closed) + len(self._pinned) > cap):
+        while closed and self._crowded():
             trace_id = next(iter(closed))
             if trace_id == keep:
                 break

@@ -1,5 +1,5 @@
 # mypy: ignore-errors
-"""What late spans cost to merge: re-scoring CPU against first-scoring CPU (BENCHMARKS.md, "late spans").
+"""What late spans cost to merge: re-scoring CPU against first-scoring CPU (BENCHMARKS.md, "session 21").
 
 Heavy-content runs (``vigil/bench/heavy.py``) are scored with some of their spans held back; the held
 spans then come late, one per run every ``GAP`` seconds (longer than the 2 s quiet period: a trickle, as
@@ -23,6 +23,7 @@ from collector.model import TraceBatch
 from review_queue.details import Texts, details_row
 from scorers.assemble import Assembler
 from scorers.redact import Redactor
+from tests.support.fixtures import Clock
 from vigil.bench.heavy import heavy_traces
 from vigil.bench.pipeline import _settings, build
 from vigil.run import tune_gc
@@ -30,13 +31,6 @@ from vigil.run import tune_gc
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 500
 LATE = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 GAP = float(sys.argv[3]) if len(sys.argv) > 3 else 3.0
-
-
-class Clock:
-    now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 tune_gc()
@@ -54,7 +48,7 @@ with tempfile.TemporaryDirectory() as tmp:
     pipeline = emb.worker._pipeline
     redactor = Redactor()
     texts = Texts(redactor)
-    clock = Clock()
+    clock = Clock(1000.0)
     asm = Assembler(quiet_period_s=2.0, clock=clock, closed_cache_size=10 * N)
     cpu = {"first": 0.0, "rescore": 0.0}
     count = {"first": 0, "rescore": 0}
